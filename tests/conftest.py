@@ -1,0 +1,47 @@
+"""Shared fixtures: tiny tokenizers and models built in-process (no downloads), and the real data paths."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("CORY_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+IMDB_CSV = SHARED_DATA / "imdb_reviews_1000.csv"
+GSM8K_TRAIN = SHARED_DATA / "gsm8k_train.jsonl"
+GSM8K_TEST = SHARED_DATA / "gsm8k_test.jsonl"
+
+
+@pytest.fixture(scope="session")
+def tiny_tok():
+    """Byte-level BPE tokenizer, V = 384, EOS = pad = id 0, left padding."""
+    from agents.tiny import tiny_tokenizer
+
+    return tiny_tokenizer()
+
+
+@pytest.fixture()
+def tiny_model(tiny_tok):
+    """A fresh tiny Llama-style causal LM (seed 0) matching `tiny_tok`."""
+    from agents.tiny import tiny_causal_lm
+
+    return tiny_causal_lm(tiny_tok, seed=0)
+
+
+@pytest.fixture(scope="session")
+def imdb_csv() -> Path:
+    if not IMDB_CSV.exists():
+        pytest.skip(f"real IMDB sample not found at {IMDB_CSV} (set CORY_SHARED_DATA)")
+    return IMDB_CSV
+
+
+@pytest.fixture(scope="session")
+def gsm8k_paths() -> tuple[Path, Path]:
+    if not GSM8K_TEST.exists():
+        pytest.skip(f"real GSM8K files not found in {SHARED_DATA} (set CORY_SHARED_DATA)")
+    return GSM8K_TRAIN, GSM8K_TEST

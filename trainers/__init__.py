@@ -1,0 +1,1 @@
+"""MARL trainer layer for CORY: PPO maths, KL control, PPO learner, CORY trainer, role exchange."""

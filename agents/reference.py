@@ -1,0 +1,308 @@
+"""The frozen reference model shared by both seats, and the two memory layouts that provide it.
+
+* **Full fine-tuning** (the paper's IMDB setting): `copy_for_two_agents` deep-copies the LM into two trainable
+  policies (llm1, llm2) and keeps the original, frozen, as the reference model: three copies of the weights.
+* **Memory-shared LoRA**: `build_shared_lora` wraps one frozen base in a single ``PeftModel`` holding two adapters
+  ("llm1", "llm2"). Each `LLMAgent` holds that ``PeftModel`` plus its ``adapter_name`` and activates its adapter
+  before every forward; the reference model is the same base with adapters disabled
+  (``with model.disable_adapter():``). The base weights exist once.
+
+`response_forward` is the one forward over ``[query; response]`` that both the agents' ``evaluate`` and
+`ReferenceModel` use, so their log-probabilities line up token for token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+logger = logging.getLogger(__name__)
+
+
+def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids for a left-padded batch, as ``generate`` builds them.
+
+    Args:
+        mask: int or bool (B, S) attention mask, 0/False on padding.
+
+    Returns:
+        int64 (B, S): ``cumsum(mask) - 1`` on real tokens, 1 on padding.
+    """
+    mask = mask.long()
+    return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+
+
+def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Log-probability of `tokens` under ``softmax(logits)``, in fp32.
+
+    Args:
+        logits: float (B, T, V).
+        tokens: int64 (B, T).
+
+    Returns:
+        float32 (B, T), nats.
+
+    Source: TRL ``selective_log_softmax`` (logit of the token minus logsumexp over V).
+    """
+    logits = logits.float()
+    chosen = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    return chosen - torch.logsumexp(logits, dim=-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of ``softmax(logits)`` along the last dim, fp32 (B, T) in nats.
+
+    Source: TRL ``entropy_from_logits``: ``logsumexp(l) - sum(softmax(l) * l)``.
+    """
+    logits = logits.float()
+    probs = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(-1)
+
+
+@dataclass
+class ResponseForward:
+    """Outputs of `response_forward` at the T positions that predict the response tokens.
+
+    Attributes:
+        logits: (B, T, V) in the model dtype.
+        hidden: (B, T, H) last hidden state, or None when not requested.
+    """
+
+    logits: torch.Tensor
+    hidden: torch.Tensor | None
+
+
+def check_response_inputs(
+    query: torch.Tensor, query_mask: torch.Tensor, response: torch.Tensor, response_mask: torch.Tensor
+) -> None:
+    """Raise `ValueError` / `TypeError` unless query (B, Q) and response (B, T) and their masks line up."""
+    for name, t in (("query", query), ("response", response)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.dtype != torch.long:
+            raise TypeError(f"{name} must be an int64 tensor of shape (B, length), got "
+                            f"{getattr(t, 'dtype', type(t))} {tuple(getattr(t, 'shape', ()))}")
+    for name, m, t in (("query_mask", query_mask, query), ("response_mask", response_mask, response)):
+        if not isinstance(m, torch.Tensor) or m.shape != t.shape:
+            raise ValueError(f"{name} must have the shape of its ids {tuple(t.shape)}, got "
+                             f"{tuple(getattr(m, 'shape', ()))}")
+    if query.shape[0] != response.shape[0]:
+        raise ValueError(f"query batch {query.shape[0]} != response batch {response.shape[0]}")
+    if query.shape[1] < 1 or response.shape[1] < 1:
+        raise ValueError(f"query and response need >= 1 column, got Q={query.shape[1]}, T={response.shape[1]}")
+
+
+def response_forward(
+    model: nn.Module,
+    query: torch.Tensor,
+    query_mask: torch.Tensor,
+    response: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    output_hidden: bool = False,
+) -> ResponseForward:
+    """One forward over ``[query; response]`` keeping only the positions that predict response tokens.
+
+    Position ``Q - 1 + t`` predicts response token ``t``; logits are computed only for those T positions
+    (``logits_to_keep``). Positions come from the mask cumsum, so left padding in the query and right padding in
+    the response do not shift the real tokens.
+
+    Args:
+        model: a causal LM (or a ``PeftModel`` around one).
+        query: int64 (B, Q), left padded. query_mask: (B, Q) bool/int, False on padding.
+        response: int64 (B, T), right padded. response_mask: (B, T) bool/int, False on padding.
+        output_hidden: also return the last hidden state (for a value head).
+
+    Returns:
+        `ResponseForward` with logits (B, T, V) and optionally hidden (B, T, H).
+
+    Raises:
+        TypeError / ValueError: on malformed inputs (see `check_response_inputs`).
+    """
+    check_response_inputs(query, query_mask, response, response_mask)
+    t = response.shape[1]
+    ids = torch.cat([query, response], dim=1)
+    mask = torch.cat([query_mask.long(), response_mask.long()], dim=1)
+    out = model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=position_ids_from_mask(mask),
+        use_cache=False,
+        output_hidden_states=output_hidden,
+        logits_to_keep=t + 1,
+    )
+    logits = out.logits[:, -(t + 1):-1]
+    hidden = out.hidden_states[-1][:, -(t + 1):-1] if output_hidden else None
+    return ResponseForward(logits=logits, hidden=hidden)
+
+
+def is_peft_model(model: nn.Module) -> bool:
+    """True for a ``peft.PeftModel`` (import-free check when peft is absent)."""
+    try:
+        from peft import PeftModel
+    except ImportError:  # pragma: no cover - peft is a dependency
+        return False
+    return isinstance(model, PeftModel)
+
+
+@contextlib.contextmanager
+def preserved_requires_grad(model: nn.Module) -> Iterator[None]:
+    """Restore every parameter's ``requires_grad`` on exit.
+
+    peft's ``set_adapter`` and ``disable_adapter`` freeze every adapter but the active one; with two agents
+    sharing one ``PeftModel`` that would silently stop the other agent's training.
+    """
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    try:
+        yield
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
+
+
+def activate_adapter(model: nn.Module, adapter_name: str) -> None:
+    """Make `adapter_name` the active LoRA adapter of a ``PeftModel`` without touching ``requires_grad``.
+
+    Raises:
+        ValueError: if the model has no adapter of that name.
+    """
+    if model.active_adapter == adapter_name:
+        return
+    if adapter_name not in model.peft_config:
+        raise ValueError(f"adapter {adapter_name!r} not in the model; it has {sorted(model.peft_config)}")
+    with preserved_requires_grad(model):
+        model.set_adapter(adapter_name)
+
+
+def build_shared_lora(
+    model: PreTrainedModel,
+    adapter_names: Sequence[str] = ("llm1", "llm2"),
+    lora_config=None,
+):
+    """Wrap one frozen base LM in a single ``PeftModel`` with one LoRA adapter per agent.
+
+    Args:
+        model: the base causal LM; its weights are frozen (``requires_grad=False``) and shared.
+        adapter_names: one name per agent (default the paper's plot labels "llm1", "llm2"); distinct.
+        lora_config: a ``peft.LoraConfig``; default r=16, alpha=32, dropout 0.0 on the attention q/v
+            projections (``target_modules=None`` lets peft pick them for known architectures).
+
+    Returns:
+        The ``PeftModel``; every adapter is trainable and initialised like peft does (B = 0, so each adapter
+        starts equal to the base). Use it as ``LLMAgent(peft_model, tok, adapter_name="llm1")`` and
+        ``ReferenceModel(peft_model)``.
+
+    Raises:
+        ValueError: if fewer than one or duplicate adapter names are given.
+    """
+    from peft import LoraConfig, get_peft_model
+
+    names = list(adapter_names)
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f"adapter_names must be distinct and non-empty, got {names}")
+    if lora_config is None:
+        lora_config = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, task_type="CAUSAL_LM")
+    peft_model = get_peft_model(model, lora_config, adapter_name=names[0])
+    for name in names[1:]:
+        peft_model.add_adapter(name, copy.deepcopy(lora_config))
+    for n, p in peft_model.named_parameters():
+        p.requires_grad_(any(f".{name}." in n for name in names) and "lora_" in n)
+    activate_adapter(peft_model, names[0])
+    return peft_model
+
+
+def copy_for_two_agents(model: PreTrainedModel) -> tuple[PreTrainedModel, PreTrainedModel, "ReferenceModel"]:
+    """Full fine-tuning layout: two independent trainable copies plus the frozen original as reference.
+
+    Args:
+        model: the initial checkpoint; it becomes the reference model (frozen, eval mode).
+
+    Returns:
+        ``(policy_llm1, policy_llm2, reference)``; the policies are deep copies with ``requires_grad=True``.
+    """
+    policies = []
+    for _ in range(2):
+        policy = copy.deepcopy(model)
+        policy.requires_grad_(True)
+        policies.append(policy)
+    return policies[0], policies[1], ReferenceModel(model)
+
+
+class ReferenceModel:
+    """The frozen reference model pi_ref shared by both seats (KL penalty target).
+
+    Not an ``nn.Module`` on purpose: its weights never show up in an agent's or trainer's ``parameters()`` and so
+    never reach an optimizer. With a plain LM the model is put in eval mode and frozen. With a shared-LoRA
+    ``PeftModel`` (`build_shared_lora`) the forward runs inside ``model.disable_adapter()`` on the frozen base in eval mode (dropout off),
+    so no third copy of the weights exists; the adapters' ``requires_grad`` flags and the model's train/eval mode
+    are left as they were.
+
+    Args:
+        model: a causal LM, or the shared ``PeftModel``.
+
+    Raises:
+        ValueError: if a ``PeftModel``'s base weights are trainable.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.is_shared_lora = is_peft_model(model)
+        if self.is_shared_lora:
+            trainable = [n for n, p in model.named_parameters() if p.requires_grad and "lora_" not in n]
+            if trainable:
+                raise ValueError(f"the PeftModel's base weights must be frozen, trainable: {trainable[:3]}")
+        else:
+            model.eval()
+            model.requires_grad_(False)
+
+    @contextlib.contextmanager
+    def _base(self) -> Iterator[nn.Module]:
+        if not self.is_shared_lora:
+            yield self.model
+            return
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with preserved_requires_grad(self.model), self.model.disable_adapter():
+                yield self.model
+        finally:
+            self.model.train(was_training)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        query_mask: torch.Tensor,
+        response: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        return_logits: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Reference log-probabilities of the response tokens (no gradients).
+
+        Args:
+            query: int64 (B, Q) left padded; query_mask (B, Q) bool.
+            response: int64 (B, T) right padded; response_mask (B, T) bool.
+            return_logits: also return the logits (for ``kl_penalty="full"``).
+
+        Returns:
+            ``(ref_logprobs, ref_logits)``: float32 (B, T) nats, and (B, T, V) or None.
+        """
+        with torch.no_grad(), self._base() as model:
+            out = response_forward(model, query, query_mask, response, response_mask)
+        logprobs = logprobs_from_logits(out.logits, response)
+        return logprobs, (out.logits if return_logits else None)
+
+    __call__ = forward
+
+    def logprobs(self, query, query_mask, response, response_mask) -> torch.Tensor:
+        """float32 (B, T) reference log-probabilities of the response tokens."""
+        return self.forward(query, query_mask, response, response_mask)[0]
+
+    def logits(self, query, query_mask, response, response_mask) -> torch.Tensor:
+        """(B, T, V) reference logits at the positions predicting the response tokens."""
+        return self.forward(query, query_mask, response, response_mask, return_logits=True)[1]

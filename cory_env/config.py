@@ -1,0 +1,135 @@
+"""`EnvConfig`: every setting of the token-level CORY environment, one field each.
+
+The config is `transformers.HfArgumentParser`-friendly: plain scalar fields only. The tokenizer, a reward
+callable and a `Task` object are constructor arguments of the env, not config fields.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from cory_env.prompts import parse_template
+
+__all__ = ["EnvConfig"]
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Settings of one CORY token environment (AEC or batched view).
+
+    Built-in tasks (`make_task`) read the query, response-length and template fields from here; a `Task`
+    object passed to the env directly carries its own lengths, and only non-None template fields override it.
+
+    Raises:
+        ValueError: from `__post_init__`, naming the field, its value and the fix.
+    """
+
+    task: str = field(
+        default="imdb",
+        metadata={"help": "Built-in task name: 'imdb' (sentiment continuation, the paper's IMDB setting) or "
+                          "'gsm8k'. A `Task` object can be passed to the env instead."},
+    )
+    data_path: str | None = field(
+        default=None,
+        metadata={"help": "Where the task's queries come from. None: built-in offline data (IMDB: the package's "
+                          "review openings); a local CSV/JSONL/Parquet file; or 'hub' (IMDB: Hugging Face "
+                          "`stanfordnlp/imdb`, split train, with an offline fallback to the built-in openings)."},
+    )
+    reward: str = field(
+        default="vader",
+        metadata={"help": "IMDB task reward by name: 'vader' (offline; VADER compound of query + response, in "
+                          "[-1, 1]) or 'distilbert-imdb' (the paper's: raw POSITIVE logit of "
+                          "`lvwerra/distilbert-imdb`). Tasks with their own reward (gsm8k) ignore it; a callable "
+                          "goes to the env constructor as `reward_fn`."},
+    )
+    min_review_chars: int = field(
+        default=200,
+        metadata={"help": "IMDB: drop reviews shorter than this many characters after removing `<br />` "
+                          "(official baseline script: 200; the paper's text: 100). Not applied to the built-in "
+                          "openings."},
+    )
+    query_min_tokens: int = field(
+        default=2,
+        metadata={"help": "IMDB: fewest tokens kept from the start of a review as the query q (paper: 2). The "
+                          "query length is drawn per episode from [query_min_tokens, query_max_tokens]."},
+    )
+    query_max_tokens: int = field(
+        default=7,
+        metadata={"help": "IMDB: most tokens kept from the start of a review as the query q (paper: 7)."},
+    )
+    min_new_tokens: int = field(
+        default=4,
+        metadata={"help": "Lower end of the per-episode response length, in tokens, drawn from [min_new_tokens, "
+                          "max_new_tokens] and shared by both seats (paper/official code: 4). A response may "
+                          "still end earlier with EOS."},
+    )
+    max_new_tokens: int = field(
+        default=15,
+        metadata={"help": "Upper end of the per-episode response length, in tokens (official code: "
+                          "LengthSampler(4, 16), i.e. 15). Must be >= 1."},
+    )
+    context_len: int = field(
+        default=128,
+        metadata={"help": "L: length of the left-padded observation window, in tokens. Every prompt must leave "
+                          "room for max_new_tokens (prompt + max_new_tokens <= L)."},
+    )
+    truncate_query: bool = field(
+        default=True,
+        metadata={"help": "If a query does not fit the context window, keep its last tokens and log a warning "
+                          "(True) or raise ValueError (False)."},
+    )
+    knowledge_transfer: bool = field(
+        default=True,
+        metadata={"help": "True: the observer's prompt is the knowledge-transfer template over q and the "
+                          "pioneer's response a1 (CORY). False: the observer sees the pioneer's prompt alone "
+                          "(the paper's 'w/o KT' ablation)."},
+    )
+    partner_reward_coef: float = field(
+        default=1.0,
+        metadata={"help": "c in the collective reward r_i + c * r_j (paper: 1, cooperative; -1 competitive; "
+                          "0 independent)."},
+    )
+    observer_template: str | None = field(
+        default=None,
+        metadata={"help": "Knowledge-transfer template with {query} and {response} placeholders; None: the "
+                          "task's default (IMDB, official code: 'I can make this sentence \"{query}{response}\" "
+                          "more positive: {query}')."},
+    )
+    pioneer_template: str | None = field(
+        default=None,
+        metadata={"help": "Pioneer prompt template with a {query} placeholder; None: the task's default "
+                          "('{query}')."},
+    )
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.task, str) or not self.task:
+            raise ValueError(f"task must be a non-empty task name such as 'imdb', got {self.task!r}; pass a "
+                             "Task object to the env as `task=` instead")
+        if not isinstance(self.reward, str) or not self.reward:
+            raise ValueError(f"reward must be a reward name such as 'vader', got {self.reward!r}; pass a "
+                             "callable to the env as `reward_fn=` instead")
+        _check_int("min_review_chars", self.min_review_chars, 0, "use 0 to keep every review")
+        _check_int("query_min_tokens", self.query_min_tokens, 1, "a query needs at least one token")
+        _check_int("query_max_tokens", self.query_max_tokens, self.query_min_tokens,
+                   f"set it >= query_min_tokens ({self.query_min_tokens})")
+        _check_int("min_new_tokens", self.min_new_tokens, 1, "a response has at least one token")
+        _check_int("max_new_tokens", self.max_new_tokens, 1, "use a positive response length such as 15")
+        if self.max_new_tokens < self.min_new_tokens:
+            raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must be >= min_new_tokens "
+                             f"({self.min_new_tokens}); raise max_new_tokens or lower min_new_tokens")
+        _check_int("context_len", self.context_len, 2, "use a window of at least prompt + max_new_tokens tokens")
+        if not math.isfinite(float(self.partner_reward_coef)):
+            raise ValueError(f"partner_reward_coef must be finite, got {self.partner_reward_coef}; use 1 "
+                             "(cooperative), -1 (competitive) or 0 (independent)")
+        if self.observer_template is not None:
+            parse_template(self.observer_template, required=("query", "response"), name="observer_template")
+        if self.pioneer_template is not None:
+            parse_template(self.pioneer_template, required=("query",), name="pioneer_template")
+
+
+def _check_int(name: str, value: object, low: int, fix: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__}); {fix}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}; {fix}")

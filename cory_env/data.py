@@ -1,0 +1,155 @@
+"""Query loaders: local tables (CSV/JSONL/Parquet through `datasets`), the Hugging Face hub, built-in openings.
+
+A loader returns *records*: a list of dicts, each with a ``"query"`` text plus the row's other fields (e.g.
+IMDB ``label``/``sentiment``, GSM8K ``answer``). The env draws one record per episode.
+
+IMDB sources (`load_imdb_records`):
+
+* ``data_path=None``: the package's built-in review openings (``cory_env/tasks/imdb_openings.txt``), offline.
+* a local file with a ``text`` (Hugging Face `stanfordnlp/imdb`) or ``review`` (50k CSV export) column;
+  ``<br />`` tags are replaced by spaces, reviews shorter than `min_review_chars` are dropped.
+* ``"hub"`` (or ``"stanfordnlp/imdb"``): the hub's train split when reachable. The decision is made fast: with
+  ``HF_HUB_OFFLINE=1`` or a failed 3 s connection probe to huggingface.co the loader falls back to the built-in
+  openings. The source used is logged at INFO.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+import os
+import re
+import socket
+from pathlib import Path
+
+__all__ = [
+    "HUB_IMDB",
+    "hub_reachable",
+    "load_builtin_openings",
+    "load_gsm8k_records",
+    "load_imdb_records",
+    "load_table",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Hugging Face dataset id of IMDB (columns text, label).
+HUB_IMDB = "stanfordnlp/imdb"
+_HUB_HOST = ("huggingface.co", 443)
+_BR = re.compile(r"\s*<br\s*/?>\s*", flags=re.IGNORECASE)
+_BUILDERS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+
+
+def load_table(path: str | os.PathLike):
+    """Load a local CSV, JSON/JSONL or Parquet file with `datasets.load_dataset`.
+
+    Args:
+        path: file path; the suffix picks the format.
+
+    Returns:
+        A `datasets.Dataset`.
+
+    Raises:
+        FileNotFoundError: if `path` does not exist.
+        ValueError: for an unsupported suffix.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"data file {str(path)!r} not found; pass an existing CSV/JSONL/Parquet path, "
+                                "or data_path=None for the built-in data")
+    builder = _BUILDERS.get(path.suffix.lower())
+    if builder is None:
+        raise ValueError(f"data file {str(path)!r} has the unsupported suffix {path.suffix!r}; use one of "
+                         f"{sorted(_BUILDERS)}")
+    import datasets
+
+    return datasets.load_dataset(builder, data_files=str(path), split="train")
+
+
+def load_builtin_openings() -> list[dict]:
+    """The package's built-in review openings (no dataset text), one record per non-comment line."""
+    text = importlib.resources.files("cory_env.tasks").joinpath("imdb_openings.txt").read_text("utf-8")
+    return [{"query": line} for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub can be used: False under ``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE`` or when
+    a TCP connection to huggingface.co:443 fails within `timeout` seconds."""
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in {"1", "true", "yes", "on"}:
+            return False
+    try:
+        with socket.create_connection(_HUB_HOST, timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def load_imdb_records(data_path: str | os.PathLike | None = None, *, min_review_chars: int = 200,
+                      probe_timeout: float = 3.0) -> list[dict]:
+    """IMDB reviews (or the built-in openings) as query records.
+
+    Args:
+        data_path: None (built-in openings), a local file, or ``"hub"`` / ``"stanfordnlp/imdb"``.
+        min_review_chars: drop reviews shorter than this after removing ``<br />`` (not applied to the openings).
+        probe_timeout: seconds allowed for the hub connection probe.
+
+    Returns:
+        Records ``{"query": review text, **other columns}``.
+
+    Raises:
+        FileNotFoundError: for a missing file.
+        ValueError: if the table has neither a ``text`` nor a ``review`` column (the columns found are listed), or
+            no review is left after filtering.
+    """
+    if data_path is None:
+        records = load_builtin_openings()
+        logger.info("IMDB queries: %d built-in review openings", len(records))
+        return records
+    if str(data_path) in {"hub", HUB_IMDB}:
+        if not hub_reachable(probe_timeout):
+            records = load_builtin_openings()
+            logger.info("IMDB queries: hub %s unreachable (offline or probe failed); using %d built-in review "
+                        "openings", HUB_IMDB, len(records))
+            return records
+        import datasets
+
+        table, source = datasets.load_dataset(HUB_IMDB, split="train"), f"hub {HUB_IMDB} (train)"
+    else:
+        table, source = load_table(data_path), str(data_path)
+    column = next((c for c in ("text", "review") if c in table.column_names), None)
+    if column is None:
+        raise ValueError(f"IMDB data {source!r} has no 'text' or 'review' column (columns found: "
+                         f"{table.column_names}); rename the review column to 'text' or 'review'")
+    records = []
+    for row in table:
+        text = _BR.sub(" ", str(row.pop(column) or "")).strip()
+        if len(text) >= min_review_chars:
+            records.append({"query": text, **row})
+    if not records:
+        raise ValueError(f"IMDB data {source!r}: no review of at least min_review_chars={min_review_chars} "
+                         f"characters among {len(table)} rows; lower min_review_chars or use other data")
+    logger.info("IMDB queries: %d of %d reviews from %s (min_review_chars=%d)", len(records), len(table), source,
+                min_review_chars)
+    return records
+
+
+def load_gsm8k_records(path: str | os.PathLike) -> list[dict]:
+    """GSM8K problems from a local JSONL/CSV/Parquet file with ``question`` and ``answer`` columns.
+
+    Returns:
+        Records ``{"query": question, "answer": full answer text (ends with "#### <number>"), **other columns}``.
+
+    Raises:
+        FileNotFoundError: for a missing file.
+        ValueError: if a column is missing (the columns found are listed) or the file has no rows.
+    """
+    table = load_table(path)
+    missing = [c for c in ("question", "answer") if c not in table.column_names]
+    if missing:
+        raise ValueError(f"GSM8K data {str(path)!r} lacks the column(s) {missing} (columns found: "
+                         f"{table.column_names}); expected the GSM8K JSONL format {{'question', 'answer'}}")
+    records = [{"query": row.pop("question"), **row} for row in table]
+    if not records:
+        raise ValueError(f"GSM8K data {str(path)!r} has no rows")
+    return records

@@ -1,0 +1,75 @@
+"""`Task`: what a CORY episode is about (queries, task reward, prompt templates, lengths)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from cory_env.prompts import PIONEER_TEMPLATE, parse_template
+
+__all__ = ["Task"]
+
+
+@dataclass(frozen=True, eq=False)
+class Task:
+    """A token-level CORY task. Built-in ones come from `cory_env.tasks.make_task`; any `Task` can be passed to
+    the env directly.
+
+    Attributes:
+        name: task name, used in logs and error messages.
+        records: the query source, a sequence of dicts each with a ``"query"`` text plus any extra fields (e.g.
+            GSM8K ``"answer"``); the env draws one per episode and hands it to `reward_fn`.
+        reward_fn: ``reward_fn(query_texts, response_texts, records) -> sequence of floats``, one per pair,
+            scoring query text + response text (see `cory_env.rewards.make_reward_fn`).
+        observer_template: knowledge-transfer template with ``{query}`` and ``{response}`` placeholders.
+        pioneer_template: pioneer template with a ``{query}`` placeholder.
+        query_tokens: ``(min, max)``: keep the first k tokens of the query text, k drawn per episode from
+            [min, max] (IMDB: (2, 7)); None keeps the whole query.
+        min_new_tokens, max_new_tokens: per-episode response length range in tokens (shared by both seats).
+        action_mask: optional int8 (V,) array, 1 = token allowed, applied to every step of both seats.
+
+    Raises:
+        ValueError: (at construction) for empty records, a record without a "query", a template without its
+            placeholders, bad lengths or an all-zero action mask.
+        TypeError: if `reward_fn` is not callable.
+    """
+
+    name: str
+    records: Sequence[dict]
+    reward_fn: Callable[[list[str], list[str], list[dict]], Sequence[float]]
+    observer_template: str
+    pioneer_template: str = PIONEER_TEMPLATE
+    query_tokens: tuple[int, int] | None = None
+    min_new_tokens: int = 4
+    max_new_tokens: int = 15
+    action_mask: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Task.name must be a non-empty str, got {self.name!r}")
+        if len(self.records) == 0:
+            raise ValueError(f"task {self.name!r} has no records; give at least one {{'query': ...}} dict")
+        first = self.records[0]
+        if not isinstance(first, dict) or "query" not in first:
+            raise ValueError(f"task {self.name!r}: records must be dicts with a 'query' text, got {first!r}")
+        if not callable(self.reward_fn):
+            raise TypeError(f"task {self.name!r}: reward_fn must be callable, got {self.reward_fn!r}")
+        parse_template(self.observer_template, required=("query", "response"), name="observer_template")
+        parse_template(self.pioneer_template, required=("query",), name="pioneer_template")
+        if self.query_tokens is not None:
+            lo, hi = self.query_tokens
+            if not 1 <= lo <= hi:
+                raise ValueError(f"task {self.name!r}: query_tokens must be (min, max) with 1 <= min <= max, got "
+                                 f"{self.query_tokens}; or None to keep whole queries")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"task {self.name!r}: max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not 1 <= self.min_new_tokens <= self.max_new_tokens:
+            raise ValueError(f"task {self.name!r}: min_new_tokens must be in [1, max_new_tokens="
+                             f"{self.max_new_tokens}], got {self.min_new_tokens}")
+        if self.action_mask is not None:
+            mask = np.asarray(self.action_mask)
+            if mask.ndim != 1 or not np.isin(mask, (0, 1)).all() or not mask.any():
+                raise ValueError(f"task {self.name!r}: action_mask must be a (V,) array of 0/1 with at least one "
+                                 f"1, got shape {mask.shape}")

@@ -1,0 +1,91 @@
+"""Build a run's pieces from its configs: tokenizer and models, the two bundles (or one), the batched env.
+
+Layouts (PAPER.md §1, issue "LLM agents"):
+
+* full fine-tuning: the loaded model becomes `llm1`; `llm2` and the frozen reference model are copies of it.
+* memory-shared LoRA (`use_lora`): one frozen base with two adapters (`llm1`, `llm2`); the reference model is the
+  same base with adapters disabled, so there is no third copy of the weights.
+
+The single-agent baseline (`algo="ppo"`) builds `llm1` only, in the pioneer seat.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import torch
+
+from agents import LLMAgent, ReferenceModel, SamplingConfig, build_shared_lora, load_model_and_tokenizer
+from agents.tiny import tiny_causal_lm, tiny_tokenizer
+from cory_env import BatchedCORYEnv, EnvConfig
+from trainers.config import CORYConfig, PPOConfig
+from trainers.learners import make_learner
+from trainers.role_exchange import Bundle, RoleExchange
+
+logger = logging.getLogger(__name__)
+
+TINY_MODEL = "tiny"
+
+
+def load_policy_model(name: str, *, seed: int = 0):
+    """(model, tokenizer) for `CORYConfig.model`; `"tiny"` is a tiny random Llama with the tiny BPE tokenizer."""
+    if name == TINY_MODEL:
+        tokenizer = tiny_tokenizer()
+        return tiny_causal_lm(tokenizer, seed=seed), tokenizer
+    return load_model_and_tokenizer(name)
+
+
+def sampling_from(config: CORYConfig) -> SamplingConfig:
+    return SamplingConfig(
+        temperature=config.temperature, top_k=config.top_k, top_p=config.top_p,
+        repetition_penalty=config.repetition_penalty,
+    )
+
+
+def build_agents(model, tokenizer, config: CORYConfig) -> tuple[dict[str, LLMAgent], ReferenceModel]:
+    """Two agents (`llm1`, `llm2`; one for the PPO baseline) and the shared frozen reference model."""
+    names = ("llm1", "llm2") if config.algo == "cory" else ("llm1",)
+    sampling = sampling_from(config)
+    if config.use_lora:
+        from peft import LoraConfig
+
+        lora = LoraConfig(
+            r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+            target_modules=[m.strip() for m in config.lora_target_modules.split(",") if m.strip()],
+            bias="none", task_type="CAUSAL_LM",
+        )
+        shared = build_shared_lora(model, adapter_names=names, lora_config=lora)
+        agents = {n: LLMAgent(shared, tokenizer, sampling=sampling, adapter_name=n) for n in names}
+        ref = ReferenceModel(shared, disable_adapters=True)
+    else:
+        ref_model = copy.deepcopy(model)
+        agents = {names[0]: LLMAgent(model, tokenizer, sampling=sampling)}
+        for n in names[1:]:
+            agents[n] = LLMAgent(copy.deepcopy(model), tokenizer, sampling=sampling)
+        ref = ReferenceModel(ref_model)
+    return agents, ref
+
+
+def build_exchange(agents: dict[str, LLMAgent], ref: ReferenceModel, config: CORYConfig,
+                   ppo_config: PPOConfig, learner: str = "ppo") -> RoleExchange:
+    """Bundles with fresh learners, `llm1` in the pioneer seat."""
+    bundles = [Bundle(name, agent, make_learner(learner, agent, ref, ppo_config)) for name, agent in agents.items()]
+    observer = bundles[1] if len(bundles) > 1 else None
+    return RoleExchange(bundles[0], observer, period=config.role_exchange_period,
+                        reset_on_exchange=config.reset_on_exchange)
+
+
+def build_env(env_config: EnvConfig, tokenizer, config: CORYConfig, ppo_config: PPOConfig,
+              reward_fn=None) -> BatchedCORYEnv:
+    """The batched env with B = `ppo_config.batch_size` rows (the pioneer seat only for the PPO baseline)."""
+    return BatchedCORYEnv(
+        env_config, tokenizer, batch_size=ppo_config.batch_size, reward_fn=reward_fn,
+        single_agent=config.algo == "ppo",
+    )
+
+
+def seed_everything(seed: int, deterministic: bool) -> None:
+    torch.manual_seed(seed)
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)

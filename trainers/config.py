@@ -1,0 +1,127 @@
+"""Configuration dataclasses for the trainer layer: `PPOConfig` (one learner) and `CORYConfig` (the run).
+
+Each field carries its meaning, unit, range and the origin of its default in `metadata["help"]`; that help is the
+only copy (the CLI reads it through `transformers.HfArgumentParser`, the README table is built from it). PPO knob
+names and defaults are TRL 0.7–0.11 `PPOConfig`'s, so the paper's settings (official code: TRL 0.7.10) copy over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Optional
+
+KL_PENALTIES = ("kl", "abs", "mse", "full", "k3")
+ALGOS = ("cory", "ppo")
+
+
+def _check(cond: bool, name: str, value, fix: str) -> None:
+    if not cond:
+        raise ValueError(f"{name}={value!r} is invalid: {fix}")
+
+
+@dataclass
+class PPOConfig:
+    """One PPO learner's settings (TRL names; defaults = TRL 0.11.4 `PPOConfig` unless noted)."""
+
+    learning_rate: float = field(default=1.41e-5, metadata={"help": "Adam learning rate (TRL default 1.41e-5; paper IMDB 1.41e-5)."})
+    batch_size: int = field(default=16, metadata={"help": "Queries per iteration B (paper IMDB: 256; TRL default 128). Must be divisible by mini_batch_size * gradient_accumulation_steps."})
+    mini_batch_size: int = field(default=16, metadata={"help": "Samples per optimiser mini-batch (paper IMDB: 256)."})
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "Mini-batches accumulated per optimiser step (TRL default 1)."})
+    ppo_epochs: int = field(default=4, metadata={"help": "Passes over the rollout per update (TRL default 4; paper IMDB 4)."})
+    init_kl_coef: float = field(default=0.2, metadata={"help": "Initial KL penalty coefficient beta (TRL default 0.2; paper CORY IMDB 0.4)."})
+    adap_kl_ctrl: bool = field(default=True, metadata={"help": "Use the adaptive KL controller (Ziegler et al. 2019, TRL AdaptiveKLController); False = fixed beta."})
+    target: float = field(default=6.0, metadata={"help": "Adaptive KL controller target KL in nats per sequence (TRL default 6)."})
+    horizon: float = field(default=10000.0, metadata={"help": "Adaptive KL controller horizon in samples (TRL default 10000)."})
+    kl_penalty: str = field(default="kl", metadata={"help": "Per-token KL estimator: kl (k1 = logp - ref_logp), abs, mse, full (full-vocabulary KL; paper), k3. TRL default 'kl'."})
+    gamma: float = field(default=1.0, metadata={"help": "Discount factor for GAE, in [0, 1] (TRL default 1)."})
+    lam: float = field(default=0.95, metadata={"help": "GAE lambda, in [0, 1] (TRL default 0.95)."})
+    cliprange: float = field(default=0.2, metadata={"help": "PPO policy ratio clip epsilon (TRL default 0.2)."})
+    cliprange_value: float = field(default=0.2, metadata={"help": "Value clip range around the old values (TRL default 0.2)."})
+    vf_coef: float = field(default=0.1, metadata={"help": "Value loss coefficient (TRL default 0.1)."})
+    max_grad_norm: Optional[float] = field(default=None, metadata={"help": "Clip the gradient norm to this value; None = no clipping (TRL default; paper: none)."})
+    early_stopping: bool = field(default=False, metadata={"help": "Stop the PPO epochs early once approx_kl > 1.5 * target_kl (TRL)."})
+    target_kl: float = field(default=1.0, metadata={"help": "approx_kl threshold for early_stopping (TRL default 1)."})
+    ratio_threshold: float = field(default=10.0, metadata={"help": "Skip a mini-batch whose mean policy ratio exceeds this (TRL default 10); skipped ones are counted in ppo/skipped_batches."})
+    use_score_scaling: bool = field(default=False, metadata={"help": "Divide scores by their running std (TRL). Paper CORY IMDB: on."})
+    use_score_norm: bool = field(default=False, metadata={"help": "With use_score_scaling, also subtract the running mean (TRL). Paper CORY IMDB: on."})
+    score_clip: Optional[float] = field(default=None, metadata={"help": "Clip (scaled) scores to [-score_clip, score_clip]; None = off (TRL default)."})
+    whiten_rewards: bool = field(default=False, metadata={"help": "Whiten the shaped per-token rewards before GAE (TRL default False)."})
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs"):
+            _check(getattr(self, name) >= 1, name, getattr(self, name), "use a positive integer")
+        backward = self.mini_batch_size * self.gradient_accumulation_steps
+        if self.batch_size % backward:
+            raise ValueError(
+                f"batch_size={self.batch_size} is not divisible by mini_batch_size={self.mini_batch_size} * "
+                f"gradient_accumulation_steps={self.gradient_accumulation_steps} = {backward}; "
+                "choose batch_size as a multiple of their product"
+            )
+        _check(self.kl_penalty in KL_PENALTIES, "kl_penalty", self.kl_penalty, f"use one of {KL_PENALTIES}")
+        _check(self.learning_rate > 0, "learning_rate", self.learning_rate, "use a positive learning rate")
+        for name in ("init_kl_coef", "vf_coef", "cliprange", "cliprange_value"):
+            _check(getattr(self, name) >= 0, name, getattr(self, name), "use a value >= 0")
+        for name in ("target", "horizon", "target_kl", "ratio_threshold"):
+            _check(getattr(self, name) > 0, name, getattr(self, name), "use a value > 0")
+        for name in ("gamma", "lam"):
+            _check(0.0 <= getattr(self, name) <= 1.0, name, getattr(self, name), "use a value in [0, 1]")
+        for name in ("max_grad_norm", "score_clip"):
+            value = getattr(self, name)
+            _check(value is None or value > 0, name, value, "use a positive value, or None to disable")
+
+    @property
+    def backward_batch_size(self) -> int:
+        """Samples per optimiser step: mini_batch_size * gradient_accumulation_steps."""
+        return self.mini_batch_size * self.gradient_accumulation_steps
+
+
+@dataclass
+class CORYConfig:
+    """The run: algorithm, model, role exchange, logging and checkpoints."""
+
+    algo: str = field(default="cory", metadata={"help": "cory (two agents, paper) or ppo (single-agent baseline on the pioneer seat, same env and settings)."})
+    learner: str = field(default="ppo", metadata={"help": "Learner for each model, by registry name (trainers.learners): ppo."})
+    model: str = field(default="smollm2-135m-instruct", metadata={"help": "Policy model: hub id, local directory, .gguf file, or alias (smollm2-135m-instruct = offline default; tiny = tiny random model for tests)."})
+    output_dir: str = field(default="runs/cory", metadata={"help": "Run directory: config.yaml, metrics.jsonl, samples.jsonl, TensorBoard events, checkpoints/."})
+    num_iterations: int = field(default=10, metadata={"help": "CORY iterations (rollout + one update per seat). Paper IMDB: about 102."})
+    seed: int = field(default=0, metadata={"help": "Seed for queries, sampling, mini-batch order and dropout."})
+    role_exchange_period: int = field(default=5, metadata={"help": "T_REx: iterations between role exchanges (official code: swap_freq=5). 0 disables (ablation w/o REx)."})
+    reset_on_exchange: bool = field(default=False, metadata={"help": "Replicate the official code: fresh Adam state, KL controller and score statistics at every role exchange."})
+    eta: Optional[float] = field(default=None, metadata={"help": "eta in the logged combined reward = task reward - eta * KL; None = the seat's current KL coefficient."})
+    use_lora: bool = field(default=False, metadata={"help": "Memory-shared LoRA: one frozen base, one adapter per model, reference = adapters off."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
+    lora_target_modules: str = field(default="q_proj,v_proj", metadata={"help": "Comma-separated module names to adapt (Llama: q_proj,v_proj; GPT-2: c_attn)."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (> 0)."})
+    top_k: int = field(default=0, metadata={"help": "Top-k sampling; 0 = off (paper). Passed explicitly: transformers defaults to 50."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass in (0, 1]; 1 = off (paper)."})
+    repetition_penalty: float = field(default=1.0, metadata={"help": "CTRL repetition penalty (> 0); 1 = off. Paper IMDB sampling: 1.1."})
+    checkpoint_every: int = field(default=0, metadata={"help": "Save a checkpoint every N iterations (always at the end); 0 = only at the end."})
+    keep_checkpoints: int = field(default=2, metadata={"help": "How many most recent checkpoints to keep (>= 1)."})
+    resume: bool = field(default=False, metadata={"help": "Continue the run in output_dir from its latest checkpoint."})
+    overwrite: bool = field(default=False, metadata={"help": "Delete an existing run in output_dir and start afresh."})
+    log_samples: int = field(default=4, metadata={"help": "Sample texts written to samples.jsonl per iteration."})
+    tensorboard: bool = field(default=True, metadata={"help": "Write TensorBoard events to output_dir."})
+    torch_threads: int = field(default=0, metadata={"help": "torch.set_num_threads; 0 = leave torch's default."})
+    deterministic: bool = field(default=True, metadata={"help": "torch.use_deterministic_algorithms(True, warn_only=True) so same seed => same metrics on CPU."})
+
+    def __post_init__(self) -> None:
+        _check(self.algo in ALGOS, "algo", self.algo, f"use one of {ALGOS}")
+        _check(self.num_iterations >= 1, "num_iterations", self.num_iterations, "use a positive integer")
+        _check(self.role_exchange_period >= 0, "role_exchange_period", self.role_exchange_period, "use >= 0 (0 disables role exchange)")
+        _check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "use >= 0 (0 = only at the end)")
+        _check(self.keep_checkpoints >= 1, "keep_checkpoints", self.keep_checkpoints, "keep at least 1 checkpoint")
+        _check(self.eta is None or self.eta >= 0, "eta", self.eta, "use eta >= 0, or None for the KL coefficient")
+        _check(self.temperature > 0, "temperature", self.temperature, "use a temperature > 0")
+        _check(self.top_k >= 0, "top_k", self.top_k, "use top_k >= 0 (0 disables)")
+        _check(0 < self.top_p <= 1, "top_p", self.top_p, "use top_p in (0, 1]")
+        _check(self.repetition_penalty > 0, "repetition_penalty", self.repetition_penalty, "use a value > 0 (1 disables)")
+        _check(self.lora_r >= 1, "lora_r", self.lora_r, "use a rank >= 1")
+        _check(self.log_samples >= 0, "log_samples", self.log_samples, "use >= 0")
+        _check(not (self.resume and self.overwrite), "resume", self.resume, "pass either --resume or --overwrite, not both")
+
+
+def config_to_dict(config) -> dict:
+    """A dataclass config as a plain dict of its fields (for YAML and checkpoints)."""
+    return {f.name: getattr(config, f.name) for f in fields(config)}

@@ -1,0 +1,228 @@
+"""`CORYTrainer`: the CORY loop (paper §1), and the single-agent PPO baseline on the same env (`algo="ppo"`).
+
+One iteration:
+
+1. roll out B episodes through the batched env: the pioneer answers, the observer answers after seeing the
+   pioneer's answer (knowledge transfer), both get the collective reward;
+2. each seat's learner updates on its own prompt and response against the one shared reference model;
+3. log `scope/quantity` metrics for seats (`pioneer/`, `observer/`) and model identities (`llm1/`, `llm2/`);
+4. role exchange every `role_exchange_period` iterations; checkpoint every `checkpoint_every`.
+
+Same seed ⇒ same metrics on CPU: every source of randomness is derived from (seed, iteration), so a resumed run
+continues exactly as an uninterrupted one. Ctrl-C finishes the current iteration, writes a checkpoint and returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import signal
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+from tqdm.auto import tqdm
+
+from cory_env import EnvConfig
+from trainers import checkpoint as ckpt
+from trainers.build import build_agents, build_env, build_exchange, load_policy_model, seed_everything
+from trainers.config import CORYConfig, PPOConfig
+from trainers.metrics import METRICS_FILE, SAMPLES_FILE, MetricsLogger, truncate_jsonl
+from trainers.rollout import rollout_from_transcript, run_episodes
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.yaml"
+# fields that may change between a run and its resume
+RESUMABLE_CHANGES = {"resume", "overwrite", "num_iterations", "checkpoint_every", "keep_checkpoints",
+                     "log_samples", "tensorboard", "torch_threads", "output_dir"}
+PROGRESS_KEYS = ("pioneer/task_reward", "observer/task_reward", "pioneer/kl", "cory/collective_reward")
+
+
+def derive_seed(seed: int, iteration: int, stream: int) -> int:
+    """A 32-bit seed for one (run seed, iteration, stream) triple (numpy SeedSequence)."""
+    return int(np.random.SeedSequence([seed, iteration, stream]).generate_state(1)[0])
+
+
+def resolved_config(config: CORYConfig, ppo_config: PPOConfig, env_config: EnvConfig) -> dict[str, Any]:
+    """The flat dict written to `config.yaml` (loadable again with `cory train --config`)."""
+    return {**asdict(env_config), **asdict(ppo_config), **asdict(config)}
+
+
+class CORYTrainer:
+    """Trains two LLM agents with CORY (or one with PPO) on a CORY env.
+
+    Args:
+        config: the run (`CORYConfig`).
+        ppo_config: each learner's PPO settings (`batch_size` = episodes per iteration).
+        env_config: the task and episode settings.
+        model, tokenizer: an already loaded policy model and tokenizer (else loaded from `config.model`).
+        reward_fn: optional reward callable overriding `env_config.reward`.
+
+    Raises:
+        FileExistsError: if `output_dir` holds a run and neither `resume` nor `overwrite` is set.
+        FileNotFoundError: `resume` without a checkpoint in `output_dir`.
+        ValueError: `resume` into a run whose config differs (names the fields).
+    """
+
+    def __init__(self, config: CORYConfig, ppo_config: PPOConfig, env_config: EnvConfig, *,
+                 model=None, tokenizer=None, reward_fn=None) -> None:
+        self.config, self.ppo_config, self.env_config = config, ppo_config, env_config
+        self.output_dir = Path(config.output_dir)
+        self._prepare_output_dir()
+        if config.torch_threads:
+            torch.set_num_threads(config.torch_threads)
+        seed_everything(config.seed, config.deterministic)
+        if model is None or tokenizer is None:
+            model, tokenizer = load_policy_model(config.model, seed=config.seed)
+        self.tokenizer = tokenizer
+        self.vocab_size = len(tokenizer)
+        self.agents, self.ref_model = build_agents(model, tokenizer, config)
+        self.exchange = build_exchange(self.agents, self.ref_model, config, ppo_config, config.learner)
+        self.env = build_env(env_config, tokenizer, config, ppo_config, reward_fn=reward_fn)
+        self.start_iteration = 0
+        self.config_dict = resolved_config(config, ppo_config, env_config)
+        if config.resume:
+            self._resume()
+        else:
+            (self.output_dir / CONFIG_FILE).write_text(yaml.safe_dump(self.config_dict, sort_keys=False))
+        self._stop_requested = False
+
+    # ------------------------------------------------------------------ run directory
+    def _prepare_output_dir(self) -> None:
+        out, cfg = self.output_dir, self.config
+        has_run = out.exists() and any((out / f).exists() for f in (CONFIG_FILE, METRICS_FILE, ckpt.CHECKPOINT_DIR))
+        if has_run and cfg.overwrite:
+            shutil.rmtree(out)
+        elif has_run and not cfg.resume:
+            raise FileExistsError(
+                f"{out} already holds a run (config.yaml / metrics.jsonl / checkpoints); nothing was changed. "
+                "Pass --resume to continue it, --overwrite to replace it, or choose another --output_dir"
+            )
+        elif cfg.resume and not has_run:
+            raise FileNotFoundError(f"--resume: {out} holds no run to resume; drop --resume to start one")
+        out.mkdir(parents=True, exist_ok=True)
+
+    def _run_state(self) -> dict[str, Any]:
+        return {"config": self.config_dict, "model": self.config.model, "vocab_size": self.vocab_size,
+                "reference": {"model": self.config.model, "layout": "lora-shared" if self.config.use_lora else "copy"}}
+
+    def _resume(self) -> None:
+        path = ckpt.latest_checkpoint(self.output_dir)
+        if path is None:
+            raise FileNotFoundError(f"--resume: {self.output_dir} has no checkpoint; drop --resume or --overwrite")
+        state = ckpt.read_trainer_state(path)
+        saved = state.get("config", {})
+        diff = sorted(k for k in set(saved) | set(self.config_dict)
+                      if k not in RESUMABLE_CHANGES and saved.get(k) != self.config_dict.get(k))
+        if diff:
+            details = ", ".join(f"{k}: {saved.get(k)!r} -> {self.config_dict.get(k)!r}" for k in diff)
+            raise ValueError(f"cannot resume {self.output_dir}: the config differs in {details}. "
+                             "Resume with the run's config.yaml (--config), or start a new --output_dir")
+        if state.get("vocab_size") != self.vocab_size:
+            raise ckpt.CheckpointError(
+                f"{path} was written for vocabulary size {state.get('vocab_size')}, this model has {self.vocab_size}")
+        ckpt.load_checkpoint(path, bundles=self.exchange.bundles, exchange=self.exchange)
+        self.start_iteration = int(state["iteration"]) + 1
+        for name in (METRICS_FILE, SAMPLES_FILE):
+            truncate_jsonl(self.output_dir / name, int(state["iteration"]))
+        logger.info("resumed %s at iteration %d", path, self.start_iteration)
+
+    def save_checkpoint(self, iteration: int) -> Path:
+        return ckpt.save_checkpoint(self.output_dir, iteration, bundles=self.exchange.bundles,
+                                    exchange_state=self.exchange.state_dict(), run_state=self._run_state(),
+                                    keep=self.config.keep_checkpoints)
+
+    # ------------------------------------------------------------------ one iteration
+    def iteration(self, it: int) -> tuple[dict[str, float], list[dict]]:
+        """Rollout, one update per seat, role exchange; returns (metrics, sample texts)."""
+        seed = self.config.seed
+        torch.manual_seed(derive_seed(seed, it, 0))  # dropout and anything else on the global RNG
+        sampler = torch.Generator().manual_seed(derive_seed(seed, it, 1))
+        seats = self.exchange.seats
+        t0 = time.perf_counter()
+        transcript = run_episodes(self.env, {s: b.agent for s, b in seats.items()},
+                                  seed=derive_seed(seed, it, 2), generator=sampler)
+        t1 = time.perf_counter()
+        pad_id = self.tokenizer.pad_token_id
+        metrics: dict[str, float] = {}
+        for k, (seat, bundle) in enumerate(seats.items()):
+            rollout = rollout_from_transcript(transcript, seat, pad_id)
+            order = torch.Generator().manual_seed(derive_seed(seed, it, 3 + k))
+            stats = bundle.learner.step(rollout, generator=order)
+            eta = self.config.eta if self.config.eta is not None else stats["kl_coef"]
+            stats["combined_reward"] = stats["task_reward"] - eta * stats["kl"]
+            for key, value in stats.items():
+                metrics[f"{seat}/{key}"] = value
+                metrics[f"{bundle.name}/{key}"] = value
+        t2 = time.perf_counter()
+        metrics["cory/collective_reward"] = float(np.mean(transcript.seats["pioneer"].reward))
+        metrics["cory/role_exchange"] = float(self.exchange.after_iteration(it))
+        metrics["cory/pioneer_is_llm1"] = float(self.exchange.seats["pioneer"].name == "llm1")
+        metrics["time/rollout_s"] = t1 - t0
+        metrics["time/update_s"] = t2 - t1
+        return metrics, self._samples(transcript)
+
+    def _samples(self, transcript) -> list[dict]:
+        out = []
+        for i in range(min(self.config.log_samples, len(transcript.query_text))):
+            sample: dict[str, Any] = {"query": transcript.query_text[i]}
+            for seat, seat_t in transcript.seats.items():
+                sample[f"{seat}_response"] = seat_t.response_text[i]
+                sample[f"{seat}_task_reward"] = float(seat_t.task_reward[i])
+            sample["reward"] = float(transcript.seats["pioneer"].reward[i])
+            out.append(sample)
+        return out
+
+    # ------------------------------------------------------------------ the loop
+    def _request_stop(self, signum, frame) -> None:  # noqa: ARG002 - signal handler signature
+        if self._stop_requested:
+            raise KeyboardInterrupt
+        self._stop_requested = True
+        logger.warning("interrupt received: finishing this iteration, then writing a checkpoint "
+                       "(press Ctrl-C again to abort without saving)")
+
+    def train(self) -> list[dict[str, float]]:
+        """Run iterations `start_iteration .. num_iterations-1`; returns their metrics.
+
+        Raises:
+            trainers.ppo.NonFiniteLossError: a NaN/inf loss; the last checkpoint on disk is untouched.
+        """
+        cfg = self.config
+        logger_ = MetricsLogger(self.output_dir, tensorboard=cfg.tensorboard,
+                                config_text=yaml.safe_dump(self.config_dict, sort_keys=False))
+        history: list[dict[str, float]] = []
+        previous = signal.getsignal(signal.SIGINT)
+        try:
+            signal.signal(signal.SIGINT, self._request_stop)
+        except ValueError:  # not the main thread: no Ctrl-C handling
+            previous = None
+        last_saved = self.start_iteration - 1
+        bar = tqdm(range(self.start_iteration, cfg.num_iterations), initial=self.start_iteration,
+                   total=cfg.num_iterations, desc=cfg.algo, dynamic_ncols=True)
+        try:
+            for it in bar:
+                metrics, samples = self.iteration(it)
+                logger_.log(it, metrics)
+                logger_.log_samples(it, samples)
+                history.append({"iteration": it, **metrics})
+                bar.set_postfix({k.split("/")[0][:3] + "/" + k.split("/")[1][:6]: f"{metrics[k]:.3f}"
+                                 for k in PROGRESS_KEYS if k in metrics})
+                last = it == cfg.num_iterations - 1
+                if last or self._stop_requested or (cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0):
+                    self.save_checkpoint(it)
+                    last_saved = it
+                if self._stop_requested:
+                    logger.warning("stopped after iteration %d; resume with --resume", it)
+                    break
+        finally:
+            bar.close()
+            logger_.close()
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        self.last_checkpoint_iteration = last_saved
+        return history

@@ -1,0 +1,95 @@
+"""Run logs: one JSON line per iteration in `metrics.jsonl`, sample texts in `samples.jsonl`, TensorBoard scalars.
+
+Keys are `scope/quantity` (README glossary). The x-axis is the CORY iteration (0-based). On resume, lines past the
+checkpoint's iteration are dropped first so the resumed run appends exactly where the checkpoint stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+logger = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+SAMPLES_FILE = "samples.jsonl"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """All records of a JSON-lines file (a torn last line from a crash is ignored)."""
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                logger.warning("ignoring a torn line in %s", path)
+    return out
+
+
+def truncate_jsonl(path: Path, last_iteration: int) -> None:
+    """Keep only records with `iteration <= last_iteration` (written atomically)."""
+    if not path.exists():
+        return
+    keep = [r for r in read_jsonl(path) if int(r.get("iteration", -1)) <= last_iteration]
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for record in keep:
+            fh.write(json.dumps(record) + "\n")
+    os.replace(tmp, path)
+
+
+class MetricsLogger:
+    """Writes metrics and samples of one run.
+
+    Args:
+        output_dir: the run directory.
+        tensorboard: also write TensorBoard scalars (torch.utils.tensorboard).
+        config_text: YAML of the resolved config, written to TensorBoard as text at step 0 (CleanRL style).
+    """
+
+    def __init__(self, output_dir: str | os.PathLike, *, tensorboard: bool = True, config_text: str | None = None):
+        self.output_dir = Path(output_dir)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        self._metrics = open(self.output_dir / METRICS_FILE, "a", encoding="utf-8")
+        self._samples = open(self.output_dir / SAMPLES_FILE, "a", encoding="utf-8")
+        self._tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(self.output_dir / "tensorboard"))
+            if config_text is not None:
+                self._tb.add_text("config", f"```yaml\n{config_text}\n```", 0)
+
+    def log(self, iteration: int, metrics: dict[str, float]) -> None:
+        record = {"iteration": iteration, **{k: _jsonable(v) for k, v in metrics.items()}}
+        self._metrics.write(json.dumps(record) + "\n")
+        self._metrics.flush()
+        if self._tb is not None:
+            for key, value in metrics.items():
+                if isinstance(value, (int, float)):
+                    self._tb.add_scalar(key, value, iteration)
+
+    def log_samples(self, iteration: int, samples: Iterable[dict]) -> None:
+        for sample in samples:
+            self._samples.write(json.dumps({"iteration": iteration, **sample}, ensure_ascii=False) + "\n")
+        self._samples.flush()
+
+    def close(self) -> None:
+        self._metrics.close()
+        self._samples.close()
+        if self._tb is not None:
+            self._tb.close()

@@ -1,0 +1,220 @@
+"""`PPOLearner`: one agent's PPO update on a `Rollout` (TRL 0.11.4 `PPOTrainer.step` semantics).
+
+One `step(rollout)`:
+
+1. score scaling / normalisation / clipping (`use_score_scaling`, `use_score_norm`, `score_clip`);
+2. one no-grad forward of the policy (old logprobs, values) and of the shared reference model (ref logprobs);
+3. shaped per-token rewards: −β·KL_t on every response token plus the score on the last one (β from the KL
+   controller), then GAE (γ, λ) → advantages (whitened) and returns;
+4. `ppo_epochs` passes of shuffled mini-batches with gradient accumulation, optional gradient clipping, the
+   ratio-threshold guard (skipped mini-batches are counted) and optional early stopping on the policy KL;
+5. the KL controller update with the batch-mean sequence KL and n_steps = batch size.
+
+The learner owns everything that travels with a model at role exchange: the optimizer state, the KL controller and
+the score statistics (`state_dict` / `load_state_dict`, `reset_state` for the official code's reset-on-swap).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import torch
+
+from trainers import ppo_math
+from trainers.config import PPOConfig
+from trainers.kl_control import make_kl_controller
+from trainers.rollout import Rollout
+
+logger = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(FloatingPointError):
+    """A PPO loss or gradient became NaN/inf; training stops so the last good checkpoint is kept."""
+
+
+class PPOLearner:
+    """PPO for one seat's agent against the shared frozen reference model.
+
+    Args:
+        agent: an `agents.LLMAgent` (policy + value head) with `evaluate(...)` and `trainable_parameters()`.
+        ref_model: the shared frozen `agents.ReferenceModel` (never optimised).
+        config: `PPOConfig`.
+
+    Raises:
+        ValueError: if the reference model shares a trainable parameter with the agent.
+    """
+
+    name = "ppo"
+
+    def __init__(self, agent, ref_model, config: PPOConfig) -> None:
+        self.agent = agent
+        self.ref_model = ref_model
+        self.config = config
+        params = list(agent.trainable_parameters())
+        if not params:
+            raise ValueError("the agent has no trainable parameter; check use_lora / requires_grad settings")
+        ref_params = {id(p) for p in ref_model.parameters() if p.requires_grad}
+        shared = [p for p in params if id(p) in ref_params]
+        if shared:
+            raise ValueError(
+                f"the reference model shares {len(shared)} trainable parameter tensors with the policy; "
+                "the reference must be a frozen copy (agents.copy_for_two_agents) or the LoRA base with adapters off"
+            )
+        self._params = params
+        self.reset_state()
+
+    # ------------------------------------------------------------------ state that travels with the model
+    def reset_state(self) -> None:
+        """Fresh Adam state, KL controller and score statistics (what the official code's disk swap does)."""
+        cfg = self.config
+        self.optimizer = torch.optim.Adam(self._params, lr=cfg.learning_rate)
+        self.kl_ctl = make_kl_controller(cfg.adap_kl_ctrl, cfg.init_kl_coef, cfg.target, cfg.horizon)
+        self.score_moments = ppo_math.RunningMoments()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "kl_ctl": self.kl_ctl.state_dict(),
+            "score_moments": self.score_moments.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.kl_ctl.load_state_dict(state["kl_ctl"])
+        self.score_moments.load_state_dict(state["score_moments"])
+
+    # ------------------------------------------------------------------ the update
+    def prepare(self, rollout: Rollout) -> dict[str, torch.Tensor]:
+        """Scores, old logprobs/values, reference logprobs, shaped rewards, advantages and returns (no grad).
+
+        Returns:
+            dict with float32 tensors: scores (B,), logprobs, ref_logprobs, values, kl, rewards, non_score_reward,
+            advantages, returns (all (B, T), zero on padding).
+        """
+        cfg = self.config
+        mask = rollout.response_mask
+        scores = ppo_math.scale_scores(
+            rollout.scores.float(), self.score_moments,
+            use_score_scaling=cfg.use_score_scaling, use_score_norm=cfg.use_score_norm, score_clip=cfg.score_clip,
+        )
+        full = cfg.kl_penalty == "full"
+        with torch.no_grad():
+            old = self.agent.evaluate(rollout.query, rollout.query_mask, rollout.response, mask, return_logits=full)
+            ref = self.ref_model.evaluate(rollout.query, rollout.query_mask, rollout.response, mask, return_logits=full)
+        rewards, non_score_reward, kl = ppo_math.compute_rewards(
+            scores, old.logprobs, ref.logprobs, mask, self.kl_ctl.value, cfg.kl_penalty,
+            logits=old.logits if full else None, ref_logits=ref.logits if full else None,
+        )
+        if cfg.whiten_rewards:
+            rewards = ppo_math.masked_whiten(rewards, mask, shift_mean=False)
+        advantages, returns = ppo_math.gae_advantages(rewards, old.values, mask, cfg.gamma, cfg.lam)
+        return {
+            "scores": scores, "logprobs": old.logprobs, "ref_logprobs": ref.logprobs, "values": old.values * mask,
+            "kl": kl, "rewards": rewards, "non_score_reward": non_score_reward,
+            "advantages": advantages, "returns": returns,
+        }
+
+    def step(self, rollout: Rollout, *, generator: torch.Generator | None = None) -> dict[str, float]:
+        """One PPO update on `rollout`.
+
+        Args:
+            rollout: this seat's experience (B must equal `config.batch_size`).
+            generator: torch generator for the mini-batch order (seeded by the trainer).
+
+        Returns:
+            Flat stats (python floats): task_reward, score, kl (sequence KL to the reference: token sum of
+            logp − ref_logp, batch mean, nats; TRL objective/kl), kl_coef (β used this step), non_score_reward,
+            policy_loss, value_loss, entropy, approx_kl, policy_kl, clipfrac, value_clipfrac, ratio,
+            response_len, skipped_batches, epochs.
+
+        Raises:
+            ValueError: if the rollout batch size differs from `config.batch_size`.
+            NonFiniteLossError: if a loss becomes NaN/inf.
+        """
+        cfg = self.config
+        if rollout.batch_size != cfg.batch_size:
+            raise ValueError(
+                f"rollout has {rollout.batch_size} rows but PPOConfig.batch_size={cfg.batch_size}; "
+                "roll out exactly batch_size episodes per update"
+            )
+        mask = rollout.response_mask
+        data = self.prepare(rollout)
+        kl_coef = float(self.kl_ctl.value)
+        self.agent.train()
+        train_stats: list[dict[str, float]] = []
+        skipped = 0
+        epochs_done = 0
+        early_stop = False
+        self.optimizer.zero_grad(set_to_none=True)
+        for _ in range(cfg.ppo_epochs):
+            order = torch.randperm(cfg.batch_size, generator=generator)
+            for b_start in range(0, cfg.batch_size, cfg.backward_batch_size):
+                backward_idx = order[b_start:b_start + cfg.backward_batch_size]
+                for m_start in range(0, cfg.backward_batch_size, cfg.mini_batch_size):
+                    idx = backward_idx[m_start:m_start + cfg.mini_batch_size]
+                    stats, loss = self._minibatch_loss(rollout, data, idx)
+                    if stats["ratio"] > cfg.ratio_threshold:
+                        logger.warning(
+                            "skipping a mini-batch: mean policy ratio %.2f > ratio_threshold %.2f",
+                            stats["ratio"], cfg.ratio_threshold,
+                        )
+                        loss = loss * 0.0
+                        skipped += 1
+                    (loss / cfg.gradient_accumulation_steps).backward()
+                    train_stats.append(stats)
+                self._optimizer_step()
+            epochs_done += 1
+            if cfg.early_stopping and train_stats[-1]["policy_kl"] > 1.5 * cfg.target_kl:
+                early_stop = True
+                break
+        self.agent.eval()
+        # TRL objective/kl: the k1 estimate summed over the response, whatever estimator shapes the reward.
+        mean_kl = float(((data["logprobs"] - data["ref_logprobs"]) * mask).sum(dim=-1).mean())
+        self.kl_ctl.update(mean_kl, cfg.batch_size)
+        out = {key: sum(s[key] for s in train_stats) / len(train_stats) for key in train_stats[0]}
+        out.update(
+            task_reward=float(rollout.task_reward.mean()),
+            score=float(rollout.scores.mean()),
+            kl=mean_kl,
+            kl_coef=kl_coef,
+            non_score_reward=float((data["non_score_reward"] * mask).sum(dim=-1).mean()),
+            response_len=float(mask.sum(dim=-1).float().mean()),
+            skipped_batches=float(skipped),
+            epochs=float(epochs_done),
+            early_stopped=float(early_stop),
+        )
+        return out
+
+    def _minibatch_loss(self, rollout: Rollout, data: dict[str, torch.Tensor], idx: torch.Tensor):
+        mb = rollout.select(idx)
+        width = mb.response.shape[1]
+        new = self.agent.evaluate(mb.query, mb.query_mask, mb.response, mb.response_mask, return_logits=False)
+        loss, stats = ppo_math.ppo_loss(
+            logprobs=new.logprobs,
+            old_logprobs=data["logprobs"][idx, :width],
+            values=new.values,
+            old_values=data["values"][idx, :width],
+            advantages=data["advantages"][idx, :width],
+            returns=data["returns"][idx, :width],
+            mask=mb.response_mask,
+            entropy=new.entropy,
+            cliprange=self.config.cliprange,
+            cliprange_value=self.config.cliprange_value,
+            vf_coef=self.config.vf_coef,
+        )
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(
+                f"PPO loss is {float(loss)} (policy_loss={stats['policy_loss']}, value_loss={stats['value_loss']}); "
+                "lower learning_rate or enable max_grad_norm / score_clip; the last checkpoint is intact"
+            )
+        return stats, loss
+
+    def _optimizer_step(self) -> None:
+        if self.config.max_grad_norm is not None:
+            norm = torch.nn.utils.clip_grad_norm_(self._params, self.config.max_grad_norm)
+            if not math.isfinite(float(norm)):
+                raise NonFiniteLossError("gradient norm is not finite; the last checkpoint is intact")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)

@@ -1,0 +1,767 @@
+"""Pure PPO maths for language-model fine-tuning (TRL 0.7–0.11 formulas).
+
+Small functions, tensors in and tensors out: no config, no `self`, inputs never edited in place, reductions on an
+explicit `dim=-1`, masks are `torch.bool` (False marks padding after EOS). Shapes: B batch, T response tokens,
+V vocabulary. KL values are in nats.
+
+The pipeline one PPO learner runs per iteration:
+
+1. `kl_penalty` / `compute_rewards`: per-token reward −β·KL(π‖π_ref) on every response token plus the (collective)
+   score on the last real token.
+2. `gae_advantages`: GAE over the response tokens, then masked whitening of the advantages.
+3. `ppo_loss` (`policy_loss` + `vf_coef` · `value_loss`) on each mini-batch, with its statistics.
+
+`RunningMoments` and `scale_scores` implement TRL's optional score scaling / normalisation / clipping.
+
+Padding: every (B, T) output of this module is 0 where `mask` is False. TRL 0.11 leaves whatever the arithmetic
+gives at padding positions and masks them in every consumer, so all masked results agree with TRL.
+
+Example (γ = 0.1, λ = 1, V = 0 gives A_t = r_t + 0.1·A_{t+1}):
+
+>>> import torch
+>>> adv, ret = gae_advantages(torch.tensor([[4.0, 5.0, 6.0, 9.0]]), torch.zeros(1, 4),
+...                           torch.tensor([[True, True, True, False]]), gamma=0.1, lam=1.0, whiten=False)
+>>> [round(a, 4) for a in adv[0].tolist()]
+[4.56, 5.6, 6.0, 0.0]
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "KL_PENALTY_KINDS",
+    "RunningMoments",
+    "approx_kl",
+    "compute_rewards",
+    "entropy_from_logits",
+    "gae_advantages",
+    "kl_penalty",
+    "logprobs_from_logits",
+    "masked_mean",
+    "masked_var",
+    "masked_whiten",
+    "policy_kl",
+    "policy_loss",
+    "ppo_loss",
+    "scale_scores",
+    "value_loss",
+]
+
+KL_PENALTY_KINDS = ("kl", "abs", "mse", "full", "k3")
+"""Valid `kind` values of `kl_penalty` (same names as `PPOConfig.kl_penalty`)."""
+
+WHITEN_EPS = 1e-8
+"""Added to the variance before the reciprocal square root in `masked_whiten` (TRL's constant)."""
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Argument checks (private)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _check_mask(mask: torch.Tensor, like: torch.Tensor, name: str = "x") -> None:
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"mask must be a torch.bool tensor, got {got}; pass `mask.bool()` (True = real token)")
+    if mask.shape != like.shape:
+        raise ValueError(
+            f"mask shape {tuple(mask.shape)} does not match {name} shape {tuple(like.shape)}; "
+            "pass the response mask aligned with the (B, T) response tokens"
+        )
+
+
+def _check_same_shape(**tensors: torch.Tensor) -> None:
+    items = list(tensors.items())
+    first_name, first = items[0]
+    for name, tensor in items[1:]:
+        if tensor.shape != first.shape:
+            raise ValueError(
+                f"{name} shape {tuple(tensor.shape)} does not match {first_name} shape {tuple(first.shape)}; "
+                "all per-token tensors must be (B, T) over the same response tokens"
+            )
+
+
+def _check_rows_nonempty(mask: torch.Tensor) -> None:
+    empty = (~mask.any(dim=-1)).nonzero().flatten()
+    if empty.numel():
+        raise ValueError(
+            f"mask selects no token in row(s) {empty.tolist()}; every response needs at least one real token "
+            "(EOS is kept as the last response token)"
+        )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Log-probabilities and entropy
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Log-probability of each label token under the softmax of `logits`.
+
+    Equals `log_softmax(logits, dim=-1).gather(-1, labels[..., None])[..., 0]`; for float32/float64 it is computed
+    as `logits[label] − logsumexp(logits)` so no second (B, T, V) tensor is allocated.
+
+    Args:
+        logits: float (B, T, V), the logits that predict each response token (already shifted by one position).
+        labels: int64 (B, T), the response token ids, in [0, V).
+
+    Returns:
+        float (B, T) in nats, dtype of `logits` (≤ 0).
+
+    Raises:
+        TypeError: if `labels` is not an integer tensor.
+        ValueError: if the leading shapes of `logits` and `labels` differ.
+
+    Source:
+        TRL 0.11.4 `trl.core.logprobs_from_logits` (gather=True), reducing on dim=-1 instead of dim=2.
+    """
+    if labels.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"labels must be int64 token ids, got {labels.dtype}; pass `labels.long()`")
+    if logits.shape[:-1] != labels.shape:
+        raise ValueError(
+            f"logits shape {tuple(logits.shape)} does not fit labels shape {tuple(labels.shape)}; "
+            "logits must be (B, T, V) for labels (B, T)"
+        )
+    index = labels.long().unsqueeze(-1)
+    if logits.dtype in (torch.float32, torch.float64):
+        return logits.gather(-1, index).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    return F.log_softmax(logits, dim=-1).gather(-1, index).squeeze(-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the softmax distribution at each position.
+
+    H = logsumexp(z) − Σ_v softmax(z)_v · z_v = −Σ_v p_v log p_v. Logits of −inf (masked vocabulary entries)
+    contribute 0, and their gradient is 0 rather than NaN.
+
+    Args:
+        logits: float (B, T, V).
+
+    Returns:
+        float (B, T) in nats, in [0, log V].
+
+    Source:
+        TRL 0.11.4 `trl.core.entropy_from_logits`.
+    """
+    logp = F.log_softmax(logits, dim=-1)
+    p = logp.exp()
+    return -(p * logp.clamp(min=torch.finfo(logp.dtype).min)).sum(dim=-1)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Masked statistics
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: Optional[int] = None) -> torch.Tensor:
+    """Mean of `x` over the positions where `mask` is True.
+
+    Args:
+        x: float (B, T), e.g. per-token KL in nats.
+        mask: bool (B, T); False marks padding after EOS.
+        dim: reduce only this dimension (e.g. -1 for a per-row mean); None reduces everything.
+
+    Returns:
+        float, shape () when `dim` is None, else `x`'s shape without `dim`.
+
+    Raises:
+        TypeError: if `mask` is not bool.
+        ValueError: if the shapes differ, or `mask` selects nothing (in some row, when `dim` is given).
+
+    Source:
+        TRL 0.11.4 `trl.core.masked_mean`.
+    """
+    _check_mask(mask, x)
+    n = mask.sum() if dim is None else mask.sum(dim=dim)
+    if bool((n == 0).any()):
+        raise ValueError("mask selects no token" + ("" if dim is None else f" along dim={dim} in some row")
+                         + ": are all responses empty?")
+    total = (x * mask).sum() if dim is None else (x * mask).sum(dim=dim)
+    return total / n
+
+
+def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance of `x` over the positions where `mask` is True (all of them pooled).
+
+    var = masked_mean((x − masked_mean(x))²), times n / (n − 1) (Bessel's correction) when `unbiased`.
+
+    Args:
+        x: float (B, T).
+        mask: bool (B, T).
+        unbiased: apply Bessel's correction, n = mask.sum() (TRL's default).
+
+    Returns:
+        float, shape ().
+
+    Raises:
+        TypeError: if `mask` is not bool.
+        ValueError: if the shapes differ; if `mask` selects no element, or fewer than 2 when `unbiased`
+            (TRL divides by zero there; use a larger mini-batch).
+
+    Source:
+        TRL 0.11.4 `trl.core.masked_var`.
+    """
+    _check_mask(mask, x)
+    n = int(mask.sum())
+    if n < (2 if unbiased else 1):
+        raise ValueError(
+            f"mask selects {n} element(s); the {'unbiased ' if unbiased else ''}variance needs at least "
+            f"{2 if unbiased else 1}: increase mini_batch_size or gradient_accumulation_steps"
+        )
+    mean = masked_mean(x, mask)
+    variance = masked_mean((x - mean) ** 2, mask)
+    if unbiased:
+        variance = variance * (n / (n - 1))
+    return variance
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """Whiten `x` with its masked mean and (unbiased) variance.
+
+    out = (x − μ) / sqrt(σ² + 1e-8), plus μ back when not `shift_mean`. μ and σ² pool all masked elements.
+    Padding positions are transformed too (TRL semantics); mask them in what follows.
+
+    Args:
+        x: float (B, T).
+        mask: bool (B, T).
+        shift_mean: if False, keep the original mean (used by TRL's `whiten_rewards`).
+
+    Returns:
+        float (B, T).
+
+    Raises:
+        TypeError / ValueError: as `masked_var` (fewer than 2 masked elements).
+
+    Source:
+        TRL 0.11.4 `trl.core.masked_whiten`.
+    """
+    mean, var = masked_mean(x, mask), masked_var(x, mask)
+    whitened = (x - mean) * torch.rsqrt(var + WHITEN_EPS)
+    if not shift_mean:
+        whitened = whitened + mean
+    return whitened
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# KL penalty and shaped rewards
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def kl_penalty(
+    logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor,
+    kind: str = "kl",
+    *,
+    logits: Optional[torch.Tensor] = None,
+    ref_logits: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """Per-token estimate of KL(π‖π_ref) between the policy and the reference model on sampled tokens.
+
+    With Δ = logp − ref_logp of the sampled token:
+
+    - "kl": Δ (k1; unbiased, can be negative).
+    - "abs": |Δ|.
+    - "mse": ½ Δ² (k2).
+    - "k3": (r − 1) − log r with r = exp(−Δ) = π_ref/π (unbiased, always ≥ 0).
+    - "full": Σ_v π(v)·(log π(v) − log π_ref(v)), the exact KL over the vocabulary from the two (B, T, V) logits.
+
+    Args:
+        logprobs: float (B, T), log π of the sampled response tokens.
+        ref_logprobs: float (B, T), log π_ref of the same tokens.
+        kind: one of `KL_PENALTY_KINDS` (`PPOConfig.kl_penalty`; paper: "full").
+        logits: float (B, T, V), the policy's logits; required for "full".
+        ref_logits: float (B, T, V), the reference model's logits; required for "full".
+
+    Returns:
+        float (B, T) in nats, at every position (mask it yourself).
+
+    Raises:
+        ValueError: on an unknown `kind`, mismatched shapes, or "full" without both logits.
+
+    Source:
+        TRL 0.11.4 `PPOTrainer._kl_penalty` ("full" = `F.kl_div(ref_logprob, logprob, log_target=True,
+        reduction="none").sum(-1)`); k3: J. Schulman, "Approximating KL divergence" (2020 blog).
+    """
+    if kind not in KL_PENALTY_KINDS:
+        raise ValueError(f"unknown kl_penalty kind {kind!r}; use one of {KL_PENALTY_KINDS}")
+    _check_same_shape(logprobs=logprobs, ref_logprobs=ref_logprobs)
+    if kind == "full":
+        if logits is None or ref_logits is None:
+            raise ValueError("kind='full' needs logits and ref_logits (B, T, V); pass both or use kind='kl'")
+        _check_same_shape(logits=logits, ref_logits=ref_logits)
+        if logits.shape[:-1] != logprobs.shape:
+            raise ValueError(
+                f"logits shape {tuple(logits.shape)} does not fit logprobs shape {tuple(logprobs.shape)}; "
+                "logits must be (B, T, V)"
+            )
+        logp = F.log_softmax(logits, dim=-1)
+        ref_logp = F.log_softmax(ref_logits, dim=-1)
+        lowest = torch.finfo(logp.dtype).min
+        # clamp: a token with π = 0 contributes 0 (not 0·inf = NaN), also in the gradient
+        return (logp.exp() * (logp.clamp(min=lowest) - ref_logp.clamp(min=lowest))).sum(dim=-1)
+    delta = logprobs - ref_logprobs
+    if kind == "kl":
+        return delta
+    if kind == "abs":
+        return delta.abs()
+    if kind == "mse":
+        return 0.5 * delta.square()
+    ratio = torch.exp(-delta)  # kind == "k3"
+    return (ratio - 1) + delta
+
+
+def compute_rewards(
+    scores: torch.Tensor,
+    logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    kl_coef: float,
+    kind: str = "kl",
+    *,
+    logits: Optional[torch.Tensor] = None,
+    ref_logits: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token rewards: −β·KL on every response token, plus the sequence score on the last real token.
+
+    Args:
+        scores: float (B,), the sequence-level reward (for CORY the collective reward, after `scale_scores`).
+            Cast to `logprobs.dtype`.
+        logprobs: float (B, T), log π of the sampled response tokens (no gradient needed).
+        ref_logprobs: float (B, T), log π_ref of the same tokens.
+        mask: bool (B, T); each row needs at least one True.
+        kl_coef: β ≥ 0, the KL controller's current value (`PPOConfig.init_kl_coef` at the start).
+        kind: KL estimator, see `kl_penalty`.
+        logits: float (B, T, V) policy logits, for kind="full".
+        ref_logits: float (B, T, V) reference logits, for kind="full".
+
+    Returns:
+        (rewards, non_score_reward, kl), each float (B, T) and 0 at padding: rewards = non_score_reward + score at
+        the last True of each row; non_score_reward = −β·kl; kl in nats per token (its row sum is the sequence KL).
+
+    Raises:
+        ValueError: on shape mismatches, a row with no real token, an unknown `kind`, or a negative `kl_coef`.
+
+    Source:
+        TRL 0.11.4 `PPOTrainer.compute_rewards`.
+    """
+    _check_mask(mask, logprobs, "logprobs")
+    _check_same_shape(logprobs=logprobs, ref_logprobs=ref_logprobs)
+    if scores.shape != logprobs.shape[:1]:
+        raise ValueError(
+            f"scores shape {tuple(scores.shape)} does not match batch size {logprobs.shape[0]}; pass one score "
+            "per response, shape (B,)"
+        )
+    kl_coef = float(kl_coef)
+    if not kl_coef >= 0:
+        raise ValueError(f"kl_coef must be >= 0, got {kl_coef}; check the KL controller's value")
+    _check_rows_nonempty(mask)
+    kl = kl_penalty(logprobs, ref_logprobs, kind, logits=logits, ref_logits=ref_logits)
+    zero = torch.zeros((), dtype=kl.dtype, device=kl.device)
+    kl = torch.where(mask, kl, zero)
+    non_score_reward = -kl_coef * kl
+    t = mask.shape[-1]
+    last = (t - 1) - mask.flip(-1).int().argmax(dim=-1)
+    at_last = F.one_hot(last, t).to(kl.dtype)
+    rewards = non_score_reward + at_last * scores.to(kl.dtype).unsqueeze(-1)
+    return rewards, non_score_reward, kl
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# GAE
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def gae_advantages(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    gamma: float = 1.0,
+    lam: float = 0.95,
+    whiten: bool = True,
+    whiten_rewards: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over the response tokens, then masked whitening of the advantages.
+
+    Rewards and values are first multiplied by the mask, so padding carries no reward and no bootstrap value;
+    the value after the last token is 0. Going backwards over t:
+    δ_t = r_t + γ·V_{t+1} − V_t,  A_t = δ_t + γλ·A_{t+1};  returns R_t = A_t + V_t (before whitening).
+
+    Args:
+        rewards: float (B, T), from `compute_rewards`.
+        values: float (B, T), the value head's predictions at rollout time (old values).
+        mask: bool (B, T).
+        gamma: discount γ in [0, 1] (`PPOConfig.gamma`, default 1.0).
+        lam: GAE λ in [0, 1] (`PPOConfig.lam`, default 0.95).
+        whiten: whiten the advantages with `masked_whiten` (TRL); False returns the raw GAE.
+        whiten_rewards: first whiten the masked rewards with `shift_mean=False` (`PPOConfig.whiten_rewards`).
+
+    Returns:
+        (advantages, returns), each float (B, T), detached, 0 at padding.
+
+    Raises:
+        TypeError / ValueError: on a non-bool mask or mismatched shapes; whitening needs ≥ 2 real tokens.
+
+    Source:
+        GAE: Schulman et al., arXiv:1506.02438 (eq. 16); TRL 0.11.4 `PPOTrainer.compute_advantages`.
+    """
+    _check_mask(mask, rewards, "rewards")
+    _check_same_shape(rewards=rewards, values=values)
+    values = values.detach() * mask
+    rewards = rewards.detach() * mask
+    if whiten_rewards:
+        rewards = masked_whiten(rewards, mask, shift_mean=False)
+    t_len = rewards.shape[-1]
+    next_values = torch.cat([values[..., 1:], torch.zeros_like(values[..., :1])], dim=-1)
+    deltas = rewards + gamma * next_values - values
+    last_gae = torch.zeros_like(deltas[..., 0])
+    reversed_advantages = []
+    for t in reversed(range(t_len)):
+        last_gae = deltas[..., t] + gamma * lam * last_gae
+        reversed_advantages.append(last_gae)
+    advantages = torch.stack(reversed_advantages[::-1], dim=-1)
+    returns = advantages + values
+    if whiten:
+        advantages = masked_whiten(advantages, mask)
+    zero = torch.zeros((), dtype=advantages.dtype, device=advantages.device)
+    return torch.where(mask, advantages, zero), torch.where(mask, returns, zero)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# PPO losses
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    cliprange: float = 0.2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO clipped surrogate loss.
+
+    ratio = exp(logp − old_logp); loss = masked_mean(max(−A·ratio, −A·clip(ratio, 1 − ε, 1 + ε))).
+
+    Args:
+        logprobs: float (B, T), log π_θ of the response tokens (with gradient).
+        old_logprobs: float (B, T), log π at rollout time.
+        advantages: float (B, T), from `gae_advantages`.
+        mask: bool (B, T).
+        cliprange: ε ≥ 0 (`PPOConfig.cliprange`, default 0.2).
+
+    Returns:
+        (loss, clipfrac): float () each; clipfrac is the fraction of real tokens where the clipped term is taken.
+
+    Raises:
+        TypeError / ValueError: on a non-bool mask, mismatched shapes or an empty mask.
+
+    Source:
+        PPO: Schulman et al., arXiv:1707.06347 (eq. 7); TRL 0.11.4 `PPOTrainer.loss` (pg_loss, pg_clipfrac).
+    """
+    _check_mask(mask, logprobs, "logprobs")
+    _check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages)
+    ratio = torch.exp(logprobs - old_logprobs)
+    losses = -advantages * ratio
+    losses_clipped = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
+    loss = masked_mean(torch.max(losses, losses_clipped), mask)
+    clipfrac = masked_mean(torch.gt(losses_clipped, losses).to(logprobs.dtype), mask)
+    return loss, clipfrac
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    cliprange_value: float = 0.2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clipped value-head loss.
+
+    V_clip = clip(V, V_old − c, V_old + c); loss = ½·masked_mean(max((V − R)², (V_clip − R)²)).
+
+    Args:
+        values: float (B, T), the value head's current predictions (with gradient).
+        old_values: float (B, T), predictions at rollout time.
+        returns: float (B, T), targets from `gae_advantages`.
+        mask: bool (B, T).
+        cliprange_value: c ≥ 0 (`PPOConfig.cliprange_value`, default 0.2).
+
+    Returns:
+        (loss, clipfrac): float () each; clipfrac is the fraction of real tokens where the clipped error is larger.
+
+    Raises:
+        TypeError / ValueError: on a non-bool mask, mismatched shapes or an empty mask.
+
+    Source:
+        TRL 0.11.4 `PPOTrainer.loss` (vf_loss, vf_clipfrac; `trl.core.clip_by_value`).
+    """
+    _check_mask(mask, values, "values")
+    _check_same_shape(values=values, old_values=old_values, returns=returns)
+    clipped = torch.clamp(values, old_values - cliprange_value, old_values + cliprange_value)
+    losses = (values - returns) ** 2
+    losses_clipped = (clipped - returns) ** 2
+    loss = 0.5 * masked_mean(torch.max(losses, losses_clipped), mask)
+    clipfrac = masked_mean(torch.gt(losses_clipped, losses).to(values.dtype), mask)
+    return loss, clipfrac
+
+
+def approx_kl(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Approximate KL between the rollout policy and the current policy: ½·masked_mean((logp − old_logp)²).
+
+    Not the KL to the reference model (that is `kl_penalty`).
+
+    Args:
+        logprobs: float (B, T), current log π_θ.
+        old_logprobs: float (B, T), log π at rollout time.
+        mask: bool (B, T).
+
+    Returns:
+        float () in nats.
+
+    Source:
+        TRL 0.11.4 `PPOTrainer.loss`, stat `policy/approxkl`.
+    """
+    _check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs)
+    return 0.5 * masked_mean((logprobs - old_logprobs) ** 2, mask)
+
+
+def policy_kl(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """k1 estimate of KL(π_old‖π_θ) on the rollout tokens: masked_mean(old_logp − logp).
+
+    TRL's `early_stopping` compares this (not `approx_kl`) with 1.5 · `target_kl`.
+
+    Args:
+        logprobs: float (B, T), current log π_θ.
+        old_logprobs: float (B, T), log π at rollout time.
+        mask: bool (B, T).
+
+    Returns:
+        float () in nats (can be negative).
+
+    Source:
+        TRL 0.11.4 `PPOTrainer.loss`, stat `policy/policykl`; `PPOTrainer._early_stop`.
+    """
+    _check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs)
+    return masked_mean(old_logprobs - logprobs, mask)
+
+
+def ppo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    cliprange: float = 0.2,
+    cliprange_value: float = 0.2,
+    vf_coef: float = 0.1,
+    entropy: Optional[torch.Tensor] = None,
+    ratio_threshold: Optional[float] = 10.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The PPO mini-batch loss policy_loss + vf_coef · value_loss, with TRL's statistics.
+
+    If the mean policy ratio over real tokens exceeds `ratio_threshold`, the mini-batch is skipped as in TRL: the
+    loss (and the logged policy/value losses) are multiplied by 0 and a warning is logged.
+
+    Args:
+        logprobs: float (B, T), current log π_θ (with gradient).
+        old_logprobs: float (B, T), log π at rollout time.
+        values: float (B, T), current value predictions (with gradient).
+        old_values: float (B, T), value predictions at rollout time.
+        advantages: float (B, T), whitened, from `gae_advantages`.
+        returns: float (B, T), from `gae_advantages`.
+        mask: bool (B, T).
+        cliprange: policy ratio clip ε (default 0.2).
+        cliprange_value: value clip c (default 0.2).
+        vf_coef: value loss coefficient (default 0.1).
+        entropy: float (B, T), optional per-token policy entropy (`entropy_from_logits`), only for the stats.
+        ratio_threshold: skip threshold on the mean ratio (default 10.0); None disables.
+
+    Returns:
+        (loss, stats). loss: float (), differentiable. stats: detached float () tensors (TRL name in brackets):
+        `loss` (loss/total), `policy_loss` (loss/policy), `value_loss` (loss/value, without vf_coef),
+        `approx_kl` (policy/approxkl), `policy_kl` (policy/policykl), `clipfrac` (policy/clipfrac),
+        `value_clipfrac` (val/clipfrac), `ratio` (mean of policy/ratio), `advantages_mean`
+        (policy/advantages_mean), `returns_mean`, `returns_var` (returns/mean, var), `value_pred` (val/vpred),
+        `value_error` (val/error), `values_mean`, `values_var` (val/mean, var; of the old values),
+        `skipped` (1.0 when the ratio threshold zeroed this mini-batch), and `entropy` (policy/entropy) when given.
+
+    Raises:
+        TypeError / ValueError: on a non-bool mask, mismatched shapes, or fewer than 2 real tokens (variances).
+
+    Source:
+        TRL 0.11.4 `PPOTrainer.loss`; PPO: arXiv:1707.06347.
+    """
+    _check_mask(mask, logprobs, "logprobs")
+    _check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs, values=values, old_values=old_values,
+                      advantages=advantages, returns=returns)
+    pg_loss, pg_clipfrac = policy_loss(logprobs, old_logprobs, advantages, mask, cliprange)
+    vf_loss, vf_clipfrac = value_loss(values, old_values, returns, mask, cliprange_value)
+    loss = pg_loss + vf_coef * vf_loss
+    ratio_mean = masked_mean(torch.exp(logprobs - old_logprobs), mask).detach()
+    skipped = ratio_threshold is not None and float(ratio_mean) > ratio_threshold
+    if skipped:
+        logger.warning(
+            "mean policy ratio %.2f exceeds ratio_threshold=%s: skipping this mini-batch (loss set to 0)",
+            float(ratio_mean), ratio_threshold,
+        )
+        pg_loss, vf_loss, loss = pg_loss * 0.0, vf_loss * 0.0, loss * 0.0
+    with torch.no_grad():
+        stats = {
+            "loss": loss.detach(),
+            "policy_loss": pg_loss.detach(),
+            "value_loss": vf_loss.detach(),
+            "approx_kl": approx_kl(logprobs, old_logprobs, mask).detach(),
+            "policy_kl": policy_kl(logprobs, old_logprobs, mask).detach(),
+            "clipfrac": pg_clipfrac.detach(),
+            "value_clipfrac": vf_clipfrac.detach(),
+            "ratio": ratio_mean,
+            "advantages_mean": masked_mean(advantages, mask).detach(),
+            "returns_mean": masked_mean(returns, mask).detach(),
+            "returns_var": masked_var(returns, mask).detach(),
+            "value_pred": masked_mean(values, mask).detach(),
+            "value_error": masked_mean((values - returns) ** 2, mask).detach(),
+            "values_mean": masked_mean(old_values, mask).detach(),
+            "values_var": masked_var(old_values, mask).detach(),
+            "skipped": torch.tensor(float(skipped)),
+        }
+        if entropy is not None:
+            _check_same_shape(logprobs=logprobs, entropy=entropy)
+            stats["entropy"] = masked_mean(entropy, mask).detach()
+    return loss, stats
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Score scaling
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunningMoments:
+    """Running mean and standard deviation of all scores seen so far (parallel-variance merge).
+
+    Starts from mean 0, var 1, count 1e-24 (so the first batch dominates). Arithmetic is float64.
+
+    Attributes:
+        mean: running mean.
+        std: running standard deviation with Bessel's correction over the total count.
+        var: running population variance.
+        count: number of scores merged (plus the 1e-24 prior).
+
+    Source:
+        TRL 0.11.4 `trl.trainer.utils.RunningMoments` (after OpenLMLab MOSS-RLHF); Chan et al. parallel variance.
+    """
+
+    mean: float = 0.0
+    std: float = 1.0
+    var: float = 1.0
+    count: float = 1e-24
+
+    @torch.no_grad()
+    def update(self, xs: torch.Tensor) -> tuple[float, float]:
+        """Merge a batch of scores into the running moments.
+
+        Args:
+            xs: float, any shape (typically (B,)); all elements count.
+
+        Returns:
+            (batch mean, batch std with Bessel's correction; NaN for a single element).
+
+        Raises:
+            ValueError: if `xs` is empty, or the running count would stay ≤ 1 (a first batch of one score has no
+                standard deviation: use a batch of at least 2).
+        """
+        n = xs.numel()
+        if n == 0:
+            raise ValueError("RunningMoments.update got an empty tensor; pass at least one score")
+        x = xs.detach().to(torch.float64)
+        batch_var, batch_mean = torch.var_mean(x, unbiased=False)
+        batch_var, batch_mean = float(batch_var), float(batch_mean)
+        total = self.count + n
+        if total <= 1.0:
+            raise ValueError(f"RunningMoments needs more than 1 score in total, got {total:g}; "
+                             "use a batch of at least 2 scores")
+        delta = batch_mean - self.mean
+        old_sum = self.var * self.count + delta**2 * self.count * n / total
+        new_var = (old_sum + batch_var * n) / total
+        self.mean = self.mean + delta * n / total
+        self.std = math.sqrt(new_var * total / (total - 1))
+        self.var = new_var
+        self.count = total
+        batch_std = math.sqrt(batch_var * n / (n - 1)) if n > 1 else float("nan")
+        return batch_mean, batch_std
+
+    def state_dict(self) -> dict[str, float]:
+        """The moments as plain floats (for checkpoints)."""
+        return {"mean": float(self.mean), "std": float(self.std), "var": float(self.var), "count": float(self.count)}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        """Restore moments saved by `state_dict`.
+
+        Raises:
+            ValueError: if keys are missing or unexpected.
+        """
+        expected = {"mean", "std", "var", "count"}
+        if set(state) != expected:
+            raise ValueError(f"RunningMoments state keys {sorted(state)} != {sorted(expected)}; "
+                             "pass the dict returned by RunningMoments.state_dict()")
+        for key in expected:
+            setattr(self, key, float(state[key]))
+
+
+def scale_scores(
+    scores: torch.Tensor,
+    moments: Optional[RunningMoments],
+    use_score_norm: bool = False,
+    score_clip: Optional[float] = None,
+) -> torch.Tensor:
+    """TRL's score preprocessing: running-std scaling, optional normalisation, optional clipping.
+
+    With `moments` (score scaling on): first `moments.update(scores)` (this mutates `moments`), then
+    s / (std + eps), or (s − mean) / (std + eps) with `use_score_norm`, using the moments *after* the update and
+    eps = machine epsilon of the scores' dtype. Then, if `score_clip`, clip to [−score_clip, score_clip]
+    (also without scaling). `use_score_norm` without `moments` is ignored, as in TRL.
+
+    Args:
+        scores: float (B,), sequence rewards (for CORY, the collective reward). Not edited.
+        moments: the seat's running statistics (`PPOConfig.use_score_scaling`), or None to skip scaling.
+        use_score_norm: subtract the running mean too (`PPOConfig.use_score_norm`).
+        score_clip: clip bound > 0 (`PPOConfig.score_clip`), or None.
+
+    Returns:
+        float (B,), same dtype as `scores`.
+
+    Raises:
+        TypeError: if `scores` is not floating point.
+        ValueError: if `score_clip` is not positive; see `RunningMoments.update`.
+
+    Source:
+        TRL 0.11.4 `PPOTrainer.step` (score scaling and clipping block).
+    """
+    if not scores.is_floating_point():
+        raise TypeError(f"scores must be a float tensor, got {scores.dtype}; pass `scores.float()`")
+    if score_clip is not None and not score_clip > 0:
+        raise ValueError(f"score_clip must be > 0 or None, got {score_clip}")
+    out = scores
+    if moments is not None:
+        moments.update(scores)
+        scale = torch.tensor(moments.std, dtype=scores.dtype, device=scores.device) + torch.finfo(scores.dtype).eps
+        if use_score_norm:
+            out = (scores - torch.tensor(moments.mean, dtype=scores.dtype, device=scores.device)) / scale
+        else:
+            out = scores / scale
+    if score_clip is not None:
+        out = torch.clip(out.float(), -score_clip, score_clip).to(scores.dtype)
+    return out

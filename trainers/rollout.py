@@ -1,0 +1,130 @@
+"""Roll out B episodes through the batched CORY env and pack each seat's experience as (B, T) tensors.
+
+Data flow: `BatchedCORYEnv` (queries, turns, rewards) → the seated agents' `act_batch` (KV-cached sampling) →
+`EpisodeTranscript` → one `Rollout` per seat, the input of that seat's learner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Rollout:
+    """One seat's experience for one update.
+
+    Attributes:
+        query: int64 (B, Q), the seat's full prompt (for the observer: the knowledge-transfer prompt), left padded.
+        query_mask: bool (B, Q), False on padding.
+        response: int64 (B, T), the seat's response (EOS kept when emitted), right padded.
+        response_mask: bool (B, T), False on padding.
+        scores: float32 (B,), the reward the learner optimises (the collective reward for CORY).
+        task_reward: float32 (B,), the seat's own task reward r(q, a) (for logging).
+    """
+
+    query: torch.Tensor
+    query_mask: torch.Tensor
+    response: torch.Tensor
+    response_mask: torch.Tensor
+    scores: torch.Tensor
+    task_reward: torch.Tensor
+
+    def __post_init__(self) -> None:
+        batch = self.query.shape[0]
+        for name in ("query_mask", "response", "response_mask", "scores", "task_reward"):
+            if getattr(self, name).shape[0] != batch:
+                raise ValueError(f"Rollout.{name} has batch size {getattr(self, name).shape[0]}, query has {batch}")
+        if not bool(self.response_mask.any(dim=-1).all()):
+            raise ValueError("a Rollout row has an empty response; every response needs at least one token")
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.query.shape[0])
+
+    def select(self, index: torch.Tensor) -> "Rollout":
+        """Rows `index` (int64 (b,)) of every field, trimmed to the columns those rows use."""
+        sub = {name: getattr(self, name)[index] for name in self.__dataclass_fields__}
+        q_used = sub["query_mask"].any(dim=0)
+        r_used = sub["response_mask"].any(dim=0)
+        q_start = int(q_used.nonzero()[0]) if q_used.any() else sub["query"].shape[1]
+        r_end = int(r_used.nonzero()[-1]) + 1
+        sub["query"], sub["query_mask"] = sub["query"][:, q_start:], sub["query_mask"][:, q_start:]
+        sub["response"], sub["response_mask"] = sub["response"][:, :r_end], sub["response_mask"][:, :r_end]
+        return Rollout(**sub)
+
+
+def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int, *, side: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad token-id lists into a (B, max_len) int64 tensor and a bool mask.
+
+    Args:
+        seqs: B lists of token ids (may be empty).
+        pad_id: id written into padding positions.
+        side: "left" (prompts, for generation) or "right" (responses).
+
+    Raises:
+        ValueError: for an unknown `side` or an empty batch.
+    """
+    if side not in ("left", "right"):
+        raise ValueError(f"side must be 'left' or 'right', got {side!r}")
+    if len(seqs) == 0:
+        raise ValueError("cannot pad an empty batch")
+    width = max(1, max(len(s) for s in seqs))
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.bool)
+    for row, seq in enumerate(seqs):
+        n = len(seq)
+        if n == 0:
+            continue
+        sl = slice(width - n, width) if side == "left" else slice(0, n)
+        ids[row, sl] = torch.as_tensor(list(seq), dtype=torch.long)
+        mask[row, sl] = True
+    return ids, mask
+
+
+def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: torch.Generator | None = None):
+    """Play one batch of episodes to the end.
+
+    Args:
+        env: a `cory_env.BatchedCORYEnv`.
+        agents: seat id -> agent with `act_batch(obs, generator=...) -> np.ndarray (B,) int64` and
+            `reset_cache()`; must cover every seat the env selects.
+        seed: episode seed (row i uses `seed + i`, see docs/architecture.md).
+        generator: torch generator for sampling.
+
+    Returns:
+        The env's `EpisodeTranscript`.
+
+    Raises:
+        KeyError: if the env selects a seat with no agent.
+    """
+    obs, _ = env.reset(seed=seed)
+    for agent in agents.values():
+        agent.reset_cache()
+    while not env.done:
+        seat = env.agent_selection
+        if seat not in agents:
+            raise KeyError(f"the env selected seat {seat!r} but agents were given only for {sorted(agents)}")
+        actions = agents[seat].act_batch(obs, generator=generator)
+        obs, *_ = env.step(actions)
+    for agent in agents.values():
+        agent.reset_cache()
+    return env.transcript()
+
+
+def rollout_from_transcript(transcript, seat: str, pad_id: int) -> Rollout:
+    """Pack `transcript.seats[seat]` into a `Rollout` (prompt left padded, response right padded)."""
+    seat_t = transcript.seats[seat]
+    query, query_mask = pad_sequences(seat_t.prompt_ids, pad_id, side="left")
+    response, response_mask = pad_sequences(seat_t.response_ids, pad_id, side="right")
+    return Rollout(
+        query=query,
+        query_mask=query_mask,
+        response=response,
+        response_mask=response_mask,
+        scores=torch.as_tensor(np.asarray(seat_t.reward, dtype=np.float32)),
+        task_reward=torch.as_tensor(np.asarray(seat_t.task_reward, dtype=np.float32)),
+    )

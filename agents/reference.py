@@ -110,7 +110,7 @@ def response_forward(
 
     Position ``Q - 1 + t`` predicts response token ``t``; logits are computed only for those T positions
     (``logits_to_keep``). Positions come from the mask cumsum, so left padding in the query and right padding in
-    the response do not shift the real tokens.
+    the response do not shift the real tokens; query columns that are padding in every row are skipped.
 
     Args:
         model: a causal LM (or a ``PeftModel`` around one).
@@ -125,6 +125,9 @@ def response_forward(
         TypeError / ValueError: on malformed inputs (see `check_response_inputs`).
     """
     check_response_inputs(query, query_mask, response, response_mask)
+    real_cols = torch.nonzero(query_mask.bool().any(dim=0)).flatten()
+    if real_cols.numel() and int(real_cols[0]) > 0:  # drop columns that are padding in every row
+        query, query_mask = query[:, int(real_cols[0]):], query_mask[:, int(real_cols[0]):]
     t = response.shape[1]
     ids = torch.cat([query, response], dim=1)
     mask = torch.cat([query_mask.long(), response_mask.long()], dim=1)
@@ -233,32 +236,61 @@ def copy_for_two_agents(model: PreTrainedModel) -> tuple[PreTrainedModel, PreTra
     return policies[0], policies[1], ReferenceModel(model)
 
 
+@dataclass
+class ReferenceOutput:
+    """Outputs of `ReferenceModel.evaluate`.
+
+    Attributes:
+        logprobs: float32 (B, T), log pi_ref(response_t | query, response_<t), nats.
+        logits: (B, T, V) reference logits at the positions predicting the response tokens, or None.
+    """
+
+    logprobs: torch.Tensor
+    logits: torch.Tensor | None = None
+
+
 class ReferenceModel:
     """The frozen reference model pi_ref shared by both seats (KL penalty target).
 
-    Not an ``nn.Module`` on purpose: its weights never show up in an agent's or trainer's ``parameters()`` and so
-    never reach an optimizer. With a plain LM the model is put in eval mode and frozen. With a shared-LoRA
-    ``PeftModel`` (`build_shared_lora`) the forward runs inside ``model.disable_adapter()`` on the frozen base in eval mode (dropout off),
-    so no third copy of the weights exists; the adapters' ``requires_grad`` flags and the model's train/eval mode
-    are left as they were.
+    Not an ``nn.Module`` on purpose: its weights never show up in an agent's or trainer's ``parameters()`` by
+    accident and so never reach an optimizer. With a plain LM the model is put in eval mode and frozen. With the
+    shared-LoRA ``PeftModel`` (`build_shared_lora`) the forward runs inside ``model.disable_adapter()`` on the
+    frozen base in eval mode (dropout off), so no third copy of the weights exists; the adapters'
+    ``requires_grad`` flags and the model's train/eval mode are left as they were.
 
     Args:
         model: a causal LM, or the shared ``PeftModel``.
+        disable_adapters: run with adapters disabled; default True exactly when `model` is a ``PeftModel``.
 
     Raises:
-        ValueError: if a ``PeftModel``'s base weights are trainable.
+        ValueError: if a ``PeftModel``'s base weights are trainable, or `disable_adapters` is set for a plain LM.
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, *, disable_adapters: bool | None = None) -> None:
+        peft = is_peft_model(model)
+        if disable_adapters is None:
+            disable_adapters = peft
+        if disable_adapters and not peft:
+            raise ValueError(f"disable_adapters=True needs a PeftModel, got {type(model).__name__}")
         self.model = model
-        self.is_shared_lora = is_peft_model(model)
+        self.is_shared_lora = bool(disable_adapters)
         if self.is_shared_lora:
-            trainable = [n for n, p in model.named_parameters() if p.requires_grad and "lora_" not in n]
+            trainable = [n for n, p in self._named_base_parameters() if p.requires_grad]
             if trainable:
                 raise ValueError(f"the PeftModel's base weights must be frozen, trainable: {trainable[:3]}")
         else:
             model.eval()
             model.requires_grad_(False)
+
+    def _named_base_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
+        for name, p in self.model.named_parameters():
+            if not (self.is_shared_lora and "lora_" in name):
+                yield name, p
+
+    def parameters(self) -> Iterator[nn.Parameter]:
+        """The weights the reference forward uses (for a shared LoRA model: the base only, no adapter)."""
+        for _, p in self._named_base_parameters():
+            yield p
 
     @contextlib.contextmanager
     def _base(self) -> Iterator[nn.Module]:
@@ -273,7 +305,7 @@ class ReferenceModel:
         finally:
             self.model.train(was_training)
 
-    def forward(
+    def evaluate(
         self,
         query: torch.Tensor,
         query_mask: torch.Tensor,
@@ -281,8 +313,8 @@ class ReferenceModel:
         response_mask: torch.Tensor,
         *,
         return_logits: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Reference log-probabilities of the response tokens (no gradients).
+    ) -> ReferenceOutput:
+        """Reference log-probabilities of the response tokens (no gradients), aligned with `LLMAgent.evaluate`.
 
         Args:
             query: int64 (B, Q) left padded; query_mask (B, Q) bool.
@@ -290,19 +322,22 @@ class ReferenceModel:
             return_logits: also return the logits (for ``kl_penalty="full"``).
 
         Returns:
-            ``(ref_logprobs, ref_logits)``: float32 (B, T) nats, and (B, T, V) or None.
+            `ReferenceOutput`: logprobs float32 (B, T) nats; logits (B, T, V) or None.
+
+        Raises:
+            TypeError / ValueError: malformed inputs (see `check_response_inputs`).
         """
         with torch.no_grad(), self._base() as model:
             out = response_forward(model, query, query_mask, response, response_mask)
         logprobs = logprobs_from_logits(out.logits, response)
-        return logprobs, (out.logits if return_logits else None)
+        return ReferenceOutput(logprobs=logprobs, logits=out.logits if return_logits else None)
 
-    __call__ = forward
+    __call__ = evaluate
 
     def logprobs(self, query, query_mask, response, response_mask) -> torch.Tensor:
-        """float32 (B, T) reference log-probabilities of the response tokens."""
-        return self.forward(query, query_mask, response, response_mask)[0]
+        """float32 (B, T) reference log-probabilities of the response tokens (see `evaluate`)."""
+        return self.evaluate(query, query_mask, response, response_mask).logprobs
 
     def logits(self, query, query_mask, response, response_mask) -> torch.Tensor:
-        """(B, T, V) reference logits at the positions predicting the response tokens."""
-        return self.forward(query, query_mask, response, response_mask, return_logits=True)[1]
+        """(B, T, V) reference logits at the positions predicting the response tokens (see `evaluate`)."""
+        return self.evaluate(query, query_mask, response, response_mask, return_logits=True).logits

@@ -7,11 +7,11 @@ callable and a `Task` object are constructor arguments of the env, not config fi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 from cory_env.prompts import parse_template
 
-__all__ = ["EnvConfig"]
+__all__ = ["EnvConfig", "resolve_config"]
 
 
 @dataclass(frozen=True)
@@ -133,3 +133,23 @@ def _check_int(name: str, value: object, low: int, fix: str) -> None:
         raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__}); {fix}")
     if value < low:
         raise ValueError(f"{name} must be >= {low}, got {value}; {fix}")
+
+
+def resolve_config(config: EnvConfig | None = None, **overrides) -> EnvConfig:
+    """An `EnvConfig` from a config object and/or field keyword arguments (keywords win).
+
+    Raises:
+        TypeError: if `config` is not an `EnvConfig` or a keyword is not a field (the fields are listed).
+        ValueError: from `EnvConfig.__post_init__`.
+    """
+    names = [f.name for f in fields(EnvConfig)]
+    unknown = sorted(set(overrides) - set(names))
+    if unknown:
+        raise TypeError(f"unknown env argument(s) {unknown}; EnvConfig fields are {names} (tokenizer, reward_fn, "
+                        "task and render_mode are the other constructor arguments)")
+    if config is None:
+        return EnvConfig(**overrides)
+    if not isinstance(config, EnvConfig):
+        raise TypeError(f"config must be an EnvConfig, got {type(config).__name__}; or pass its fields as "
+                        "keyword arguments")
+    return replace(config, **overrides) if overrides else config

@@ -26,6 +26,7 @@ from trainers import ppo_math
 from trainers.config import PPOConfig
 from trainers.kl_control import make_kl_controller
 from trainers.rollout import Rollout
+from trainers.score_scaling import RunningMoments, scale_scores
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class PPOLearner:
         cfg = self.config
         self.optimizer = torch.optim.Adam(self._params, lr=cfg.learning_rate)
         self.kl_ctl = make_kl_controller(cfg.adap_kl_ctrl, cfg.init_kl_coef, cfg.target, cfg.horizon)
-        self.score_moments = ppo_math.RunningMoments()
+        self.score_moments = RunningMoments()
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -95,7 +96,7 @@ class PPOLearner:
         """
         cfg = self.config
         mask = rollout.response_mask
-        scores = ppo_math.scale_scores(
+        scores = scale_scores(
             rollout.scores.float(), self.score_moments,
             use_score_scaling=cfg.use_score_scaling, use_score_norm=cfg.use_score_norm, score_clip=cfg.score_clip,
         )
@@ -107,9 +108,8 @@ class PPOLearner:
             scores, old.logprobs, ref.logprobs, mask, self.kl_ctl.value, cfg.kl_penalty,
             logits=old.logits if full else None, ref_logits=ref.logits if full else None,
         )
-        if cfg.whiten_rewards:
-            rewards = ppo_math.masked_whiten(rewards, mask, shift_mean=False)
-        advantages, returns = ppo_math.gae_advantages(rewards, old.values, mask, cfg.gamma, cfg.lam)
+        advantages, returns = ppo_math.gae_advantages(rewards, old.values, mask, cfg.gamma, cfg.lam,
+                                                      whiten_rewards=cfg.whiten_rewards)
         return {
             "scores": scores, "logprobs": old.logprobs, "ref_logprobs": ref.logprobs, "values": old.values * mask,
             "kl": kl, "rewards": rewards, "non_score_reward": non_score_reward,
@@ -155,13 +155,7 @@ class PPOLearner:
                 for m_start in range(0, cfg.backward_batch_size, cfg.mini_batch_size):
                     idx = backward_idx[m_start:m_start + cfg.mini_batch_size]
                     stats, loss = self._minibatch_loss(rollout, data, idx)
-                    if stats["ratio"] > cfg.ratio_threshold:
-                        logger.warning(
-                            "skipping a mini-batch: mean policy ratio %.2f > ratio_threshold %.2f",
-                            stats["ratio"], cfg.ratio_threshold,
-                        )
-                        loss = loss * 0.0
-                        skipped += 1
+                    skipped += int(stats.pop("skipped"))
                     (loss / cfg.gradient_accumulation_steps).backward()
                     train_stats.append(stats)
                 self._optimizer_step()
@@ -203,6 +197,7 @@ class PPOLearner:
             cliprange=self.config.cliprange,
             cliprange_value=self.config.cliprange_value,
             vf_coef=self.config.vf_coef,
+            ratio_threshold=self.config.ratio_threshold,
         )
         if not torch.isfinite(loss):
             raise NonFiniteLossError(

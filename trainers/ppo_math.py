@@ -11,7 +11,7 @@ The pipeline one PPO learner runs per iteration:
 2. `gae_advantages`: GAE over the response tokens, then masked whitening of the advantages.
 3. `ppo_loss` (`policy_loss` + `vf_coef` · `value_loss`) on each mini-batch, with its statistics.
 
-`RunningMoments` and `scale_scores` implement TRL's optional score scaling / normalisation / clipping.
+Score scaling / normalisation / clipping (TRL's `RunningMoments`) lives in `trainers.score_scaling`.
 
 Padding: every (B, T) output of this module is 0 where `mask` is False. TRL 0.11 leaves whatever the arithmetic
 gives at padding positions and masks them in every consumer, so all masked results agree with TRL.
@@ -28,8 +28,6 @@ Example (γ = 0.1, λ = 1, V = 0 gives A_t = r_t + 0.1·A_{t+1}):
 from __future__ import annotations
 
 import logging
-import math
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -39,7 +37,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "KL_PENALTY_KINDS",
-    "RunningMoments",
     "approx_kl",
     "compute_rewards",
     "entropy_from_logits",
@@ -52,7 +49,6 @@ __all__ = [
     "policy_kl",
     "policy_loss",
     "ppo_loss",
-    "scale_scores",
     "value_loss",
 ]
 
@@ -384,9 +380,9 @@ def gae_advantages(
     rewards: torch.Tensor,
     values: torch.Tensor,
     mask: torch.Tensor,
-    *,
     gamma: float = 1.0,
     lam: float = 0.95,
+    *,
     whiten: bool = True,
     whiten_rewards: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -568,8 +564,8 @@ def ppo_loss(
     cliprange_value: float = 0.2,
     vf_coef: float = 0.1,
     entropy: Optional[torch.Tensor] = None,
-    ratio_threshold: Optional[float] = 10.0,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    ratio_threshold: Optional[float] = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """The PPO mini-batch loss policy_loss + vf_coef · value_loss, with TRL's statistics.
 
     If the mean policy ratio over real tokens exceeds `ratio_threshold`, the mini-batch is skipped as in TRL: the
@@ -587,10 +583,11 @@ def ppo_loss(
         cliprange_value: value clip c (default 0.2).
         vf_coef: value loss coefficient (default 0.1).
         entropy: float (B, T), optional per-token policy entropy (`entropy_from_logits`), only for the stats.
-        ratio_threshold: skip threshold on the mean ratio (default 10.0); None disables.
+        ratio_threshold: skip threshold on the mean ratio (`PPOConfig.ratio_threshold`; TRL uses 10.0);
+            None (default) never skips.
 
     Returns:
-        (loss, stats). loss: float (), differentiable. stats: detached float () tensors (TRL name in brackets):
+        (loss, stats). loss: float (), differentiable. stats: python floats (TRL name in brackets):
         `loss` (loss/total), `policy_loss` (loss/policy), `value_loss` (loss/value, without vf_coef),
         `approx_kl` (policy/approxkl), `policy_kl` (policy/policykl), `clipfrac` (policy/clipfrac),
         `value_clipfrac` (val/clipfrac), `ratio` (mean of policy/ratio), `advantages_mean`
@@ -620,148 +617,25 @@ def ppo_loss(
         pg_loss, vf_loss, loss = pg_loss * 0.0, vf_loss * 0.0, loss * 0.0
     with torch.no_grad():
         stats = {
-            "loss": loss.detach(),
-            "policy_loss": pg_loss.detach(),
-            "value_loss": vf_loss.detach(),
-            "approx_kl": approx_kl(logprobs, old_logprobs, mask).detach(),
-            "policy_kl": policy_kl(logprobs, old_logprobs, mask).detach(),
-            "clipfrac": pg_clipfrac.detach(),
-            "value_clipfrac": vf_clipfrac.detach(),
+            "loss": loss,
+            "policy_loss": pg_loss,
+            "value_loss": vf_loss,
+            "approx_kl": approx_kl(logprobs, old_logprobs, mask),
+            "policy_kl": policy_kl(logprobs, old_logprobs, mask),
+            "clipfrac": pg_clipfrac,
+            "value_clipfrac": vf_clipfrac,
             "ratio": ratio_mean,
-            "advantages_mean": masked_mean(advantages, mask).detach(),
-            "returns_mean": masked_mean(returns, mask).detach(),
-            "returns_var": masked_var(returns, mask).detach(),
-            "value_pred": masked_mean(values, mask).detach(),
-            "value_error": masked_mean((values - returns) ** 2, mask).detach(),
-            "values_mean": masked_mean(old_values, mask).detach(),
-            "values_var": masked_var(old_values, mask).detach(),
-            "skipped": torch.tensor(float(skipped)),
+            "advantages_mean": masked_mean(advantages, mask),
+            "returns_mean": masked_mean(returns, mask),
+            "returns_var": masked_var(returns, mask) if int(mask.sum()) > 1 else torch.tensor(float("nan")),
+            "value_pred": masked_mean(values, mask),
+            "value_error": masked_mean((values - returns) ** 2, mask),
+            "values_mean": masked_mean(old_values, mask),
+            "values_var": masked_var(old_values, mask) if int(mask.sum()) > 1 else torch.tensor(float("nan")),
         }
         if entropy is not None:
             _check_same_shape(logprobs=logprobs, entropy=entropy)
-            stats["entropy"] = masked_mean(entropy, mask).detach()
-    return loss, stats
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Score scaling
-# --------------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class RunningMoments:
-    """Running mean and standard deviation of all scores seen so far (parallel-variance merge).
-
-    Starts from mean 0, var 1, count 1e-24 (so the first batch dominates). Arithmetic is float64.
-
-    Attributes:
-        mean: running mean.
-        std: running standard deviation with Bessel's correction over the total count.
-        var: running population variance.
-        count: number of scores merged (plus the 1e-24 prior).
-
-    Source:
-        TRL 0.11.4 `trl.trainer.utils.RunningMoments` (after OpenLMLab MOSS-RLHF); Chan et al. parallel variance.
-    """
-
-    mean: float = 0.0
-    std: float = 1.0
-    var: float = 1.0
-    count: float = 1e-24
-
-    @torch.no_grad()
-    def update(self, xs: torch.Tensor) -> tuple[float, float]:
-        """Merge a batch of scores into the running moments.
-
-        Args:
-            xs: float, any shape (typically (B,)); all elements count.
-
-        Returns:
-            (batch mean, batch std with Bessel's correction; NaN for a single element).
-
-        Raises:
-            ValueError: if `xs` is empty, or the running count would stay ≤ 1 (a first batch of one score has no
-                standard deviation: use a batch of at least 2).
-        """
-        n = xs.numel()
-        if n == 0:
-            raise ValueError("RunningMoments.update got an empty tensor; pass at least one score")
-        x = xs.detach().to(torch.float64)
-        batch_var, batch_mean = torch.var_mean(x, unbiased=False)
-        batch_var, batch_mean = float(batch_var), float(batch_mean)
-        total = self.count + n
-        if total <= 1.0:
-            raise ValueError(f"RunningMoments needs more than 1 score in total, got {total:g}; "
-                             "use a batch of at least 2 scores")
-        delta = batch_mean - self.mean
-        old_sum = self.var * self.count + delta**2 * self.count * n / total
-        new_var = (old_sum + batch_var * n) / total
-        self.mean = self.mean + delta * n / total
-        self.std = math.sqrt(new_var * total / (total - 1))
-        self.var = new_var
-        self.count = total
-        batch_std = math.sqrt(batch_var * n / (n - 1)) if n > 1 else float("nan")
-        return batch_mean, batch_std
-
-    def state_dict(self) -> dict[str, float]:
-        """The moments as plain floats (for checkpoints)."""
-        return {"mean": float(self.mean), "std": float(self.std), "var": float(self.var), "count": float(self.count)}
-
-    def load_state_dict(self, state: dict[str, float]) -> None:
-        """Restore moments saved by `state_dict`.
-
-        Raises:
-            ValueError: if keys are missing or unexpected.
-        """
-        expected = {"mean", "std", "var", "count"}
-        if set(state) != expected:
-            raise ValueError(f"RunningMoments state keys {sorted(state)} != {sorted(expected)}; "
-                             "pass the dict returned by RunningMoments.state_dict()")
-        for key in expected:
-            setattr(self, key, float(state[key]))
-
-
-def scale_scores(
-    scores: torch.Tensor,
-    moments: Optional[RunningMoments],
-    use_score_norm: bool = False,
-    score_clip: Optional[float] = None,
-) -> torch.Tensor:
-    """TRL's score preprocessing: running-std scaling, optional normalisation, optional clipping.
-
-    With `moments` (score scaling on): first `moments.update(scores)` (this mutates `moments`), then
-    s / (std + eps), or (s − mean) / (std + eps) with `use_score_norm`, using the moments *after* the update and
-    eps = machine epsilon of the scores' dtype. Then, if `score_clip`, clip to [−score_clip, score_clip]
-    (also without scaling). `use_score_norm` without `moments` is ignored, as in TRL.
-
-    Args:
-        scores: float (B,), sequence rewards (for CORY, the collective reward). Not edited.
-        moments: the seat's running statistics (`PPOConfig.use_score_scaling`), or None to skip scaling.
-        use_score_norm: subtract the running mean too (`PPOConfig.use_score_norm`).
-        score_clip: clip bound > 0 (`PPOConfig.score_clip`), or None.
-
-    Returns:
-        float (B,), same dtype as `scores`.
-
-    Raises:
-        TypeError: if `scores` is not floating point.
-        ValueError: if `score_clip` is not positive; see `RunningMoments.update`.
-
-    Source:
-        TRL 0.11.4 `PPOTrainer.step` (score scaling and clipping block).
-    """
-    if not scores.is_floating_point():
-        raise TypeError(f"scores must be a float tensor, got {scores.dtype}; pass `scores.float()`")
-    if score_clip is not None and not score_clip > 0:
-        raise ValueError(f"score_clip must be > 0 or None, got {score_clip}")
-    out = scores
-    if moments is not None:
-        moments.update(scores)
-        scale = torch.tensor(moments.std, dtype=scores.dtype, device=scores.device) + torch.finfo(scores.dtype).eps
-        if use_score_norm:
-            out = (scores - torch.tensor(moments.mean, dtype=scores.dtype, device=scores.device)) / scale
-        else:
-            out = scores / scale
-    if score_clip is not None:
-        out = torch.clip(out.float(), -score_clip, score_clip).to(scores.dtype)
-    return out
+            stats["entropy"] = masked_mean(entropy, mask)
+    out = {name: float(value.detach()) for name, value in stats.items()}
+    out["skipped"] = float(skipped)
+    return loss, out

@@ -1,0 +1,46 @@
+"""Built-in CORY tasks and the task registry.
+
+`make_task(name, config, tokenizer)` builds a `Task` by name; builders are imported lazily, so a task whose
+module is missing or needs extra data costs nothing until it is asked for.
+
+| name | builder | queries | reward |
+|---|---|---|---|
+| ``"imdb"`` | `cory_env.tasks.imdb.make_imdb_task` | IMDB review openings (2-7 tokens) | `EnvConfig.reward` |
+| ``"gsm8k"`` | `cory_env.tasks.gsm8k.make_gsm8k_task` | GSM8K questions | answer correctness |
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from cory_env.tasks.base import Task
+
+__all__ = ["TASK_BUILDERS", "Task", "make_task"]
+
+#: Task name -> "module:function" of its builder ``builder(config, tokenizer) -> Task``.
+TASK_BUILDERS: dict[str, str] = {
+    "imdb": "cory_env.tasks.imdb:make_imdb_task",
+    "gsm8k": "cory_env.tasks.gsm8k:make_gsm8k_task",
+}
+
+
+def make_task(name: str, config, tokenizer) -> Task:
+    """Build a registered task.
+
+    Args:
+        name: a key of `TASK_BUILDERS`.
+        config: the `EnvConfig` the builder reads (data path, lengths, reward name, templates).
+        tokenizer: the env's tokenizer (a builder may use it, e.g. for an action mask).
+
+    Returns:
+        The `Task`.
+
+    Raises:
+        ValueError: for an unknown name.
+        ImportError: if the builder's module cannot be imported.
+    """
+    if name not in TASK_BUILDERS:
+        raise ValueError(f"unknown task {name!r}; use one of {sorted(TASK_BUILDERS)} or pass a Task object")
+    module_name, func_name = TASK_BUILDERS[name].split(":")
+    builder = getattr(importlib.import_module(module_name), func_name)
+    return builder(config, tokenizer)

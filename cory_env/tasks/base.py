@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cory_env.prompts import PIONEER_TEMPLATE, parse_template
+from cory_env.rewards import make_reward_fn
 
 __all__ = ["Task"]
 
@@ -22,7 +23,8 @@ class Task:
         records: the query source, a sequence of dicts each with a ``"query"`` text plus any extra fields (e.g.
             GSM8K ``"answer"``); the env draws one per episode and hands it to `reward_fn`.
         reward_fn: ``reward_fn(query_texts, response_texts, records) -> sequence of floats``, one per pair,
-            scoring query text + response text (see `cory_env.rewards.make_reward_fn`).
+            scoring query text + response text; a reward name or a 2-argument ``(queries, responses)`` callable
+            is accepted and normalised to that form (`cory_env.rewards.make_reward_fn`).
         observer_template: knowledge-transfer template with ``{query}`` and ``{response}`` placeholders.
         pioneer_template: pioneer template with a ``{query}`` placeholder.
         query_tokens: ``(min, max)``: keep the first k tokens of the query text, k drawn per episode from
@@ -33,12 +35,12 @@ class Task:
     Raises:
         ValueError: (at construction) for empty records, a record without a "query", a template without its
             placeholders, bad lengths or an all-zero action mask.
-        TypeError: if `reward_fn` is not callable.
+        TypeError: if `reward_fn` is neither a reward name nor a 2- or 3-argument callable.
     """
 
     name: str
     records: Sequence[dict]
-    reward_fn: Callable[[list[str], list[str], list[dict]], Sequence[float]]
+    reward_fn: Callable[[list[str], list[str], list[dict]], Sequence[float]] | str
     observer_template: str
     pioneer_template: str = PIONEER_TEMPLATE
     query_tokens: tuple[int, int] | None = None
@@ -54,8 +56,8 @@ class Task:
         first = self.records[0]
         if not isinstance(first, dict) or "query" not in first:
             raise ValueError(f"task {self.name!r}: records must be dicts with a 'query' text, got {first!r}")
-        if not callable(self.reward_fn):
-            raise TypeError(f"task {self.name!r}: reward_fn must be callable, got {self.reward_fn!r}")
+        # frozen dataclass: normalise the reward to the 3-argument form once, here
+        object.__setattr__(self, "reward_fn", make_reward_fn(self.reward_fn))
         parse_template(self.observer_template, required=("query", "response"), name="observer_template")
         parse_template(self.pioneer_template, required=("query",), name="pioneer_template")
         if self.query_tokens is not None:

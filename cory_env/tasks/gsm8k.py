@@ -7,7 +7,8 @@ reference (knowledge transfer). Each answer earns a correctness reward; both sea
 |---|---|
 | data | local JSONL (`question`, `answer`) or the hub (`openai/gsm8k`, config `main`) |
 | record | `{"query": question, "answer": full answer field, "gold": normalised gold number}` |
-| reward | `correct_reward` (1.0) if the extracted number equals the gold by value, else `wrong_reward` (0.0), plus an optional `format_reward` (0.0) when the completion says "The answer is <number>" |
+| reward | `correct_reward` (1.0) if the extracted number equals the gold, else `wrong_reward` (0.0); + `format_reward` |
+| prompts | pioneer: instruction + optional 1-shot + question; observer: question + pioneer's answer as reference |
 | eval | `pass_at_k` (unbiased estimator), `pass_at_k_first` (paper's "any of the first k") |
 
 Answer extraction follows the authors' evaluation script (PAPER.md §2): the prediction is the first number after
@@ -29,12 +30,17 @@ import re
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from cory_env.tasks.base import Task
+from cory_env.tasks.base import Task
+
+__all__ = [
+    "answers_match", "build_observer_template", "build_pioneer_template", "extract_answer", "gsm8k_reward",
+    "gsm8k_reward_fn", "has_answer_format", "load_gsm8k", "make_gsm8k_task", "normalize_number", "parse_gold",
+    "pass_at_k", "pass_at_k_first", "pass_at_k_table", "score_completion",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -348,7 +354,9 @@ def _record(question: Any, answer: Any, where: str) -> dict[str, str]:
     if not isinstance(question, str) or not question.strip():
         raise ValueError(f"{where}: missing or empty 'question' field; each GSM8K row needs 'question' and 'answer'")
     if not isinstance(answer, str):
-        raise ValueError(f"{where}: missing 'answer' field (got {answer!r}); each GSM8K row needs 'question' and 'answer'")
+        raise ValueError(
+            f"{where}: missing 'answer' field (got {answer!r}); each GSM8K row needs 'question' and 'answer'"
+        )
     try:
         gold = parse_gold(answer)
     except ValueError as err:
@@ -548,7 +556,10 @@ def gsm8k_reward_fn(
         elif "answer" in record:
             gold = parse_gold(record["answer"])
         else:
-            raise ValueError(f"record {i} has neither 'gold' nor 'answer': {sorted(record)}; load it with load_gsm8k")
+            raise ValueError(
+                f"record {i} has neither 'gold' nor 'answer' (keys {sorted(record)}); GSM8K rewards need records "
+                "from load_gsm8k, not bare queries (e.g. explicit reset queries carry no gold)"
+            )
         rewards.append(score_completion(
             response, gold, correct_reward=correct_reward, wrong_reward=wrong_reward, format_reward=format_reward,
         ))
@@ -562,6 +573,7 @@ def make_gsm8k_task(
     split: str = "train",
     one_shot: bool = True,
     response_length: int = 256,
+    min_response_length: int | None = None,
     correct_reward: float = 1.0,
     wrong_reward: float = 0.0,
     format_reward: float = 0.0,
@@ -577,23 +589,30 @@ def make_gsm8k_task(
         split: "train" or "test"; selects the hub split when `config.data_path` is unset.
         one_shot: include the 1-shot example in the pioneer prompt.
         response_length: `max_new_tokens` of each response, in tokens (paper eval: 256).
+        min_response_length: `min_new_tokens`, the low end of the env's per-episode budget draw; None =
+            `response_length` (a fixed budget: a maths answer cut at a random length is wasted).
         correct_reward, wrong_reward, format_reward: see `gsm8k_reward`.
         limit: keep only the first `limit` problems; None keeps all.
         use_chat_template: see `build_pioneer_template`.
 
     Returns:
-        A `Task` named "gsm8k" with the whole question as the query (`query_tokens=None`), `min_new_tokens=1`
-        (EOS ends a response), `max_new_tokens=response_length` and no action mask.
+        A `Task` named "gsm8k" with the whole question as the query (`query_tokens=None`), the token budget
+        `[min_response_length, response_length]` (EOS still ends a response early) and no action mask.
 
     Raises:
-        ValueError: if `split` is unknown, `response_length` < 1, or the data is malformed (see `load_gsm8k`).
+        ValueError: if `split` is unknown, the lengths are not 1 <= min_response_length <= response_length, or the
+            data is malformed (see `load_gsm8k`).
     """
-    from cory_env.tasks.base import Task  # the registry imports this module lazily; keep base import local too
-
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     if isinstance(response_length, bool) or not isinstance(response_length, int) or response_length < 1:
         raise ValueError(f"response_length must be a positive int (new tokens), got {response_length!r}")
+    min_new = response_length if min_response_length is None else min_response_length
+    if isinstance(min_new, bool) or not isinstance(min_new, int) or not 1 <= min_new <= response_length:
+        raise ValueError(
+            f"min_response_length must be an int in [1, response_length={response_length}], got {min_new!r}; "
+            "or None for a fixed budget"
+        )
     data_path = config.data_path
     source = f"hub:{split}" if data_path in (None, "hub") else data_path
     records = load_gsm8k(source, limit=limit)
@@ -613,7 +632,7 @@ def make_gsm8k_task(
         pioneer_template=pioneer_template,
         observer_template=observer_template,
         query_tokens=None,
-        min_new_tokens=1,
+        min_new_tokens=min_new,
         max_new_tokens=response_length,
         action_mask=None,
     )

@@ -6,7 +6,10 @@ import copy
 import json
 import math
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cory_env.tasks import gsm8k
 from cory_env.tasks.gsm8k import (
@@ -63,6 +66,17 @@ EXTRACTION_CASES = [
 @pytest.mark.parametrize(("completion", "expected"), EXTRACTION_CASES)
 def test_extract_answer(completion, expected):
     assert extract_answer(completion) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    value=st.decimals(min_value=-10**7, max_value=10**7, places=2, allow_nan=False, allow_infinity=False),
+    style=st.sampled_from(["The answer is {}.", "The answer is: **{}**", "#### {}", "so we get {} apples"]),
+)
+def test_extraction_round_trips_formatted_values(value, style):
+    # format with thousands separators and a dollar sign where positive; the extracted value must be equal
+    text = f"${value:,.2f}" if value > 0 else f"{value:.2f}"
+    assert answers_match(extract_answer("Step 1: 2 + 3 = 5. " + style.format(text)), str(value))
 
 
 def test_extract_answer_rejects_non_str():
@@ -299,3 +313,124 @@ def test_use_chat_template_flags(tiny_tok, chat_tok):
         build_pioneer_template(tiny_tok, use_chat_template=True)
     plain = build_pioneer_template(chat_tok, use_chat_template=False)
     assert plain == build_pioneer_template(tiny_tok)
+
+
+# ---------------------------------------------------------------------------------------------------- task
+
+
+def test_make_gsm8k_task(tmp_path, tiny_tok):
+    from cory_env.config import EnvConfig
+    from cory_env.tasks import make_task
+    from cory_env.tasks.gsm8k import make_gsm8k_task
+
+    path = _write_jsonl(tmp_path / "g.jsonl", [{"question": "Q1?", "answer": "#### 2"}, {"question": "Q2?",
+                                                                                        "answer": "#### 7"}])
+    config = EnvConfig(task="gsm8k", data_path=str(path))
+    task = make_gsm8k_task(config, tiny_tok, response_length=64, wrong_reward=-1.0)
+    assert task.name == "gsm8k" and [r["gold"] for r in task.records] == ["2", "7"]
+    assert (task.query_tokens, task.min_new_tokens, task.max_new_tokens, task.action_mask) == (None, 64, 64, None)
+    assert task.pioneer_template == build_pioneer_template(tiny_tok)
+    assert task.reward_fn(["Q1?", "Q2?"], ["The answer is 2", "8"], list(task.records)) == [1.0, -1.0]
+    assert make_gsm8k_task(config, tiny_tok, min_response_length=1).min_new_tokens == 1
+    # the registry builds it from the config alone; config templates replace the built-in ones
+    custom = EnvConfig(task="gsm8k", data_path=str(path), pioneer_template="Q: {query}\nA:")
+    registered = make_task("gsm8k", custom, tiny_tok)
+    assert registered.pioneer_template == "Q: {query}\nA:" and registered.max_new_tokens == 256
+    with pytest.raises(ValueError, match="min_response_length"):
+        make_gsm8k_task(config, tiny_tok, response_length=8, min_response_length=9)
+    with pytest.raises(ValueError, match="split"):
+        make_gsm8k_task(config, tiny_tok, split="dev")
+
+
+def _play(env, scripts):
+    """Drive one phase: row i emits the token ids of scripts[i] then EOS (later actions are ignored)."""
+    seat, eos = env.agent_selection, env.tokenizer.eos_token_id
+    ids = [env.tokenizer.encode(text, add_special_tokens=False) + [eos] for text in scripts]
+    t = 0
+    while env.agent_selection == seat:
+        actions = np.array([row[t] if t < len(row) else eos for row in ids], dtype=np.int64)
+        out = env.step(actions)
+        t += 1
+    return out
+
+
+def test_reward_through_the_env(gsm8k_paths, tiny_tok):
+    from dataclasses import replace
+
+    from cory_env.batched_env import BatchedCORYEnv
+    from cory_env.config import EnvConfig
+    from cory_env.tasks.gsm8k import make_gsm8k_task
+
+    _, test_path = gsm8k_paths
+    config = EnvConfig(task="gsm8k", data_path=str(test_path), context_len=1024)
+    # one problem (Janet's ducks, gold 18) so every row plays it; format reward on
+    task = make_gsm8k_task(config, tiny_tok, one_shot=False, response_length=32, limit=1, format_reward=0.1)
+    env = BatchedCORYEnv(config, tiny_tok, batch_size=3, task=task)
+    obs, info = env.reset(seed=0)
+    assert info["query_text"][0].startswith("Janet")
+    assert tiny_tok.decode(obs["input_ids"][0][obs["attention_mask"][0] == 1]).endswith("market?\nAnswer:")
+    _play(env, [" 9 * 2 = 18. The answer is 18.", " I think 5", " The answer is $1,8"])
+    _, rewards, terminations, _, infos = _play(env, [" The answer is 17", " #### 18", " 18 dollars"])
+    transcript = env.transcript()
+    observer_prompt = tiny_tok.decode(transcript.seats["observer"].prompt_ids[1])
+    assert "Reference solution:  I think 5\n\nAnswer:" in observer_prompt  # knowledge transfer, EOS stripped
+    np.testing.assert_allclose(infos["pioneer"]["task_reward"], [1.1, 0.0, 0.1])
+    np.testing.assert_allclose(infos["observer"]["task_reward"], [0.1, 1.0, 1.0])
+    np.testing.assert_allclose(rewards["pioneer"], [1.2, 1.0, 1.1])
+    np.testing.assert_allclose(rewards["observer"], rewards["pioneer"])
+    assert all(terminations["observer"]) and transcript.records[0]["gold"] == "18"
+
+
+def test_hub_loader_calls_datasets(monkeypatch):
+    import datasets
+
+    calls = []
+
+    def fake_load_dataset(name, config, split):
+        calls.append((name, config, split))
+        return [{"question": "Q?", "answer": "#### 1,000"}]
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    assert load_gsm8k("hub:test", limit=5) == [{"query": "Q?", "answer": "#### 1,000", "gold": "1000"}]
+    load_gsm8k("hub:train")
+    assert calls == [("openai/gsm8k", "main", "test[:5]"), ("openai/gsm8k", "main", "train")]
+
+
+def test_chat_templates_are_valid_env_templates(chat_tok):
+    from cory_env.prompts import PromptTemplate
+
+    brace_tok = copy.deepcopy(chat_tok)
+    brace_tok.chat_template = BRACE_CHAT_TEMPLATE
+    for tok in (chat_tok, brace_tok):
+        pioneer = PromptTemplate(build_pioneer_template(tok), tok)
+        observer = PromptTemplate(build_observer_template(tok), tok, required=("query", "response"))
+        query, response = tok.encode("Q?"), tok.encode("R.")
+        assert tok.decode(pioneer.build(query)) == build_pioneer_template(tok).format(query="Q?")
+        assert tok.decode(observer.build(query, response)) == build_observer_template(tok).format(
+            query="Q?", response="R.")
+
+
+@pytest.mark.slow
+@pytest.mark.real_model
+def test_smollm2_chat_prompts_fit_the_env(gsm8k_paths, smollm2_tokenizer):
+    from cory_env.batched_env import BatchedCORYEnv
+    from cory_env.config import EnvConfig
+    from cory_env.prompts import PromptTemplate
+    from cory_env.tasks.gsm8k import make_gsm8k_task
+
+    tok = smollm2_tokenizer
+    # longest test question: 188 SmolLM2 tokens; observer literal text ~89 tokens + 2 * 256 response tokens
+    config = EnvConfig(task="gsm8k", data_path=str(gsm8k_paths[1]), context_len=800, truncate_query=False)
+    task = make_gsm8k_task(config, tok, split="test")
+    assert task.pioneer_template.startswith("<|im_start|>") and task.pioneer_template.endswith("assistant\n")
+    longest = max(len(tok.encode(r["query"], add_special_tokens=False)) for r in task.records)
+    observer = PromptTemplate(task.observer_template, tok, required=("query", "response"))
+    assert longest == 188 and observer.prompt_len(longest, 256) + 256 <= 800  # every test question fits
+    env = BatchedCORYEnv(config, tok, batch_size=2, task=task)
+    obs, _ = env.reset(seed=0)
+    prompt = tok.decode(obs["input_ids"][0][obs["attention_mask"][0] == 1])
+    assert prompt.endswith("<|im_start|>assistant\n") and "The answer is 12." in prompt
+    eos = np.full(2, tok.eos_token_id, dtype=np.int64)
+    while not env.done:
+        _, rewards, *_ = env.step(eos)
+    np.testing.assert_array_equal(rewards["pioneer"], [0.0, 0.0])  # empty answers earn nothing

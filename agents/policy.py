@@ -1,0 +1,469 @@
+"""`LLMAgent`: a causal LM plus a value head that acts in the CORY env token by token and scores responses.
+
+Acting (``act`` for the AEC env, ``act_batch`` for `BatchedCORYEnv`) reads plain observation dicts
+(``input_ids``, ``attention_mask``, ``action_mask``) and keeps a KV cache across consecutive steps of one episode:
+inside a phase the env shifts its left-padded context window one column left per step, so when the new
+``ids[:, :-1]`` equal the previous ``ids[:, 1:]`` (and likewise the mask) only the last column is fed to the model.
+Anything else (a new episode, the observer's fresh prompt, another seat's observation) rebuilds the cache with one
+prefill forward. The attention mask history grows with the cache; positions come from its cumsum, as in
+``generate``.
+
+Scoring (``evaluate``) runs one forward over ``[query; response]`` and returns per-token log-probabilities,
+values and entropies of the response, with gradients, for the PPO update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from agents.reference import (
+    activate_adapter,
+    entropy_from_logits,
+    is_peft_model,
+    logprobs_from_logits,
+    position_ids_from_mask,
+    preserved_requires_grad,
+    response_forward,
+)
+from agents.sampling import SamplingConfig, action_mask_tensor, sample_step
+from agents.value_head import ValueHead
+
+logger = logging.getLogger(__name__)
+
+AGENT_CONFIG_NAME = "cory_agent.json"
+VALUE_HEAD_NAME = "value_head.safetensors"
+_FORMAT_VERSION = 1
+
+
+@dataclass
+class EvalOutput:
+    """Per-response-token outputs of `LLMAgent.evaluate`.
+
+    Attributes:
+        logprobs: float32 (B, T), log pi(response_t | query, response_<t) in nats.
+        values: float32 (B, T), value at the position that predicts response token t (TRL convention).
+        entropy: float32 (B, T), policy entropy at that position, nats.
+        logits: (B, T, V) model-dtype logits at that position, or None unless ``return_logits=True``.
+
+    Positions where ``response_mask`` is False hold finite but meaningless numbers; mask them.
+    """
+
+    logprobs: torch.Tensor
+    values: torch.Tensor
+    entropy: torch.Tensor
+    logits: torch.Tensor | None = None
+
+
+@dataclass
+class _KVState:
+    """Acting state of one episode batch: the last observation, the KV cache and its attention mask."""
+
+    ids: np.ndarray  # int64 (B, L), copy of the last observation's input_ids
+    mask: np.ndarray  # int64 (B, L), copy of the last observation's attention_mask
+    mask_hist: torch.Tensor  # int64 (B, S), attention mask of everything in the cache
+    n_real: torch.Tensor  # int64 (B,), real tokens in the cache (next position id)
+    cache: Any  # transformers Cache
+    step: int  # tokens sampled since the last prefill
+    adapter: str | None
+
+
+def _output_vocab_size(model: nn.Module) -> int:
+    head = model.get_output_embeddings()
+    if head is not None and getattr(head, "weight", None) is not None:
+        return int(head.weight.shape[0])
+    return int(model.config.vocab_size)
+
+
+def _cache_kwarg(model: nn.Module) -> str:
+    """Name of the KV-cache argument: ``cache`` (transformers >= 5.2x) or ``past_key_values`` (older)."""
+    base = model.get_base_model() if is_peft_model(model) else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def _returned_cache(out: Any) -> Any:
+    return out["cache"] if "cache" in out else out["past_key_values"]
+
+
+def _first_real_column(mask: np.ndarray) -> int:
+    """Index of the first column with a real token in any row (the window width minus one if none)."""
+    cols = np.flatnonzero(mask.any(axis=0))
+    return int(cols[0]) if cols.size else mask.shape[1] - 1
+
+
+def _hidden_size(model: nn.Module) -> int:
+    size = getattr(model.config, "hidden_size", None)
+    return int(size) if size is not None else int(model.get_input_embeddings().embedding_dim)
+
+
+class LLMAgent(nn.Module):
+    """A causal LM with a scalar value head, acting in the CORY env and scored for PPO.
+
+    Args:
+        model: a ``transformers`` causal LM, or the shared ``PeftModel`` from `build_shared_lora` (then
+            `adapter_name` selects this agent's adapter, activated before every forward).
+        tokenizer: its tokenizer (saved with the agent; its pad id is not used for acting).
+        value_head: a `ValueHead`; default a fresh one (dropout 0.1) sized to the model's hidden size.
+        sampling: how `act` / `act_batch` sample; default `SamplingConfig()` (plain sampling, top_k 0).
+        adapter_name: LoRA adapter of this agent inside a shared ``PeftModel``; None for a plain model.
+        vocab_size: the env's action space size V; checked against the model's output vocabulary now (otherwise
+            at the first `act`).
+        seed: seeds this agent's own ``torch.Generator`` used when `act`/`act_batch` get no generator; None uses
+            torch's global RNG.
+
+    Raises:
+        ValueError: vocabulary mismatch (both sizes named), `adapter_name` missing from the ``PeftModel`` or given
+            for a plain model, value head of the wrong size.
+        TypeError: `sampling` is not a `SamplingConfig`.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        value_head: ValueHead | None = None,
+        sampling: SamplingConfig | None = None,
+        adapter_name: str | None = None,
+        *,
+        vocab_size: int | None = None,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__()
+        sampling = SamplingConfig() if sampling is None else sampling
+        if not isinstance(sampling, SamplingConfig):
+            raise TypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
+        if adapter_name is not None:
+            if not is_peft_model(model):
+                raise ValueError(f"adapter_name={adapter_name!r} needs a PeftModel (see build_shared_lora), got "
+                                 f"{type(model).__name__}")
+            if adapter_name not in model.peft_config:
+                raise ValueError(f"adapter {adapter_name!r} not in the PeftModel; it has {sorted(model.peft_config)}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.adapter_name = adapter_name
+        self.sampling = sampling
+        self.model_vocab_size = _output_vocab_size(model)
+        if vocab_size is not None:
+            self.check_vocab_size(vocab_size)
+        hidden = _hidden_size(model)
+        if value_head is None:
+            value_head = ValueHead(hidden)
+        elif value_head.hidden_size != hidden:
+            raise ValueError(f"value_head expects hidden size {value_head.hidden_size}, the model has {hidden}")
+        device = next(model.parameters()).device
+        self.value_head = value_head.to(device)
+        self.value_head.train(model.training)
+        self.training = model.training
+        self._penalties = sampling.penalty_processors()
+        self._warpers = sampling.warpers()
+        self.generator = None
+        if seed is not None:
+            self.generator = torch.Generator(device=device)
+            self.generator.manual_seed(seed)
+        self._cache_kwarg = _cache_kwarg(model)
+        self._kv: _KVState | None = None
+        self.last_logprobs: torch.Tensor | None = None
+        self.last_logits: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def device(self) -> torch.device:
+        return self.value_head.summary.weight.device
+
+    def check_vocab_size(self, vocab_size: int) -> None:
+        """Raise `ValueError` naming both sizes unless the env's action space size equals the model's vocabulary."""
+        if int(vocab_size) != self.model_vocab_size:
+            raise ValueError(
+                f"vocabulary mismatch: the env's action space has {int(vocab_size)} tokens but the model outputs "
+                f"{self.model_vocab_size} logits; build the env with this model's tokenizer (or resize the model's "
+                f"token embeddings to {int(vocab_size)})"
+            )
+
+    def _activate(self) -> None:
+        if self.adapter_name is not None:
+            activate_adapter(self.model, self.adapter_name)
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """Parameters this agent's optimizer owns: its LoRA adapter (or all trainable LM weights) + value head."""
+        if self.adapter_name is not None:
+            tag = f".{self.adapter_name}."
+            lm = [p for n, p in self.model.named_parameters() if "lora_" in n and tag in n]
+        else:
+            lm = [p for p in self.model.parameters() if p.requires_grad]
+        return lm + list(self.value_head.parameters())
+
+    def reset_cache(self) -> None:
+        """Drop the acting KV cache (the next `act` prefills). Call after changing the weights mid-episode."""
+        self._kv = None
+
+    # ------------------------------------------------------------------ acting
+    def act(self, obs: dict[str, np.ndarray], generator: torch.Generator | None = None) -> int:
+        """Sample one token for the AEC env (B = 1 view of `act_batch`).
+
+        Args:
+            obs: ``input_ids`` (L,) int64 left padded, ``attention_mask`` (L,), ``action_mask`` (V,) int8.
+            generator: RNG for sampling; default this agent's generator (see ``seed``).
+
+        Returns:
+            The sampled token id (an allowed action).
+        """
+        batched = {k: np.asarray(obs[k])[None] for k in ("input_ids", "attention_mask", "action_mask")}
+        return int(self.act_batch(batched, generator=generator)[0])
+
+    def act_batch(self, obs: dict[str, np.ndarray], generator: torch.Generator | None = None) -> np.ndarray:
+        """Sample one token per row for `BatchedCORYEnv`, reusing the KV cache across consecutive steps.
+
+        Args:
+            obs: ``input_ids`` (B, L) int64 left padded, ``attention_mask`` (B, L) int64, ``action_mask`` (B, V)
+                int8 (1 = allowed). Rows whose response ended carry a pad column with mask 0; their samples are
+                ignored by the env.
+            generator: RNG for sampling; default this agent's generator (see ``seed``).
+
+        Returns:
+            int64 (B,) token ids. Also sets ``last_logprobs`` (float32 (B,), raw-policy log-probability of each
+            sampled token, nats; equals `evaluate`'s logprobs for it) and ``last_logits`` (float32 (B, V)).
+
+        Raises:
+            KeyError: a missing observation key.
+            ValueError: malformed shapes, a vocabulary mismatch, an action mask banning every token, or
+                non-finite logits (the message names the acting step).
+        """
+        ids = np.asarray(obs["input_ids"])
+        mask = np.asarray(obs["attention_mask"])
+        if ids.ndim != 2 or mask.shape != ids.shape:
+            raise ValueError(f"input_ids and attention_mask must both be (B, L), got {ids.shape} and {mask.shape}")
+        action_mask = np.asarray(obs["action_mask"])
+        if action_mask.ndim != 2 or action_mask.shape[0] != ids.shape[0]:
+            raise ValueError(f"action_mask must be (B, V) with B={ids.shape[0]}, got {action_mask.shape}")
+        if action_mask.shape[1] != self.model_vocab_size:
+            self.check_vocab_size(action_mask.shape[1])
+        generator = self.generator if generator is None else generator
+        with torch.inference_mode():
+            self._activate()
+            if self._continues(ids, mask):
+                logits = self._decode_step(ids, mask)
+            else:
+                logits = self._prefill(ids, mask)
+            step = self._kv.step
+            logits = logits.float()
+            # One reduction: a row sum is finite iff every logit is (fp32 logits are far below overflow).
+            if not bool(torch.isfinite(logits.sum(-1)).all()):
+                bad = torch.nonzero(~torch.isfinite(logits).all(-1)).flatten().tolist()
+                self._kv = None
+                raise ValueError(f"non-finite logits at acting step {step} (rows {bad}); the model weights or "
+                                 f"inputs hold NaN/inf")
+            context = torch.from_numpy(ids).to(self.device) if len(self._penalties) else None
+            tokens, logprobs = sample_step(
+                logits, context, action_mask_tensor(action_mask, self.device),
+                self._penalties, self._warpers, generator,
+            )
+            self._kv.step += 1
+        self.last_logits = logits
+        self.last_logprobs = logprobs
+        return tokens.cpu().numpy().astype(np.int64, copy=False)
+
+    def _continues(self, ids: np.ndarray, mask: np.ndarray) -> bool:
+        kv = self._kv
+        if kv is None or kv.ids.shape != ids.shape or kv.adapter != self.adapter_name:
+            return False
+        # A real (mask 1) token leaving the window would be kept by the cache but not by a full forward.
+        return (
+            not kv.mask[:, 0].any()
+            and np.array_equal(ids[:, :-1], kv.ids[:, 1:])
+            and np.array_equal(mask[:, :-1], kv.mask[:, 1:])
+        )
+
+    def _prefill(self, ids: np.ndarray, mask: np.ndarray) -> torch.Tensor:
+        # Columns that are padding in every row change nothing (masked keys, positions from the cumsum): skip
+        # them, as `generate` pads only to the longest prompt. Real tokens stay in place.
+        start = _first_real_column(mask)
+        ids_t = torch.from_numpy(np.array(ids[:, start:], dtype=np.int64)).to(self.device)
+        mask_t = torch.from_numpy(np.array(mask[:, start:], dtype=np.int64)).to(self.device)
+        out = self.model(
+            input_ids=ids_t, attention_mask=mask_t, position_ids=position_ids_from_mask(mask_t),
+            use_cache=True, logits_to_keep=1,
+        )
+        self._kv = _KVState(
+            ids=np.array(ids, dtype=np.int64), mask=np.array(mask, dtype=np.int64), mask_hist=mask_t,
+            n_real=mask_t.sum(-1), cache=_returned_cache(out), step=0, adapter=self.adapter_name,
+        )
+        return out.logits[:, -1]
+
+    def _decode_step(self, ids: np.ndarray, mask: np.ndarray) -> torch.Tensor:
+        kv = self._kv
+        new_ids = torch.from_numpy(np.array(ids[:, -1:], dtype=np.int64)).to(self.device)
+        new_mask = torch.from_numpy(np.array(mask[:, -1:], dtype=np.int64)).to(self.device)
+        kv.mask_hist = torch.cat([kv.mask_hist, new_mask], dim=1)
+        kv.n_real = kv.n_real + new_mask[:, 0]
+        position = torch.where(new_mask[:, 0] == 1, kv.n_real - 1, torch.ones_like(kv.n_real))
+        out = self.model(
+            input_ids=new_ids, attention_mask=kv.mask_hist, position_ids=position[:, None],
+            use_cache=True, **{self._cache_kwarg: kv.cache},
+        )
+        kv.cache = _returned_cache(out)
+        kv.ids = np.array(ids, dtype=np.int64)
+        kv.mask = np.array(mask, dtype=np.int64)
+        return out.logits[:, -1]
+
+    # ------------------------------------------------------------------ scoring
+    def evaluate(
+        self,
+        query: torch.Tensor,
+        query_mask: torch.Tensor,
+        response: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        return_logits: bool = False,
+    ) -> EvalOutput:
+        """Log-probabilities, values and entropies of the response tokens in one forward (gradients flow).
+
+        Args:
+            query: int64 (B, Q), left padded; query_mask: bool (B, Q).
+            response: int64 (B, T), right padded; response_mask: bool (B, T).
+            return_logits: also return the (B, T, V) logits (``kl_penalty="full"``).
+
+        Returns:
+            `EvalOutput`. Runs in the agent's current train/eval mode; wrap in ``torch.no_grad()`` when no
+            gradient is needed. Drops the acting KV cache.
+
+        Raises:
+            TypeError / ValueError: malformed inputs; ValueError for non-finite logits at real response tokens.
+        """
+        self._kv = None
+        self._activate()
+        out = response_forward(self.model, query, query_mask, response, response_mask, output_hidden=True)
+        logprobs = logprobs_from_logits(out.logits, response)
+        real = response_mask.bool()
+        if not bool(torch.isfinite(logprobs[real]).all()):
+            raise ValueError("non-finite logits at real response tokens in evaluate; the weights hold NaN/inf")
+        return EvalOutput(
+            logprobs=logprobs,
+            values=self.value_head(out.hidden),
+            entropy=entropy_from_logits(out.logits),
+            logits=out.logits if return_logits else None,
+        )
+
+    def forward(self, *args, **kwargs) -> EvalOutput:
+        """Alias of `evaluate` so the agent works with ``nn.Module`` call semantics."""
+        return self.evaluate(*args, **kwargs)
+
+    def train(self, mode: bool = True) -> "LLMAgent":
+        """Set train/eval mode of the LM and the value head; drops the acting KV cache."""
+        self._kv = None
+        return super().train(mode)
+
+    # ------------------------------------------------------------------ persistence
+    def save_pretrained(self, save_directory: str | os.PathLike) -> Path:
+        """Write the agent as a folder: LM (or LoRA adapter) + tokenizer + value head, safetensors only.
+
+        Layout: a plain LM is saved at the top (``AutoModelForCausalLM.from_pretrained(dir)`` loads it); a LoRA
+        agent saves only its adapter in ``dir/<adapter_name>`` (``PeftModel.from_pretrained(base, that)`` loads
+        it). ``value_head.safetensors`` and ``cory_agent.json`` (sampling config, adapter name) sit at the top.
+
+        Returns:
+            The folder as a `Path`.
+        """
+        out = Path(save_directory)
+        out.mkdir(parents=True, exist_ok=True)
+        meta: dict[str, Any] = {
+            "format_version": _FORMAT_VERSION,
+            "kind": "lora" if self.adapter_name is not None else "full",
+            "adapter_name": self.adapter_name,
+            "hidden_size": self.value_head.hidden_size,
+            "value_head_dropout": self.value_head.dropout.p,
+            "sampling": dataclasses.asdict(self.sampling),
+        }
+        if self.adapter_name is not None:
+            self.model.save_pretrained(out, selected_adapters=[self.adapter_name], safe_serialization=True)
+            meta["adapter_dir"] = "." if self.adapter_name == "default" else self.adapter_name
+        else:
+            self.model.save_pretrained(out, safe_serialization=True)
+        self.tokenizer.save_pretrained(out)
+        state = {k: v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()}
+        save_file(state, str(out / VALUE_HEAD_NAME))
+        (out / AGENT_CONFIG_NAME).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        return out
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        directory: str | os.PathLike,
+        *,
+        model: nn.Module | None = None,
+        dtype: torch.dtype = torch.float32,
+        **kwargs: Any,
+    ) -> "LLMAgent":
+        """Load an agent saved by `save_pretrained` (safetensors only; the value head must load exactly).
+
+        Args:
+            directory: the folder.
+            model: for a LoRA agent, the base to attach the adapter to: a shared ``PeftModel`` (the adapter is
+                added under its saved name) or a plain LM; default the base recorded in the adapter config,
+                loaded with `load_model_and_tokenizer`. Ignored for a plain agent.
+            dtype: LM dtype when the LM is loaded here.
+            **kwargs: passed to the constructor (``vocab_size``, ``seed``, ``sampling`` override).
+
+        Raises:
+            FileNotFoundError: missing ``cory_agent.json``, value head or safetensors weights.
+            ValueError: unknown format, or a value head that does not match (no silent re-initialisation).
+        """
+        folder = Path(directory)
+        meta_path = folder / AGENT_CONFIG_NAME
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"{meta_path} not found: {folder} was not written by LLMAgent.save_pretrained")
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if meta.get("format_version") != _FORMAT_VERSION:
+            raise ValueError(f"unknown agent format {meta.get('format_version')!r} in {meta_path}; "
+                             f"this version reads {_FORMAT_VERSION}")
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        tokenizer.padding_side = "left"
+        adapter_name = meta["adapter_name"]
+        if meta["kind"] == "lora":
+            lm = cls._load_adapter(folder / meta["adapter_dir"], adapter_name, model, dtype)
+        else:
+            if not list(folder.glob("*.safetensors")):
+                raise FileNotFoundError(f"no safetensors weights in {folder}")
+            lm = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, use_safetensors=True)
+        head_path = folder / VALUE_HEAD_NAME
+        if not head_path.is_file():
+            raise FileNotFoundError(f"{head_path} not found; refusing to create a fresh value head silently")
+        head = ValueHead(int(meta["hidden_size"]), dropout=float(meta["value_head_dropout"]))
+        try:
+            head.load_state_dict(load_file(str(head_path)), strict=True)
+        except RuntimeError as err:
+            raise ValueError(f"value head in {head_path} does not match: {err}") from err
+        if "sampling" not in kwargs:
+            kwargs["sampling"] = SamplingConfig(**meta["sampling"])
+        return cls(lm, tokenizer, value_head=head, adapter_name=adapter_name, **kwargs)
+
+    @staticmethod
+    def _load_adapter(path: Path, adapter_name: str, model: nn.Module | None, dtype: torch.dtype) -> nn.Module:
+        from peft import PeftConfig, PeftModel
+
+        if not (path / "adapter_model.safetensors").is_file():
+            raise FileNotFoundError(f"{path / 'adapter_model.safetensors'} not found (safetensors only)")
+        if model is not None and is_peft_model(model):
+            if adapter_name in model.peft_config:
+                raise ValueError(f"the PeftModel already has an adapter {adapter_name!r}; pass its base or a "
+                                 f"PeftModel without it")
+            with preserved_requires_grad(model):
+                model.load_adapter(str(path), adapter_name=adapter_name, is_trainable=True)
+            return model
+        if model is None:
+            from agents.loading import load_model_and_tokenizer
+
+            base_name = PeftConfig.from_pretrained(str(path)).base_model_name_or_path
+            model, _ = load_model_and_tokenizer(base_name, dtype=dtype)
+        return PeftModel.from_pretrained(model, str(path), adapter_name=adapter_name, is_trainable=True)

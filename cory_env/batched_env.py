@@ -1,0 +1,144 @@
+"""`BatchedCORYEnv`: B CORY episodes at once, the view trainers roll out through.
+
+Same episode rules, observations and rewards as the AEC env (`cory_env.token_env`), with a leading batch axis:
+the batch moves in lock-step phases (all pioneers, then all observers). Rows whose response ended keep receiving
+actions, which are ignored (pad is appended with attention mask 0), so each step shifts every left-padded
+window left by one column and a KV-cached agent can reuse its cache.
+
+Example:
+    >>> from agents.tiny import tiny_tokenizer
+    >>> env = BatchedCORYEnv(EnvConfig(), tiny_tokenizer(), batch_size=4)
+    >>> obs, info = env.reset(seed=0)
+    >>> while not env.done:
+    ...     obs, rewards, terminations, truncations, infos = env.step(np.zeros(4, dtype=np.int64))
+    >>> rewards["pioneer"].shape, env.transcript().seats["observer"].response_ids[0]
+    ((4,), [0])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cory_env.config import EnvConfig, resolve_config
+from cory_env.episode import SEATS, EpisodeBatch, EpisodeTranscript
+
+__all__ = ["BatchedCORYEnv"]
+
+
+class BatchedCORYEnv:
+    """B CORY episodes stepped together (see the module docstring and docs/architecture.md).
+
+    Args:
+        config: an `EnvConfig`; keyword fields override it (or build one when it is None).
+        tokenizer: tokenizer object or name (required).
+        batch_size: B.
+        reward_fn: reward name or callable overriding the task's.
+        task: a task name or `Task` object (default: ``config.task``).
+        **kwargs: `EnvConfig` fields.
+
+    Raises:
+        TypeError, ValueError: for bad arguments (see `EnvConfig`, `EpisodeBatch`).
+    """
+
+    possible_agents = list(SEATS)
+
+    def __init__(self, config: EnvConfig | None = None, tokenizer=None, batch_size: int = 1, reward_fn=None,
+                 task=None, **kwargs) -> None:
+        if isinstance(task, str):
+            kwargs["task"], task = task, None
+        self.config = resolve_config(config, **kwargs)
+        self._episode = EpisodeBatch.from_config(self.config, tokenizer, batch_size=batch_size, task=task,
+                                                 reward_fn=reward_fn)
+        self.tokenizer = self._episode.tokenizer
+        self.batch_size = batch_size
+        self.vocab_size = self._episode.vocab_size
+        self.context_len = self.config.context_len
+        self.action_mask = np.broadcast_to(self._episode.action_mask, (batch_size, self.vocab_size))
+        self._zeros = _readonly(np.zeros(batch_size, dtype=np.float64))
+        self._false = _readonly(np.zeros(batch_size, dtype=bool))
+        self._true = _readonly(np.ones(batch_size, dtype=bool))
+
+    @property
+    def task(self):
+        """The resolved `Task`."""
+        return self._episode.task
+
+    @property
+    def agent_selection(self) -> str | None:
+        """The seat acting now: "pioneer", "observer", or None when done (or before reset)."""
+        phase = self._episode.phase
+        return phase if phase in SEATS else None
+
+    @property
+    def done(self) -> bool:
+        """True once every observer response ended (rewards are out)."""
+        return self._episode.done
+
+    @property
+    def active(self) -> np.ndarray:
+        """bool (B,) copy: rows still writing in the current phase."""
+        return self._episode.active
+
+    def observe(self, seat: str | None = None) -> dict[str, np.ndarray]:
+        """A seat's windows (default: the acting seat, or the observer once done).
+
+        Returns:
+            ``input_ids`` int64 (B, L) and ``attention_mask`` int64 (B, L) read-only views, ``action_mask`` int8
+            (B, V) read-only broadcast view.
+        """
+        seat = seat or self.agent_selection or "observer"
+        if seat not in SEATS:
+            raise ValueError(f"unknown seat {seat!r}; seats are {list(SEATS)}")
+        ids, mask = self._episode.window(seat)
+        return {"input_ids": ids, "attention_mask": mask, "action_mask": self.action_mask}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        """Start B episodes (row i seeded ``seed + i``); ``options={"queries": [text or ids] * B}`` plays those.
+
+        Returns:
+            (pioneer observation, info) with ``info["query_text"]`` the B query texts.
+        """
+        queries = (options or {}).get("queries")
+        self._episode.reset(seed=seed, queries=queries)
+        return self.observe(), {"query_text": list(self._episode.query_text)}
+
+    def step(self, actions) -> tuple[dict, dict, dict, dict, dict]:
+        """Append one token per row for the acting seat.
+
+        Args:
+            actions: int (B,) token ids (numpy or CPU tensor); ignored for rows in ``~active``.
+
+        Returns:
+            ``(obs, rewards, terminations, truncations, infos)``: the next acting seat's observation (the
+            observer's last one once done); rewards seat -> float64 (B,), 0 until done, then the collective
+            reward; terminations seat -> bool (B,), all True once done; truncations all False; infos seat ->
+            ``{}`` until done, then ``task_reward`` float64 (B,), ``response_text`` list[str], ``response_len``
+            int64 (B,). Returned arrays are read-only.
+
+        Raises:
+            RuntimeError: before `reset` or after done.
+            TypeError, ValueError: for bad actions (seat, row and value named).
+        """
+        self._episode.step(actions)
+        truncations = dict.fromkeys(SEATS, self._false)
+        if not self._episode.done:
+            return (self.observe(), dict.fromkeys(SEATS, self._zeros), dict.fromkeys(SEATS, self._false),
+                    truncations, {s: {} for s in SEATS})
+        ep = self._episode
+        rewards = {s: _readonly(ep.reward[s]) for s in SEATS}
+        infos = {s: {"task_reward": _readonly(ep.task_reward[s]), "response_text": list(ep.response_text[s]),
+                     "response_len": np.array([len(r) for r in ep.response[s]], dtype=np.int64)} for s in SEATS}
+        return self.observe(), rewards, dict.fromkeys(SEATS, self._true), truncations, infos
+
+    def transcript(self) -> EpisodeTranscript:
+        """The finished batch (see `EpisodeTranscript`). Raises RuntimeError before done."""
+        return self._episode.transcript()
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    view = a.view()
+    view.flags.writeable = False
+    return view

@@ -1,0 +1,420 @@
+"""`EpisodeBatch`: the pure state of B CORY episodes advancing in lock-step (no PettingZoo).
+
+One episode: the pioneer writes a response a1 to its prompt, one token per step; once every pioneer response in
+the batch has ended, each observer prompt is built by the knowledge-transfer template from the query q and a1
+(token ids spliced, a1 without its trailing EOS); the observers write a2; then both seats get the collective
+reward and the episode is done. A response ends at EOS (kept as its last token) or at the episode's response
+length, drawn from [min_new_tokens, max_new_tokens] and shared by both seats.
+
+Each seat has a write-once buffer (B, L + T_max): its prompt is right-aligned at column L, token k of the
+response goes to column L + k, and its observation window after k tokens is columns [k, k + L). Rows whose
+response ended write the pad id with attention mask 0. Windows are read-only views into the buffer and stay
+valid until the next `reset` (which allocates new buffers), so callers can keep them without copying.
+
+Seeding: row i of ``reset(seed=s)`` draws from its own generator seeded ``s + i`` (record index, query length,
+response length, in that order, whether or not an explicit query is given); ``reset()`` without a seed continues
+the generators. So a B-row batch equals B single-row batches seeded s, ..., s + B - 1.
+
+The AEC env (`cory_env.token_env`) is the B = 1 view, `cory_env.BatchedCORYEnv` the batched one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from cory_env.config import EnvConfig
+from cory_env.prompts import PromptTemplate
+from cory_env.rewards import collective_reward, make_reward_fn, score_texts
+from cory_env.tasks import Task, make_task
+
+__all__ = ["SEATS", "EpisodeBatch", "EpisodeTranscript", "SeatTranscript", "prepare_tokenizer"]
+
+logger = logging.getLogger(__name__)
+
+#: Seat ids in acting order (PettingZoo `possible_agents`).
+SEATS = ("pioneer", "observer")
+
+
+@dataclass
+class SeatTranscript:
+    """One seat's side of B finished episodes (see `EpisodeTranscript`)."""
+
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    response_text: list[str]
+    task_reward: np.ndarray
+    reward: np.ndarray
+
+
+@dataclass
+class EpisodeTranscript:
+    """B finished episodes: queries, records and, per seat, prompts, responses (EOS kept when emitted), texts,
+    task rewards (float64 (B,)) and collective rewards (float64 (B,))."""
+
+    query_ids: list[list[int]]
+    query_text: list[str]
+    records: list[dict]
+    seats: dict[str, SeatTranscript] = field(default_factory=dict)
+
+
+def prepare_tokenizer(tokenizer):
+    """Resolve and check the env's tokenizer.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer object, or a name/path for `transformers.AutoTokenizer.from_pretrained`.
+
+    Returns:
+        The tokenizer; one without a pad token gets pad = EOS and left padding (it is modified in place).
+
+    Raises:
+        ValueError: if it is missing, has no EOS token, or its EOS id is outside [0, len(tokenizer)).
+    """
+    if tokenizer is None:
+        raise ValueError("the env needs a tokenizer: pass a tokenizer object or a name for "
+                         "transformers.AutoTokenizer.from_pretrained")
+    if isinstance(tokenizer, str):
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+    eos, vocab = tokenizer.eos_token_id, len(tokenizer)
+    if eos is None:
+        raise ValueError(f"tokenizer {type(tokenizer).__name__} has no EOS token; set tokenizer.eos_token")
+    if not 0 <= eos < vocab:
+        raise ValueError(f"tokenizer EOS id {eos} is outside the vocabulary [0, {vocab}); use a tokenizer whose "
+                         "eos_token is one of its tokens")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+        tokenizer.padding_side = "left"
+        logger.info("tokenizer has no pad token: using EOS (%r, id %d) with left padding", tokenizer.eos_token, eos)
+    return tokenizer
+
+
+class EpisodeBatch:
+    """B CORY episodes in lock-step phases: ``phase`` is None (before reset), "pioneer", "observer", "done".
+
+    Args:
+        task: the `Task` (records, reward function, templates, lengths, action mask).
+        tokenizer: prepared tokenizer (`prepare_tokenizer`); V = ``len(tokenizer)``.
+        batch_size: B.
+        context_len: L, observation window length in tokens.
+        knowledge_transfer: False gives the observer the pioneer's prompt (the paper's w/o KT ablation).
+        partner_reward_coef: c in the collective reward r_i + c * r_j.
+        truncate_query: truncate too-long queries from the left with a warning (True) or raise (False).
+
+    Raises:
+        ValueError: if B < 1, or L cannot hold a template + the shortest query + its response(s) +
+            max_new_tokens, or the task's action mask is not (V,).
+    """
+
+    def __init__(self, task: Task, tokenizer, *, batch_size: int = 1, context_len: int = 128,
+                 knowledge_transfer: bool = True, partner_reward_coef: float = 1.0,
+                 truncate_query: bool = True) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        self.task, self.tokenizer = task, tokenizer
+        self.batch_size, self.context_len = batch_size, context_len
+        self.vocab_size = len(tokenizer)
+        self.eos_id, self.pad_id = int(tokenizer.eos_token_id), int(tokenizer.pad_token_id)
+        self.max_new_tokens = task.max_new_tokens
+        self.partner_reward_coef = float(partner_reward_coef)
+        self.truncate_query = truncate_query
+        pioneer = PromptTemplate(task.pioneer_template, tokenizer, name="pioneer_template")
+        observer = (PromptTemplate(task.observer_template, tokenizer, required=("query", "response"),
+                                   name="observer_template") if knowledge_transfer else pioneer)
+        self.prompts = {"pioneer": pioneer, "observer": observer}
+        self.query_budget = self._query_budget()
+        self.action_mask, self.allowed = self._action_mask(task.action_mask)
+        self._rngs: list[np.random.Generator] | None = None
+        self._record_ids: dict[int, list[int]] = {}
+        self.phase: str | None = None
+
+    # ----- construction helpers -------------------------------------------------------------------------------
+    @classmethod
+    def from_config(cls, config: EnvConfig, tokenizer, *, batch_size: int = 1, task: Task | str | None = None,
+                    reward_fn=None) -> EpisodeBatch:
+        """Build from an `EnvConfig`: resolve the tokenizer, the task (name or object; config templates override
+        when set) and an optional reward override (name or callable)."""
+        tokenizer = prepare_tokenizer(tokenizer)
+        if task is None or isinstance(task, str):
+            task = make_task(task or config.task, config, tokenizer)
+        elif not isinstance(task, Task):
+            raise TypeError(f"task must be a task name or a Task, got {type(task).__name__}")
+        overrides = {}
+        if config.observer_template is not None:
+            overrides["observer_template"] = config.observer_template
+        if config.pioneer_template is not None:
+            overrides["pioneer_template"] = config.pioneer_template
+        if reward_fn is not None:
+            overrides["reward_fn"] = make_reward_fn(reward_fn)
+        task = replace(task, **overrides) if overrides else task
+        return cls(task, tokenizer, batch_size=batch_size, context_len=config.context_len,
+                   knowledge_transfer=config.knowledge_transfer, partner_reward_coef=config.partner_reward_coef,
+                   truncate_query=config.truncate_query)
+
+    def _query_budget(self) -> int:
+        """Most query tokens for which every seat's prompt + max_new_tokens fits in L."""
+        L, T = self.context_len, self.max_new_tokens
+        budget = min((L - T - p.literal_len - p.response_count * T) // p.query_count for p in self.prompts.values())
+        shortest = self.task.query_tokens[0] if self.task.query_tokens else 1
+        if budget < shortest:
+            need = max(p.prompt_len(shortest, T) for p in self.prompts.values()) + T
+            raise ValueError(f"context_len={L} is too small: the longest prompt (template + {shortest}-token query "
+                             f"+ pioneer response) plus max_new_tokens={T} needs {need} tokens; raise context_len "
+                             f"to >= {need} or lower max_new_tokens")
+        return budget
+
+    def _action_mask(self, mask) -> tuple[np.ndarray, np.ndarray | None]:
+        V = self.vocab_size
+        if mask is None:
+            out = np.ones(V, dtype=np.int8)
+            allowed = None
+        else:
+            out = np.array(mask, dtype=np.int8).reshape(-1)
+            if out.shape != (V,):
+                raise ValueError(f"task {self.task.name!r}: action_mask has shape {np.shape(mask)}, expected "
+                                 f"(V,) = ({V},) for this tokenizer")
+            allowed = out.astype(bool)
+        out.flags.writeable = False
+        return out, allowed
+
+    # ----- reset ----------------------------------------------------------------------------------------------
+    def reset(self, seed: int | None = None, queries: Sequence[str | Sequence[int]] | None = None) -> None:
+        """Start B new episodes.
+
+        Args:
+            seed: row i uses a generator seeded ``seed + i``; None continues the current generators (fresh
+                entropy on the first reset).
+            queries: optional B explicit queries (text, or token ids), used whole (no `query_tokens` cut);
+                their records are ``{"query": text}``.
+
+        Raises:
+            TypeError: for a non-int seed or a query that is neither text nor token ids.
+            ValueError: for a wrong number of queries, an empty query, token ids outside [0, V), or (with
+                ``truncate_query=False``) a query longer than the context allows.
+        """
+        B = self.batch_size
+        if seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+                raise TypeError(f"seed must be an int or None, got {seed!r}")
+            self._rngs = [np.random.default_rng(int(seed) + i) for i in range(B)]
+        elif self._rngs is None:
+            self._rngs = [np.random.default_rng() for _ in range(B)]
+        if queries is not None and len(queries) != B:
+            raise ValueError(f"got {len(queries)} queries for batch_size={B}; give exactly one per row")
+        task, qt = self.task, self.task.query_tokens
+        query_ids, records, max_new = [], [], np.empty(B, dtype=np.int64)
+        for i, rng in enumerate(self._rngs):
+            index = int(rng.integers(len(task.records)))
+            q_len = int(rng.integers(qt[0], qt[1] + 1)) if qt else None
+            max_new[i] = rng.integers(task.min_new_tokens, task.max_new_tokens + 1)
+            if queries is None:
+                ids, record = self._record_query(index)[:q_len], task.records[index]
+            else:
+                ids = self._explicit_query(queries[i])
+                record = {"query": queries[i] if isinstance(queries[i], str) else None}
+            query_ids.append(self._fit_query(ids))
+            records.append(record)
+        self.query_ids, self.records, self._max_new = query_ids, records, max_new
+        self.query_text = self.tokenizer.batch_decode(query_ids, skip_special_tokens=True)
+        for rec, text in zip(records, self.query_text):
+            if rec["query"] is None:
+                rec["query"] = text
+        W = self.context_len + self.max_new_tokens
+        self._ids = {s: np.full((B, W), self.pad_id, dtype=np.int64) for s in SEATS}
+        self._mask = {s: np.zeros((B, W), dtype=np.int64) for s in SEATS}
+        self._views = {s: (_readonly(self._ids[s]), _readonly(self._mask[s])) for s in SEATS}
+        self._k = dict.fromkeys(SEATS, 0)
+        self.prompt_ids: dict[str, list[list[int]]] = {}
+        self._start_phase("pioneer", [self.prompts["pioneer"].build(q) for q in query_ids])
+
+    def _record_query(self, index: int) -> list[int]:
+        ids = self._record_ids.get(index)
+        if ids is None:
+            text = self.task.records[index]["query"]
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            if not ids:
+                raise ValueError(f"task {self.task.name!r}: record {index} has an empty query {text!r}; drop "
+                                 "empty rows from the data")
+            if self.task.query_tokens:
+                ids = ids[: self.task.query_tokens[1]]
+            self._record_ids[index] = ids
+        return ids
+
+    def _explicit_query(self, query) -> list[int]:
+        if isinstance(query, str):
+            ids = self.tokenizer.encode(query, add_special_tokens=False)
+        elif isinstance(query, (Sequence, np.ndarray)) and all(
+                isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in query):
+            ids = [int(t) for t in query]
+            bad = [t for t in ids if not 0 <= t < self.vocab_size]
+            if bad:
+                raise ValueError(f"query token ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})")
+        else:
+            raise TypeError(f"a query must be text or a sequence of token ids, got {type(query).__name__}: "
+                            f"{query!r}")
+        if not ids:
+            raise ValueError(f"empty query {query!r}: give at least one token of text")
+        return ids
+
+    def _fit_query(self, ids: list[int]) -> list[int]:
+        budget = self.query_budget
+        if len(ids) <= budget:
+            return ids
+        if not self.truncate_query:
+            raise ValueError(f"query of {len(ids)} tokens does not fit context_len={self.context_len} (at most "
+                             f"{budget} query tokens with these templates and max_new_tokens="
+                             f"{self.max_new_tokens}); shorten it, raise context_len or set truncate_query=True")
+        logger.warning("query of %d tokens truncated from the left to %d to fit context_len=%d", len(ids), budget,
+                       self.context_len)
+        return ids[len(ids) - budget:]
+
+    # ----- stepping -------------------------------------------------------------------------------------------
+    def step(self, actions: np.ndarray, *, check: bool = True) -> bool:
+        """Append one token per row to the acting seat's responses.
+
+        Args:
+            actions: int (B,) token ids; rows whose response already ended ignore theirs (pad is written).
+            check: validate `actions` (callers that validated already pass False).
+
+        Returns:
+            True when this step ended the phase (the observer's turn begins, or the episode is done).
+
+        Raises:
+            RuntimeError: before `reset` or after the episode is done.
+            TypeError, ValueError: for non-integer actions, a wrong shape, or (active rows) ids outside [0, V)
+                or banned by the action mask; the seat, row and value are named.
+        """
+        seat = self.phase
+        if seat not in SEATS:
+            raise RuntimeError("step() before reset()" if seat is None else
+                               "the episode is done; call reset() to start a new one")
+        if check:
+            actions = self._checked(actions, seat)
+        # Lock-step: every active row has written exactly k tokens, so lengths need no per-row counter.
+        k = self._k[seat] + 1
+        col, active = self.context_len + k - 1, self._active
+        if self._n_active == self.batch_size:
+            self._ids[seat][:, col] = actions
+            self._mask[seat][:, col] = 1
+            ended = actions == self.eos_id
+        else:
+            self._ids[seat][:, col] = np.where(active, actions, self.pad_id)
+            self._mask[seat][:, col] = active
+            ended = (actions == self.eos_id) & active
+        if k >= self._shortest:
+            ended |= active & (self._max_new <= k)
+        self._k[seat] = k
+        n_ended = np.count_nonzero(ended)
+        if n_ended:
+            self._resp_len[ended] = k
+            active[ended] = False
+            self._n_active -= n_ended
+            if self._n_active == 0:
+                self._end_phase(seat)
+                return True
+        return False
+
+    def _checked(self, actions, seat: str) -> np.ndarray:
+        a = np.asarray(actions)
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"seat {seat!r}: actions must be integer token ids, got dtype {a.dtype}")
+        if a.shape != (self.batch_size,):
+            raise ValueError(f"seat {seat!r}: actions must have shape (B,) = ({self.batch_size},), got {a.shape}")
+        V = self.vocab_size
+        if a.size and (a.min() < 0 or a.max() >= V):
+            bad = np.flatnonzero(self._active & ((a < 0) | (a >= V)))
+            if bad.size:
+                i = int(bad[0])
+                raise ValueError(f"seat {seat!r}: action {int(a[i])} in row {i} is outside the vocabulary "
+                                 f"[0, {V}); sample token ids from Discrete({V})")
+        if self.allowed is not None:
+            bad = np.flatnonzero(self._active & ~self.allowed[np.clip(a, 0, V - 1)])
+            if bad.size:
+                i = int(bad[0])
+                raise ValueError(f"seat {seat!r}: action {int(a[i])} in row {i} is banned by the task's "
+                                 "action_mask; sample from the allowed tokens")
+        return a
+
+    def _start_phase(self, seat: str, prompts: list[list[int]]) -> None:
+        L = self.context_len
+        ids, mask = self._ids[seat], self._mask[seat]
+        for i, prompt in enumerate(prompts):
+            ids[i, L - len(prompt):L] = prompt
+            mask[i, L - len(prompt):L] = 1
+        self.prompt_ids[seat] = prompts
+        self._active = np.ones(self.batch_size, dtype=bool)
+        self._n_active = self.batch_size
+        self._resp_len = np.zeros(self.batch_size, dtype=np.int64)
+        self._shortest = int(self._max_new.min())
+        self.phase = seat
+
+    def _end_phase(self, seat: str) -> None:
+        if seat == "pioneer":
+            a1 = [r[:-1] if r and r[-1] == self.eos_id else r for r in self.response_ids("pioneer")]
+            observer = self.prompts["observer"]
+            self._start_phase("observer", [observer.build(q, r) for q, r in zip(self.query_ids, a1)])
+            return
+        self.response = {s: self.response_ids(s) for s in SEATS}
+        self.response_text = {s: self.tokenizer.batch_decode(self.response[s], skip_special_tokens=True)
+                              for s in SEATS}
+        B = self.batch_size
+        scores = score_texts(self.task.reward_fn, self.task.name, self.query_text * 2,
+                             self.response_text["pioneer"] + self.response_text["observer"], self.records * 2)
+        self.task_reward = {"pioneer": scores[:B], "observer": scores[B:]}
+        self.reward = collective_reward(scores[:B], scores[B:], self.partner_reward_coef)
+        self.phase = "done"
+
+    # ----- views ----------------------------------------------------------------------------------------------
+    def window(self, seat: str) -> tuple[np.ndarray, np.ndarray]:
+        """A seat's current observation window: read-only int64 (B, L) input_ids and attention_mask views.
+
+        Before the observer's phase its window is all padding (mask 0); after its phase it stays on the last
+        window (prompt + whole response)."""
+        k, (ids, mask) = self._k[seat], self._views[seat]
+        return ids[:, k:k + self.context_len], mask[:, k:k + self.context_len]
+
+    def response_ids(self, seat: str) -> list[list[int]]:
+        """Each row's response so far for `seat` (EOS kept when emitted)."""
+        L = self.context_len
+        if seat == self.phase:
+            lengths = np.where(self._active, self._k[seat], self._resp_len)
+        elif self._k[seat] == 0:
+            return [[] for _ in range(self.batch_size)]
+        else:
+            lengths = self._mask[seat][:, L:].sum(axis=1)
+        return [row[L:L + n].tolist() for row, n in zip(self._ids[seat], lengths)]
+
+    @property
+    def active(self) -> np.ndarray:
+        """bool (B,) copy: rows still writing in the current phase (all False once done)."""
+        if self.phase in SEATS:
+            return self._active.copy()
+        return np.zeros(self.batch_size, dtype=bool)
+
+    @property
+    def done(self) -> bool:
+        return self.phase == "done"
+
+    def transcript(self) -> EpisodeTranscript:
+        """The finished episodes (see `EpisodeTranscript`).
+
+        Raises:
+            RuntimeError: if the episode is not done.
+        """
+        if not self.done:
+            raise RuntimeError(f"transcript() needs a finished episode; the current phase is {self.phase!r}")
+        seats = {s: SeatTranscript(prompt_ids=self.prompt_ids[s], response_ids=self.response[s],
+                                   response_text=self.response_text[s], task_reward=self.task_reward[s].copy(),
+                                   reward=self.reward[s].copy()) for s in SEATS}
+        return EpisodeTranscript(query_ids=self.query_ids, query_text=list(self.query_text),
+                                 records=self.records, seats=seats)
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    view = a.view()
+    view.flags.writeable = False
+    return view

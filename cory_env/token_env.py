@@ -1,0 +1,231 @@
+"""
+# CORY token environment (``cory_token_v0``)
+
+Two copies of an LLM fine-tuned together (CORY, Ma et al., NeurIPS 2024, arXiv 2410.06101). The **pioneer**
+answers a query q token by token; then the **observer** answers the same q after reading the pioneer's answer a1
+(**knowledge transfer**). Both seats receive the **collective reward** r(q, a1) + r(q, a2).
+
+| | |
+|---|---|
+| Import | ``from cory_env import env, raw_env`` |
+| Agents | ``possible_agents = ["pioneer", "observer"]`` (seats; models move between them at role exchange) |
+| Action space | ``Discrete(V)``, V = ``len(tokenizer)``: the next token id |
+| Observation space | ``Dict(input_ids: Box(0, V-1, (L,), int64), attention_mask: Box(0, 1, (L,), int64), action_mask: Box(0, 1, (V,), int8))`` |
+| Reward | 0 on every step; at the end both seats get r_i + c * r_j (c = ``partner_reward_coef``, default 1) |
+| Arguments | ``config`` (`EnvConfig`) or its fields as keywords, ``tokenizer``, ``reward_fn``, ``task``, ``render_mode`` |
+
+## Turn order
+
+The pioneer acts first, one token per step, until it emits EOS or reaches the episode's response length (drawn
+per episode from [min_new_tokens, max_new_tokens], IMDB 4-15, shared by both seats). Then ``agent_selection``
+moves to the observer (`AgentSelector.next()` once per response, not per token), whose prompt is the
+knowledge-transfer template filled with the query's and the pioneer's exact token ids (IMDB, official code:
+``I can make this sentence "{query}{response}" more positive: {query}``). With ``knowledge_transfer=False`` (the
+paper's w/o KT ablation) the observer's prompt is the pioneer's (the query alone). Both seats stay live until
+the observer's response ends; then both terminate together and must each be stepped once with ``None``.
+
+## Observation
+
+A seat's own context window of L = ``context_len`` tokens, left padded with the pad id: its prompt followed by
+its response so far. ``attention_mask`` is 0 on padding. ``action_mask`` is all ones unless the task bans tokens
+(one read-only array, shared between steps). Before its turn the observer's window is all padding. Arrays are
+read-only views, valid until the next ``reset``.
+
+## Rewards
+
+Intermediate rewards are 0. When the observer's response ends, the task reward scores *text* (query + response,
+decoded with ``skip_special_tokens=True``; never the observer's template): r1 = r(q, a1), r2 = r(q, a2). Both
+seats then get their collective reward r_i + c * r_j. The per-token KL penalty to the reference model is **not**
+part of the env reward: it is the learners' job (TRL-style PPO adds -beta * KL_t on every response token).
+``infos[seat]`` then holds ``task_reward`` (float), ``response_text`` (str) and ``response_len`` (int, tokens).
+
+## Arguments
+
+See `cory_env.config.EnvConfig` for every field. Also:
+
+* ``tokenizer``: a Hugging Face tokenizer, or a name/path loaded with ``AutoTokenizer.from_pretrained``. One
+  without a pad token gets pad = EOS and left padding.
+* ``reward_fn``: a reward name (``"vader"``, ``"distilbert-imdb"``) or a callable ``(queries, responses)`` or
+  ``(queries, responses, records)`` returning one float per pair; overrides the task's reward.
+* ``task``: a task name or a `cory_env.tasks.Task` object.
+* ``reset(seed, options)``: ``options={"query": text or token ids}`` plays that query (whole; it is truncated from
+  the left with a warning if it does not fit L, or raises with ``truncate_query=False``).
+
+Errors: actions outside [0, V), non-integer actions, a non-None action for a finished seat, stepping before
+``reset``, an empty query and a misbehaving reward function raise ``TypeError``/``ValueError``/``RuntimeError``
+naming the problem (`env()` adds PettingZoo's wrappers, whose bounds assertion fires first for out-of-range ids).
+
+## Version history
+
+* v0: first release.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import AECEnv
+from pettingzoo.utils import AgentSelector, wrappers
+
+from cory_env.config import EnvConfig, resolve_config
+from cory_env.episode import SEATS, EpisodeBatch
+
+__all__ = ["env", "raw_env"]
+
+logger = logging.getLogger(__name__)
+
+
+def env(**kwargs) -> AECEnv:
+    """`raw_env` wrapped in PettingZoo's `AssertOutOfBoundsWrapper` and `OrderEnforcingWrapper`."""
+    aec = raw_env(**kwargs)
+    aec = wrappers.AssertOutOfBoundsWrapper(aec)
+    return wrappers.OrderEnforcingWrapper(aec)
+
+
+class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
+    """The CORY token environment, one episode (the B = 1 view of `EpisodeBatch`). See the module docstring.
+
+    Args:
+        config: an `EnvConfig`; keyword fields override it (or build one when it is None).
+        tokenizer: tokenizer object or name (required).
+        reward_fn: reward name or callable overriding the task's.
+        task: a task name or `Task` object (default: ``config.task``).
+        render_mode: None or "ansi".
+        **kwargs: `EnvConfig` fields.
+
+    Raises:
+        TypeError, ValueError: for bad arguments (see `EnvConfig`, `EpisodeBatch`).
+    """
+
+    metadata = {"name": "cory_token_v0", "render_modes": ["ansi"], "is_parallelizable": False}
+
+    def __init__(self, config: EnvConfig | None = None, tokenizer=None, *, reward_fn=None, task=None,
+                 render_mode: str | None = None, **kwargs) -> None:
+        super().__init__()
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        if isinstance(task, str):
+            kwargs["task"], task = task, None
+        self.config = resolve_config(config, **kwargs)
+        self.render_mode = render_mode
+        self._episode = EpisodeBatch.from_config(self.config, tokenizer, batch_size=1, task=task,
+                                                 reward_fn=reward_fn)
+        self.tokenizer = self._episode.tokenizer
+        V, L = self._episode.vocab_size, self.config.context_len
+        self.possible_agents = list(SEATS)
+        self.agents: list[str] = []
+        self.agent_selection = None
+        self.rewards, self._cumulative_rewards, self.terminations, self.truncations, self.infos = {}, {}, {}, {}, {}
+        self._action_spaces = {s: spaces.Discrete(V) for s in SEATS}
+        self._observation_spaces = {
+            s: spaces.Dict({
+                "input_ids": spaces.Box(0, V - 1, shape=(L,), dtype=np.int64),
+                "attention_mask": spaces.Box(0, 1, shape=(L,), dtype=np.int64),
+                "action_mask": spaces.Box(0, 1, shape=(V,), dtype=np.int8),
+            }) for s in SEATS
+        }
+        self._selector = AgentSelector(self.possible_agents)
+        self._action = np.zeros(1, dtype=np.int64)
+        self._vocab_size = V
+
+    def observation_space(self, agent: str) -> spaces.Dict:
+        return self._observation_spaces[agent]
+
+    def action_space(self, agent: str) -> spaces.Discrete:
+        return self._action_spaces[agent]
+
+    def observe(self, agent: str) -> dict[str, np.ndarray]:
+        """The seat's window: ``input_ids`` (L,) int64, ``attention_mask`` (L,) int64, ``action_mask`` (V,) int8."""
+        if agent not in SEATS:
+            raise ValueError(f"unknown agent {agent!r}; agents are {list(SEATS)}")
+        if self._episode.phase is None:
+            raise RuntimeError("observe() before reset(); call reset(seed=...) first")
+        ids, mask = self._episode.window(agent)
+        return {"input_ids": ids[0], "attention_mask": mask[0], "action_mask": self._episode.action_mask}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        """Start an episode; ``options={"query": text or token ids}`` plays that query (other keys are ignored)."""
+        query = (options or {}).get("query")
+        self._episode.reset(seed=seed, queries=None if query is None else [query])
+        self.agents = self.possible_agents[:]
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos = {a: {} for a in self.agents}
+        self.agent_selection = self._selector.reset()
+
+    def step(self, action) -> None:
+        """Append the acting seat's next token (``None`` for a finished seat).
+
+        Raises:
+            RuntimeError: before `reset` or once every seat was removed.
+            TypeError: for a non-integer action (the seat is named).
+            ValueError: for an id outside [0, V) or banned by the action mask, or a non-None action for a
+                finished seat.
+        """
+        if not self.agents:
+            raise RuntimeError("step() before reset()" if self._episode.phase is None else
+                               "the episode is over (both seats finished); call reset()")
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            if action is not None:
+                raise ValueError(f"seat {agent!r} has finished its episode; step it with None, got {action!r}")
+            self._was_dead_step(action)
+            return
+        self._action[0] = self._checked(agent, action)
+        self._cumulative_rewards[agent] = 0.0
+        if self._episode.step(self._action, check=False):
+            if self._episode.done:
+                self._finish()
+            self.agent_selection = self._selector.next()
+        self._accumulate_rewards()
+
+    def _checked(self, agent: str, action) -> int:
+        if type(action) is not int:
+            if isinstance(action, np.integer) or (isinstance(action, np.ndarray) and action.shape in ((), (1,))
+                                                  and action.dtype.kind in "iu"):
+                action = int(action.reshape(-1)[0]) if isinstance(action, np.ndarray) else int(action)
+            else:
+                raise TypeError(f"seat {agent!r}: action must be an integer token id in [0, {self._vocab_size}), "
+                                f"got {action!r} ({type(action).__name__})")
+        if not 0 <= action < self._vocab_size:
+            raise ValueError(f"seat {agent!r}: action {action} is outside the vocabulary [0, {self._vocab_size}); "
+                             f"sample token ids from Discrete({self._vocab_size})")
+        allowed = self._episode.allowed
+        if allowed is not None and not allowed[action]:
+            raise ValueError(f"seat {agent!r}: action {action} is banned by the task's action_mask; sample from "
+                             "observation['action_mask']")
+        return action
+
+    def _finish(self) -> None:
+        ep = self._episode
+        for seat in SEATS:
+            self.rewards[seat] = float(ep.reward[seat][0])
+            self.terminations[seat] = True
+            self.infos[seat] = {"task_reward": float(ep.task_reward[seat][0]),
+                                "response_text": ep.response_text[seat][0],
+                                "response_len": len(ep.response[seat][0])}
+
+    def render(self) -> str | None:
+        """The query and both seats' responses so far as text (render_mode "ansi")."""
+        if self.render_mode is None:
+            logger.warning("render() called without render_mode; create the env with render_mode='ansi'")
+            return None
+        ep = self._episode
+        if ep.phase is None:
+            return "(no episode: call reset())"
+        lines = [f"query: {ep.query_text[0]!r}"]
+        for seat in SEATS:
+            text = self.tokenizer.decode(ep.response_ids(seat)[0], skip_special_tokens=True)
+            lines.append(f"{seat}: {text!r}")
+        return "\n".join(lines)
+
+    def transcript(self):
+        """The finished episode as an `EpisodeTranscript` (B = 1)."""
+        return self._episode.transcript()
+
+    def close(self) -> None:
+        """Nothing to release (the tokenizer and reward function belong to the caller)."""

@@ -1,0 +1,67 @@
+"""SamplingConfig validation and one sampling step (processor order, action mask, raw-policy logprobs)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from agents.sampling import SamplingConfig, action_mask_tensor, sample_step
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [({"temperature": 0.0}, "temperature"), ({"top_k": -1}, "top_k"), ({"top_p": 0.0}, "top_p"),
+     ({"top_p": 1.5}, "top_p"), ({"repetition_penalty": 0.0}, "repetition_penalty")],
+)
+def test_sampling_config_rejects_bad_values(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SamplingConfig(**kwargs)
+
+
+def test_defaults_are_plain_sampling_with_no_processors():
+    cfg = SamplingConfig()
+    assert cfg.is_plain and cfg.top_k == 0
+    assert len(cfg.penalty_processors()) == 0 and len(cfg.warpers()) == 0
+    names = [type(p).__name__ for p in SamplingConfig(temperature=0.5, top_k=3, top_p=0.9).warpers()]
+    assert names == ["TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper"]
+
+
+def run(cfg, logits, allowed=None, context=None, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    context = torch.zeros(logits.shape[0], 1, dtype=torch.long) if context is None else context
+    return sample_step(logits, context, allowed, cfg.penalty_processors(), cfg.warpers(), gen)
+
+
+def test_top_k_one_is_greedy_and_logprob_is_raw():
+    logits = torch.tensor([[0.0, 2.0, 1.0, -1.0]]).repeat(50, 1)
+    tokens, logprobs = run(SamplingConfig(top_k=1, temperature=0.3), logits)
+    assert (tokens == 1).all()
+    torch.testing.assert_close(logprobs, torch.log_softmax(logits, -1)[:, 1])
+
+
+def test_action_mask_bans_tokens_before_warpers():
+    logits = torch.tensor([[5.0, 4.0, 0.0, -3.0]]).repeat(200, 1)
+    allowed = torch.tensor([[False, True, True, True]])
+    tokens, _ = run(SamplingConfig(top_k=1), logits, allowed)
+    assert (tokens == 1).all()  # top-1 of the allowed tokens, not the banned argmax
+
+
+def test_repetition_penalty_lowers_context_tokens():
+    logits = torch.tensor([[1.0, 1.0]]).repeat(400, 1)
+    context = torch.zeros(400, 3, dtype=torch.long)  # token 0 already seen
+    tokens, _ = run(SamplingConfig(repetition_penalty=10.0), logits, context=context)
+    assert (tokens == 1).float().mean() > 0.6
+
+
+def test_all_banned_row_raises():
+    with pytest.raises(ValueError, match="bans every token"):
+        run(SamplingConfig(), torch.zeros(2, 3), torch.tensor([[True, False, False], [False, False, False]]))
+
+
+def test_action_mask_tensor_reads_broadcast_views():
+    ones = np.broadcast_to(np.ones((1, 5), np.int8), (4, 5))
+    assert action_mask_tensor(ones, torch.device("cpu")) is None
+    part = np.broadcast_to(np.array([[1, 0, 1, 1, 1]], np.int8), (4, 5))
+    t = action_mask_tensor(part, torch.device("cpu"))
+    assert t.shape == (1, 5) and t.dtype == torch.bool and not t[0, 1]

@@ -1,0 +1,125 @@
+"""Batched env: equivalence with B AEC envs, lock-step windows, returned arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cory_env import BatchedCORYEnv, EnvConfig, raw_env
+
+from .conftest import char_count_reward
+
+B, SEED = 8, 11
+
+
+def _action_tables(vocab: int, eos: int, max_new: int) -> dict[str, np.ndarray]:
+    """Per seat an int (B, max_new) table: row i's k-th token; about 1 in 6 is EOS."""
+    rng = np.random.default_rng(123)
+    tables = {}
+    for seat in ("pioneer", "observer"):
+        table = rng.integers(1, vocab, size=(B, max_new))
+        table[rng.random((B, max_new)) < 0.17] = eos
+        tables[seat] = table
+    return tables
+
+
+@pytest.mark.parametrize("reward", ["vader", "chars"])
+def test_batched_equals_aec_envs(tiny_tok, reward):
+    reward_fn = char_count_reward if reward == "chars" else None
+    config = EnvConfig(max_new_tokens=9, min_new_tokens=2)
+    tables = _action_tables(len(tiny_tok), tiny_tok.eos_token_id, config.max_new_tokens)
+
+    benv = BatchedCORYEnv(config, tiny_tok, batch_size=B, reward_fn=reward_fn)
+    obs, info = benv.reset(seed=SEED)
+    first_obs = {"pioneer": {k: v.copy() for k, v in obs.items()}}
+    step = 0
+    while benv.agent_selection == "pioneer":
+        obs, *_ = benv.step(tables["pioneer"][:, step])
+        step += 1
+    first_obs["observer"] = {k: v.copy() for k, v in obs.items()}
+    step = 0
+    while not benv.done:
+        obs, rewards, terminations, truncations, infos = benv.step(tables["observer"][:, step])
+        step += 1
+    batched = benv.transcript()
+    assert terminations["pioneer"].all() and not truncations["observer"].any()
+
+    for i in range(B):
+        aec = raw_env(config, tokenizer=tiny_tok, reward_fn=reward_fn)
+        aec.reset(seed=SEED + i)
+        counts = {"pioneer": 0, "observer": 0}
+        for seat in ("pioneer", "observer"):
+            assert aec.agent_selection == seat
+            seat_obs = aec.observe(seat)
+            for key in ("input_ids", "attention_mask"):
+                np.testing.assert_array_equal(seat_obs[key], first_obs[seat][key][i])
+            while aec.agent_selection == seat and not aec.terminations[seat]:
+                aec.step(int(tables[seat][i, counts[seat]]))
+                counts[seat] += 1
+        single = aec.transcript()
+        assert single.query_ids[0] == batched.query_ids[i]
+        assert single.query_text[0] == batched.query_text[i]
+        for seat in ("pioneer", "observer"):
+            got, want = single.seats[seat], batched.seats[seat]
+            assert got.prompt_ids[0] == want.prompt_ids[i]
+            assert got.response_ids[0] == want.response_ids[i]
+            assert got.response_text[0] == want.response_text[i]
+            assert got.task_reward[0] == want.task_reward[i]
+            assert aec.rewards[seat] == rewards[seat][i] == want.reward[i]
+            assert aec.infos[seat]["response_len"] == infos[seat]["response_len"][i]
+
+
+def test_lock_step_windows_and_padding(tiny_tok):
+    eos, pad = tiny_tok.eos_token_id, tiny_tok.pad_token_id
+    benv = BatchedCORYEnv(tokenizer=tiny_tok, batch_size=2, min_new_tokens=4, max_new_tokens=4, context_len=40)
+    obs, _ = benv.reset(seed=0, options={"queries": ["Good", "A bad film"]})
+    assert obs["input_ids"].shape == (2, 40) and obs["action_mask"].shape == (2, len(tiny_tok))
+    prev = obs["input_ids"].copy()
+    obs, rewards, terminations, _, infos = benv.step(np.array([eos, 9]))  # row 0 ends at once
+    assert benv.active.tolist() == [False, True] and benv.agent_selection == "pioneer"
+    np.testing.assert_array_equal(obs["input_ids"][:, :-1], prev[:, 1:])  # KV-cache contract
+    assert obs["input_ids"][:, -1].tolist() == [eos, 9]
+    assert rewards["pioneer"].tolist() == [0.0, 0.0] and not terminations["observer"].any() and infos["pioneer"] == {}
+    obs, *_ = benv.step(np.array([9, 10]))  # row 0's action is ignored: pad, mask 0
+    assert obs["input_ids"][0, -1] == pad and obs["attention_mask"][0, -1] == 0
+    assert obs["input_ids"][1, -1] == 10 and obs["attention_mask"][1, -1] == 1
+    for _ in range(2):
+        obs, *_ = benv.step(np.array([-5, 11]))  # out-of-range ids are fine in finished rows
+    assert benv.agent_selection == "observer" and benv.active.all()
+    transcript_p = benv._episode.response_ids("pioneer")
+    assert transcript_p == [[eos], [9, 10, 11, 11]]
+
+
+def test_returned_arrays_are_read_only_and_stable(tiny_tok):
+    benv = BatchedCORYEnv(tokenizer=tiny_tok, batch_size=3, reward_fn=char_count_reward)
+    obs, _ = benv.reset(seed=5)
+    kept = obs["input_ids"]
+    snapshot = kept.copy()
+    with pytest.raises(ValueError):
+        kept[0, 0] = 1
+    while not benv.done:
+        obs, rewards, *_ = benv.step(np.full(3, 7))
+    np.testing.assert_array_equal(kept, snapshot)  # write-once buffers: old views stay valid
+    with pytest.raises(ValueError):
+        rewards["pioneer"][0] = 1.0
+    benv.reset(seed=5)
+    np.testing.assert_array_equal(kept, snapshot)  # a reset allocates new buffers
+
+
+def test_seeding_continues_without_seed(tiny_tok):
+    a = BatchedCORYEnv(tokenizer=tiny_tok, batch_size=4)
+    b = BatchedCORYEnv(tokenizer=tiny_tok, batch_size=4)
+    a.reset(seed=1)
+    b.reset(seed=1)
+    first = a._episode.query_ids
+    a_obs, _ = a.reset()
+    b_obs, _ = b.reset()
+    np.testing.assert_array_equal(a_obs["input_ids"], b_obs["input_ids"])
+    assert a._episode.query_ids != first  # the generators moved on
+
+
+def test_transcript_before_done_raises(tiny_tok):
+    benv = BatchedCORYEnv(tokenizer=tiny_tok, batch_size=2)
+    benv.reset(seed=0)
+    with pytest.raises(RuntimeError, match="finished episode"):
+        benv.transcript()

@@ -1,0 +1,38 @@
+import json
+
+import pytest
+
+from trainers.evaluation import distinct_n
+from trainers.metrics import MetricsLogger, read_jsonl, truncate_jsonl
+
+
+def test_distinct_n_hand_computed():
+    texts = ["a b a b", "a b c"]
+    # unigrams: a b a b a b c -> 3 unique / 7
+    assert distinct_n(texts, 1) == pytest.approx(3 / 7)
+    # bigrams: ab ba ab ab bc -> {ab, ba, bc} 3 / 5
+    assert distinct_n(texts, 2) == pytest.approx(3 / 5)
+    assert distinct_n(["one"], 2) == 0.0
+    with pytest.raises(ValueError):
+        distinct_n(texts, 0)
+
+
+def test_metrics_logger_writes_and_truncates(tmp_path):
+    log = MetricsLogger(tmp_path, tensorboard=True, config_text="a: 1")
+    for it in range(5):
+        log.log(it, {"pioneer/kl": float(it)})
+    log.log_samples(0, [{"query": "q", "pioneer_response": "ünïcode 🎬"}])
+    log.close()
+    rows = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [0, 1, 2, 3, 4]
+    assert any(p.name.startswith("events") for p in (tmp_path / "tensorboard").iterdir())
+    truncate_jsonl(tmp_path / "metrics.jsonl", 2)
+    assert [r["iteration"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [0, 1, 2]
+    sample = json.loads((tmp_path / "samples.jsonl").read_text(encoding="utf-8"))
+    assert sample["pioneer_response"] == "ünïcode 🎬"
+
+
+def test_read_jsonl_ignores_torn_last_line(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"iteration": 0}\n{"iteration": 1, "x"', encoding="utf-8")
+    assert read_jsonl(path) == [{"iteration": 0}]

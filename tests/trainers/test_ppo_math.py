@@ -1,0 +1,523 @@
+"""Tests for `trainers.ppo_math`: hand-computed cases, naive forms, and parity with the TRL 0.11 oracle."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.trainers import trl_reference as trl
+from trainers.score_scaling import RunningMoments, scale_scores
+from trainers.ppo_math import (
+    KL_PENALTY_KINDS,
+    approx_kl,
+    compute_rewards,
+    entropy_from_logits,
+    gae_advantages,
+    kl_penalty,
+    logprobs_from_logits,
+    masked_mean,
+    masked_var,
+    masked_whiten,
+    policy_kl,
+    policy_loss,
+    ppo_loss,
+    value_loss,
+)
+
+TOL = dict(rtol=1e-6, atol=1e-6)
+
+
+# ---- helpers -------------------------------------------------------------------------------------------------------
+
+
+def right_padded_mask(lengths: list[int], t: int) -> torch.Tensor:
+    return torch.arange(t).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+
+
+def random_mask(gen: torch.Generator, b: int, t: int, pattern: str) -> torch.Tensor:
+    """bool (B, T) with at least one True per row (and >= 2 in total)."""
+    if pattern == "full":
+        return torch.ones(b, t, dtype=torch.bool)
+    if pattern == "right":
+        lengths = torch.randint(1, t + 1, (b,), generator=gen).tolist()
+        lengths[0] = t
+        return right_padded_mask(lengths, t)
+    mask = torch.rand(b, t, generator=gen) < 0.6  # "holes": arbitrary pattern
+    mask[:, 0] = True
+    return mask
+
+
+def masked_close(ours: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor) -> None:
+    zero = torch.zeros((), dtype=ours.dtype)
+    torch.testing.assert_close(torch.where(mask, ours, zero), torch.where(mask, ref.to(ours.dtype), zero), **TOL)
+
+
+PATTERNS = ["full", "right", "holes"]
+
+
+# ---- logprobs and entropy ------------------------------------------------------------------------------------------
+
+
+def test_logprobs_from_logits_hand_computed():
+    # softmax([0, ln 3]) = [1/4, 3/4]
+    logits = torch.tensor([[[0.0, math.log(3.0)], [0.0, math.log(3.0)]]])
+    labels = torch.tensor([[1, 0]])
+    torch.testing.assert_close(logprobs_from_logits(logits, labels), torch.tensor([[math.log(0.75), math.log(0.25)]]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_logprobs_from_logits_matches_log_softmax_gather(dtype):
+    gen = torch.Generator().manual_seed(0)
+    logits = (3 * torch.randn(3, 5, 17, generator=gen)).to(dtype)
+    labels = torch.randint(0, 17, (3, 5), generator=gen)
+    ours = logprobs_from_logits(logits, labels)
+    assert ours.shape == (3, 5) and ours.dtype == dtype
+    tol = TOL if dtype != torch.bfloat16 else dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(ours, trl.logprobs_from_logits(logits, labels), **tol)
+
+
+def test_logprobs_from_logits_rejects_bad_input():
+    with pytest.raises(TypeError, match="int64"):
+        logprobs_from_logits(torch.zeros(1, 2, 3), torch.zeros(1, 2))
+    with pytest.raises(ValueError, match="does not fit"):
+        logprobs_from_logits(torch.zeros(1, 2, 3), torch.zeros(1, 3, dtype=torch.long))
+
+
+def test_entropy_hand_computed_and_masked_vocab():
+    uniform = torch.zeros(1, 1, 4)
+    torch.testing.assert_close(entropy_from_logits(uniform), torch.tensor([[math.log(4.0)]]))
+    # two allowed tokens of four, equally likely: log 2; -inf entries give 0 and a finite gradient
+    logits = torch.tensor([[[0.0, 0.0, -math.inf, -math.inf]]], requires_grad=True)
+    ent = entropy_from_logits(logits)
+    torch.testing.assert_close(ent.detach(), torch.tensor([[math.log(2.0)]]))
+    ent.sum().backward()
+    assert torch.isfinite(logits.grad).all()
+
+
+def test_entropy_matches_trl_form():
+    logits = 2 * torch.randn(4, 6, 13, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(entropy_from_logits(logits), trl.entropy_from_logits(logits), **TOL)
+
+
+# ---- masked statistics ---------------------------------------------------------------------------------------------
+
+
+def test_masked_mean_var_hand_computed():
+    x = torch.tensor([[1.0, 2.0, 3.0, 100.0]])
+    mask = torch.tensor([[True, True, True, False]])
+    assert masked_mean(x, mask).item() == pytest.approx(2.0)
+    assert masked_var(x, mask).item() == pytest.approx(1.0)  # Bessel: 2 / (3 - 1)
+    assert masked_var(x, mask, unbiased=False).item() == pytest.approx(2.0 / 3.0)
+    rows = torch.tensor([[1.0, 3.0], [5.0, 7.0]])
+    row_mask = torch.tensor([[True, True], [True, False]])
+    torch.testing.assert_close(masked_mean(rows, row_mask, dim=-1), torch.tensor([2.0, 5.0]))
+
+
+@given(seed=st.integers(0, 10_000), b=st.integers(1, 4), t=st.integers(1, 6))
+@settings(max_examples=40, deadline=None)
+def test_masked_stats_match_the_selected_slice(seed, b, t):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(b, t, generator=gen, dtype=torch.float64)
+    mask = torch.rand(b, t, generator=gen) < 0.5
+    mask[0, 0] = True
+    selected = x[mask]
+    torch.testing.assert_close(masked_mean(x, mask), selected.mean())
+    torch.testing.assert_close(masked_var(x, mask, unbiased=False), selected.var(unbiased=False))
+    if selected.numel() >= 2:
+        torch.testing.assert_close(masked_var(x, mask), selected.var(unbiased=True))
+        whitened = masked_whiten(x, mask)
+        expected = (selected - selected.mean()) / torch.sqrt(selected.var() + 1e-8)
+        torch.testing.assert_close(whitened[mask], expected)
+        kept = masked_whiten(x, mask, shift_mean=False)
+        torch.testing.assert_close(kept[mask].mean(), selected.mean())
+
+
+def test_masked_whiten_keeps_trl_epsilon():
+    # mean 5e-5, unbiased var 5e-9: out = +-5e-5 / sqrt(5e-9 + 1e-8), not +-1 / sqrt(2)
+    x = torch.tensor([[0.0, 1e-4]], dtype=torch.float64)
+    out = masked_whiten(x, torch.ones(1, 2, dtype=torch.bool))
+    expected = 5e-5 / math.sqrt(1.5e-8)
+    torch.testing.assert_close(out, torch.tensor([[-expected, expected]], dtype=torch.float64))
+
+
+def test_masked_stats_reject_bad_masks():
+    x = torch.ones(2, 3)
+    with pytest.raises(TypeError, match="torch.bool"):
+        masked_mean(x, torch.ones(2, 3))
+    with pytest.raises(ValueError, match="does not match"):
+        masked_mean(x, torch.ones(2, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="selects no token"):
+        masked_mean(x, torch.zeros(2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="selects no token"):
+        masked_mean(x, torch.tensor([[True, False, False], [False, False, False]]), dim=-1)
+    one = torch.tensor([[True, False, False], [False, False, False]])
+    with pytest.raises(ValueError, match="at least 2"):
+        masked_var(x, one)
+    assert masked_var(x, one, unbiased=False).item() == 0.0
+    with pytest.raises(ValueError, match="at least 2"):
+        masked_whiten(x, one)
+
+
+def test_masked_stats_do_not_edit_inputs():
+    x = torch.randn(3, 4)
+    mask = torch.ones(3, 4, dtype=torch.bool)
+    before = x.clone()
+    masked_whiten(x, mask, shift_mean=False)
+    torch.testing.assert_close(x, before, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_masked_stats_match_trl(pattern):
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(5, 7, generator=gen)
+    mask = random_mask(gen, 5, 7, pattern)
+    torch.testing.assert_close(masked_mean(x, mask), trl.masked_mean(x, mask), **TOL)
+    torch.testing.assert_close(masked_mean(x, mask, dim=-1), trl.masked_mean(x, mask, axis=-1), **TOL)
+    torch.testing.assert_close(masked_var(x, mask), trl.masked_var(x, mask), **TOL)
+    for shift in (True, False):
+        torch.testing.assert_close(masked_whiten(x, mask, shift), trl.masked_whiten(x, mask, shift), **TOL)
+
+
+# ---- KL penalty ----------------------------------------------------------------------------------------------------
+
+
+def test_kl_penalty_kinds_hand_computed():
+    logp = torch.tensor([[math.log(0.5)]])
+    ref = torch.tensor([[math.log(0.25)]])
+    ln2 = math.log(2.0)
+    expected = {"kl": ln2, "abs": ln2, "mse": 0.5 * ln2**2, "k3": (0.5 - 1.0) + ln2}
+    for kind, value in expected.items():
+        assert kl_penalty(logp, ref, kind).item() == pytest.approx(value, rel=1e-6), kind
+    assert kl_penalty(ref, logp, "abs").item() == pytest.approx(ln2)
+    assert kl_penalty(ref, logp, "kl").item() == pytest.approx(-ln2)
+    # full: pi = [1/2, 1/2], pi_ref = [1/4, 3/4]
+    logits = torch.log(torch.tensor([[[0.5, 0.5]]]))
+    ref_logits = torch.log(torch.tensor([[[0.25, 0.75]]]))
+    full = kl_penalty(logp, ref, "full", logits=logits, ref_logits=ref_logits).item()
+    assert full == pytest.approx(0.5 * math.log(2.0) + 0.5 * math.log(2.0 / 3.0), rel=1e-6)
+
+
+def test_k1_and_k3_are_unbiased_for_the_full_kl():
+    # E_{v ~ pi}[k(v)] = KL(pi || pi_ref) for k1 and k3: take the expectation exactly over the vocabulary.
+    gen = torch.Generator().manual_seed(3)
+    logits, ref_logits = torch.randn(2, 3, 9, generator=gen, dtype=torch.float64).unbind(0)
+    logits, ref_logits = logits.unsqueeze(0), ref_logits.unsqueeze(0)
+    logp, ref_logp = torch.log_softmax(logits, -1), torch.log_softmax(ref_logits, -1)
+    full = kl_penalty(logp[..., 0], ref_logp[..., 0], "full", logits=logits, ref_logits=ref_logits)
+    torch.testing.assert_close(full, trl.naive_full_kl(logits, ref_logits))
+    for kind in ("kl", "k3"):
+        expectation = (logp.exp() * kl_penalty(logp, ref_logp, kind)).sum(-1)
+        torch.testing.assert_close(expectation, full)
+
+
+def test_full_kl_is_finite_with_masked_vocab_and_zero_for_equal_policies():
+    logits = torch.tensor([[[0.0, 1.0, -math.inf]]], requires_grad=True)
+    kl = kl_penalty(torch.zeros(1, 1), torch.zeros(1, 1), "full", logits=logits, ref_logits=torch.zeros(1, 1, 3))
+    assert torch.isfinite(kl).all() and kl.item() > 0
+    kl.sum().backward()
+    assert torch.isfinite(logits.grad).all()
+    same = torch.randn(2, 3, 5)
+    torch.testing.assert_close(kl_penalty(torch.zeros(2, 3), torch.zeros(2, 3), "full", logits=same,
+                                          ref_logits=same.clone()), torch.zeros(2, 3))
+
+
+def test_kl_penalty_rejects_bad_input():
+    z = torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="'kl', 'abs', 'mse', 'full', 'k3'"):
+        kl_penalty(z, z, "kl2")
+    with pytest.raises(ValueError, match="needs logits and ref_logits"):
+        kl_penalty(z, z, "full")
+    with pytest.raises(ValueError, match="does not match"):
+        kl_penalty(z, torch.zeros(1, 3), "kl")
+    with pytest.raises(ValueError, match="does not fit"):
+        kl_penalty(z, z, "full", logits=torch.zeros(1, 3, 4), ref_logits=torch.zeros(1, 3, 4))
+
+
+@pytest.mark.parametrize("kind", KL_PENALTY_KINDS)
+def test_kl_penalty_matches_trl(kind):
+    gen = torch.Generator().manual_seed(4)
+    logits, ref_logits = (2 * torch.randn(2, 4, 6, 11, generator=gen)).unbind(0)
+    labels = torch.randint(0, 11, (4, 6), generator=gen)
+    logp, ref_logp = logprobs_from_logits(logits, labels), logprobs_from_logits(ref_logits, labels)
+    ours = kl_penalty(logp, ref_logp, kind, logits=logits, ref_logits=ref_logits)
+    if kind == "full":
+        ref = trl.kl_penalty(torch.log_softmax(logits, -1), torch.log_softmax(ref_logits, -1), kind)
+    else:
+        ref = trl.kl_penalty(logp, ref_logp, kind)
+    torch.testing.assert_close(ours, ref, **TOL)
+
+
+# ---- compute_rewards -----------------------------------------------------------------------------------------------
+
+
+def test_compute_rewards_hand_computed():
+    logp = torch.tensor([[-1.0, -2.0, -3.0], [-1.0, -1.0, -1.0]])
+    ref = torch.tensor([[-1.5, -1.0, -3.0], [-2.0, -2.0, -2.0]])
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    scores = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    rewards, non_score, kl = compute_rewards(scores, logp, ref, mask, kl_coef=0.1, kind="kl")
+    torch.testing.assert_close(kl, torch.tensor([[0.5, -1.0, 0.0], [1.0, 0.0, 0.0]]))
+    torch.testing.assert_close(non_score, torch.tensor([[-0.05, 0.1, 0.0], [-0.1, 0.0, 0.0]]))
+    torch.testing.assert_close(rewards, torch.tensor([[-0.05, 1.1, 0.0], [1.9, 0.0, 0.0]]))
+    assert rewards.dtype == torch.float32
+
+
+def test_compute_rewards_rejects_bad_input():
+    z = torch.zeros(2, 3)
+    full = torch.ones(2, 3, dtype=torch.bool)
+    with pytest.raises(ValueError, match="one score per response"):
+        compute_rewards(torch.zeros(3), z, z, full, 0.1)
+    with pytest.raises(ValueError, match=r"row\(s\) \[1\]"):
+        compute_rewards(torch.zeros(2), z, z, torch.tensor([[True, False, False], [False] * 3]), 0.1)
+    with pytest.raises(ValueError, match="kl_coef"):
+        compute_rewards(torch.zeros(2), z, z, full, -0.1)
+    with pytest.raises(TypeError, match="torch.bool"):
+        compute_rewards(torch.zeros(2), z, z, full.long(), 0.1)
+
+
+@pytest.mark.parametrize("kind", KL_PENALTY_KINDS)
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_compute_rewards_matches_trl(kind, pattern):
+    gen = torch.Generator().manual_seed(5)
+    b, t, v = 5, 7, 13
+    logits, ref_logits = (2 * torch.randn(2, b, t, v, generator=gen)).unbind(0)
+    labels = torch.randint(0, v, (b, t), generator=gen)
+    logp, ref_logp = logprobs_from_logits(logits, labels), logprobs_from_logits(ref_logits, labels)
+    mask = random_mask(gen, b, t, pattern)
+    scores = torch.randn(b, generator=gen)
+    inputs = [x.clone() for x in (scores, logp, ref_logp, mask, logits, ref_logits)]
+    ours = compute_rewards(scores, logp, ref_logp, mask, 0.37, kind, logits=logits, ref_logits=ref_logits)
+    if kind == "full":
+        ref = trl.compute_rewards(scores, torch.log_softmax(logits, -1), torch.log_softmax(ref_logits, -1), mask,
+                                  0.37, kind)
+    else:
+        ref = trl.compute_rewards(scores, logp, ref_logp, mask, 0.37, kind)
+    for our, theirs in zip(ours, ref):
+        masked_close(our, theirs, mask)
+        assert (our[~mask] == 0).all()
+    for before, after in zip(inputs, (scores, logp, ref_logp, mask, logits, ref_logits)):
+        assert torch.equal(before, after)
+
+
+# ---- GAE -----------------------------------------------------------------------------------------------------------
+
+
+def test_gae_matches_hand_computed():
+    # gamma=0.1, lam=1, V=0: A_t = r_t + 0.1 * A_{t+1}
+    rewards = torch.tensor([[4.0, 5.0, 6.0, 9.0]])
+    mask = torch.tensor([[True, True, True, False]])  # last is padding
+    adv, ret = gae_advantages(rewards, torch.zeros(1, 4), mask, gamma=0.1, lam=1.0, whiten=False)
+    torch.testing.assert_close(adv, torch.tensor([[4.56, 5.6, 6.0, 0.0]]))
+    torch.testing.assert_close(ret, adv)
+
+
+def test_gae_with_values_hand_computed():
+    # gamma=1, lam=0.5, V=[0.5, 1, 1.5]: deltas [1.5, 0.5, 0.5]; A = [1.875, 0.75, 0.5]; R = A + V
+    rewards = torch.tensor([[1.0, 0.0, 2.0]])
+    values = torch.tensor([[0.5, 1.0, 1.5]])
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    adv, ret = gae_advantages(rewards, values, mask, 1.0, 0.5, whiten=False)  # gamma, lam may be positional
+    torch.testing.assert_close(adv, torch.tensor([[1.875, 0.75, 0.5]]))
+    torch.testing.assert_close(ret, torch.tensor([[2.375, 1.75, 2.0]]))
+    whitened, _ = gae_advantages(rewards, values, mask, gamma=1.0, lam=0.5)
+    torch.testing.assert_close(whitened, masked_whiten(adv, mask))
+
+
+def test_gae_matches_naive_per_row_and_whitens():
+    gen = torch.Generator().manual_seed(6)
+    lengths = [1, 4, 6, 3]
+    mask = right_padded_mask(lengths, 6)
+    rewards = torch.randn(4, 6, generator=gen, dtype=torch.float64)
+    values = torch.randn(4, 6, generator=gen, dtype=torch.float64)
+    adv, ret = gae_advantages(rewards, values, mask, gamma=0.9, lam=0.8, whiten=False)
+    for row, n in enumerate(lengths):
+        naive = trl.naive_gae_row(rewards[row, :n].tolist(), values[row, :n].tolist(), 0.9, 0.8)
+        torch.testing.assert_close(adv[row, :n], torch.tensor(naive, dtype=torch.float64))
+        torch.testing.assert_close(ret[row, :n], adv[row, :n] + values[row, :n])
+        assert (adv[row, n:] == 0).all() and (ret[row, n:] == 0).all()
+    white, _ = gae_advantages(rewards, values, mask, gamma=0.9, lam=0.8)
+    torch.testing.assert_close(masked_mean(white, mask), torch.zeros((), dtype=torch.float64), atol=1e-12, rtol=0)
+    torch.testing.assert_close(masked_var(white, mask), torch.ones((), dtype=torch.float64), atol=1e-6, rtol=0)
+
+
+def test_gae_outputs_are_detached():
+    values = torch.randn(2, 3, requires_grad=True)
+    adv, ret = gae_advantages(torch.randn(2, 3), values, torch.ones(2, 3, dtype=torch.bool))
+    assert not adv.requires_grad and not ret.requires_grad
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize("whiten_rewards", [False, True])
+def test_gae_matches_trl(pattern, whiten_rewards):
+    gen = torch.Generator().manual_seed(7)
+    mask = random_mask(gen, 6, 9, pattern)
+    rewards, values = torch.randn(2, 6, 9, generator=gen).unbind(0)
+    adv, ret = gae_advantages(rewards, values, mask, gamma=1.0, lam=0.95, whiten_rewards=whiten_rewards)
+    raw, _ = gae_advantages(rewards, values, mask, gamma=1.0, lam=0.95, whiten=False, whiten_rewards=whiten_rewards)
+    _, trl_adv, trl_ret, trl_raw = trl.compute_advantages(values, rewards, mask, 1.0, 0.95, whiten_rewards)
+    masked_close(adv, trl_adv, mask)
+    masked_close(ret, trl_ret, mask)
+    masked_close(raw, trl_raw, mask)
+
+
+# ---- losses --------------------------------------------------------------------------------------------------------
+
+
+def test_policy_loss_hand_computed():
+    # ratios 1.5, 0.5, 1.1 with advantages 1, -1, 1 and eps 0.2
+    logp = torch.log(torch.tensor([[1.5, 0.5, 1.1, 7.0]]))
+    old = torch.zeros(1, 4)
+    adv = torch.tensor([[1.0, -1.0, 1.0, 5.0]])
+    mask = torch.tensor([[True, True, True, False]])
+    loss, clipfrac = policy_loss(logp, old, adv, mask, cliprange=0.2)
+    # per token: max(-1.5, -1.2) = -1.2; max(0.5, 0.8) = 0.8; max(-1.1, -1.1) = -1.1
+    assert loss.item() == pytest.approx((-1.2 + 0.8 - 1.1) / 3, rel=1e-6)
+    assert clipfrac.item() == pytest.approx(2 / 3)
+
+
+def test_value_loss_hand_computed():
+    values = torch.tensor([[1.0, 0.6]])
+    old = torch.tensor([[0.5, 0.5]])
+    returns = torch.tensor([[2.0, 0.0]])
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    loss, clipfrac = value_loss(values, old, returns, mask, cliprange_value=0.2)
+    # token 0: clipped 0.7 -> max(1.0, 1.69) = 1.69; token 1: within range -> 0.36
+    assert loss.item() == pytest.approx(0.5 * (1.69 + 0.36) / 2, rel=1e-6)
+    assert clipfrac.item() == pytest.approx(0.5)
+
+
+def test_approx_kl_and_policy_kl_hand_computed():
+    logp = torch.tensor([[-1.0, -2.0, 0.0]])
+    old = torch.tensor([[-1.5, -1.0, 9.0]])
+    mask = torch.tensor([[True, True, False]])
+    assert approx_kl(logp, old, mask).item() == pytest.approx(0.5 * (0.25 + 1.0) / 2)
+    assert policy_kl(logp, old, mask).item() == pytest.approx((-0.5 + 1.0) / 2)
+
+
+def test_ppo_loss_combines_and_backpropagates():
+    gen = torch.Generator().manual_seed(8)
+    mask = right_padded_mask([4, 2, 3], 4)
+    logp = (-torch.rand(3, 4, generator=gen)).requires_grad_()
+    values = torch.randn(3, 4, generator=gen).requires_grad_()
+    old_logp, old_values, adv, ret = (torch.randn(3, 4, generator=gen) * 0.1 for _ in range(4))
+    old_logp = logp.detach() + old_logp
+    loss, stats = ppo_loss(logp, old_logp, values, old_values, adv, ret, mask, vf_coef=0.25,
+                           entropy=torch.ones(3, 4))
+    pg, _ = policy_loss(logp, old_logp, adv, mask)
+    vf, _ = value_loss(values, old_values, ret, mask)
+    torch.testing.assert_close(loss, pg + 0.25 * vf)
+    assert stats["entropy"] == pytest.approx(1.0)
+    assert stats["skipped"] == 0.0
+    assert all(type(value) is float for value in stats.values())
+    loss.backward()
+    assert logp.grad is not None and values.grad is not None
+    assert (logp.grad[~mask] == 0).all() and (values.grad[~mask] == 0).all()
+
+
+def test_ppo_loss_skips_batch_above_ratio_threshold(caplog):
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    logp = torch.full((1, 3), math.log(20.0), requires_grad=True)
+    args = (logp, torch.zeros(1, 3), torch.zeros(1, 3), torch.zeros(1, 3), torch.ones(1, 3), torch.ones(1, 3), mask)
+    with caplog.at_level(logging.WARNING, logger="trainers.ppo_math"):
+        loss, stats = ppo_loss(*args, ratio_threshold=10.0)
+    assert loss.item() == 0.0 and stats["policy_loss"] == 0.0 and stats["skipped"] == 1.0
+    assert stats["ratio"] == pytest.approx(20.0)
+    assert "ratio_threshold" in caplog.text
+    loss.backward()  # still a graph: the learner may backpropagate the zero loss
+    loss_kept, stats_kept = ppo_loss(*args)  # default: never skip
+    assert loss_kept.item() != 0.0 and stats_kept["skipped"] == 0.0
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize("threshold", [10.0, 1.05])
+def test_ppo_loss_matches_trl(pattern, threshold):
+    gen = torch.Generator().manual_seed(9)
+    b, t, v = 4, 6, 10
+    mask = random_mask(gen, b, t, pattern)
+    logits = torch.randn(b, t, v, generator=gen)
+    logp = -torch.rand(b, t, generator=gen)
+    old_logp = logp + 0.3 * torch.randn(b, t, generator=gen)
+    values, old_values, adv, ret = torch.randn(4, b, t, generator=gen).unbind(0)
+    loss, stats = ppo_loss(logp, old_logp, values, old_values, adv, ret, mask, cliprange=0.2, cliprange_value=0.2,
+                           vf_coef=0.1, entropy=entropy_from_logits(logits), ratio_threshold=threshold)
+    ref_loss, ref_stats = trl.loss(old_logp, old_values, logits, values, logp, mask, adv, ret, 0.2, 0.2, 0.1,
+                                   ratio_threshold=threshold)
+    torch.testing.assert_close(loss, ref_loss, **TOL)
+    assert set(ref_stats) <= set(stats)
+    for name, value in ref_stats.items():
+        assert stats[name] == pytest.approx(float(value), rel=1e-6, abs=1e-6), name
+    assert stats["skipped"] == float(stats["ratio"] > threshold)
+
+
+# ---- score scaling -------------------------------------------------------------------------------------------------
+
+
+def test_running_moments_hand_computed_and_checkpointable():
+    moments = RunningMoments()
+    batch_mean, batch_std = moments.update(torch.tensor([1.0, 3.0]))
+    assert (batch_mean, batch_std) == pytest.approx((2.0, math.sqrt(2.0)))
+    assert (moments.mean, moments.std, moments.var) == pytest.approx((2.0, math.sqrt(2.0), 1.0))
+    state = moments.state_dict()
+    assert all(type(v) is float for v in state.values())
+    restored = RunningMoments()
+    restored.load_state_dict(state)
+    assert restored == moments
+    with pytest.raises(ValueError, match="state keys"):
+        restored.load_state_dict({"mean": 0.0})
+
+
+def test_running_moments_equal_statistics_of_all_scores():
+    gen = torch.Generator().manual_seed(10)
+    batches = [torch.randn(n, generator=gen, dtype=torch.float64) * 3 + 1 for n in (5, 1, 8, 2)]
+    moments = RunningMoments()
+    for batch in batches:
+        moments.update(batch)
+    everything = torch.cat(batches)
+    assert moments.mean == pytest.approx(everything.mean().item(), rel=1e-12)
+    assert moments.std == pytest.approx(everything.std().item(), rel=1e-12)
+    assert moments.count == pytest.approx(everything.numel())
+
+
+def test_running_moments_rejects_empty_and_single_first_batch():
+    with pytest.raises(ValueError, match="empty"):
+        RunningMoments().update(torch.zeros(0))
+    with pytest.raises(ValueError, match="at least 2"):
+        RunningMoments().update(torch.zeros(1))
+
+
+def test_scale_scores_hand_computed():
+    scores = torch.tensor([1.0, 3.0])
+    eps = torch.finfo(torch.float32).eps
+    scaled = scale_scores(scores, RunningMoments(), use_score_norm=False)
+    torch.testing.assert_close(scaled, scores / (math.sqrt(2.0) + eps))
+    normed = scale_scores(scores, RunningMoments(), use_score_norm=True)
+    torch.testing.assert_close(normed, torch.tensor([-1.0, 1.0]) / (math.sqrt(2.0) + eps))
+    clipped = scale_scores(torch.tensor([-5.0, 0.5, 5.0]), None, use_score_norm=True, score_clip=1.0)
+    torch.testing.assert_close(clipped, torch.tensor([-1.0, 0.5, 1.0]))
+    torch.testing.assert_close(scores, torch.tensor([1.0, 3.0]))  # not edited
+    untouched = RunningMoments()
+    torch.testing.assert_close(scale_scores(scores, untouched, use_score_scaling=False), scores)
+    assert untouched == RunningMoments()
+    with pytest.raises(TypeError, match="float"):
+        scale_scores(torch.tensor([1, 2]), None)
+    with pytest.raises(ValueError, match="score_clip"):
+        scale_scores(scores, None, score_clip=0.0)
+
+
+@pytest.mark.parametrize("use_score_norm", [False, True])
+@pytest.mark.parametrize("score_clip", [None, 0.8])
+def test_scale_scores_matches_trl_over_steps(use_score_norm, score_clip):
+    gen = torch.Generator().manual_seed(11)
+    ours, theirs = RunningMoments(), trl.RunningMoments()
+    for _ in range(5):
+        scores = torch.randn(6, generator=gen) * 2 + 0.5
+        a = scale_scores(scores, ours, use_score_norm=use_score_norm, score_clip=score_clip)
+        b = trl.step_score_block(scores.clone(), theirs, True, use_score_norm, score_clip)
+        torch.testing.assert_close(a, b, **TOL)
+        assert ours.mean == pytest.approx(theirs.mean, rel=1e-6, abs=1e-6)
+        assert ours.std == pytest.approx(theirs.std, rel=1e-6)

@@ -1,0 +1,166 @@
+"""The `cory` command line: `cory train`, `cory eval CHECKPOINT`, `cory plot RUN_DIR...`.
+
+Options of `train` come from the config dataclasses (`EnvConfig`, `PPOConfig`, `CORYConfig`) through
+`transformers.HfArgumentParser`, so every option has its field's help. Values resolve as
+command-line flags > `--config FILE.yaml` > `--preset NAME` > defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+import typing
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from cory_env import EnvConfig
+from trainers.config import CORYConfig, PPOConfig
+from trainers.presets import PRESETS, preset
+
+logger = logging.getLogger("cory")
+CONFIG_CLASSES = (EnvConfig, PPOConfig, CORYConfig)
+
+
+def _field_types() -> dict[str, Any]:
+    out = {}
+    for cls in CONFIG_CLASSES:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            out[f.name] = hints[f.name]
+    return out
+
+
+def _type_ok(value: Any, hint: Any) -> bool:
+    args = typing.get_args(hint)
+    if args and type(None) in args:
+        if value is None:
+            return True
+        hint = next(a for a in args if a is not type(None))
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    return True
+
+
+def load_yaml_config(path: str | Path) -> dict[str, Any]:
+    """A flat `field: value` YAML file, checked against the config fields.
+
+    Raises:
+        FileNotFoundError: missing file.
+        ValueError: not a mapping, unknown keys (lists valid ones), or a value of the wrong type.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"config file {path} not found")
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of option: value, got {type(data).__name__}")
+    check_overrides(data, source=str(path))
+    return data
+
+
+def check_overrides(data: dict[str, Any], *, source: str) -> None:
+    types = _field_types()
+    unknown = sorted(set(data) - set(types))
+    if unknown:
+        raise ValueError(f"{source}: unknown option(s) {unknown}; valid options: {', '.join(sorted(types))}")
+    for key, value in data.items():
+        if not _type_ok(value, types[key]):
+            raise ValueError(f"{source}: option {key} must be {types[key]}, got {value!r} ({type(value).__name__})")
+
+
+def parse_train_args(argv: Sequence[str]) -> tuple[EnvConfig, PPOConfig, CORYConfig]:
+    """Resolve `cory train` arguments into the three config dataclasses (flags > YAML > preset > defaults)."""
+    from transformers import HfArgumentParser
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--preset", default=None)
+    pre.add_argument("--config", default=None)
+    known, _ = pre.parse_known_args(argv)
+    defaults: dict[str, Any] = {}
+    if known.preset:
+        defaults.update(preset(known.preset))
+    if known.config:
+        defaults.update(load_yaml_config(known.config))
+
+    parser = HfArgumentParser(CONFIG_CLASSES, prog="cory train",
+                              description="Train with CORY (or the PPO baseline) on a CORY env.")
+    parser.add_argument("--preset", default=None, help=f"Preset: {', '.join(sorted(PRESETS))}.")
+    parser.add_argument("--config", default=None, help="YAML file of option: value (e.g. a run's config.yaml).")
+    parser.set_defaults(**defaults)
+    *configs, _extra, remaining = parser.parse_args_into_dataclasses(args=list(argv), return_remaining_strings=True)
+    if remaining:
+        valid = sorted(a.option_strings[0] for a in parser._actions if a.option_strings)
+        raise ValueError(f"unknown option(s) {remaining}; valid options: {' '.join(valid)}")
+    env_cfg, ppo_cfg, cory_cfg = configs
+    return env_cfg, ppo_cfg, cory_cfg
+
+
+def cmd_train(argv: Sequence[str]) -> int:
+    from trainers.cory import CORYTrainer
+
+    env_cfg, ppo_cfg, cory_cfg = parse_train_args(argv)
+    trainer = CORYTrainer(cory_cfg, ppo_cfg, env_cfg)
+    history = trainer.train()
+    if history:
+        last = history[-1]
+        summary = {k: round(v, 4) for k, v in last.items() if k.split("/")[0] in ("pioneer", "observer", "cory")
+                   and k.split("/")[-1] in ("task_reward", "kl", "combined_reward", "collective_reward")}
+        print(json.dumps({"output_dir": str(trainer.output_dir), "last_iteration": last["iteration"], **summary},
+                         indent=2))
+    return 130 if trainer._stop_requested else 0
+
+
+def cmd_eval(argv: Sequence[str]) -> int:
+    from trainers.evaluate_cli import run_eval
+
+    return run_eval(argv)
+
+
+def cmd_plot(argv: Sequence[str]) -> int:
+    from trainers.plotting import plot_runs
+
+    parser = argparse.ArgumentParser(prog="cory plot", description="PNG curves and a Pareto scatter of runs.")
+    parser.add_argument("run_dirs", nargs="+", help="Run directories (each with metrics.jsonl).")
+    parser.add_argument("--out", default=None, help="Output folder (default: the first run directory).")
+    args = parser.parse_args(argv)
+    for path in plot_runs(args.run_dirs, args.out or args.run_dirs[0]):
+        print(path)
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: cory {train,eval,plot} [options]\n\n"
+              "  train   train with CORY (default) or the PPO baseline (--algo ppo); cory train --help\n"
+              "  eval    evaluate a checkpoint's pioneer alone; cory eval --help\n"
+              "  plot    plot run directories; cory plot --help\n")
+        return 0 if argv else 2
+    command = argv[0]
+    if command not in COMMANDS:
+        print(f"cory: unknown command {command!r}; valid commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    try:
+        return COMMANDS[command](argv[1:])
+    except (ValueError, FileNotFoundError, FileExistsError, OSError) as exc:
+        print(f"cory {command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

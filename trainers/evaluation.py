@@ -1,0 +1,73 @@
+"""Inference-time evaluation: the pioneer answers alone (no observer), as CORY is deployed (paper §1).
+
+Reports task reward, KL to the reference model, combined reward, distinct-1/2 (diversity; PPO's distribution
+collapse shows as low distinct-n, paper §3) and response length.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from trainers.rollout import rollout_from_transcript, run_episodes
+
+
+def distinct_n(texts: Sequence[str], n: int) -> float:
+    """Distinct-n (Li et al. 2016, arXiv:1510.03055): unique n-grams / all n-grams over whitespace tokens.
+
+    Returns 0.0 when the texts hold no n-gram.
+
+    Raises:
+        ValueError: if n < 1.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    grams = [tuple(words[i:i + n]) for words in (t.split() for t in texts) for i in range(len(words) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
+def sequence_kl(agent, ref_model, rollout) -> torch.Tensor:
+    """float32 (B,): sum over response tokens of logp − ref_logp (k1 estimate of KL(π‖π_ref), nats)."""
+    with torch.no_grad():
+        lp = agent.evaluate(rollout.query, rollout.query_mask, rollout.response, rollout.response_mask).logprobs
+        ref = ref_model.evaluate(rollout.query, rollout.query_mask, rollout.response, rollout.response_mask).logprobs
+    return ((lp - ref) * rollout.response_mask).sum(dim=-1)
+
+
+def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta: float,
+                     num_samples: int = 5) -> dict:
+    """Run the pioneer alone on `num_batches` batches of the (single-agent) env.
+
+    Args:
+        agent: the model to evaluate, seated as pioneer.
+        ref_model: the reference model (for KL).
+        env: a single-agent `BatchedCORYEnv`.
+        num_batches: batches of `env.batch_size` queries.
+        seed: query/sampling seed (use one the training run did not use for held-out queries).
+        eta: coefficient of the combined reward = task_reward − eta · KL.
+        num_samples: texts to include.
+
+    Returns:
+        dict: task_reward, kl, combined_reward (means), distinct_1, distinct_2, response_len, num_queries, samples.
+    """
+    rewards, kls, lengths, texts, samples = [], [], [], [], []
+    for b in range(num_batches):
+        gen = torch.Generator().manual_seed(seed + 7919 * b)
+        transcript = run_episodes(env, {"pioneer": agent}, seed=seed + 1_000_003 * b, generator=gen)
+        rollout = rollout_from_transcript(transcript, "pioneer", env.pad_token_id)
+        seat = transcript.seats["pioneer"]
+        rewards.extend(np.asarray(seat.task_reward, dtype=float).tolist())
+        kls.extend(sequence_kl(agent, ref_model, rollout).tolist())
+        lengths.extend(rollout.response_mask.sum(dim=-1).tolist())
+        texts.extend(seat.response_text)
+        for q, r, s in zip(transcript.query_text, seat.response_text, seat.task_reward):
+            if len(samples) < num_samples:
+                samples.append({"query": q, "response": r, "task_reward": float(s)})
+    task_reward, kl = float(np.mean(rewards)), float(np.mean(kls))
+    return {
+        "task_reward": task_reward, "kl": kl, "combined_reward": task_reward - eta * kl,
+        "distinct_1": distinct_n(texts, 1), "distinct_2": distinct_n(texts, 2),
+        "response_len": float(np.mean(lengths)), "num_queries": len(rewards), "samples": samples,
+    }

@@ -1,0 +1,99 @@
+"""PNG figures from run directories: learning curves (per seat and per model identity) and a Pareto scatter.
+
+matplotlib with the non-interactive Agg backend: no display needed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from trainers.metrics import METRICS_FILE, read_jsonl  # noqa: E402
+
+QUANTITIES = ("task_reward", "kl", "combined_reward")
+SCOPES = ("pioneer", "observer", "llm1", "llm2")
+
+
+def load_runs(run_dirs: Sequence[str | Path]) -> dict[str, list[dict]]:
+    """Run label (folder name) -> its metrics records.
+
+    Raises:
+        FileNotFoundError: if a folder has no metrics.jsonl.
+    """
+    runs = {}
+    for run in run_dirs:
+        path = Path(run) / METRICS_FILE
+        if not path.exists():
+            raise FileNotFoundError(f"{path} not found: is {run} a cory run directory?")
+        label = Path(run).name
+        while label in runs:
+            label += "'"
+        runs[label] = read_jsonl(path)
+    return runs
+
+
+def final_point(records: list[dict], scope: str = "pioneer", last: int = 3) -> tuple[float, float] | None:
+    """(task_reward, kl) averaged over the last `last` iterations for `scope`, or None if absent."""
+    rows = [r for r in records if f"{scope}/task_reward" in r][-last:]
+    if not rows:
+        return None
+    return (sum(r[f"{scope}/task_reward"] for r in rows) / len(rows),
+            sum(r[f"{scope}/kl"] for r in rows) / len(rows))
+
+
+def plot_curves(runs: dict[str, list[dict]], out: Path) -> Path:
+    """A grid: rows = task_reward, kl, combined_reward; columns = pioneer, observer, llm1, llm2."""
+    fig, axes = plt.subplots(len(QUANTITIES), len(SCOPES), figsize=(4 * len(SCOPES), 2.8 * len(QUANTITIES)),
+                             squeeze=False, sharex=True)
+    for i, qty in enumerate(QUANTITIES):
+        for j, scope in enumerate(SCOPES):
+            ax = axes[i][j]
+            key = f"{scope}/{qty}"
+            for label, records in runs.items():
+                xs = [r["iteration"] for r in records if key in r]
+                ys = [r[key] for r in records if key in r]
+                if xs:
+                    ax.plot(xs, ys, label=label, linewidth=1.2)
+            ax.set_title(key, fontsize=9)
+            ax.grid(alpha=0.3)
+            if i == len(QUANTITIES) - 1:
+                ax.set_xlabel("iteration")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 6), fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out
+
+
+def plot_pareto(runs: dict[str, list[dict]], out: Path) -> Path:
+    """Final task reward vs KL per run (pioneer seat; llm1 and llm2 too where present)."""
+    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    for label, records in runs.items():
+        for scope, marker in (("pioneer", "o"), ("llm1", "^"), ("llm2", "v")):
+            point = final_point(records, scope)
+            if point is not None:
+                ax.scatter(point[1], point[0], marker=marker, s=40)
+                ax.annotate(f"{label}:{scope}", (point[1], point[0]), fontsize=7)
+    ax.set_xlabel("KL to reference (nats, last 3 iterations)")
+    ax.set_ylabel("task reward")
+    ax.set_title("Pareto view: higher reward at lower KL is better", fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out
+
+
+def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path) -> list[Path]:
+    """Write `curves.png` and `pareto.png` for `run_dirs` into `out_dir`; returns the paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs = load_runs(run_dirs)
+    return [plot_curves(runs, out_dir / "curves.png"), plot_pareto(runs, out_dir / "pareto.png")]

@@ -1,0 +1,46 @@
+"""Named presets for `cory train --preset NAME`: flat field -> value overrides of the config dataclasses.
+
+Precedence: command-line flags > `--config FILE.yaml` > preset > dataclass defaults.
+"""
+
+from __future__ import annotations
+
+PRESETS: dict[str, dict] = {
+    # A tiny random model on the built-in openings: a full run of a few iterations in seconds (tests, trying flags).
+    "tiny": {
+        "model": "tiny", "output_dir": "runs/tiny", "num_iterations": 4, "role_exchange_period": 2,
+        "batch_size": 4, "mini_batch_size": 2, "ppo_epochs": 2, "learning_rate": 1e-3,
+        "min_new_tokens": 3, "max_new_tokens": 6, "context_len": 64, "log_samples": 2,
+    },
+    # The README's first command: real SmolLM2-135M-Instruct on CPU in a few minutes, LoRA, VADER reward,
+    # IMDB from the hub when reachable, else the built-in openings (or --data_path FILE).
+    "imdb-quick": {
+        "model": "smollm2-135m-instruct", "output_dir": "runs/imdb-quick", "data_path": "hub",
+        "num_iterations": 8, "role_exchange_period": 4, "batch_size": 8, "mini_batch_size": 8, "ppo_epochs": 2,
+        "use_lora": True, "lora_r": 16, "lora_alpha": 32, "learning_rate": 2e-4,
+        "min_new_tokens": 4, "max_new_tokens": 12, "context_len": 96, "init_kl_coef": 0.2,
+        "torch_threads": 2,
+    },
+    # The paper's IMDB settings (official code, PAPER.md §2), for a GPU.
+    "imdb-paper": {
+        "model": "gpt2-large", "output_dir": "runs/imdb-paper", "data_path": "hub", "reward": "distilbert-imdb",
+        "min_review_chars": 100, "query_min_tokens": 2, "query_max_tokens": 7,
+        "min_new_tokens": 4, "max_new_tokens": 15, "context_len": 128,
+        "num_iterations": 102, "role_exchange_period": 5, "batch_size": 256, "mini_batch_size": 256,
+        "ppo_epochs": 4, "learning_rate": 1.41e-5, "init_kl_coef": 0.4, "adap_kl_ctrl": True, "target": 6.0,
+        "horizon": 10000.0, "kl_penalty": "full", "use_score_scaling": True, "use_score_norm": True,
+        "cliprange": 0.2, "cliprange_value": 0.2, "vf_coef": 0.1, "top_k": 0, "top_p": 1.0,
+        "repetition_penalty": 1.1, "checkpoint_every": 10,
+    },
+}
+
+
+def preset(name: str) -> dict:
+    """A copy of preset `name`.
+
+    Raises:
+        ValueError: unknown name (lists the valid ones).
+    """
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; valid presets: {', '.join(sorted(PRESETS))}")
+    return dict(PRESETS[name])

@@ -1,0 +1,136 @@
+"""TRL's optional score preprocessing: running moments, scaling by the running std, normalisation, clipping.
+
+`RunningMoments` is part of the state that travels with a model at role exchange (checkpointed as plain floats).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+__all__ = ["RunningMoments", "scale_scores"]
+
+@dataclass
+class RunningMoments:
+    """Running mean and standard deviation of all scores seen so far (parallel-variance merge).
+
+    Starts from mean 0, var 1, count 1e-24 (so the first batch dominates). Arithmetic is float64.
+
+    Attributes:
+        mean: running mean.
+        std: running standard deviation with Bessel's correction over the total count.
+        var: running population variance.
+        count: number of scores merged (plus the 1e-24 prior).
+
+    Source:
+        TRL 0.11.4 `trl.trainer.utils.RunningMoments` (after OpenLMLab MOSS-RLHF); Chan et al. parallel variance.
+    """
+
+    mean: float = 0.0
+    std: float = 1.0
+    var: float = 1.0
+    count: float = 1e-24
+
+    @torch.no_grad()
+    def update(self, xs: torch.Tensor) -> tuple[float, float]:
+        """Merge a batch of scores into the running moments.
+
+        Args:
+            xs: float, any shape (typically (B,)); all elements count.
+
+        Returns:
+            (batch mean, batch std with Bessel's correction; NaN for a single element).
+
+        Raises:
+            ValueError: if `xs` is empty, or the running count would stay ≤ 1 (a first batch of one score has no
+                standard deviation: use a batch of at least 2).
+        """
+        n = xs.numel()
+        if n == 0:
+            raise ValueError("RunningMoments.update got an empty tensor; pass at least one score")
+        x = xs.detach().to(torch.float64)
+        batch_var, batch_mean = torch.var_mean(x, unbiased=False)
+        batch_var, batch_mean = float(batch_var), float(batch_mean)
+        total = self.count + n
+        if total <= 1.0:
+            raise ValueError(f"RunningMoments needs more than 1 score in total, got {total:g}; "
+                             "use a batch of at least 2 scores")
+        delta = batch_mean - self.mean
+        old_sum = self.var * self.count + delta**2 * self.count * n / total
+        new_var = (old_sum + batch_var * n) / total
+        self.mean = self.mean + delta * n / total
+        self.std = math.sqrt(new_var * total / (total - 1))
+        self.var = new_var
+        self.count = total
+        batch_std = math.sqrt(batch_var * n / (n - 1)) if n > 1 else float("nan")
+        return batch_mean, batch_std
+
+    def state_dict(self) -> dict[str, float]:
+        """The moments as plain floats (for checkpoints)."""
+        return {"mean": float(self.mean), "std": float(self.std), "var": float(self.var), "count": float(self.count)}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        """Restore moments saved by `state_dict`.
+
+        Raises:
+            ValueError: if keys are missing or unexpected.
+        """
+        expected = {"mean", "std", "var", "count"}
+        if set(state) != expected:
+            raise ValueError(f"RunningMoments state keys {sorted(state)} != {sorted(expected)}; "
+                             "pass the dict returned by RunningMoments.state_dict()")
+        for key in expected:
+            setattr(self, key, float(state[key]))
+
+
+def scale_scores(
+    scores: torch.Tensor,
+    moments: Optional[RunningMoments],
+    *,
+    use_score_scaling: bool = True,
+    use_score_norm: bool = False,
+    score_clip: Optional[float] = None,
+) -> torch.Tensor:
+    """TRL's score preprocessing: running-std scaling, optional normalisation, optional clipping.
+
+    With score scaling on (`moments` given and `use_score_scaling`): first `moments.update(scores)` (this mutates
+    `moments`), then s / (std + eps), or (s − mean) / (std + eps) with `use_score_norm`, using the moments *after*
+    the update and eps = machine epsilon of the scores' dtype. Then, if `score_clip`, clip to [−score_clip, score_clip]
+    (also without scaling). `use_score_norm` without scaling is ignored, as in TRL.
+
+    Args:
+        scores: float (B,), sequence rewards (for CORY, the collective reward). Not edited.
+        moments: the seat's running statistics, or None to skip scaling.
+        use_score_scaling: scale by the running std (`PPOConfig.use_score_scaling`); False skips scaling and
+            leaves `moments` untouched.
+        use_score_norm: subtract the running mean too (`PPOConfig.use_score_norm`).
+        score_clip: clip bound > 0 (`PPOConfig.score_clip`), or None.
+
+    Returns:
+        float (B,), same dtype as `scores`.
+
+    Raises:
+        TypeError: if `scores` is not floating point.
+        ValueError: if `score_clip` is not positive; see `RunningMoments.update`.
+
+    Source:
+        TRL 0.11.4 `PPOTrainer.step` (score scaling and clipping block).
+    """
+    if not scores.is_floating_point():
+        raise TypeError(f"scores must be a float tensor, got {scores.dtype}; pass `scores.float()`")
+    if score_clip is not None and not score_clip > 0:
+        raise ValueError(f"score_clip must be > 0 or None, got {score_clip}")
+    out = scores
+    if moments is not None and use_score_scaling:
+        moments.update(scores)
+        scale = torch.tensor(moments.std, dtype=scores.dtype, device=scores.device) + torch.finfo(scores.dtype).eps
+        if use_score_norm:
+            out = (scores - torch.tensor(moments.mean, dtype=scores.dtype, device=scores.device)) / scale
+        else:
+            out = scores / scale
+    if score_clip is not None:
+        out = torch.clip(out.float(), -score_clip, score_clip).to(scores.dtype)
+    return out

@@ -218,7 +218,12 @@ def _offline_error(name: str, err: Exception) -> OSError:
     )
 
 
-def _prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """Set pad = EOS when the tokenizer has no pad token, and left padding (for batched prompts).
+
+    Raises:
+        ValueError: if the tokenizer has neither a pad nor an EOS token.
+    """
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise ValueError(f"tokenizer {tokenizer.name_or_path!r} has neither a pad nor an EOS token")
@@ -258,7 +263,7 @@ def load_tokenizer(
             if kwargs.get("local_files_only"):
                 raise _offline_error(name_or_path, err) from err
             raise
-    return _prepare_tokenizer(tok)
+    return prepare_tokenizer(tok)
 
 
 def load_model_and_tokenizer(

@@ -1,21 +1,14 @@
 """`LLMAgent`: a causal LM plus a value head that acts in the CORY env token by token and scores responses.
 
 Acting (``act`` for the AEC env, ``act_batch`` for `BatchedCORYEnv`) reads plain observation dicts
-(``input_ids``, ``attention_mask``, ``action_mask``) and keeps a KV cache across consecutive steps of one episode:
-inside a phase the env shifts its left-padded context window one column left per step, so when the new
-``ids[:, :-1]`` equal the previous ``ids[:, 1:]`` (and likewise the mask) only the last column is fed to the model.
-Anything else (a new episode, the observer's fresh prompt, another seat's observation) rebuilds the cache with one
-prefill forward. The attention mask history grows with the cache; positions come from its cumsum, as in
-``generate``.
-
-Scoring (``evaluate``) runs one forward over ``[query; response]`` and returns per-token log-probabilities,
-values and entropies of the response, with gradients, for the PPO update.
+(``input_ids``, ``attention_mask``, ``action_mask``) and keeps a KV cache across consecutive steps of one episode
+(see `agents.sampling.KVCachedSampler`). Scoring (``evaluate``) runs one forward over ``[query; response]`` and
+returns per-token log-probabilities, values and entropies of the response, with gradients, for the PPO update.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import logging
 import os
@@ -29,16 +22,16 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
+from agents.loading import load_model_and_tokenizer, prepare_tokenizer
 from agents.reference import (
     activate_adapter,
     entropy_from_logits,
     is_peft_model,
     logprobs_from_logits,
-    position_ids_from_mask,
     preserved_requires_grad,
     response_forward,
 )
-from agents.sampling import SamplingConfig, action_mask_tensor, sample_step
+from agents.sampling import KVCachedSampler, SamplingConfig
 from agents.value_head import ValueHead
 
 logger = logging.getLogger(__name__)
@@ -67,40 +60,11 @@ class EvalOutput:
     logits: torch.Tensor | None = None
 
 
-@dataclass
-class _KVState:
-    """Acting state of one episode batch: the last observation, the KV cache and its attention mask."""
-
-    ids: np.ndarray  # int64 (B, L), copy of the last observation's input_ids
-    mask: np.ndarray  # int64 (B, L), copy of the last observation's attention_mask
-    mask_hist: torch.Tensor  # int64 (B, S), attention mask of everything in the cache
-    n_real: torch.Tensor  # int64 (B,), real tokens in the cache (next position id)
-    cache: Any  # transformers Cache
-    step: int  # tokens sampled since the last prefill
-    adapter: str | None
-
-
 def _output_vocab_size(model: nn.Module) -> int:
     head = model.get_output_embeddings()
     if head is not None and getattr(head, "weight", None) is not None:
         return int(head.weight.shape[0])
     return int(model.config.vocab_size)
-
-
-def _cache_kwarg(model: nn.Module) -> str:
-    """Name of the KV-cache argument: ``cache`` (transformers >= 5.2x) or ``past_key_values`` (older)."""
-    base = model.get_base_model() if is_peft_model(model) else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
-
-
-def _returned_cache(out: Any) -> Any:
-    return out["cache"] if "cache" in out else out["past_key_values"]
-
-
-def _first_real_column(mask: np.ndarray) -> int:
-    """Index of the first column with a real token in any row (the window width minus one if none)."""
-    cols = np.flatnonzero(mask.any(axis=0))
-    return int(cols[0]) if cols.size else mask.shape[1] - 1
 
 
 def _hidden_size(model: nn.Module) -> int:
@@ -166,14 +130,11 @@ class LLMAgent(nn.Module):
         self.value_head = value_head.to(device)
         self.value_head.train(model.training)
         self.training = model.training
-        self._penalties = sampling.penalty_processors()
-        self._warpers = sampling.warpers()
         self.generator = None
         if seed is not None:
             self.generator = torch.Generator(device=device)
             self.generator.manual_seed(seed)
-        self._cache_kwarg = _cache_kwarg(model)
-        self._kv: _KVState | None = None
+        self._sampler = KVCachedSampler(model, sampling)
         self.last_logprobs: torch.Tensor | None = None
         self.last_logits: torch.Tensor | None = None
 
@@ -206,7 +167,7 @@ class LLMAgent(nn.Module):
 
     def reset_cache(self) -> None:
         """Drop the acting KV cache (the next `act` prefills). Call after changing the weights mid-episode."""
-        self._kv = None
+        self._sampler.reset()
 
     # ------------------------------------------------------------------ acting
     def act(self, obs: dict[str, np.ndarray], generator: torch.Generator | None = None) -> int:
@@ -252,70 +213,10 @@ class LLMAgent(nn.Module):
         generator = self.generator if generator is None else generator
         with torch.inference_mode():
             self._activate()
-            if self._continues(ids, mask):
-                logits = self._decode_step(ids, mask)
-            else:
-                logits = self._prefill(ids, mask)
-            step = self._kv.step
-            logits = logits.float()
-            # One reduction: a row sum is finite iff every logit is (fp32 logits are far below overflow).
-            if not bool(torch.isfinite(logits.sum(-1)).all()):
-                bad = torch.nonzero(~torch.isfinite(logits).all(-1)).flatten().tolist()
-                self._kv = None
-                raise ValueError(f"non-finite logits at acting step {step} (rows {bad}); the model weights or "
-                                 f"inputs hold NaN/inf")
-            context = torch.from_numpy(ids).to(self.device) if len(self._penalties) else None
-            tokens, logprobs = sample_step(
-                logits, context, action_mask_tensor(action_mask, self.device),
-                self._penalties, self._warpers, generator,
-            )
-            self._kv.step += 1
+            tokens, logprobs, logits = self._sampler(ids, mask, action_mask, generator)
         self.last_logits = logits
         self.last_logprobs = logprobs
         return tokens.cpu().numpy().astype(np.int64, copy=False)
-
-    def _continues(self, ids: np.ndarray, mask: np.ndarray) -> bool:
-        kv = self._kv
-        if kv is None or kv.ids.shape != ids.shape or kv.adapter != self.adapter_name:
-            return False
-        # A real (mask 1) token leaving the window would be kept by the cache but not by a full forward.
-        return (
-            not kv.mask[:, 0].any()
-            and np.array_equal(ids[:, :-1], kv.ids[:, 1:])
-            and np.array_equal(mask[:, :-1], kv.mask[:, 1:])
-        )
-
-    def _prefill(self, ids: np.ndarray, mask: np.ndarray) -> torch.Tensor:
-        # Columns that are padding in every row change nothing (masked keys, positions from the cumsum): skip
-        # them, as `generate` pads only to the longest prompt. Real tokens stay in place.
-        start = _first_real_column(mask)
-        ids_t = torch.from_numpy(np.array(ids[:, start:], dtype=np.int64)).to(self.device)
-        mask_t = torch.from_numpy(np.array(mask[:, start:], dtype=np.int64)).to(self.device)
-        out = self.model(
-            input_ids=ids_t, attention_mask=mask_t, position_ids=position_ids_from_mask(mask_t),
-            use_cache=True, logits_to_keep=1,
-        )
-        self._kv = _KVState(
-            ids=np.array(ids, dtype=np.int64), mask=np.array(mask, dtype=np.int64), mask_hist=mask_t,
-            n_real=mask_t.sum(-1), cache=_returned_cache(out), step=0, adapter=self.adapter_name,
-        )
-        return out.logits[:, -1]
-
-    def _decode_step(self, ids: np.ndarray, mask: np.ndarray) -> torch.Tensor:
-        kv = self._kv
-        new_ids = torch.from_numpy(np.array(ids[:, -1:], dtype=np.int64)).to(self.device)
-        new_mask = torch.from_numpy(np.array(mask[:, -1:], dtype=np.int64)).to(self.device)
-        kv.mask_hist = torch.cat([kv.mask_hist, new_mask], dim=1)
-        kv.n_real = kv.n_real + new_mask[:, 0]
-        position = torch.where(new_mask[:, 0] == 1, kv.n_real - 1, torch.ones_like(kv.n_real))
-        out = self.model(
-            input_ids=new_ids, attention_mask=kv.mask_hist, position_ids=position[:, None],
-            use_cache=True, **{self._cache_kwarg: kv.cache},
-        )
-        kv.cache = _returned_cache(out)
-        kv.ids = np.array(ids, dtype=np.int64)
-        kv.mask = np.array(mask, dtype=np.int64)
-        return out.logits[:, -1]
 
     # ------------------------------------------------------------------ scoring
     def evaluate(
@@ -341,7 +242,7 @@ class LLMAgent(nn.Module):
         Raises:
             TypeError / ValueError: malformed inputs; ValueError for non-finite logits at real response tokens.
         """
-        self._kv = None
+        self._sampler.reset()
         self._activate()
         out = response_forward(self.model, query, query_mask, response, response_mask, output_hidden=True)
         logprobs = logprobs_from_logits(out.logits, response)
@@ -361,7 +262,7 @@ class LLMAgent(nn.Module):
 
     def train(self, mode: bool = True) -> "LLMAgent":
         """Set train/eval mode of the LM and the value head; drops the acting KV cache."""
-        self._kv = None
+        self._sampler.reset()
         return super().train(mode)
 
     # ------------------------------------------------------------------ persistence
@@ -427,8 +328,7 @@ class LLMAgent(nn.Module):
         if meta.get("format_version") != _FORMAT_VERSION:
             raise ValueError(f"unknown agent format {meta.get('format_version')!r} in {meta_path}; "
                              f"this version reads {_FORMAT_VERSION}")
-        tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        tokenizer.padding_side = "left"
+        tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(str(folder)))
         adapter_name = meta["adapter_name"]
         if meta["kind"] == "lora":
             lm = cls._load_adapter(folder / meta["adapter_dir"], adapter_name, model, dtype)
@@ -462,8 +362,6 @@ class LLMAgent(nn.Module):
                 model.load_adapter(str(path), adapter_name=adapter_name, is_trainable=True)
             return model
         if model is None:
-            from agents.loading import load_model_and_tokenizer
-
             base_name = PeftConfig.from_pretrained(str(path)).base_model_name_or_path
             model, _ = load_model_and_tokenizer(base_name, dtype=dtype)
         return PeftModel.from_pretrained(model, str(path), adapter_name=adapter_name, is_trainable=True)

@@ -1,6 +1,12 @@
-"""Token sampling for acting: `SamplingConfig` and one sampling step built on transformers' logits processors.
+"""Acting: `SamplingConfig`, one sampling step on transformers' logits processors, and `KVCachedSampler`.
 
-One step applies, in `generate`'s order: repetition penalty, the observation's action mask (banned tokens get
+`KVCachedSampler` turns env observations into next tokens. Inside a phase the env shifts its left-padded context
+window one column left per step, so when the new ``ids[:, :-1]`` equal the previous ``ids[:, 1:]`` (and likewise
+the mask) only the last column is fed to the model with the KV cache; anything else (a new episode, the observer's
+fresh prompt) rebuilds the cache with one prefill. The attention-mask history grows with the cache and positions
+come from its cumsum, as in ``generate``.
+
+One sampling step applies, in `generate`'s order: repetition penalty, the observation's action mask (banned tokens get
 -inf, as `generate`'s min-new-tokens / bad-words processors do), then temperature, top-k and top-p warpers, and
 draws from the softmax. Every parameter is explicit: transformers 5 `generate` silently uses ``top_k=50`` when
 ``top_k`` is not passed, here 0 means off.
@@ -8,7 +14,9 @@ draws from the softmax. Every parameter is explicit: transformers 5 `generate` s
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,6 +27,8 @@ from transformers import (
     TopKLogitsWarper,
     TopPLogitsWarper,
 )
+
+from agents.reference import is_peft_model, position_ids_from_mask
 
 
 @dataclass(frozen=True)
@@ -129,3 +139,125 @@ def sample_step(
     chosen = logits.gather(-1, tokens[:, None]).squeeze(-1)
     logprobs = chosen - torch.logsumexp(logits, dim=-1)
     return tokens, logprobs
+
+
+@dataclass
+class _KVState:
+    """Acting state of one episode batch: the last observation, the KV cache and its attention mask."""
+
+    ids: np.ndarray  # int64 (B, L), copy of the last observation's input_ids
+    mask: np.ndarray  # int64 (B, L), copy of the last observation's attention_mask
+    mask_hist: torch.Tensor  # int64 (B, S), attention mask of everything in the cache
+    n_real: torch.Tensor  # int64 (B,), real tokens in the cache (next position id)
+    cache: Any  # transformers Cache
+    step: int  # tokens sampled since the last prefill
+
+
+def _cache_kwarg(model: torch.nn.Module) -> str:
+    """Name of the KV-cache argument: ``cache`` (recent transformers 5) or ``past_key_values`` (older)."""
+    base = model.get_base_model() if is_peft_model(model) else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def _returned_cache(out: Any) -> Any:
+    return out["cache"] if "cache" in out else out["past_key_values"]
+
+
+def _first_real_column(mask: np.ndarray) -> int:
+    """Index of the first column holding a real token in any row (the last column if none)."""
+    cols = np.flatnonzero(mask.any(axis=0))
+    return int(cols[0]) if cols.size else mask.shape[1] - 1
+
+
+class KVCachedSampler:
+    """Next-token sampling over the env's sliding window, reusing the model's KV cache between steps.
+
+    Args:
+        model: the causal LM (or ``PeftModel``; the caller activates the right adapter before each call).
+        sampling: the `SamplingConfig`.
+    """
+
+    def __init__(self, model: torch.nn.Module, sampling: SamplingConfig) -> None:
+        self.model = model
+        self._penalties = sampling.penalty_processors()
+        self._warpers = sampling.warpers()
+        self._cache_kwarg = _cache_kwarg(model)
+        self._kv: _KVState | None = None
+
+    def reset(self) -> None:
+        """Drop the cache; the next call prefills."""
+        self._kv = None
+
+    def __call__(
+        self,
+        ids: np.ndarray,
+        mask: np.ndarray,
+        action_mask: np.ndarray,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample one token per row (call under ``torch.inference_mode()``).
+
+        Args:
+            ids: int64 (B, L) left-padded window; mask: int (B, L); action_mask: int8 (B, V), 1 = allowed.
+            generator: RNG for sampling; None uses torch's global RNG.
+
+        Returns:
+            ``(tokens, logprobs, logits)``: int64 (B,), float32 (B,) raw-policy log-probabilities of the tokens
+            (nats), float32 (B, V) raw next-token logits.
+
+        Raises:
+            ValueError: non-finite logits (the message names the acting step: tokens since the last prefill), or
+                an action mask banning every token of a row.
+        """
+        device = self.model.get_input_embeddings().weight.device
+        logits = (self._decode_step(ids, mask, device) if self._continues(ids, mask)
+                  else self._prefill(ids, mask, device)).float()
+        step = self._kv.step
+        # One reduction: a row sum is finite iff every logit is (fp32 logits are far below overflow).
+        if not bool(torch.isfinite(logits.sum(-1)).all()):
+            bad = torch.nonzero(~torch.isfinite(logits).all(-1)).flatten().tolist()
+            self._kv = None
+            raise ValueError(f"non-finite logits at acting step {step} (rows {bad}); the model weights or inputs "
+                             f"hold NaN/inf")
+        context = torch.from_numpy(np.array(ids, dtype=np.int64)).to(device) if len(self._penalties) else None
+        tokens, logprobs = sample_step(logits, context, action_mask_tensor(action_mask, device), self._penalties,
+                                       self._warpers, generator)
+        self._kv.step += 1
+        return tokens, logprobs, logits
+
+    def _continues(self, ids: np.ndarray, mask: np.ndarray) -> bool:
+        kv = self._kv
+        if kv is None or kv.ids.shape != ids.shape:
+            return False
+        # A real (mask 1) token leaving the window would stay in the cache but not in a full forward.
+        return (
+            not kv.mask[:, 0].any()
+            and np.array_equal(ids[:, :-1], kv.ids[:, 1:])
+            and np.array_equal(mask[:, :-1], kv.mask[:, 1:])
+        )
+
+    def _prefill(self, ids: np.ndarray, mask: np.ndarray, device: torch.device) -> torch.Tensor:
+        # Columns that are padding in every row change nothing (masked keys, positions from the cumsum): skip
+        # them, as `generate` pads only to the longest prompt.
+        start = _first_real_column(mask)
+        ids_t = torch.from_numpy(np.array(ids[:, start:], dtype=np.int64)).to(device)
+        mask_t = torch.from_numpy(np.array(mask[:, start:], dtype=np.int64)).to(device)
+        out = self.model(input_ids=ids_t, attention_mask=mask_t, position_ids=position_ids_from_mask(mask_t),
+                         use_cache=True, logits_to_keep=1)
+        self._kv = _KVState(ids=np.array(ids, dtype=np.int64), mask=np.array(mask, dtype=np.int64),
+                            mask_hist=mask_t, n_real=mask_t.sum(-1), cache=_returned_cache(out), step=0)
+        return out.logits[:, -1]
+
+    def _decode_step(self, ids: np.ndarray, mask: np.ndarray, device: torch.device) -> torch.Tensor:
+        kv = self._kv
+        new_ids = torch.from_numpy(np.array(ids[:, -1:], dtype=np.int64)).to(device)
+        new_mask = torch.from_numpy(np.array(mask[:, -1:], dtype=np.int64)).to(device)
+        kv.mask_hist = torch.cat([kv.mask_hist, new_mask], dim=1)
+        kv.n_real = kv.n_real + new_mask[:, 0]
+        position = torch.where(new_mask[:, 0] == 1, kv.n_real - 1, torch.ones_like(kv.n_real))
+        out = self.model(input_ids=new_ids, attention_mask=kv.mask_hist, position_ids=position[:, None],
+                         use_cache=True, **{self._cache_kwarg: kv.cache})
+        kv.cache = _returned_cache(out)
+        kv.ids = np.array(ids, dtype=np.int64)
+        kv.mask = np.array(mask, dtype=np.int64)
+        return out.logits[:, -1]

@@ -34,22 +34,24 @@ class BatchedCORYEnv:
         batch_size: B.
         reward_fn: reward name or callable overriding the task's.
         task: a task name or `Task` object (default: ``config.task``).
+        single_agent: pioneer only (PPO baseline, evaluation): episodes end with the pioneer's response, whose
+            reward is its own task reward; `possible_agents`, rewards, infos and the transcript hold "pioneer" only.
         **kwargs: `EnvConfig` fields.
 
     Raises:
         TypeError, ValueError: for bad arguments (see `EnvConfig`, `EpisodeBatch`).
     """
 
-    possible_agents = list(SEATS)
-
     def __init__(self, config: EnvConfig | None = None, tokenizer=None, batch_size: int = 1, reward_fn=None,
-                 task=None, **kwargs) -> None:
+                 task=None, single_agent: bool = False, **kwargs) -> None:
         if isinstance(task, str):
             kwargs["task"], task = task, None
         self.config = resolve_config(config, **kwargs)
         self._episode = EpisodeBatch.from_config(self.config, tokenizer, batch_size=batch_size, task=task,
-                                                 reward_fn=reward_fn)
+                                                 reward_fn=reward_fn, single_agent=single_agent)
         self.tokenizer = self._episode.tokenizer
+        self.pad_token_id = self._episode.pad_id
+        self.possible_agents = list(self._episode.seats)
         self.batch_size = batch_size
         self.vocab_size = self._episode.vocab_size
         self.context_len = self.config.context_len
@@ -71,7 +73,7 @@ class BatchedCORYEnv:
 
     @property
     def done(self) -> bool:
-        """True once every observer response ended (rewards are out)."""
+        """True once every response of the last seat ended (rewards are out)."""
         return self._episode.done
 
     @property
@@ -80,15 +82,15 @@ class BatchedCORYEnv:
         return self._episode.active
 
     def observe(self, seat: str | None = None) -> dict[str, np.ndarray]:
-        """A seat's windows (default: the acting seat, or the observer once done).
+        """A seat's windows (default: the acting seat, or the last seat once done).
 
         Returns:
             ``input_ids`` int64 (B, L) and ``attention_mask`` int64 (B, L) read-only views, ``action_mask`` int8
             (B, V) read-only broadcast view.
         """
-        seat = seat or self.agent_selection or "observer"
-        if seat not in SEATS:
-            raise ValueError(f"unknown seat {seat!r}; seats are {list(SEATS)}")
+        seat = seat or self.agent_selection or self.possible_agents[-1]
+        if seat not in self.possible_agents:
+            raise ValueError(f"unknown seat {seat!r}; seats are {self.possible_agents}")
         ids, mask = self._episode.window(seat)
         return {"input_ids": ids, "attention_mask": mask, "action_mask": self.action_mask}
 
@@ -120,15 +122,16 @@ class BatchedCORYEnv:
             TypeError, ValueError: for bad actions (seat, row and value named).
         """
         self._episode.step(actions)
-        truncations = dict.fromkeys(SEATS, self._false)
+        seats = self.possible_agents
+        truncations = dict.fromkeys(seats, self._false)
         if not self._episode.done:
-            return (self.observe(), dict.fromkeys(SEATS, self._zeros), dict.fromkeys(SEATS, self._false),
-                    truncations, {s: {} for s in SEATS})
+            return (self.observe(), dict.fromkeys(seats, self._zeros), dict.fromkeys(seats, self._false),
+                    truncations, {s: {} for s in seats})
         ep = self._episode
-        rewards = {s: _readonly(ep.reward[s]) for s in SEATS}
+        rewards = {s: _readonly(ep.reward[s]) for s in seats}
         infos = {s: {"task_reward": _readonly(ep.task_reward[s]), "response_text": list(ep.response_text[s]),
-                     "response_len": np.array([len(r) for r in ep.response[s]], dtype=np.int64)} for s in SEATS}
-        return self.observe(), rewards, dict.fromkeys(SEATS, self._true), truncations, infos
+                     "response_len": np.array([len(r) for r in ep.response[s]], dtype=np.int64)} for s in seats}
+        return self.observe(), rewards, dict.fromkeys(seats, self._true), truncations, infos
 
     def transcript(self) -> EpisodeTranscript:
         """The finished batch (see `EpisodeTranscript`). Raises RuntimeError before done."""

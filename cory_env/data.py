@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 #: Hugging Face dataset id of IMDB (columns text, label).
 HUB_IMDB = "stanfordnlp/imdb"
 _HUB_HOST = ("huggingface.co", 443)
-_BR = re.compile(r"\s*<br\s*/?>\s*", flags=re.IGNORECASE)
+_BR = re.compile(r"(?:\s*<br\s*/?>\s*)+", flags=re.IGNORECASE)
 _BUILDERS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
 

@@ -15,7 +15,8 @@ Seeding: row i of ``reset(seed=s)`` draws from its own generator seeded ``s + i`
 response length, in that order, whether or not an explicit query is given); ``reset()`` without a seed continues
 the generators. So a B-row batch equals B single-row batches seeded s, ..., s + B - 1.
 
-The AEC env (`cory_env.token_env`) is the B = 1 view, `cory_env.BatchedCORYEnv` the batched one.
+The AEC env (`cory_env.token_env`) is the B = 1 view, `cory_env.BatchedCORYEnv` the batched one. With
+``single_agent=True`` (PPO baseline, evaluation) only the pioneer acts and is rewarded with its own task reward.
 """
 
 from __future__ import annotations
@@ -104,6 +105,8 @@ class EpisodeBatch:
         knowledge_transfer: False gives the observer the pioneer's prompt (the paper's w/o KT ablation).
         partner_reward_coef: c in the collective reward r_i + c * r_j.
         truncate_query: truncate too-long queries from the left with a warning (True) or raise (False).
+        single_agent: pioneer only (the PPO baseline and evaluation): the episode ends with the pioneer's
+            response, its reward is its own task reward, and `seats` is ``("pioneer",)``.
 
     Raises:
         ValueError: if B < 1, or L cannot hold a template + the shortest query + its response(s) +
@@ -112,7 +115,7 @@ class EpisodeBatch:
 
     def __init__(self, task: Task, tokenizer, *, batch_size: int = 1, context_len: int = 128,
                  knowledge_transfer: bool = True, partner_reward_coef: float = 1.0,
-                 truncate_query: bool = True) -> None:
+                 truncate_query: bool = True, single_agent: bool = False) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         self.task, self.tokenizer = task, tokenizer
@@ -122,10 +125,12 @@ class EpisodeBatch:
         self.max_new_tokens = task.max_new_tokens
         self.partner_reward_coef = float(partner_reward_coef)
         self.truncate_query = truncate_query
+        #: Seats that act in this batch, in order.
+        self.seats = ("pioneer",) if single_agent else SEATS
         pioneer = PromptTemplate(task.pioneer_template, tokenizer, name="pioneer_template")
         observer = (PromptTemplate(task.observer_template, tokenizer, required=("query", "response"),
                                    name="observer_template") if knowledge_transfer else pioneer)
-        self.prompts = {"pioneer": pioneer, "observer": observer}
+        self.prompts = {"pioneer": pioneer} if single_agent else {"pioneer": pioneer, "observer": observer}
         self.query_budget = self._query_budget()
         self.action_mask, self.allowed = self._action_mask(task.action_mask)
         self._rngs: list[np.random.Generator] | None = None
@@ -135,7 +140,7 @@ class EpisodeBatch:
     # ----- construction helpers -------------------------------------------------------------------------------
     @classmethod
     def from_config(cls, config: EnvConfig, tokenizer, *, batch_size: int = 1, task: Task | str | None = None,
-                    reward_fn=None) -> EpisodeBatch:
+                    reward_fn=None, single_agent: bool = False) -> EpisodeBatch:
         """Build from an `EnvConfig`: resolve the tokenizer, the task (name or object; config templates override
         when set) and an optional reward override (name or callable)."""
         tokenizer = prepare_tokenizer(tokenizer)
@@ -143,17 +148,13 @@ class EpisodeBatch:
             task = make_task(task or config.task, config, tokenizer)
         elif not isinstance(task, Task):
             raise TypeError(f"task must be a task name or a Task, got {type(task).__name__}")
-        overrides = {}
-        if config.observer_template is not None:
-            overrides["observer_template"] = config.observer_template
-        if config.pioneer_template is not None:
-            overrides["pioneer_template"] = config.pioneer_template
-        if reward_fn is not None:
-            overrides["reward_fn"] = make_reward_fn(reward_fn)
+        overrides = {"observer_template": config.observer_template, "pioneer_template": config.pioneer_template,
+                     "reward_fn": None if reward_fn is None else make_reward_fn(reward_fn)}
+        overrides = {k: v for k, v in overrides.items() if v is not None}
         task = replace(task, **overrides) if overrides else task
         return cls(task, tokenizer, batch_size=batch_size, context_len=config.context_len,
                    knowledge_transfer=config.knowledge_transfer, partner_reward_coef=config.partner_reward_coef,
-                   truncate_query=config.truncate_query)
+                   truncate_query=config.truncate_query, single_agent=single_agent)
 
     def _query_budget(self) -> int:
         """Most query tokens for which every seat's prompt + max_new_tokens fits in L."""
@@ -168,18 +169,14 @@ class EpisodeBatch:
         return budget
 
     def _action_mask(self, mask) -> tuple[np.ndarray, np.ndarray | None]:
+        """(read-only int8 (V,) mask, bool (V,) allowed ids or None when every id is allowed)."""
         V = self.vocab_size
-        if mask is None:
-            out = np.ones(V, dtype=np.int8)
-            allowed = None
-        else:
-            out = np.array(mask, dtype=np.int8).reshape(-1)
-            if out.shape != (V,):
-                raise ValueError(f"task {self.task.name!r}: action_mask has shape {np.shape(mask)}, expected "
-                                 f"(V,) = ({V},) for this tokenizer")
-            allowed = out.astype(bool)
+        out = np.ones(V, dtype=np.int8) if mask is None else np.array(mask, dtype=np.int8).reshape(-1)
+        if out.shape != (V,):
+            raise ValueError(f"task {self.task.name!r}: action_mask has shape {np.shape(mask)}, expected (V,) = "
+                             f"({V},) for this tokenizer")
         out.flags.writeable = False
-        return out, allowed
+        return out, None if mask is None else out.astype(bool)
 
     # ----- reset ----------------------------------------------------------------------------------------------
     def reset(self, seed: int | None = None, queries: Sequence[str | Sequence[int]] | None = None) -> None:
@@ -353,19 +350,22 @@ class EpisodeBatch:
         self.phase = seat
 
     def _end_phase(self, seat: str) -> None:
-        if seat == "pioneer":
+        if seat == "pioneer" and len(self.seats) == 2:
             a1 = [r[:-1] if r and r[-1] == self.eos_id else r for r in self.response_ids("pioneer")]
             observer = self.prompts["observer"]
             self._start_phase("observer", [observer.build(q, r) for q, r in zip(self.query_ids, a1)])
             return
-        self.response = {s: self.response_ids(s) for s in SEATS}
+        seats, B = self.seats, self.batch_size
+        self.response = {s: self.response_ids(s) for s in seats}
         self.response_text = {s: self.tokenizer.batch_decode(self.response[s], skip_special_tokens=True)
-                              for s in SEATS}
-        B = self.batch_size
-        scores = score_texts(self.task.reward_fn, self.task.name, self.query_text * 2,
-                             self.response_text["pioneer"] + self.response_text["observer"], self.records * 2)
-        self.task_reward = {"pioneer": scores[:B], "observer": scores[B:]}
-        self.reward = collective_reward(scores[:B], scores[B:], self.partner_reward_coef)
+                              for s in seats}
+        scores = score_texts(self.task.reward_fn, self.task.name, self.query_text * len(seats),
+                             [text for s in seats for text in self.response_text[s]], self.records * len(seats))
+        self.task_reward = {s: scores[i * B:(i + 1) * B] for i, s in enumerate(seats)}
+        if len(seats) == 2:
+            self.reward = collective_reward(scores[:B], scores[B:], self.partner_reward_coef)
+        else:
+            self.reward = {"pioneer": scores.copy()}
         self.phase = "done"
 
     # ----- views ----------------------------------------------------------------------------------------------
@@ -409,7 +409,7 @@ class EpisodeBatch:
             raise RuntimeError(f"transcript() needs a finished episode; the current phase is {self.phase!r}")
         seats = {s: SeatTranscript(prompt_ids=self.prompt_ids[s], response_ids=self.response[s],
                                    response_text=self.response_text[s], task_reward=self.task_reward[s].copy(),
-                                   reward=self.reward[s].copy()) for s in SEATS}
+                                   reward=self.reward[s].copy()) for s in self.seats}
         return EpisodeTranscript(query_ids=self.query_ids, query_text=list(self.query_text),
                                  records=self.records, seats=seats)
 

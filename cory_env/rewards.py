@@ -8,7 +8,7 @@ builds one from a name or from a 2- or 3-argument callable.
 | name | score | offline |
 |---|---|---|
 | ``"vader"`` | VADER compound score of ``query + response``, in [-1, 1] | yes (`vaderSentiment`) |
-| ``"distilbert-imdb"`` | raw POSITIVE logit of ``lvwerra/distilbert-imdb`` (paper, ``function_to_apply="none"``) | needs the model |
+| ``"distilbert-imdb"`` | raw POSITIVE logit of ``lvwerra/distilbert-imdb`` (paper) | needs the model |
 """
 
 from __future__ import annotations

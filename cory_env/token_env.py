@@ -10,19 +10,9 @@ answers a query q token by token; then the **observer** answers the same q after
 | Import | ``from cory_env import env, raw_env`` |
 | Agents | ``possible_agents = ["pioneer", "observer"]`` (seats; models move between them at role exchange) |
 | Action space | ``Discrete(V)``, V = ``len(tokenizer)``: the next token id |
-| Observation space | ``Dict(input_ids: Box(0, V-1, (L,), int64), attention_mask: Box(0, 1, (L,), int64), action_mask: Box(0, 1, (V,), int8))`` |
+| Observation space | ``Dict`` of ``input_ids`` (L,) int64, ``attention_mask`` (L,) int64, ``action_mask`` (V,) int8 |
 | Reward | 0 on every step; at the end both seats get r_i + c * r_j (c = ``partner_reward_coef``, default 1) |
-| Arguments | ``config`` (`EnvConfig`) or its fields as keywords, ``tokenizer``, ``reward_fn``, ``task``, ``render_mode`` |
-
-## Turn order
-
-The pioneer acts first, one token per step, until it emits EOS or reaches the episode's response length (drawn
-per episode from [min_new_tokens, max_new_tokens], IMDB 4-15, shared by both seats). Then ``agent_selection``
-moves to the observer (`AgentSelector.next()` once per response, not per token), whose prompt is the
-knowledge-transfer template filled with the query's and the pioneer's exact token ids (IMDB, official code:
-``I can make this sentence "{query}{response}" more positive: {query}``). With ``knowledge_transfer=False`` (the
-paper's w/o KT ablation) the observer's prompt is the pioneer's (the query alone). Both seats stay live until
-the observer's response ends; then both terminate together and must each be stepped once with ``None``.
+| Arguments | ``config`` (`EnvConfig`) or its fields, ``tokenizer``, ``reward_fn``, ``task``, ``render_mode`` |
 
 ## Observation
 
@@ -30,6 +20,17 @@ A seat's own context window of L = ``context_len`` tokens, left padded with the 
 its response so far. ``attention_mask`` is 0 on padding. ``action_mask`` is all ones unless the task bans tokens
 (one read-only array, shared between steps). Before its turn the observer's window is all padding. Arrays are
 read-only views, valid until the next ``reset``.
+
+## Action
+
+One token id per step (``Discrete(V)``; with a task action mask, only ids whose mask entry is 1). The pioneer
+acts first, one token per step, until it emits EOS or reaches the episode's response length (drawn per episode
+from [min_new_tokens, max_new_tokens], IMDB 4-15, shared by both seats). Then ``agent_selection``
+moves to the observer (`AgentSelector.next()` once per response, not per token), whose prompt is the
+knowledge-transfer template filled with the query's and the pioneer's exact token ids (IMDB, official code:
+``I can make this sentence "{query}{response}" more positive: {query}``). With ``knowledge_transfer=False`` (the
+paper's w/o KT ablation) the observer's prompt is the pioneer's (the query alone). Both seats stay live until
+the observer's response ends; then both terminate together and must each be stepped once with ``None``.
 
 ## Rewards
 
@@ -183,6 +184,27 @@ class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
             self.agent_selection = self._selector.next()
         self._accumulate_rewards()
 
+    def render(self) -> str | None:
+        """The query and both seats' responses so far as text (render_mode "ansi")."""
+        if self.render_mode is None:
+            logger.warning("render() called without render_mode; create the env with render_mode='ansi'")
+            return None
+        ep = self._episode
+        if ep.phase is None:
+            return "(no episode: call reset())"
+        lines = [f"query: {ep.query_text[0]!r}"]
+        for seat in SEATS:
+            text = self.tokenizer.decode(ep.response_ids(seat)[0], skip_special_tokens=True)
+            lines.append(f"{seat}: {text!r}")
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        """Nothing to release (the tokenizer and reward function belong to the caller)."""
+
+    def transcript(self):
+        """The finished episode as an `EpisodeTranscript` (B = 1)."""
+        return self._episode.transcript()
+
     def _checked(self, agent: str, action) -> int:
         if type(action) is not int:
             if isinstance(action, np.integer) or (isinstance(action, np.ndarray) and action.shape in ((), (1,))
@@ -208,24 +230,3 @@ class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
             self.infos[seat] = {"task_reward": float(ep.task_reward[seat][0]),
                                 "response_text": ep.response_text[seat][0],
                                 "response_len": len(ep.response[seat][0])}
-
-    def render(self) -> str | None:
-        """The query and both seats' responses so far as text (render_mode "ansi")."""
-        if self.render_mode is None:
-            logger.warning("render() called without render_mode; create the env with render_mode='ansi'")
-            return None
-        ep = self._episode
-        if ep.phase is None:
-            return "(no episode: call reset())"
-        lines = [f"query: {ep.query_text[0]!r}"]
-        for seat in SEATS:
-            text = self.tokenizer.decode(ep.response_ids(seat)[0], skip_special_tokens=True)
-            lines.append(f"{seat}: {text!r}")
-        return "\n".join(lines)
-
-    def transcript(self):
-        """The finished episode as an `EpisodeTranscript` (B = 1)."""
-        return self._episode.transcript()
-
-    def close(self) -> None:
-        """Nothing to release (the tokenizer and reward function belong to the caller)."""

@@ -123,3 +123,19 @@ def test_transcript_before_done_raises(tiny_tok):
     benv.reset(seed=0)
     with pytest.raises(RuntimeError, match="finished episode"):
         benv.transcript()
+
+
+def test_single_agent_mode_ends_after_the_pioneer(tiny_tok):
+    benv = BatchedCORYEnv(tokenizer=tiny_tok, batch_size=2, reward_fn=char_count_reward, single_agent=True,
+                          min_new_tokens=2, max_new_tokens=2, partner_reward_coef=-1.0)
+    assert benv.possible_agents == ["pioneer"] and benv.pad_token_id == tiny_tok.pad_token_id
+    x = tiny_tok.convert_tokens_to_ids("x")
+    benv.reset(seed=0)
+    benv.step(np.array([x, tiny_tok.eos_token_id]))
+    obs, rewards, terminations, _, infos = benv.step(np.array([x, x]))
+    assert benv.done and benv.agent_selection is None and list(rewards) == ["pioneer"]
+    np.testing.assert_array_equal(rewards["pioneer"], [2.0, 0.0])  # own task reward, no partner term
+    assert terminations["pioneer"].all() and infos["pioneer"]["response_text"] == ["xx", ""]
+    transcript = benv.transcript()
+    assert list(transcript.seats) == ["pioneer"]
+    assert transcript.seats["pioneer"].response_ids == [[x, x], [tiny_tok.eos_token_id]]

@@ -1,0 +1,86 @@
+"""Query loaders: the real IMDB CSV, a JSONL with a `text` column, built-in openings, hub fallback, errors."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from cory_env import data
+from cory_env.data import load_builtin_openings, load_gsm8k_records, load_imdb_records
+
+
+def test_imdb_csv_review_column_filtering_and_br_removal(imdb_csv):
+    records = load_imdb_records(imdb_csv, min_review_chars=200)
+    assert 900 < len(records) < 1000  # short reviews dropped
+    assert all(len(r["query"]) >= 200 for r in records)
+    assert not any("<br" in r["query"] for r in records)
+    assert records[0]["query"].startswith("One of the other reviewers has mentioned")
+    assert records[0]["sentiment"] == "positive"  # other columns travel with the record
+    everything = load_imdb_records(imdb_csv, min_review_chars=0)
+    assert len(everything) == 1000
+
+
+def test_imdb_jsonl_text_column(tmp_path):
+    path = tmp_path / "reviews.jsonl"
+    rows = [{"text": "A" * 50 + "<br /><br />" + "B" * 50, "label": 1}, {"text": "too short", "label": 0}]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    records = load_imdb_records(path, min_review_chars=60)
+    assert records == [{"query": "A" * 50 + " " + "B" * 50, "label": 1}]
+
+
+def test_missing_file_and_wrong_columns(tmp_path):
+    with pytest.raises(FileNotFoundError, match="data file .*nope.csv' not found"):
+        load_imdb_records(tmp_path / "nope.csv")
+    path = tmp_path / "other.csv"
+    path.write_text("title,stars\nGood film,5\n")
+    with pytest.raises(ValueError, match=r"no 'text' or 'review' column \(columns found: \['title', 'stars'\]\)"):
+        load_imdb_records(path)
+    bad = tmp_path / "x.txt"
+    bad.write_text("hi")
+    with pytest.raises(ValueError, match="unsupported suffix '.txt'"):
+        load_imdb_records(bad)
+
+
+def test_zero_usable_rows(tmp_path):
+    path = tmp_path / "short.csv"
+    path.write_text("review\nshort one\nanother\n")
+    with pytest.raises(ValueError, match="no review of at least min_review_chars=200 characters among 2 rows"):
+        load_imdb_records(path)
+
+
+def test_builtin_openings_are_the_default():
+    records = load_imdb_records(None)
+    assert records == load_builtin_openings() and len(records) == 60
+    assert not any(r["query"].startswith("#") for r in records)
+
+
+def test_hub_falls_back_offline(monkeypatch, caplog):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with caplog.at_level(logging.INFO, logger="cory_env.data"):
+        records = load_imdb_records("hub")
+    assert records == load_builtin_openings()
+    assert "unreachable" in caplog.text
+
+
+def test_hub_probe_failure_falls_back(monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+
+    def refuse(*args, **kwargs):
+        raise OSError("no network")
+
+    monkeypatch.setattr(data.socket, "create_connection", refuse)
+    assert data.hub_reachable() is False
+    assert load_imdb_records("stanfordnlp/imdb") == load_builtin_openings()
+
+
+def test_gsm8k_records(gsm8k_paths, tmp_path):
+    _, test_path = gsm8k_paths
+    records = load_gsm8k_records(test_path)
+    assert len(records) == 1319 and records[0]["query"].startswith("Janet") and "####" in records[0]["answer"]
+    bad = tmp_path / "g.jsonl"
+    bad.write_text(json.dumps({"question": "q"}) + "\n")
+    with pytest.raises(ValueError, match=r"lacks the column\(s\) \['answer'\] \(columns found: \['question'\]\)"):
+        load_gsm8k_records(bad)

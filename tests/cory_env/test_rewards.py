@@ -1,0 +1,79 @@
+"""Task rewards by name and callable, the checked reward call, and the collective reward."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cory_env.rewards import (
+    DistilbertImdbReward,
+    RewardFunctionError,
+    VaderReward,
+    collective_reward,
+    make_reward_fn,
+    score_texts,
+)
+
+
+def test_collective_reward_hand_computed():
+    r1, r2 = np.array([1.0, -0.5]), np.array([0.25, 2.0])
+    out = collective_reward(r1, r2)
+    np.testing.assert_array_equal(out["pioneer"], [1.25, 1.5])
+    np.testing.assert_array_equal(out["observer"], out["pioneer"])
+    out = collective_reward(r1, r2, coef=-1.0)
+    np.testing.assert_array_equal(out["pioneer"], [0.75, -2.5])
+    np.testing.assert_array_equal(out["observer"], [-0.75, 2.5])
+    out = collective_reward(r1, r2, coef=0.0)
+    np.testing.assert_array_equal(out["pioneer"], r1)
+    assert out["pioneer"].dtype == np.float64 and out["pioneer"] is not r1
+    with pytest.raises(ValueError, match="same shape"):
+        collective_reward(r1, r2[:1])
+
+
+def test_vader_scores_query_plus_response():
+    vader = make_reward_fn("vader")
+    assert isinstance(vader, VaderReward)
+    good, bad, neutral = vader(["This movie", "This movie", "This movie"], [" is wonderful", " is awful", " is"], [])
+    assert good > 0.3 and bad < -0.3 and neutral == 0.0
+    assert -1.0 <= bad < good <= 1.0
+
+
+def test_distilbert_reward_is_lazy():
+    reward = make_reward_fn("distilbert-imdb")
+    assert isinstance(reward, DistilbertImdbReward) and reward._pipe is None  # nothing loaded yet
+
+
+def test_callables_of_two_and_three_arguments():
+    two = make_reward_fn(lambda q, r: [len(x) for x in r])
+    three = make_reward_fn(lambda q, r, rec: [rec_i["w"] for rec_i in rec])
+    assert two(["a"], ["bcd"], [{}]) == [3]
+    assert three(["a"], ["b"], [{"w": 7.0}]) == [7.0]
+    with pytest.raises(TypeError, match="takes 1 positional arguments"):
+        make_reward_fn(lambda q: q)
+    with pytest.raises(ValueError, match="unknown reward 'sentiment'"):
+        make_reward_fn("sentiment")
+    with pytest.raises(TypeError, match="a name or a callable"):
+        make_reward_fn(3)
+
+
+def test_score_texts_checks_outputs():
+    ok = score_texts(lambda q, r, rec: [1, 2], "t", ["a", "b"], ["c", "d"], [{}, {}])
+    assert ok.dtype == np.float64 and ok.tolist() == [1.0, 2.0]
+    with pytest.raises(RewardFunctionError, match="task 't': the reward function returned 3 values for 2 texts"):
+        score_texts(lambda q, r, rec: [1, 2, 3], "t", ["a", "b"], ["c", "d"], [{}, {}])
+    with pytest.raises(RewardFunctionError, match="returned nan for the text 'bd'"):
+        score_texts(lambda q, r, rec: [1, float("nan")], "t", ["a", "b"], ["c", "d"], [{}, {}])
+
+    def numeric(queries, responses, records):
+        return [float(r) for r in responses]
+
+    with pytest.raises(RewardFunctionError, match="raised ValueError.*offending text: 'bd'"):
+        score_texts(numeric, "t", ["a", "b"], ["1", "d"], [{}, {}])
+
+    def batch_only_failure(queries, responses, records):
+        if len(queries) > 1:
+            raise RuntimeError("batch too big")
+        return [0.0]
+
+    with pytest.raises(RewardFunctionError, match="batch too big.*offending text: 'a1 \\| b2'"):
+        score_texts(batch_only_failure, "t", ["a", "b"], ["1", "2"], [{}, {}])

@@ -1,0 +1,49 @@
+"""Task dataclass checks and the task registry."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cory_env import EnvConfig, Task, make_task
+from cory_env.prompts import IMDB_OBSERVER_TEMPLATE
+from cory_env.rewards import VaderReward
+from cory_env.tasks import TASK_BUILDERS
+
+
+def test_imdb_task_from_config(tiny_tok, imdb_csv):
+    task = make_task("imdb", EnvConfig(data_path=str(imdb_csv), query_max_tokens=9, max_new_tokens=20), tiny_tok)
+    assert task.name == "imdb" and len(task.records) > 900
+    assert task.observer_template == IMDB_OBSERVER_TEMPLATE and task.pioneer_template == "{query}"
+    assert (task.query_tokens, task.min_new_tokens, task.max_new_tokens) == ((2, 9), 4, 20)
+    assert isinstance(task.reward_fn, VaderReward)
+    custom = make_task("imdb", EnvConfig(observer_template="Q {query} A {response} Q {query}"), tiny_tok)
+    assert custom.observer_template == "Q {query} A {response} Q {query}"
+
+
+def test_registry():
+    assert TASK_BUILDERS["gsm8k"] == "cory_env.tasks.gsm8k:make_gsm8k_task"  # imported lazily
+    with pytest.raises(ValueError, match=r"unknown task 'chess'; use one of \['gsm8k', 'imdb'\]"):
+        make_task("chess", EnvConfig(), None)
+
+
+def test_task_checks():
+    def fn(q, r):
+        return [0.0] * len(q)
+
+    base = {"name": "t", "records": [{"query": "q"}], "reward_fn": fn, "observer_template": "{query}{response}"}
+    assert Task(**base).reward_fn(["a"], ["b"], [{}]) == [0.0]  # 2-argument callable normalised
+    with pytest.raises(ValueError, match="has no records"):
+        Task(**{**base, "records": []})
+    with pytest.raises(ValueError, match="dicts with a 'query'"):
+        Task(**{**base, "records": ["q"]})
+    with pytest.raises(ValueError, match=r"lacks the placeholder\(s\) \{response\}"):
+        Task(**{**base, "observer_template": "{query}"})
+    with pytest.raises(ValueError, match="query_tokens must be"):
+        Task(**{**base, "query_tokens": (3, 2)})
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1, got 0"):
+        Task(**{**base, "min_new_tokens": 0, "max_new_tokens": 0})
+    with pytest.raises(ValueError, match="action_mask must be"):
+        Task(**{**base, "action_mask": np.zeros(5, dtype=np.int8)})
+    with pytest.raises(TypeError, match="a name or a callable"):
+        Task(**{**base, "reward_fn": 1})

@@ -32,6 +32,7 @@ from trainers import checkpoint as ckpt
 from trainers.build import build_agents, build_env, build_exchange, load_policy_model, seed_everything
 from trainers.config import CORYConfig, PPOConfig
 from trainers.metrics import METRICS_FILE, SAMPLES_FILE, MetricsLogger, truncate_jsonl
+from trainers.role_exchange import SEATS
 from trainers.rollout import rollout_from_transcript, run_episodes
 
 logger = logging.getLogger(__name__)
@@ -150,9 +151,9 @@ class CORYTrainer:
         t1 = time.perf_counter()
         pad_id = self.tokenizer.pad_token_id
         metrics: dict[str, float] = {}
-        for k, (seat, bundle) in enumerate(seats.items()):
+        for seat, bundle in seats.items():
             rollout = rollout_from_transcript(transcript, seat, pad_id)
-            order = torch.Generator().manual_seed(derive_seed(seed, it, 3 + k))
+            order = torch.Generator().manual_seed(derive_seed(seed, it, 3 + SEATS.index(seat)))
             stats = bundle.learner.step(rollout, generator=order)
             eta = self.config.eta if self.config.eta is not None else stats["kl_coef"]
             stats["combined_reward"] = stats["task_reward"] - eta * stats["kl"]

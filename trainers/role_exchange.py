@@ -97,5 +97,5 @@ class RoleExchange:
         missing = set(state["seats"].values()) - set(by_name)
         if missing:
             raise ValueError(f"checkpoint seats name unknown bundles {sorted(missing)}; have {sorted(by_name)}")
-        self.seats = {seat: by_name[name] for seat, name in state["seats"].items()}
+        self.seats = {seat: by_name[state["seats"][seat]] for seat in SEATS if seat in state["seats"]}
         self.num_exchanges = int(state["num_exchanges"])

@@ -64,3 +64,9 @@ def test_single_agent_never_exchanges():
     ex = RoleExchange(Bundle("llm1", 1, FakeLearner()), None, period=5)
     assert list(ex.seats) == ["pioneer"]
     assert not any(ex.after_iteration(it) for it in range(10))
+
+
+def test_loaded_seats_keep_pioneer_first():
+    ex, _, _ = make(period=1)
+    ex.load_state_dict({"seats": {"observer": "llm1", "pioneer": "llm2"}, "num_exchanges": 1})
+    assert list(ex.seats) == ["pioneer", "observer"]

@@ -1,0 +1,150 @@
+"""End-to-end CORY / PPO-baseline iterations on a tiny random model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from trainers import ppo_math
+from trainers.checkpoint import latest_checkpoint
+from trainers.cory import CORYTrainer
+from trainers.metrics import read_jsonl
+from trainers.ppo import NonFiniteLossError
+
+
+def _params(agent):
+    return {n: p.detach().clone() for n, p in agent.named_parameters() if p.requires_grad}
+
+
+def _changed(before, agent):
+    after = dict(agent.named_parameters())
+    return any(not torch.equal(before[n], after[n]) for n in before)
+
+
+def _strip_time(rows):
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+
+def test_both_seats_update_and_bundles_swap_in_memory(tiny_run):
+    cory, ppo, env = tiny_run(num_iterations=1, role_exchange_period=1)
+    trainer = CORYTrainer(cory, ppo, env)
+    llm1, llm2 = trainer.exchange.bundles["llm1"], trainer.exchange.bundles["llm2"]
+    before1, before2 = _params(llm1.agent), _params(llm2.agent)
+    opt1 = llm1.learner.optimizer
+    rows = trainer.train()
+    assert _changed(before1, llm1.agent) and _changed(before2, llm2.agent)
+    # after the exchange llm1's model, optimizer state and KL controller sit in the observer seat
+    assert trainer.exchange.seats["observer"] is llm1 and trainer.exchange.seats["pioneer"] is llm2
+    assert trainer.exchange.seats["observer"].learner.optimizer is opt1 and len(opt1.state) > 0
+    assert rows[0]["cory/role_exchange"] == 1.0
+    # seat and model-identity keys agree: iteration 0 had llm1 as pioneer
+    assert rows[0]["pioneer/task_reward"] == rows[0]["llm1/task_reward"]
+    assert rows[0]["observer/kl"] == rows[0]["llm2/kl"]
+
+
+def test_kl_is_zero_before_any_update(tiny_run):
+    cory, ppo, env = tiny_run(num_iterations=1)
+    row = CORYTrainer(cory, ppo, env).train()[0]
+    assert abs(row["pioneer/kl"]) < 1e-5 and abs(row["observer/kl"]) < 1e-5
+
+
+def test_reset_on_exchange_gives_fresh_optimizer_and_kl_controller(tiny_run):
+    cory, ppo, env = tiny_run(num_iterations=1, reset_on_exchange=True, init_kl_coef=0.3)
+    trainer = CORYTrainer(cory, ppo, env)
+    trainer.train()
+    for bundle in trainer.exchange.seats.values():
+        assert len(bundle.learner.optimizer.state) == 0
+        assert bundle.learner.kl_ctl.value == pytest.approx(0.3)
+
+
+def test_without_reset_state_is_kept(tiny_run):
+    cory, ppo, env = tiny_run(num_iterations=1, init_kl_coef=0.3)
+    trainer = CORYTrainer(cory, ppo, env)
+    trainer.train()
+    for bundle in trainer.exchange.seats.values():
+        assert len(bundle.learner.optimizer.state) > 0
+        assert bundle.learner.kl_ctl.value != pytest.approx(0.3)
+
+
+def test_same_seed_same_metrics(tiny_run):
+    a = CORYTrainer(*tiny_run("a")).train()
+    b = CORYTrainer(*tiny_run("b")).train()
+    c = CORYTrainer(*tiny_run("c", seed=1)).train()
+    assert _strip_time(a) == _strip_time(b)
+    assert _strip_time(a) != _strip_time(c)
+
+
+def test_resume_equals_uninterrupted(tiny_run, tmp_path):
+    full = CORYTrainer(*tiny_run("full", num_iterations=4, role_exchange_period=3)).train()
+    cory, ppo, env = tiny_run("part", num_iterations=2, role_exchange_period=3)
+    CORYTrainer(cory, ppo, env).train()
+    cory, ppo, env = tiny_run("part", num_iterations=4, role_exchange_period=3, resume=True)
+    resumed = CORYTrainer(cory, ppo, env)
+    assert resumed.start_iteration == 2
+    rest = resumed.train()
+    assert _strip_time(rest) == _strip_time(full[2:])
+    logged = read_jsonl(tmp_path / "part" / "metrics.jsonl")
+    assert [r["iteration"] for r in logged] == [0, 1, 2, 3]
+
+
+def test_ppo_baseline_logs_under_pioneer_only(tiny_run):
+    cory, ppo, env = tiny_run(algo="ppo", num_iterations=2)
+    trainer = CORYTrainer(cory, ppo, env)
+    rows = trainer.train()
+    assert list(trainer.exchange.seats) == ["pioneer"]
+    assert "pioneer/task_reward" in rows[0] and "llm1/kl" in rows[0]
+    assert not any(k.startswith(("observer/", "llm2/")) for k in rows[0])
+    # single agent: the learner optimises its own task reward
+    assert rows[0]["pioneer/score"] == pytest.approx(rows[0]["pioneer/task_reward"])
+
+
+def test_ablation_flags_reach_the_env(tiny_run):
+    cory, ppo, env = tiny_run(num_iterations=1, knowledge_transfer=False, partner_reward_coef=0.0)
+    trainer = CORYTrainer(cory, ppo, env)
+    trainer.train()
+    t = trainer.env.transcript()
+    assert t.seats["observer"].prompt_ids == t.seats["pioneer"].prompt_ids  # w/o KT: observer sees the query only
+    for seat in ("pioneer", "observer"):  # independent rewards
+        assert list(t.seats[seat].reward) == pytest.approx(list(t.seats[seat].task_reward))
+
+
+def test_existing_run_is_not_overwritten(tiny_run, tmp_path):
+    CORYTrainer(*tiny_run("x", num_iterations=1)).train()
+    before = (tmp_path / "x" / "metrics.jsonl").read_text()
+    with pytest.raises(FileExistsError, match="--resume"):
+        CORYTrainer(*tiny_run("x", num_iterations=1))
+    assert (tmp_path / "x" / "metrics.jsonl").read_text() == before
+    CORYTrainer(*tiny_run("x", num_iterations=1, overwrite=True))  # explicit overwrite is allowed
+
+
+def test_resume_with_different_config_names_fields(tiny_run):
+    CORYTrainer(*tiny_run("y", num_iterations=1)).train()
+    with pytest.raises(ValueError, match="learning_rate.*init_kl_coef|init_kl_coef.*learning_rate"):
+        CORYTrainer(*tiny_run("y", num_iterations=2, resume=True, learning_rate=0.5, init_kl_coef=0.9))
+
+
+def test_nan_loss_stops_and_keeps_last_checkpoint(tiny_run, monkeypatch, tmp_path):
+    cory, ppo, env = tiny_run("nan", num_iterations=3, checkpoint_every=1)
+    trainer = CORYTrainer(cory, ppo, env)
+    real = ppo_math.ppo_loss
+    calls = {"n": 0}
+
+    def poisoned(*args, **kwargs):
+        loss, stats = real(*args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] > 8:  # iteration 0 takes 2 seats x 2 epochs x 2 mini-batches = 8 calls
+            loss = loss * float("nan")
+        return loss, stats
+
+    monkeypatch.setattr(ppo_math, "ppo_loss", poisoned)
+    with pytest.raises(NonFiniteLossError, match="checkpoint"):
+        trainer.train()
+    ckpt = latest_checkpoint(tmp_path / "nan")
+    assert ckpt is not None and ckpt.name == "iter-000000"
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    assert state["iteration"] == 0
+    monkeypatch.setattr(ppo_math, "ppo_loss", real)
+    resumed = CORYTrainer(*tiny_run("nan", num_iterations=2, checkpoint_every=1, resume=True))
+    assert resumed.start_iteration == 1 and len(resumed.train()) == 1

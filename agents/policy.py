@@ -117,7 +117,7 @@ class LLMAgent(nn.Module):
         self.model = model
         self.tokenizer = tokenizer
         self.adapter_name = adapter_name
-        self.sampling = sampling
+        self._sampling = sampling
         self.model_vocab_size = _output_vocab_size(model)
         if vocab_size is not None:
             self.check_vocab_size(vocab_size)
@@ -140,7 +140,20 @@ class LLMAgent(nn.Module):
 
     # ------------------------------------------------------------------ helpers
     @property
+    def sampling(self) -> SamplingConfig:
+        """How `act` / `act_batch` sample; assigning a new `SamplingConfig` rebuilds the sampler."""
+        return self._sampling
+
+    @sampling.setter
+    def sampling(self, value: SamplingConfig) -> None:
+        if not isinstance(value, SamplingConfig):
+            raise TypeError(f"sampling must be a SamplingConfig, got {type(value).__name__}")
+        self._sampling = value
+        self._sampler = KVCachedSampler(self.model, value)
+
+    @property
     def device(self) -> torch.device:
+        """Device of the value head (kept on the model's device)."""
         return self.value_head.summary.weight.device
 
     def check_vocab_size(self, vocab_size: int) -> None:
@@ -295,6 +308,7 @@ class LLMAgent(nn.Module):
         state = {k: v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()}
         save_file(state, str(out / VALUE_HEAD_NAME))
         (out / AGENT_CONFIG_NAME).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        logger.info("saved %s agent to %s", meta["kind"], out)
         return out
 
     @classmethod

@@ -11,7 +11,8 @@ Two ratios on SmolLM2-135M-Instruct (CPU, fp32):
 Both sides sample identically (``do_sample=True, top_k=0, top_p=1.0, temperature=1.0``) and write exactly N
 tokens: the env bans EOS through the task's action mask with ``min_new_tokens = max_new_tokens = N``, ``generate``
 gets ``min_new_tokens = max_new_tokens = N``. Each measurement is warmed up once, then timed ``--repeats`` times
-interleaved with its baseline; the best time of each side counts (the machine is shared).
+interleaved with its baseline; the best time of each side counts (the machine is shared). ``--threads`` defaults
+to 1 because two OpenMP threads on a busy 2-core machine give timings that swing up to 4x between runs.
 
 Run::
 
@@ -42,7 +43,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--repeats", type=int, default=2, help="timed runs per side (best counts)")
-    p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads (default 1: on a shared 2-core machine, 2 spin-waiting threads "
+                        "make timings swing up to 4x between runs)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--skip-aec", action="store_true")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "rollout.json"))

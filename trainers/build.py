@@ -16,7 +16,14 @@ import logging
 
 import torch
 
-from agents import LLMAgent, ReferenceModel, SamplingConfig, build_shared_lora, load_model_and_tokenizer
+from agents import (
+    LLMAgent,
+    ReferenceModel,
+    SamplingConfig,
+    build_shared_lora,
+    copy_for_two_agents,
+    load_model_and_tokenizer,
+)
 from agents.tiny import tiny_causal_lm, tiny_tokenizer
 from cory_env import BatchedCORYEnv, EnvConfig
 from trainers.config import CORYConfig, PPOConfig
@@ -58,12 +65,13 @@ def build_agents(model, tokenizer, config: CORYConfig) -> tuple[dict[str, LLMAge
         shared = build_shared_lora(model, adapter_names=names, lora_config=lora)
         agents = {n: LLMAgent(shared, tokenizer, sampling=sampling, adapter_name=n) for n in names}
         ref = ReferenceModel(shared, disable_adapters=True)
+    elif len(names) == 2:
+        llm1, llm2, ref = copy_for_two_agents(model)
+        agents = {"llm1": LLMAgent(llm1, tokenizer, sampling=sampling),
+                  "llm2": LLMAgent(llm2, tokenizer, sampling=sampling)}
     else:
-        ref_model = copy.deepcopy(model)
-        agents = {names[0]: LLMAgent(model, tokenizer, sampling=sampling)}
-        for n in names[1:]:
-            agents[n] = LLMAgent(copy.deepcopy(model), tokenizer, sampling=sampling)
-        ref = ReferenceModel(ref_model)
+        agents = {"llm1": LLMAgent(copy.deepcopy(model).requires_grad_(True), tokenizer, sampling=sampling)}
+        ref = ReferenceModel(model)
     return agents, ref
 
 

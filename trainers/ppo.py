@@ -54,15 +54,15 @@ class PPOLearner:
         self.ref_model = ref_model
         self.config = config
         params = list(agent.trainable_parameters())
-        if not params:
-            raise ValueError("the agent has no trainable parameter; check use_lora / requires_grad settings")
-        ref_params = {id(p) for p in ref_model.parameters() if p.requires_grad}
+        ref_params = {id(p) for p in ref_model.parameters()}
         shared = [p for p in params if id(p) in ref_params]
         if shared:
             raise ValueError(
                 f"the reference model shares {len(shared)} trainable parameter tensors with the policy; "
                 "the reference must be a frozen copy (agents.copy_for_two_agents) or the LoRA base with adapters off"
             )
+        if not params:
+            raise ValueError("the agent has no trainable parameter; check use_lora / requires_grad settings")
         self._params = params
         self.reset_state()
 
@@ -201,7 +201,7 @@ class PPOLearner:
         )
         if not torch.isfinite(loss):
             raise NonFiniteLossError(
-                f"PPO loss is {float(loss)} (policy_loss={stats['policy_loss']}, value_loss={stats['value_loss']}); "
+                f"PPO loss is {float(loss.detach())} (policy_loss={stats['policy_loss']}, value_loss={stats['value_loss']}); "
                 "lower learning_rate or enable max_grad_norm / score_clip; the last checkpoint is intact"
             )
         return stats, loss

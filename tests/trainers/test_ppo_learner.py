@@ -1,0 +1,143 @@
+"""PPOLearner against TRL 0.11.4's published equations (tests/trainers/trl_reference.py) on a tiny model."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from agents import LLMAgent, ReferenceModel, ValueHead
+from agents.tiny import tiny_causal_lm
+from tests.trainers import trl_reference as trl
+from trainers.config import PPOConfig
+from trainers.ppo import PPOLearner
+from trainers.rollout import Rollout, pad_sequences
+
+QUERIES = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14], [15]]
+RESPONSES = [[20, 21, 22, 23], [24], [25, 26], [27, 28, 29]]
+
+
+def _rollout(scores):
+    query, query_mask = pad_sequences(QUERIES, 0, side="left")
+    response, response_mask = pad_sequences(RESPONSES, 0, side="right")
+    scores = torch.tensor(scores)
+    return Rollout(query, query_mask, response, response_mask, scores, scores.clone())
+
+
+def _learner(tiny_tok, **cfg):
+    torch.manual_seed(0)
+    base = tiny_causal_lm(tiny_tok, seed=0)
+    policy = copy.deepcopy(base).requires_grad_(True)
+    with torch.no_grad():  # make the policy differ from the reference so the KL term is not zero
+        for p in policy.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    hidden = policy.config.hidden_size
+    agent = LLMAgent(policy, tiny_tok, value_head=ValueHead(hidden, dropout=0.0))
+    config = PPOConfig(batch_size=4, mini_batch_size=4, ppo_epochs=1, **cfg)
+    return PPOLearner(agent, ReferenceModel(base), config)
+
+
+def _trl_forward(model, value_head=None):
+    """TRL's batched_forward_pass, one unpadded row at a time: logprobs/values of each response token."""
+    logprobs, values = [], []
+    width = max(len(r) for r in RESPONSES)
+    for q, r in zip(QUERIES, RESPONSES):
+        ids = torch.tensor([q + r])
+        out = model(input_ids=ids, output_hidden_states=True)
+        lp = trl.logprobs_from_logits(out.logits[:, :-1], ids[:, 1:])[0]
+        start = len(q) - 1
+        row_lp = torch.zeros(width)
+        row_lp[: len(r)] = lp[start:start + len(r)]
+        logprobs.append(row_lp)
+        if value_head is not None:
+            v = value_head(out.hidden_states[-1])[0, :-1]
+            row_v = torch.zeros(width)
+            row_v[: len(r)] = v[start:start + len(r)]
+            values.append(row_v)
+    return torch.stack(logprobs), (torch.stack(values) if values else None)
+
+
+@pytest.mark.parametrize("kind", ["kl", "abs", "mse"])
+def test_one_step_matches_trl_equations(tiny_tok, kind):
+    learner = _learner(tiny_tok, kl_penalty=kind, init_kl_coef=0.2)
+    rollout = _rollout([1.0, -0.5, 0.25, 2.0])
+    mask = rollout.response_mask
+    with torch.no_grad():
+        logprobs, values = _trl_forward(learner.agent.model, learner.agent.value_head)
+        ref_logprobs, _ = _trl_forward(learner.ref_model.model)
+        rewards, _, _ = trl.compute_rewards(rollout.scores, logprobs, ref_logprobs, mask.float(), 0.2, kind)
+        values, advantages, returns, _ = trl.compute_advantages(values, rewards, mask.float(), 1.0, 0.95)
+    data = learner.prepare(rollout)
+    m = mask
+    torch.testing.assert_close(data["logprobs"][m], logprobs[m], atol=1e-5, rtol=0)
+    torch.testing.assert_close(data["ref_logprobs"][m], ref_logprobs[m], atol=1e-5, rtol=0)
+    torch.testing.assert_close(data["rewards"][m], rewards[m], atol=1e-5, rtol=0)
+    torch.testing.assert_close(data["advantages"][m], advantages[m], atol=1e-5, rtol=0)
+    torch.testing.assert_close(data["returns"][m], returns[m], atol=1e-5, rtol=0)
+
+    # the first mini-batch loss (all rows, ratio = 1) against TRL's loss on the same forward
+    stats, loss = learner._minibatch_loss(rollout, data, torch.arange(4))
+    new_lp, new_v = _trl_forward(learner.agent.model, learner.agent.value_head)
+    total, trl_stats = trl.loss(data["logprobs"], data["values"], None, new_v, new_lp, mask.float(),
+                                data["advantages"], data["returns"], 0.2, 0.2, 0.1)
+    assert loss.item() == pytest.approx(total.item(), abs=1e-5)
+    for key in ("policy_loss", "value_loss", "clipfrac", "value_clipfrac", "approx_kl"):
+        assert stats[key] == pytest.approx(trl_stats[key].item(), abs=1e-5), key
+
+
+def test_step_updates_kl_controller_like_trl(tiny_tok):
+    learner = _learner(tiny_tok, init_kl_coef=0.2, target=0.5, horizon=100.0)
+    rollout = _rollout([1.0, 0.0, 0.5, -1.0])
+    with torch.no_grad():
+        lp, _ = _trl_forward(learner.agent.model)
+        ref, _ = _trl_forward(learner.ref_model.model)
+    mean_kl = float(((lp - ref) * rollout.response_mask).sum(-1).mean())
+    expected = trl.AdaptiveKLController(0.2, 0.5, 100.0)
+    expected.update(mean_kl, 4)
+    stats = learner.step(rollout, generator=torch.Generator().manual_seed(0))
+    assert stats["kl"] == pytest.approx(mean_kl, abs=1e-5)
+    assert stats["kl_coef"] == pytest.approx(0.2)
+    assert learner.kl_ctl.value == pytest.approx(expected.value, rel=1e-5)
+
+
+def test_rejects_wrong_batch_and_shared_reference(tiny_tok):
+    learner = _learner(tiny_tok)
+    query, qm = pad_sequences(QUERIES[:2], 0, side="left")
+    resp, rm = pad_sequences(RESPONSES[:2], 0, side="right")
+    with pytest.raises(ValueError, match="batch_size=4"):
+        learner.step(Rollout(query, qm, resp, rm, torch.zeros(2), torch.zeros(2)))
+    agent = learner.agent
+    same = ReferenceModel(agent.model)  # the policy itself as "reference" (freezes it) ...
+    agent.model.requires_grad_(True)  # ... then trained again: the reference would move with the policy
+    with pytest.raises(ValueError, match="shares"):
+        PPOLearner(agent, same, learner.config)
+
+
+@pytest.mark.parametrize("accum, epochs, steps", [(1, 1, 2), (2, 1, 1), (2, 3, 3), (1, 2, 4)])
+def test_optimizer_steps_follow_accumulation(tiny_tok, accum, epochs, steps):
+    """batch 4, mini-batch 2: one Adam step per mini_batch_size * gradient_accumulation_steps samples."""
+    learner = _learner(tiny_tok)
+    learner.config = PPOConfig(batch_size=4, mini_batch_size=2, gradient_accumulation_steps=accum,
+                               ppo_epochs=epochs)
+    stats = learner.step(_rollout([1.0, -0.5, 0.25, 2.0]), generator=torch.Generator().manual_seed(0))
+    adam_steps = {int(s["step"]) for s in learner.optimizer.state.values()}
+    assert adam_steps == {steps} and stats["epochs"] == epochs
+
+
+def test_early_stopping_on_policy_kl(tiny_tok):
+    learner = _learner(tiny_tok, learning_rate=0.5)
+    learner.config = PPOConfig(batch_size=4, mini_batch_size=4, ppo_epochs=4, learning_rate=0.5,
+                               early_stopping=True, target_kl=1e-9)
+    stats = learner.step(_rollout([1.0, -0.5, 0.25, 2.0]), generator=torch.Generator().manual_seed(0))
+    assert stats["early_stopped"] == 1.0 and stats["epochs"] < 4
+
+
+def test_ratio_threshold_skips_and_counts(tiny_tok):
+    learner = _learner(tiny_tok)
+    learner.config = PPOConfig(batch_size=4, mini_batch_size=2, ppo_epochs=1, ratio_threshold=1e-6)
+    before = [p.detach().clone() for p in learner._params]
+    stats = learner.step(_rollout([1.0, -0.5, 0.25, 2.0]), generator=torch.Generator().manual_seed(0))
+    assert stats["skipped_batches"] == 2.0
+    # zero loss: Adam steps with zero gradients leave the weights unchanged
+    assert all(torch.equal(a, b) for a, b in zip(before, learner._params))

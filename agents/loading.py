@@ -202,7 +202,7 @@ def hub_reachable(timeout_s: float = HUB_PROBE_TIMEOUT_S) -> bool:
         return False
 
 
-def _hub_kwargs(name: str, cache_dir: str | os.PathLike | None) -> dict:
+def _hub_kwargs(cache_dir: str | os.PathLike | None) -> dict:
     """``from_pretrained`` kwargs for a hub id: online, or local-files-only with a clear error when offline."""
     kwargs: dict = {"cache_dir": None if cache_dir is None else str(cache_dir)}
     if not hub_reachable():
@@ -253,17 +253,20 @@ def load_tokenizer(
         OSError: hub id while the hub is unreachable and the id is not cached.
     """
     local = resolve_local_dir(name_or_path, cache_dir=cache_dir)
+    hub = {} if local is not None else _hub_kwargs(cache_dir)
+    return prepare_tokenizer(_load(AutoTokenizer, name_or_path, local, hub, trust_remote_code=trust_remote_code))
+
+
+def _load(auto_cls, name_or_path: str, local: Path | None, hub_kwargs: dict, **kwargs):
+    """``auto_cls.from_pretrained`` from the local folder, or from the hub with a clear offline error."""
     if local is not None:
-        tok = AutoTokenizer.from_pretrained(str(local), trust_remote_code=trust_remote_code)
-    else:
-        kwargs = _hub_kwargs(name_or_path, cache_dir)
-        try:
-            tok = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, **kwargs)
-        except OSError as err:
-            if kwargs.get("local_files_only"):
-                raise _offline_error(name_or_path, err) from err
-            raise
-    return prepare_tokenizer(tok)
+        return auto_cls.from_pretrained(str(local), **kwargs)
+    try:
+        return auto_cls.from_pretrained(name_or_path, **hub_kwargs, **kwargs)
+    except OSError as err:
+        if hub_kwargs.get("local_files_only"):
+            raise _offline_error(name_or_path, err) from err
+        raise
 
 
 def load_model_and_tokenizer(
@@ -293,20 +296,11 @@ def load_model_and_tokenizer(
     """
     if not isinstance(dtype, torch.dtype):
         raise TypeError(f"dtype must be a torch.dtype such as torch.float32, got {dtype!r}")
-    tokenizer = load_tokenizer(name_or_path, trust_remote_code=trust_remote_code, cache_dir=cache_dir)
     local = resolve_local_dir(name_or_path, cache_dir=cache_dir)
-    if local is not None:
-        model = AutoModelForCausalLM.from_pretrained(str(local), dtype=dtype, trust_remote_code=trust_remote_code)
-    else:
-        kwargs = _hub_kwargs(name_or_path, cache_dir)
-        try:
-            model = AutoModelForCausalLM.from_pretrained(
-                name_or_path, dtype=dtype, trust_remote_code=trust_remote_code, **kwargs
-            )
-        except OSError as err:
-            if kwargs.get("local_files_only"):
-                raise _offline_error(name_or_path, err) from err
-            raise
+    hub = {} if local is not None else _hub_kwargs(cache_dir)
+    tokenizer = prepare_tokenizer(
+        _load(AutoTokenizer, name_or_path, local, hub, trust_remote_code=trust_remote_code))
+    model = _load(AutoModelForCausalLM, name_or_path, local, hub, dtype=dtype, trust_remote_code=trust_remote_code)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.eval(), tokenizer

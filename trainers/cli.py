@@ -139,7 +139,13 @@ def cmd_plot(argv: Sequence[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot}
+def cmd_bench(argv: Sequence[str]) -> int:
+    from trainers.bench import run_bench
+
+    return run_bench(argv)
+
+
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "bench": cmd_bench}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -149,7 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("usage: cory {train,eval,plot} [options]\n\n"
               "  train   train with CORY (default) or the PPO baseline (--algo ppo); cory train --help\n"
               "  eval    evaluate a checkpoint's pioneer alone; cory eval --help\n"
-              "  plot    plot run directories; cory plot --help\n")
+              "  plot    plot run directories; cory plot --help\n"
+              "  bench   arms x seeds with identical settings, one table; cory bench --help\n")
         return 0 if argv else 2
     command = argv[0]
     if command not in COMMANDS:

@@ -15,6 +15,7 @@ continues exactly as an uninterrupted one. Ctrl-C finishes the current iteration
 from __future__ import annotations
 
 import logging
+import resource
 import shutil
 import signal
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import torch
 import yaml
 from tqdm.auto import tqdm
@@ -162,10 +164,12 @@ class CORYTrainer:
                 metrics[f"{bundle.name}/{key}"] = value
         t2 = time.perf_counter()
         metrics["cory/collective_reward"] = float(np.mean(transcript.seats["pioneer"].reward))
+        metrics["cory/pioneer_is_llm1"] = float(self.exchange.seats["pioneer"].name == "llm1")  # during this iteration
         metrics["cory/role_exchange"] = float(self.exchange.after_iteration(it))
-        metrics["cory/pioneer_is_llm1"] = float(self.exchange.seats["pioneer"].name == "llm1")
         metrics["time/rollout_s"] = t1 - t0
         metrics["time/update_s"] = t2 - t1
+        metrics["sys/rss_gb"] = psutil.Process().memory_info().rss / 2**30
+        metrics["sys/peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
         return metrics, self._samples(transcript)
 
     def _samples(self, transcript) -> list[dict]:

@@ -101,3 +101,9 @@ def test_smollm2_alias_samples_on_imdb_prompts(imdb_csv):
     with torch.no_grad():
         full = model(input_ids=ids_t, attention_mask=mask_t, position_ids=position_ids_from_mask(mask_t)).logits
     torch.testing.assert_close(agent.last_logits, full[:, -1], atol=1e-3, rtol=0)
+
+
+def test_unreachable_endpoint_is_detected_without_offline_flag(monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: nothing listens
+    assert not loading.hub_reachable(timeout_s=1.0)

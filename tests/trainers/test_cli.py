@@ -1,0 +1,115 @@
+"""`cory` command line as subprocesses on the tiny model, and argument resolution in-process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from trainers.cli import load_yaml_config, parse_train_args
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+
+def cory(*args, check=True):
+    proc = subprocess.run([sys.executable, "-m", "trainers.cli", *args], capture_output=True, text=True, env=ENV,
+                          timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"cory {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def test_train_eval_plot_round_trip(tmp_path):
+    run = tmp_path / "run"
+    cory("train", "--preset", "tiny", "--output_dir", str(run), "--num_iterations", "2",
+         "--role_exchange_period", "1", "--torch_threads", "1")
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [0, 1]
+    assert rows[0]["cory/role_exchange"] == 1.0 and rows[1]["cory/pioneer_is_llm1"] == 0.0
+    assert (run / "samples.jsonl").exists() and (run / "config.yaml").exists()
+    assert any((run / "tensorboard").iterdir())
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["num_iterations"] == 2 and saved["model"] == "tiny"
+
+    proc = cory("eval", str(run), "--num_batches", "1", "--batch_size", "2")
+    result = json.loads((run / "checkpoints" / "iter-000001" / "eval-llm1.json").read_text())
+    assert result["model_name"] == "llm1"  # two exchanges: llm1 is back in the pioneer seat
+    for key in ("task_reward", "kl", "combined_reward", "distinct_1", "distinct_2", "response_len"):
+        assert key in result and key in proc.stdout
+    assert result["num_queries"] == 2
+
+    cory("plot", str(run), "--out", str(tmp_path / "plots"))
+    for name in ("curves.png", "pareto.png"):
+        assert (tmp_path / "plots" / name).stat().st_size > 1000
+
+
+def test_existing_run_refused_then_resumed(tmp_path):
+    run = tmp_path / "run"
+    cory("train", "--preset", "tiny", "--output_dir", str(run), "--num_iterations", "1", "--torch_threads", "1")
+    proc = cory("train", "--preset", "tiny", "--output_dir", str(run), "--num_iterations", "1", check=False)
+    assert proc.returncode == 2 and "--resume" in proc.stderr and "--overwrite" in proc.stderr
+    cory("train", "--config", str(run / "config.yaml"), "--num_iterations", "2", "--resume", "--torch_threads", "1")
+    rows = (run / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(r)["iteration"] for r in rows] == [0, 1]
+
+
+def test_precedence_flag_over_yaml_over_preset(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"num_iterations": 7, "learning_rate": 0.01, "batch_size": 8}))
+    env, ppo, run = parse_train_args(["--preset", "tiny", "--config", str(cfg), "--learning_rate", "0.02"])
+    assert run.model == "tiny"  # preset
+    assert run.num_iterations == 7 and ppo.batch_size == 8  # YAML over preset
+    assert ppo.learning_rate == 0.02  # flag over YAML
+    assert env.max_new_tokens == 6  # preset value kept
+    env, ppo, run = parse_train_args(["--role_exchange_period", "3", "--knowledge_transfer", "false"])
+    assert run.role_exchange_period == 3 and env.knowledge_transfer is False
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--preset", "huge"], "valid presets"),
+        (["--no_such_option", "1"], "valid options"),
+        (["--batch_size", "10", "--mini_batch_size", "4"], "divisible"),
+        (["--role_exchange_period", "-1"], "role_exchange_period"),
+    ],
+)
+def test_bad_train_arguments(args, message):
+    with pytest.raises(ValueError, match=message):
+        parse_train_args(args)
+
+
+def test_yaml_with_wrong_type_or_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("batch_size: [1, 2]\n")
+    with pytest.raises(ValueError, match="batch_size must be"):
+        load_yaml_config(bad)
+    bad.write_text("bach_size: 4\n")
+    with pytest.raises(ValueError, match="unknown option.*bach_size"):
+        load_yaml_config(bad)
+    with pytest.raises(FileNotFoundError):
+        load_yaml_config(tmp_path / "missing.yaml")
+
+
+def test_cli_errors_are_one_line_and_exit_2(tmp_path):
+    proc = cory("train", "--preset", "nope", check=False)
+    assert proc.returncode == 2 and "valid presets" in proc.stderr and "Traceback" not in proc.stderr
+    proc = cory("frobnicate", check=False)
+    assert proc.returncode == 2 and "valid commands" in proc.stderr
+    proc = cory("train", "--preset", "tiny", "--data_path", str(tmp_path / "missing.csv"),
+                "--output_dir", str(tmp_path / "r"), check=False)
+    assert proc.returncode == 2 and "missing.csv" in proc.stderr
+
+
+def test_bench_two_arms_two_seeds(tmp_path):
+    out = tmp_path / "bench"
+    proc = cory("bench", "--arms", "cory", "ppo", "--seeds", "0", "1", "--output_dir", str(out),
+                "--num_iterations", "1", "--", "--preset", "tiny", "--torch_threads", "1")
+    table = (out / "results.md").read_text()
+    assert "| cory | 2 |" in table and "| ppo | 2 |" in table and "±" in table
+    assert (out / "curves.png").exists() and (out / "pareto.png").exists()
+    assert "task reward" in proc.stdout

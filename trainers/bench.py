@@ -1,0 +1,130 @@
+"""`cory bench`: arms × seeds with identical settings, one table (mean ± std) and an overlay plot.
+
+    cory bench --arms cory ppo cory-wo-kt:1 cory-wo-rex:1 --seeds 0 1 2 --output_dir runs/bench -- \
+        --preset imdb-quick --num_iterations 30 --eta 0.2
+
+Everything after `--` is passed to every `cory train` run; each arm adds its own overrides (`ARMS`). An arm
+written `name:n` runs only the first n seeds. Runs go to `<output_dir>/<arm>-s<seed>`, each in its own
+subprocess (fresh memory, peak RSS recorded); a finished run is skipped, so an interrupted bench resumes.
+The final point of a run is the mean of its last `--last` iterations; the table aggregates seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from trainers.metrics import METRICS_FILE, read_jsonl
+from trainers.plotting import plot_runs
+
+# arm name -> `cory train` flags that define it (on top of the shared flags)
+ARMS: dict[str, list[str]] = {
+    "cory": ["--algo", "cory"],
+    "ppo": ["--algo", "ppo"],
+    "cory-wo-kt": ["--algo", "cory", "--knowledge_transfer", "false"],
+    "cory-wo-rex": ["--algo", "cory", "--role_exchange_period", "0"],
+    "cory-competitive": ["--algo", "cory", "--partner_reward_coef", "-1"],
+}
+QUANTITIES = ("task_reward", "kl", "combined_reward")
+
+
+def parse_arm(spec: str, seeds: Sequence[int]) -> tuple[str, list[int]]:
+    """`name` or `name:n` -> (name, seeds to run). Raises ValueError for an unknown arm."""
+    name, _, count = spec.partition(":")
+    if name not in ARMS:
+        raise ValueError(f"unknown arm {name!r}; valid arms: {', '.join(ARMS)}")
+    return name, list(seeds[: int(count)] if count else seeds)
+
+
+def final_metrics(records: list[dict], last: int) -> dict[str, float]:
+    """Mean of the last `last` iterations of pioneer/, llm1/ and llm2/ quantities present in `records`."""
+    tail = records[-last:]
+    out = {}
+    for scope in ("pioneer", "llm1", "llm2"):
+        for qty in QUANTITIES:
+            key = f"{scope}/{qty}"
+            values = [r[key] for r in tail if key in r]
+            if values:
+                out[key] = sum(values) / len(values)
+    return out
+
+
+def _mean_std(values: list[float]) -> str:
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+
+
+def summary_table(results: dict[str, list[dict]]) -> str:
+    """Markdown table: arm, seeds, then mean ± std over seeds of the pioneer's final quantities."""
+    lines = ["| arm | seeds | task reward | KL (nats) | combined reward | iter time (s) | peak RSS (GB) |",
+             "|---|---|---|---|---|---|---|"]
+    for arm, runs in results.items():
+        cells = [_mean_std([r["final"][f"pioneer/{q}"] for r in runs if f"pioneer/{q}" in r["final"]])
+                 for q in QUANTITIES]
+        it_time = _mean_std([r["iteration_s"] for r in runs])
+        rss = _mean_std([r["peak_rss_gb"] for r in runs if r.get("peak_rss_gb") is not None])
+        lines.append(f"| {arm} | {len(runs)} | {' | '.join(cells)} | {it_time} | {rss} |")
+    return "\n".join(lines)
+
+
+def _run_complete(run_dir: Path, num_iterations: int | None) -> bool:
+    path = run_dir / METRICS_FILE
+    if not path.exists() or num_iterations is None:
+        return False
+    return len(read_jsonl(path)) >= num_iterations
+
+
+def run_bench(argv: Sequence[str]) -> int:
+    if "--" in argv:
+        cut = list(argv).index("--")
+        own, shared = list(argv[:cut]), list(argv[cut + 1:])
+    else:
+        own, shared = list(argv), []
+    parser = argparse.ArgumentParser(prog="cory bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--arms", nargs="+", default=["cory", "ppo"], help=f"Arms ({', '.join(ARMS)}); name:n = first n seeds.")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="Seeds for every arm.")
+    parser.add_argument("--output_dir", default="runs/bench", help="Folder for the runs, table and plots.")
+    parser.add_argument("--num_iterations", type=int, default=None,
+                        help="Iterations per run (else the preset's); used to skip finished runs.")
+    parser.add_argument("--last", type=int, default=3, help="Iterations averaged for a run's final point.")
+    args = parser.parse_args(own)
+    plan = [parse_arm(spec, args.seeds) for spec in args.arms]
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    extra = ["--num_iterations", str(args.num_iterations)] if args.num_iterations else []
+    results: dict[str, list[dict]] = {}
+    run_dirs = []
+    for arm, seeds in plan:
+        for seed in seeds:
+            run_dir = out / f"{arm}-s{seed}"
+            run_dirs.append(run_dir)
+            info_path = run_dir / "bench_run.json"
+            if not (_run_complete(run_dir, args.num_iterations) and info_path.exists()):
+                cmd = [sys.executable, "-m", "trainers.cli", "train", *shared, *ARMS[arm], *extra,
+                       "--seed", str(seed), "--output_dir", str(run_dir), "--overwrite"]
+                print(f"[bench] {arm} seed {seed}: {' '.join(cmd[3:])}", flush=True)
+                start = time.time()
+                subprocess.run(cmd, check=True)
+                records = read_jsonl(run_dir / METRICS_FILE)
+                info = {"wall_s": time.time() - start,
+                        "iteration_s": statistics.mean(r["time/rollout_s"] + r["time/update_s"] for r in records),
+                        "peak_rss_gb": max(r.get("sys/peak_rss_gb", 0.0) for r in records) or None}
+                info_path.write_text(json.dumps(info), encoding="utf-8")
+            info = json.loads(info_path.read_text(encoding="utf-8"))
+            records = read_jsonl(run_dir / METRICS_FILE)
+            results.setdefault(arm, []).append({"seed": seed, "final": final_metrics(records, args.last), **info})
+    table = summary_table(results)
+    (out / "results.md").write_text(table + "\n", encoding="utf-8")
+    (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    plot_runs(run_dirs, out)
+    print(table)
+    return 0

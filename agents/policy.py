@@ -211,8 +211,10 @@ class LLMAgent(nn.Module):
 
         Raises:
             KeyError: a missing observation key.
-            ValueError: malformed shapes, a vocabulary mismatch, an action mask banning every token, or
-                non-finite logits (the message names the acting step).
+            TypeError: non-integer ``input_ids``.
+            ValueError: malformed shapes, a vocabulary mismatch (action mask width or token ids outside the model's
+                vocabulary), an action mask banning every token, or non-finite logits (the message names the
+                acting step).
         """
         ids = np.asarray(obs["input_ids"])
         mask = np.asarray(obs["attention_mask"])
@@ -223,6 +225,11 @@ class LLMAgent(nn.Module):
             raise ValueError(f"action_mask must be (B, V) with B={ids.shape[0]}, got {action_mask.shape}")
         if action_mask.shape[1] != self.model_vocab_size:
             self.check_vocab_size(action_mask.shape[1])
+        if ids.dtype.kind not in "iu":
+            raise TypeError(f"input_ids must hold integer token ids, got dtype {ids.dtype}")
+        if ids.size and (ids.min() < 0 or ids.max() >= self.model_vocab_size):
+            raise ValueError(f"input_ids hold token ids in [{ids.min()}, {ids.max()}], outside the model's vocabulary "
+                             f"[0, {self.model_vocab_size}); was the observation made with another tokenizer?")
         generator = self.generator if generator is None else generator
         with torch.inference_mode():
             self._activate()

@@ -1,9 +1,12 @@
-"""Token-level CORY environment: a PettingZoo AEC env (`env`, `raw_env`) and a batched view
-(`BatchedCORYEnv`) over one pure episode core (`EpisodeBatch`). See `cory_env.token_env` for the user doc."""
+"""Token-level CORY environment: a PettingZoo AEC env (`env`, `raw_env`), a batched view (`BatchedCORYEnv`) and
+the pioneer seat as a Gymnasium env (`PioneerEnv`; ids ``cory/Pioneer-v0``, ``cory/TinyVocab-v0``, registered on
+import) over one pure episode core (`EpisodeBatch`). See `cory_env.token_env` for the user doc; the Tianshou
+adapter is `cory_env.wrappers`."""
 
 from cory_env.batched_env import BatchedCORYEnv
 from cory_env.config import EnvConfig
 from cory_env.episode import SEATS, EpisodeBatch, EpisodeTranscript, SeatTranscript
+from cory_env.gym_env import PioneerEnv, register_envs
 from cory_env.rewards import collective_reward, make_reward_fn
 from cory_env.tasks import Task, make_task
 from cory_env.token_env import env, raw_env
@@ -14,6 +17,7 @@ __all__ = [
     "EnvConfig",
     "EpisodeBatch",
     "EpisodeTranscript",
+    "PioneerEnv",
     "SeatTranscript",
     "Task",
     "collective_reward",
@@ -22,3 +26,5 @@ __all__ = [
     "make_task",
     "raw_env",
 ]
+
+register_envs()

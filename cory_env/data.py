@@ -51,7 +51,7 @@ def load_table(path: str | os.PathLike):
 
     Raises:
         FileNotFoundError: if `path` does not exist.
-        ValueError: for an unsupported suffix.
+        ValueError: for an unsupported suffix, or a file without rows or not in its format.
     """
     path = Path(path)
     if not path.is_file():
@@ -63,7 +63,14 @@ def load_table(path: str | os.PathLike):
                          f"{sorted(_BUILDERS)}")
     import datasets
 
-    return datasets.load_dataset(builder, data_files=str(path), split="train")
+    try:
+        return datasets.load_dataset(builder, data_files=str(path), split="train")
+    except (StopIteration, ValueError, datasets.exceptions.DatasetGenerationError) as exc:
+        # `datasets` raises these for an empty, header-only or malformed file
+        cause = exc.__cause__ or exc
+        raise ValueError(f"data file {str(path)!r} has no rows or is not valid {builder.upper()} "
+                         f"({type(cause).__name__}: {str(cause)[:200]}); pass a file with data, or data_path=None "
+                         "for the built-in data") from exc
 
 
 def load_builtin_openings() -> list[dict]:

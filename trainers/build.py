@@ -35,10 +35,16 @@ logger = logging.getLogger(__name__)
 TINY_MODEL = "tiny"
 
 
-def load_policy_model(name: str, *, seed: int = 0):
-    """(model, tokenizer) for `CORYConfig.model`; `"tiny"` is a tiny random Llama with the tiny BPE tokenizer."""
+def load_policy_model(name: str, *, seed: int = 0, task: str | None = None):
+    """(model, tokenizer) for `CORYConfig.model`; `"tiny"` is a tiny random Llama with the tiny BPE tokenizer, or
+    with the task's own 20-token tokenizer when `task` is ``"tiny_vocab"``."""
     if name == TINY_MODEL:
-        tokenizer = tiny_tokenizer()
+        if task == "tiny_vocab":
+            from cory_env.tasks.tiny_vocab import tiny_vocab_tokenizer
+
+            tokenizer = tiny_vocab_tokenizer()
+        else:
+            tokenizer = tiny_tokenizer()
         return tiny_causal_lm(tokenizer, seed=seed), tokenizer
     return load_model_and_tokenizer(name)
 

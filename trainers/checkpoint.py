@@ -3,7 +3,7 @@
 Layout of `<output_dir>/checkpoints/iter-000010/` (iteration 10 done):
 
 ```
-trainer_state.json          iteration, seat assignment, config, model identity, vocabulary size
+trainer_state.json          iteration, seat assignment, config, model identity, vocabulary size (written last)
 rng.pt                      torch RNG state (loaded with weights_only=True)
 llm1/trainable.safetensors  the bundle's trainable tensors (full model, or its LoRA adapter) + value head
 llm1/learner.pt             optimizer state (weights_only=True)
@@ -11,13 +11,19 @@ llm1/learner.json           KL controller and score statistics
 llm2/...
 ```
 
-A checkpoint is written into a temporary folder and renamed into place (`os.replace`), then the `latest` pointer
-file is replaced atomically: a crash or a full disk mid-write leaves the previous checkpoint loadable. Only
-safetensors and `torch.load(weights_only=True)` are used to read, so a checkpoint cannot execute code.
+Crash safety: a checkpoint is written into a temporary folder, every file is flushed to disk (`os.fsync`), the folder
+is renamed into place (`os.replace`), then the `latest` pointer file is replaced the same way. A crash, a kill or a
+full disk mid-write therefore leaves the previous checkpoint and `latest` untouched; a failed write removes its
+temporary folder, and a temporary folder left by a killed process is removed by the next save. When `latest` is
+missing or points nowhere, `latest_checkpoint` falls back to the newest complete `iter-*` folder.
+
+Safe loading: only safetensors and `torch.load(weights_only=True)` are used to read, so a checkpoint cannot execute
+code; anything else (a pickle with a code-running payload, a torn or foreign file) raises `CheckpointError`.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -32,49 +38,25 @@ logger = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
+STATE_FILE = "trainer_state.json"
+_TMP_PREFIX = ".tmp-"
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, unreadable, unsafe, or does not match the run it is loaded into."""
+class CheckpointError(ValueError):
+    """A checkpoint is missing, unreadable, unsafe, or does not match the run it is loaded into.
+
+    A `ValueError` (bad input), so `cory` reports it as a one-line error with exit status 2.
+    """
 
 
 def trainable_state(agent) -> dict[str, torch.Tensor]:
     """The agent's trainable tensors by parameter name (shared tensors once), contiguous CPU copies."""
-    wanted = {id(p) for p in agent.trainable_parameters()}
-    state: dict[str, torch.Tensor] = {}
-    seen: set[int] = set()
-    for name, param in agent.named_parameters():
-        if id(param) in wanted and id(param) not in seen:
-            seen.add(id(param))
-            state[name] = param.detach().to("cpu").contiguous().clone()
-    return state
-
-
-def load_trainable_state(agent, state: dict[str, torch.Tensor], *, where: str) -> None:
-    """Copy `state` into the agent's trainable parameters in place.
-
-    Raises:
-        CheckpointError: if names or shapes differ (a checkpoint of another model or vocabulary).
-    """
     params = dict(agent.named_parameters())
-    own = set(trainable_state_names(agent))
-    missing, unexpected = own - set(state), set(state) - own
-    if missing or unexpected:
-        raise CheckpointError(
-            f"{where} does not match this model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}; "
-            "was it written by a run with another model or use_lora setting?"
-        )
-    with torch.no_grad():
-        for name, tensor in state.items():
-            if params[name].shape != tensor.shape:
-                raise CheckpointError(
-                    f"{where}: parameter {name} has shape {tuple(tensor.shape)} in the checkpoint but "
-                    f"{tuple(params[name].shape)} in the model (another model or vocabulary?)"
-                )
-            params[name].copy_(tensor)
+    return {name: params[name].detach().to("cpu").contiguous().clone() for name in trainable_state_names(agent)}
 
 
 def trainable_state_names(agent) -> list[str]:
+    """Names of the agent's trainable parameters (`agent.trainable_parameters()`), each tensor once."""
     wanted = {id(p) for p in agent.trainable_parameters()}
     names, seen = [], set()
     for name, param in agent.named_parameters():
@@ -84,8 +66,67 @@ def trainable_state_names(agent) -> list[str]:
     return names
 
 
+def load_trainable_state(agent, state: dict[str, torch.Tensor], *, where: str) -> None:
+    """Copy `state` into the agent's trainable parameters in place (nothing is copied unless all of it fits).
+
+    Raises:
+        CheckpointError: if names, shapes or dtypes differ (a checkpoint of another model or vocabulary).
+    """
+    params = dict(agent.named_parameters())
+    own = set(trainable_state_names(agent))
+    missing, unexpected = own - set(state), set(state) - own
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{where} does not match this model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}; "
+            "was it written by a run with another model or use_lora setting?"
+        )
+    for name, tensor in state.items():
+        if params[name].shape != tensor.shape:
+            raise CheckpointError(
+                f"{where}: parameter {name} has shape {tuple(tensor.shape)} in the checkpoint but "
+                f"{tuple(params[name].shape)} in the model (another model or vocabulary?)"
+            )
+        if not tensor.dtype.is_floating_point:
+            raise CheckpointError(f"{where}: parameter {name} has dtype {tensor.dtype} in the checkpoint; "
+                                  "expected floating-point weights")
+    with torch.no_grad():
+        for name, tensor in state.items():
+            params[name].copy_(tensor)
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file or a folder entry to disk (folders: best effort, not supported everywhere)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        if path.is_dir():
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not path.is_dir():
+            raise
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in sorted(folder.rglob("*"), reverse=True):  # files before the folders holding them
+        _fsync(path)
+    _fsync(folder)
+
+
 def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True), encoding="utf-8")
+
+
+def _remove_stale_temps(root: Path) -> None:
+    """Delete temporary folders/files left by a writer that was killed (one writer per run directory)."""
+    for path in root.glob(f"{_TMP_PREFIX}*"):
+        logger.warning("removing %s, left by an interrupted checkpoint write", path)
+        shutil.rmtree(path, ignore_errors=True)
+    (root / f".{LATEST}.tmp").unlink(missing_ok=True)
 
 
 def save_checkpoint(output_dir: str | os.PathLike, iteration: int, *, bundles: dict, exchange_state: dict,
@@ -104,14 +145,15 @@ def save_checkpoint(output_dir: str | os.PathLike, iteration: int, *, bundles: d
         The checkpoint folder.
 
     Raises:
-        OSError: if writing fails (e.g. disk full); the previous checkpoint and `latest` are untouched.
+        OSError: if writing fails (e.g. errno ENOSPC, disk full); the message names the checkpoint and the one
+            `latest` still points at. The previous checkpoint and `latest` are untouched and the temporary
+            folder is removed.
     """
     root = Path(output_dir) / CHECKPOINT_DIR
     root.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temps(root)
     final = root / f"iter-{iteration:06d}"
-    tmp = root / f".tmp-iter-{iteration:06d}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    tmp = root / f"{_TMP_PREFIX}iter-{iteration:06d}-{os.getpid()}"
     try:
         tmp.mkdir()
         for name, bundle in bundles.items():
@@ -122,14 +164,22 @@ def save_checkpoint(output_dir: str | os.PathLike, iteration: int, *, bundles: d
             torch.save(learner_state.pop("optimizer"), sub / "learner.pt")
             _write_json(sub / "learner.json", learner_state)
         torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
-        _write_json(tmp / "trainer_state.json",
-                    {"iteration": iteration, "exchange": exchange_state, **run_state})
-        if final.exists():
+        _write_json(tmp / STATE_FILE, {"iteration": iteration, "exchange": exchange_state, **run_state})
+        _fsync_tree(tmp)
+        if final.exists():  # a complete checkpoint of this iteration from a run that crashed before `latest`
             shutil.rmtree(final)
         os.replace(tmp, final)
         pointer_tmp = root / f".{LATEST}.tmp"
         pointer_tmp.write_text(final.name, encoding="utf-8")
+        _fsync(pointer_tmp)
         os.replace(pointer_tmp, root / LATEST)
+        _fsync(root)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        previous = latest_checkpoint(output_dir)
+        hint = " (disk full: free space, then resume with --resume)" if exc.errno == errno.ENOSPC else ""
+        raise OSError(exc.errno, f"writing checkpoint {final} failed: {exc.strerror or exc}{hint}; the previous "
+                                 f"checkpoint {previous} is intact") from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -141,51 +191,104 @@ def save_checkpoint(output_dir: str | os.PathLike, iteration: int, *, bundles: d
 
 
 def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
-    """The folder `latest` points at, or None when the run has no checkpoint."""
+    """The checkpoint `latest` points at; without a usable pointer the newest complete `iter-*` folder; else None."""
     root = Path(output_dir) / CHECKPOINT_DIR
     pointer = root / LATEST
-    if not pointer.exists():
-        return None
-    path = root / pointer.read_text(encoding="utf-8").strip()
-    return path if path.is_dir() else None
+    if pointer.is_file():
+        name = pointer.read_text(encoding="utf-8", errors="replace").strip()
+        path = root / name
+        if name.startswith("iter-") and "/" not in name and (path / STATE_FILE).is_file():
+            return path
+        logger.warning("%s points at %r, which is not a complete checkpoint; using the newest complete one", pointer,
+                       name)
+    complete = sorted(p for p in root.glob("iter-*") if (p / STATE_FILE).is_file())
+    return complete[-1] if complete else None
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: {what}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path} is not valid JSON ({exc}); the checkpoint is damaged") from exc
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} holds a {type(data).__name__}, expected a JSON object")
+    return data
 
 
 def read_trainer_state(checkpoint: str | os.PathLike) -> dict[str, Any]:
-    path = Path(checkpoint) / "trainer_state.json"
-    if not path.exists():
-        raise CheckpointError(f"{checkpoint} is not a cory checkpoint: {path.name} is missing")
-    return json.loads(path.read_text(encoding="utf-8"))
+    """The checkpoint's `trainer_state.json`.
+
+    Raises:
+        CheckpointError: missing, not JSON, or without the keys a cory checkpoint has.
+    """
+    state = _read_json(Path(checkpoint) / STATE_FILE, f"{checkpoint} is not a cory checkpoint")
+    missing = [k for k in ("iteration", "exchange", "config") if k not in state]
+    if missing:
+        raise CheckpointError(f"{Path(checkpoint) / STATE_FILE} lacks {missing}: not a cory checkpoint")
+    return state
 
 
 def _safe_torch_load(path: Path) -> Any:
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: incomplete checkpoint")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # pickle payloads that weights_only refuses land here
         raise CheckpointError(
             f"refusing to load {path}: it is not a plain tensor/state file ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0][:200]}). cory only loads weights_only checkpoints."
+            f"{str(exc).splitlines()[0][:200] if str(exc) else ''}). cory only loads weights_only checkpoints."
         ) from exc
 
 
+def _safe_load_file(path: Path) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: incomplete checkpoint or another run's folder")
+    try:
+        return load_file(str(path))
+    except Exception as exc:  # safetensors raises its own error type for torn or foreign files
+        raise CheckpointError(f"{path} is not a readable safetensors file ({type(exc).__name__}: {exc})") from exc
+
+
 def load_bundle(checkpoint: str | os.PathLike, bundle, *, with_learner: bool = True) -> None:
-    """Restore one bundle (agent weights, and optionally the learner's state) from `checkpoint/<bundle.name>`."""
+    """Restore one bundle (agent weights, and optionally the learner's state) from `checkpoint/<bundle.name>`.
+
+    Raises:
+        CheckpointError: a missing, damaged, unsafe or mismatched file (named).
+    """
     sub = Path(checkpoint) / bundle.name
     weights = sub / "trainable.safetensors"
-    if not weights.exists():
-        raise CheckpointError(f"{weights} is missing: incomplete checkpoint or another run's folder")
-    load_trainable_state(bundle.agent, load_file(str(weights)), where=str(weights))
-    if with_learner:
-        state = json.loads((sub / "learner.json").read_text(encoding="utf-8"))
-        state["optimizer"] = _safe_torch_load(sub / "learner.pt")
-        bundle.learner.load_state_dict(state)
+    state = _safe_load_file(weights)
+    learner_state = None
+    if with_learner:  # read everything before changing anything
+        learner_state = _read_json(sub / "learner.json", "incomplete checkpoint")
+        learner_state["optimizer"] = _safe_torch_load(sub / "learner.pt")
+    load_trainable_state(bundle.agent, state, where=str(weights))
+    if learner_state is not None:
+        try:
+            bundle.learner.load_state_dict(learner_state)
+        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+            raise CheckpointError(f"{sub}: the learner state does not fit this learner ({type(exc).__name__}: "
+                                  f"{exc})") from exc
 
 
 def load_checkpoint(checkpoint: str | os.PathLike, *, bundles: dict, exchange) -> dict[str, Any]:
-    """Restore every bundle, the seat assignment and the torch RNG; returns the trainer state."""
+    """Restore every bundle, the seat assignment and the torch RNG; returns the trainer state.
+
+    Raises:
+        CheckpointError: see `load_bundle`; also a damaged `rng.pt` or seat assignment.
+    """
     state = read_trainer_state(checkpoint)
+    rng = _safe_torch_load(Path(checkpoint) / "rng.pt")
+    if not (isinstance(rng, dict) and isinstance(rng.get("torch"), torch.Tensor) and rng["torch"].dtype == torch.uint8):
+        raise CheckpointError(f"{Path(checkpoint) / 'rng.pt'} does not hold a torch RNG state")
     for bundle in bundles.values():
         load_bundle(checkpoint, bundle)
-    exchange.load_state_dict(state["exchange"])
-    rng = _safe_torch_load(Path(checkpoint) / "rng.pt")
+    try:
+        exchange.load_state_dict(state["exchange"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{checkpoint}: the seat assignment {state['exchange']!r} does not fit this run "
+                              f"({type(exc).__name__}: {exc})") from exc
     torch.set_rng_state(rng["torch"])
     return state

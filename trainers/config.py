@@ -21,7 +21,8 @@ def _check(cond: bool, name: str, value, fix: str) -> None:
 
 @dataclass
 class PPOConfig:
-    """One PPO learner's settings (TRL names; defaults = TRL 0.11.4 `PPOConfig` unless noted)."""
+    """One learner's settings (TRL names; defaults = TRL 0.11.4 `PPOConfig` unless noted); GRPO reads the same
+    fields plus `group_size`, `scale_rewards` and `kl_in_loss`."""
 
     learning_rate: float = field(default=1.41e-5, metadata={"help": "Adam learning rate (TRL default 1.41e-5; paper IMDB 1.41e-5)."})
     batch_size: int = field(default=16, metadata={"help": "Queries per iteration B (paper IMDB: 256; TRL default 128). Must be divisible by mini_batch_size * gradient_accumulation_steps."})
@@ -46,6 +47,9 @@ class PPOConfig:
     use_score_norm: bool = field(default=False, metadata={"help": "With use_score_scaling, also subtract the running mean (TRL). Paper CORY IMDB: on."})
     score_clip: Optional[float] = field(default=None, metadata={"help": "Clip (scaled) scores to [-score_clip, score_clip]; None = off (TRL default)."})
     whiten_rewards: bool = field(default=False, metadata={"help": "Whiten the shaped per-token rewards before GAE (TRL default False)."})
+    group_size: int = field(default=1, metadata={"help": "GRPO: samples per query k. The rollout repeats each query k times in consecutive rows (batch_size must be divisible by k); 1 = distinct queries (PPO). GRPO needs k >= 2 (DeepSeekMath: 64)."})
+    scale_rewards: bool = field(default=True, metadata={"help": "GRPO: divide the group-centred rewards by the group's std (DeepSeekMath outcome supervision); False = only subtract the group mean (Dr. GRPO)."})
+    kl_in_loss: bool = field(default=True, metadata={"help": "GRPO: KL to the reference model as a k3 loss term beta * KL (DeepSeekMath eq. 3) (True), or as a per-token penalty -beta * KL_t (estimator kl_penalty) summed into each sequence's reward before the group normalisation (False). beta = the KL controller's value (init_kl_coef)."})
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs"):
@@ -56,6 +60,12 @@ class PPOConfig:
                 f"batch_size={self.batch_size} is not divisible by mini_batch_size={self.mini_batch_size} * "
                 f"gradient_accumulation_steps={self.gradient_accumulation_steps} = {backward}; "
                 "choose batch_size as a multiple of their product"
+            )
+        _check(self.group_size >= 1, "group_size", self.group_size, "use a positive integer (1 = no grouping)")
+        if self.batch_size % self.group_size:
+            raise ValueError(
+                f"batch_size={self.batch_size} is not divisible by group_size={self.group_size}; "
+                "choose batch_size as a multiple of group_size (each query fills one group of rows)"
             )
         _check(self.kl_penalty in KL_PENALTIES, "kl_penalty", self.kl_penalty, f"use one of {KL_PENALTIES}")
         _check(self.learning_rate > 0, "learning_rate", self.learning_rate, "use a positive learning rate")
@@ -80,7 +90,7 @@ class CORYConfig:
     """The run: algorithm, model, role exchange, logging and checkpoints."""
 
     algo: str = field(default="cory", metadata={"help": "cory (two agents, paper) or ppo (single-agent baseline on the pioneer seat, same env and settings)."})
-    learner: str = field(default="ppo", metadata={"help": "Learner for each model, by registry name (trainers.learners): ppo."})
+    learner: str = field(default="ppo", metadata={"help": "Learner for each model, by registry name (trainers.learners): ppo (PPO with a value head, TRL semantics) or grpo (critic-free GRPO; set group_size >= 2). Other registered names work too."})
     model: str = field(default="smollm2-135m-instruct", metadata={"help": "Policy model: hub id, local directory, .gguf file, or alias (smollm2-135m-instruct = offline default; tiny = tiny random model for tests)."})
     output_dir: str = field(default="runs/cory", metadata={"help": "Run directory: config.yaml, metrics.jsonl, samples.jsonl, TensorBoard events, checkpoints/."})
     num_iterations: int = field(default=10, metadata={"help": "CORY iterations (rollout + one update per seat). Paper IMDB: about 102."})

@@ -43,6 +43,8 @@ CONFIG_FILE = "config.yaml"
 # fields that may change between a run and its resume
 RESUMABLE_CHANGES = {"resume", "overwrite", "num_iterations", "checkpoint_every", "keep_checkpoints",
                      "log_samples", "tensorboard", "torch_threads", "output_dir"}
+# signals that stop training cleanly: finish the iteration, write a checkpoint, return (Ctrl-C; a scheduler's TERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 PROGRESS_KEYS = ("pioneer/task_reward", "observer/task_reward", "pioneer/kl", "cory/collective_reward")
 
 
@@ -81,7 +83,7 @@ class CORYTrainer:
             torch.set_num_threads(config.torch_threads)
         seed_everything(config.seed, config.deterministic)
         if model is None or tokenizer is None:
-            model, tokenizer = load_policy_model(config.model, seed=config.seed)
+            model, tokenizer = load_policy_model(config.model, seed=config.seed, task=env_config.task)
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
         self.agents, self.ref_model = build_agents(model, tokenizer, config)
@@ -149,7 +151,8 @@ class CORYTrainer:
         seats = self.exchange.seats
         t0 = time.perf_counter()
         transcript = run_episodes(self.env, {s: b.agent for s, b in seats.items()},
-                                  seed=derive_seed(seed, it, 2), generator=sampler)
+                                  seed=derive_seed(seed, it, 2), generator=sampler,
+                                  group_size=self.ppo_config.group_size)
         t1 = time.perf_counter()
         pad_id = self.tokenizer.pad_token_id
         metrics: dict[str, float] = {}
@@ -188,8 +191,8 @@ class CORYTrainer:
         if self._stop_requested:
             raise KeyboardInterrupt
         self._stop_requested = True
-        logger.warning("interrupt received: finishing this iteration, then writing a checkpoint "
-                       "(press Ctrl-C again to abort without saving)")
+        logger.warning("%s received: finishing this iteration, then writing a checkpoint "
+                       "(press Ctrl-C again to abort without saving)", signal.Signals(signum).name)
 
     def train(self) -> list[dict[str, float]]:
         """Run iterations `start_iteration .. num_iterations-1`; returns their metrics.
@@ -199,13 +202,15 @@ class CORYTrainer:
         """
         cfg = self.config
         logger_ = MetricsLogger(self.output_dir, tensorboard=cfg.tensorboard,
-                                config_text=yaml.safe_dump(self.config_dict, sort_keys=False))
+                                config_text=yaml.safe_dump(self.config_dict, sort_keys=False),
+                                purge_step=self.start_iteration or None)
         history: list[dict[str, float]] = []
-        previous = signal.getsignal(signal.SIGINT)
-        try:
-            signal.signal(signal.SIGINT, self._request_stop)
-        except ValueError:  # not the main thread: no Ctrl-C handling
-            previous = None
+        previous = {}
+        for signum in STOP_SIGNALS:
+            try:
+                previous[signum] = signal.signal(signum, self._request_stop)
+            except ValueError:  # not the main thread: no Ctrl-C handling
+                break
         last_saved = self.start_iteration - 1
         bar = tqdm(range(self.start_iteration, cfg.num_iterations), initial=self.start_iteration,
                    total=cfg.num_iterations, desc=cfg.algo, dynamic_ncols=True)
@@ -218,16 +223,18 @@ class CORYTrainer:
                 bar.set_postfix({k.split("/")[0][:3] + "/" + k.split("/")[1][:6]: f"{metrics[k]:.3f}"
                                  for k in PROGRESS_KEYS if k in metrics})
                 last = it == cfg.num_iterations - 1
-                if last or self._stop_requested or (cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0):
+                stop = self._stop_requested  # read once: a signal after this line stops after the next iteration
+                if last or stop or (cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0):
                     self.save_checkpoint(it)
                     last_saved = it
-                if self._stop_requested:
+                if stop:
                     logger.warning("stopped after iteration %d; resume with --resume", it)
                     break
         finally:
             bar.close()
             logger_.close()
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+            for signum, handler in previous.items():
+                if handler is not None:  # None: a handler not installed from Python, nothing to restore
+                    signal.signal(signum, handler)
         self.last_checkpoint_iteration = last_saved
         return history

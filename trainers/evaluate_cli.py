@@ -1,7 +1,20 @@
-"""`cory eval CHECKPOINT`: the pioneer alone (no observer, as at inference) on held-out queries.
+"""`cory eval [CHECKPOINT]`: the pioneer alone (no observer, as at inference) on held-out queries.
 
-Prints a short table and JSON (task reward, KL to the reference, combined reward, distinct-1/2, mean length,
-samples) and writes the JSON next to the checkpoint (or to `--out`).
+Two evaluations:
+
+* IMDB (default for IMDB checkpoints): task reward, KL to the reference, combined reward, distinct-1/2, mean
+  length and samples (`trainers.evaluation.evaluate_pioneer`).
+* GSM8K (`--task gsm8k`): pass@1..5 on the test split (or its first `--limit N` problems) from `--num_samples`
+  answers per problem, with the unbiased estimator and the paper's "any of the first k" form
+  (`trainers.passk.evaluate_pass_at_k`), sampled like the authors' script (top_k 10, top_p 0.7, temperature 1.0,
+  repetition penalty 1.1, 256 new tokens). A checkpoint, or a base model without training (`--model`).
+
+Prints a short table and the JSON, and writes the JSON next to the checkpoint (or to `--out`).
+
+Examples:
+    cory eval runs/imdb-quick
+    cory eval runs/gsm8k-quick --task gsm8k --data_path ../shared/data/gsm8k_test.jsonl --limit 50
+    cory eval --task gsm8k --model smollm2-135m-instruct --data_path ../shared/data/gsm8k_test.jsonl --limit 50
 """
 
 from __future__ import annotations
@@ -9,14 +22,24 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
+import re
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
+import torch
+
+from agents import LLMAgent, SamplingConfig
 from cory_env import BatchedCORYEnv, EnvConfig
 from trainers import checkpoint as ckpt
 from trainers.build import build_agents, build_exchange, load_policy_model
 from trainers.config import CORYConfig, PPOConfig
 from trainers.evaluation import evaluate_pioneer
+from trainers.passk import PAPER_EVAL_SAMPLING, evaluate_pass_at_k
+
+logger = logging.getLogger(__name__)
+
+TASKS = ("imdb", "gsm8k")
 
 
 def configs_from_dict(flat: dict) -> tuple[EnvConfig, PPOConfig, CORYConfig]:
@@ -29,27 +52,125 @@ def configs_from_dict(flat: dict) -> tuple[EnvConfig, PPOConfig, CORYConfig]:
 
 
 def format_table(result: dict) -> str:
+    """The IMDB result as `key  value` lines."""
     keys = ("task_reward", "kl", "combined_reward", "distinct_1", "distinct_2", "response_len", "num_queries")
     width = max(len(k) for k in keys)
     return "\n".join(f"{k:<{width}}  {result[k]:.4f}" if isinstance(result[k], float) else f"{k:<{width}}  {result[k]}"
                      for k in keys if k in result)
 
 
-def run_eval(argv: Sequence[str]) -> int:
+def format_passk_table(result: dict) -> str:
+    """The GSM8K result as a k | unbiased | first-k table plus accuracy, format rate, length and speed."""
+    lines = [f"GSM8K pass@k on {result['num_problems']} problems x {result['num_samples']} samples",
+             "k  unbiased  first-k"]
+    for k, value in result["pass_at_k"].items():
+        lines.append(f"{k}  {value:8.4f}  {result['pass_at_k_first'][k]:7.4f}")
+    lines.append(f"accuracy {result['accuracy']:.4f}  format_rate {result['format_rate']:.3f}  "
+                 f"response_len {result['response_len']:.1f}  {result['tokens_per_s']:.1f} tokens/s "
+                 f"({result['seconds']:.0f} s)")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cory eval", description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoint", help="A checkpoint folder (runs/X/checkpoints/iter-000009) or a run directory "
-                                           "(its latest checkpoint).")
+    parser.add_argument("checkpoint", nargs="?", default=None,
+                        help="A checkpoint folder (runs/X/checkpoints/iter-000009) or a run directory (its latest "
+                             "checkpoint). Omit it with --task gsm8k --model NAME to evaluate a base model.")
+    parser.add_argument("--task", choices=TASKS, default=None,
+                        help="What to evaluate: imdb (reward/KL/diversity) or gsm8k (pass@k). Default: the "
+                             "checkpoint's task.")
+    parser.add_argument("--model", default=None,
+                        help="Evaluate this base model without a checkpoint (hub id, local folder, .gguf, or alias "
+                             "smollm2-135m-instruct / tiny); --task gsm8k only.")
     parser.add_argument("--model_name", default=None,
                         help="Which trained model answers: llm1, llm2 (default: the one in the pioneer seat).")
-    parser.add_argument("--num_batches", type=int, default=4, help="Batches of --batch_size held-out queries.")
-    parser.add_argument("--batch_size", type=int, default=8, help="Queries per batch.")
+    parser.add_argument("--data_path", default=None,
+                        help="Query source override (else the run's). GSM8K: a test JSONL such as "
+                             "../shared/data/gsm8k_test.jsonl; omitted = the hub's test split.")
     parser.add_argument("--seed", type=int, default=12345, help="Query and sampling seed (not the training seed).")
-    parser.add_argument("--data_path", default=None, help="Query source override (else the run's).")
-    parser.add_argument("--eta", type=float, default=None,
-                        help="Combined reward coefficient (default: the model's final KL coefficient).")
-    parser.add_argument("--out", default=None, help="JSON output path (default: <checkpoint>/eval-<model>.json).")
-    args = parser.parse_args(argv)
+    parser.add_argument("--out", default=None,
+                        help="JSON output path (default: <checkpoint>/eval-<model>[-gsm8k].json; without a "
+                             "checkpoint: eval-gsm8k-<model>.json in the current folder).")
+    parser.add_argument("--torch_threads", type=int, default=0, help="torch.set_num_threads; 0 = torch's default.")
+    imdb = parser.add_argument_group("IMDB")
+    imdb.add_argument("--num_batches", type=int, default=4, help="Batches of --batch_size held-out queries.")
+    imdb.add_argument("--batch_size", type=int, default=8, help="Queries per batch.")
+    imdb.add_argument("--eta", type=float, default=None,
+                      help="Combined reward coefficient (default: the model's final KL coefficient).")
+    gsm = parser.add_argument_group("GSM8K (defaults: the authors' evaluation script)")
+    gsm.add_argument("--limit", type=int, default=None, help="Evaluate only the first N test problems.")
+    gsm.add_argument("--num_samples", type=int, default=5, help="n: answers per problem (>= 5 for pass@5).")
+    gsm.add_argument("--max_k", type=int, default=5, help="Report pass@k for k = 1..max_k (<= --num_samples).")
+    gsm.add_argument("--problems_per_batch", type=int, default=8,
+                     help="Problems sampled together; one batch is problems_per_batch * num_samples answers.")
+    gsm.add_argument("--max_new_tokens", type=int, default=256, help="Tokens per answer (paper: 256).")
+    gsm.add_argument("--temperature", type=float, default=PAPER_EVAL_SAMPLING.temperature, help="Paper: 1.0.")
+    gsm.add_argument("--top_k", type=int, default=PAPER_EVAL_SAMPLING.top_k, help="Paper: 10; 0 = off.")
+    gsm.add_argument("--top_p", type=float, default=PAPER_EVAL_SAMPLING.top_p, help="Paper: 0.7; 1 = off.")
+    gsm.add_argument("--repetition_penalty", type=float, default=PAPER_EVAL_SAMPLING.repetition_penalty,
+                     help="Paper: 1.1; 1 = off.")
+    gsm.add_argument("--prompt", choices=("auto", "chat", "plain"), default="auto",
+                     help="auto: the tokenizer's chat template when it has one; plain: the authors' "
+                          "'Question: ... Answer:' text.")
+    return parser
 
+
+def run_eval(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    if args.checkpoint is None and args.model is None:
+        raise ValueError("give a CHECKPOINT (a run directory or checkpoint folder), or --task gsm8k --model NAME "
+                         "to evaluate a base model")
+    if args.checkpoint is not None and args.model is not None:
+        raise ValueError("give either a CHECKPOINT or --model, not both (a checkpoint names its own base model)")
+    task = args.task or ("gsm8k" if args.checkpoint is None else None)
+    if args.checkpoint is None and task != "gsm8k":
+        raise ValueError(f"--model without a checkpoint evaluates GSM8K only; add --task gsm8k (got --task {task})")
+    if args.max_k > args.num_samples:
+        raise ValueError(f"--max_k {args.max_k} exceeds --num_samples {args.num_samples}; pass@k needs n >= k "
+                         "samples per problem")
+    if task == "gsm8k":
+        _check_data_path(args.data_path)
+    if args.checkpoint is None:
+        model, tokenizer = load_policy_model(args.model, seed=args.seed)
+        loaded = _Loaded(LLMAgent(model, tokenizer), None, None, None, EnvConfig(task="gsm8k"), args.model)
+    else:
+        loaded = _load_checkpoint(args)
+        task = task or loaded.env_config.task
+    if task == "gsm8k":
+        result = _eval_gsm8k(loaded, args)
+        print(format_passk_table(result))
+    else:
+        result = _eval_imdb(loaded, args)
+        print(format_table(result))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("correct", "predictions", "golds")}, indent=2,
+                     ensure_ascii=False))
+    return 0
+
+
+def _check_data_path(data_path: str | None) -> None:
+    """Fail before any model loads when a local data file is missing."""
+    if data_path not in (None, "hub") and not Path(data_path).is_file():
+        raise FileNotFoundError(f"--data_path {data_path!r} does not exist; for GSM8K pass a test JSONL such as "
+                                "--data_path ../shared/data/gsm8k_test.jsonl")
+
+
+@dataclasses.dataclass
+class _Loaded:
+    """What is evaluated: the agent, the reference model, its name and checkpoint folder (None for a base model),
+    the run's `EnvConfig` and a label for the output."""
+
+    agent: LLMAgent
+    ref_model: Any
+    model_name: str | None
+    checkpoint: Path | None
+    env_config: EnvConfig
+    label: str
+
+
+def _load_checkpoint(args) -> _Loaded:
+    """The checkpoint's model in the evaluated seat (the pioneer's unless --model_name)."""
     path = Path(args.checkpoint)
     if not (path / "trainer_state.json").exists():
         latest = ckpt.latest_checkpoint(path)
@@ -58,8 +179,6 @@ def run_eval(argv: Sequence[str]) -> int:
         path = latest
     state = ckpt.read_trainer_state(path)
     env_cfg, ppo_cfg, cory_cfg = configs_from_dict(state["config"])
-    if args.data_path is not None:
-        env_cfg = dataclasses.replace(env_cfg, data_path=args.data_path)
     name = args.model_name or state["exchange"]["seats"]["pioneer"]
     model, tokenizer = load_policy_model(cory_cfg.model, seed=cory_cfg.seed)
     agents, ref = build_agents(model, tokenizer, cory_cfg)
@@ -67,15 +186,61 @@ def run_eval(argv: Sequence[str]) -> int:
         raise ValueError(f"--model_name {name!r} is not in this checkpoint; choose one of {sorted(agents)}")
     exchange = build_exchange(agents, ref, cory_cfg, ppo_cfg, cory_cfg.learner)
     ckpt.load_bundle(path, exchange.bundles[name], with_learner=False)
+    return _Loaded(agents[name], ref, name, path, env_cfg, f"{cory_cfg.model} ({path}, {name})")
+
+
+def _eval_imdb(loaded: _Loaded, args) -> dict[str, Any]:
+    agent, env_cfg, where, model_name = loaded.agent, loaded.env_config, loaded.checkpoint, loaded.model_name
+    if args.data_path is not None:
+        env_cfg = dataclasses.replace(env_cfg, data_path=args.data_path)
     eta = args.eta
     if eta is None:
-        learner_json = json.loads((path / name / "learner.json").read_text(encoding="utf-8"))
+        learner_json = json.loads((where / model_name / "learner.json").read_text(encoding="utf-8"))
         eta = float(learner_json["kl_ctl"]["value"])
-    env = BatchedCORYEnv(env_cfg, tokenizer, batch_size=args.batch_size, single_agent=True)
-    result = evaluate_pioneer(agents[name], ref, env, num_batches=args.num_batches, seed=args.seed, eta=eta)
-    result = {"checkpoint": str(path), "model_name": name, "eta": eta, **result}
-    out = Path(args.out) if args.out else path / f"eval-{name}.json"
-    out.write_text(json.dumps(result, indent=2, ensure_ascii=False), encoding="utf-8")
-    print(format_table(result))
-    print(json.dumps(result, indent=2, ensure_ascii=False))
-    return 0
+    env = BatchedCORYEnv(env_cfg, agent.tokenizer, batch_size=args.batch_size, single_agent=True)
+    result = evaluate_pioneer(agent, loaded.ref_model, env, num_batches=args.num_batches, seed=args.seed, eta=eta)
+    result = {"checkpoint": str(where), "model_name": model_name, "eta": eta, **result}
+    out = Path(args.out) if args.out else where / f"eval-{model_name}.json"
+    _write_json(out, result)
+    return result
+
+
+def _eval_gsm8k(loaded: _Loaded, args) -> dict[str, Any]:
+    from cory_env.tasks.gsm8k import make_gsm8k_task
+
+    agent, where, model_name, model_label = loaded.agent, loaded.checkpoint, loaded.model_name, loaded.label
+
+    env_cfg = dataclasses.replace(loaded.env_config, task="gsm8k", data_path=args.data_path, pioneer_template=None,
+                                  observer_template=None)
+    task = make_gsm8k_task(env_cfg, agent.tokenizer, split="test", limit=args.limit,
+                           max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens,
+                           use_chat_template={"auto": None, "chat": True, "plain": False}[args.prompt])
+    agent.sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                    repetition_penalty=args.repetition_penalty)
+    if args.out:
+        out = Path(args.out)
+    elif where is not None:
+        out = where / f"eval-{model_name}-gsm8k.json"
+    else:
+        out = Path(f"eval-gsm8k-{re.sub(r'[^A-Za-z0-9._-]+', '_', model_label)}.json")
+    header = {"task": "gsm8k", "model": model_label, "checkpoint": None if where is None else str(where),
+              "model_name": model_name, "data_path": args.data_path or "hub:test", "seed": args.seed,
+              "sampling": dataclasses.asdict(agent.sampling), "prompt": args.prompt}
+    logger.info("GSM8K eval: %d problems x %d samples, %d new tokens, writing %s", len(task.records),
+                args.num_samples, args.max_new_tokens, out)
+    result = evaluate_pass_at_k(
+        agent, task, num_samples=args.num_samples, ks=tuple(range(1, args.max_k + 1)),
+        problems_per_batch=args.problems_per_batch, seed=args.seed,
+        callback=lambda partial: _write_json(out, {**header, **partial}),
+    )
+    result = {**header, **result}
+    _write_json(out, result)
+    logger.info("GSM8K eval written to %s", out)
+    return result
+
+
+def _write_json(path: Path, result: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(path)

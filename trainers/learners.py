@@ -1,7 +1,20 @@
 """The learner protocol and the registry of learners by name (`CORYConfig`/CLI `--learner`).
 
 A learner owns one model's optimisation: it is built from an agent, the shared reference model and a config, and the
-trainer and the role-exchange wrapper only ever call the methods below. Any object with them plugs in.
+trainer and the role-exchange wrapper only ever call the methods below. Any object with them plugs in; register a
+factory with `register_learner` and pick it with `--learner NAME` (guide: docs/learners.md).
+
+Agents act, learners learn (Tianshou's Policy/Algorithm split): acting on batched observations is the agent's job
+(`agents.LLMAgent.act_batch`, KV cached, called by `trainers.rollout.run_episodes`); a learner never samples. It
+receives a finished `Rollout` of its seat, re-scores it with `agent.evaluate` (and the reference model) and updates
+the agent's trainable parameters in place. So one agent class serves every learner, and a learner can be swapped
+without touching rollout code. A learner that needs several samples per query (GRPO) asks for them through
+`PPOConfig.group_size`, which the trainer passes to the rollout.
+
+| name | class | critic | notes |
+|---|---|---|---|
+| ``"ppo"`` | `trainers.ppo.PPOLearner` | value head | TRL 0.11 PPO, the paper's learner |
+| ``"grpo"`` | `trainers.grpo.GRPOLearner` | none | group-relative advantages, needs ``group_size >= 2`` |
 """
 
 from __future__ import annotations
@@ -39,11 +52,34 @@ def _ppo(agent, ref_model, config):
     return PPOLearner(agent, ref_model, config)
 
 
-LEARNERS: dict[str, Callable[..., Learner]] = {"ppo": _ppo}
+def _grpo(agent, ref_model, config):
+    from trainers.grpo import GRPOLearner
+
+    return GRPOLearner(agent, ref_model, config)
 
 
-def register_learner(name: str, factory: Callable[..., Learner]) -> None:
-    """Make `factory(agent, ref_model, config)` available as `--learner name`."""
+LEARNERS: dict[str, Callable[..., Learner]] = {"ppo": _ppo, "grpo": _grpo}
+
+
+def register_learner(name: str, factory: Callable[..., Learner], *, overwrite: bool = False) -> None:
+    """Make `factory(agent, ref_model, config) -> Learner` available as `--learner name`.
+
+    Args:
+        name: registry key (e.g. "reinforce").
+        factory: called once per model with (agent, shared reference model, `PPOConfig`).
+        overwrite: replace an existing entry of the same name.
+
+    Raises:
+        TypeError: if `factory` is not callable.
+        ValueError: if `name` is empty, or already registered and not `overwrite`.
+    """
+    if not callable(factory):
+        raise TypeError(f"learner factory for {name!r} must be callable (agent, ref_model, config) -> Learner, "
+                        f"got {type(factory).__name__}")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"learner name must be a non-empty str, got {name!r}")
+    if name in LEARNERS and not overwrite:
+        raise ValueError(f"learner {name!r} is already registered; pass overwrite=True to replace it")
     LEARNERS[name] = factory
 
 
@@ -52,7 +88,12 @@ def make_learner(name: str, agent, ref_model, config) -> Learner:
 
     Raises:
         ValueError: for an unknown name (lists the registered ones).
+        TypeError: if the factory's result does not implement the `Learner` protocol.
     """
     if name not in LEARNERS:
         raise ValueError(f"unknown learner {name!r}; registered learners: {sorted(LEARNERS)}")
-    return LEARNERS[name](agent, ref_model, config)
+    learner = LEARNERS[name](agent, ref_model, config)
+    if not isinstance(learner, Learner):
+        missing = [m for m in ("step", "reset_state", "state_dict", "load_state_dict") if not hasattr(learner, m)]
+        raise TypeError(f"learner factory {name!r} returned {type(learner).__name__}, which lacks {missing}")
+    return learner

@@ -31,6 +31,31 @@ from trainers.score_scaling import RunningMoments, scale_scores
 logger = logging.getLogger(__name__)
 
 
+_FUSED_ADAM_DEVICES = ("cpu", "cuda")
+_FUSED_ADAM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def make_adam(params: list[torch.nn.Parameter], lr: float) -> torch.optim.Adam:
+    """Adam with torch's defaults (betas (0.9, 0.999), eps 1e-8, no weight decay), as TRL's `PPOTrainer` builds it.
+
+    Uses the fused kernel (one pass over each tensor per step) when every parameter is a float tensor on CPU or
+    CUDA: the same update rule, equal to the default for-loop implementation up to float32 round-off (~1e-7), and
+    about 4-5x faster per step on CPU (benchmarks/README.md), which is ~1.3 s per step saved for a 135M-parameter
+    full fine-tune. Falls back to the default implementation otherwise.
+
+    Args:
+        params: the parameters to optimise.
+        lr: learning rate.
+    """
+    fused = all(p.device.type in _FUSED_ADAM_DEVICES and p.dtype in _FUSED_ADAM_DTYPES for p in params)
+    if fused:
+        try:
+            return torch.optim.Adam(params, lr=lr, fused=True)
+        except RuntimeError as err:  # a torch build without the fused kernel for this device
+            logger.debug("fused Adam unavailable (%s); using the default implementation", err)
+    return torch.optim.Adam(params, lr=lr)
+
+
 class NonFiniteLossError(FloatingPointError):
     """A PPO loss or gradient became NaN/inf; training stops so the last good checkpoint is kept."""
 
@@ -70,7 +95,7 @@ class PPOLearner:
     def reset_state(self) -> None:
         """Fresh Adam state, KL controller and score statistics (what the official code's disk swap does)."""
         cfg = self.config
-        self.optimizer = torch.optim.Adam(self._params, lr=cfg.learning_rate)
+        self.optimizer = make_adam(self._params, cfg.learning_rate)
         self.kl_ctl = make_kl_controller(cfg.adap_kl_ctrl, cfg.init_kl_coef, cfg.target, cfg.horizon)
         self.score_moments = RunningMoments()
 

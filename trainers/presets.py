@@ -21,6 +21,18 @@ PRESETS: dict[str, dict] = {
         "min_new_tokens": 4, "max_new_tokens": 12, "context_len": 96, "init_kl_coef": 0.2,
         "torch_threads": 2,
     },
+    # GSM8K on CPU with SmolLM2-135M-Instruct and LoRA: 256-token answers (the paper's evaluation length), a
+    # window of 800 tokens that holds the chat-template observer prompt (question + the pioneer's 256-token
+    # answer) plus its own answer. Data: --data_path ../shared/data/gsm8k_train.jsonl (else the hub's train split).
+    # PPO knobs from the authors' GSM8K script where they fit a CPU (lr 1e-4, init_kl_coef 0.1 fixed).
+    "gsm8k-quick": {
+        "task": "gsm8k", "model": "smollm2-135m-instruct", "output_dir": "runs/gsm8k-quick",
+        "num_iterations": 8, "role_exchange_period": 4, "batch_size": 8, "mini_batch_size": 4, "ppo_epochs": 1,
+        "use_lora": True, "lora_r": 16, "lora_alpha": 32, "learning_rate": 1e-4,
+        "init_kl_coef": 0.1, "adap_kl_ctrl": False,
+        "min_new_tokens": 256, "max_new_tokens": 256, "context_len": 800, "log_samples": 2,
+        "torch_threads": 2,
+    },
     # The paper's IMDB settings (official code, PAPER.md §2), for a GPU.
     "imdb-paper": {
         "model": "gpt2-large", "output_dir": "runs/imdb-paper", "data_path": "hub", "reward": "distilbert-imdb",

@@ -85,15 +85,18 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int, *, side: str) -> t
     return ids, mask
 
 
-def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: torch.Generator | None = None):
+def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: torch.Generator | None = None,
+                 group_size: int = 1):
     """Play one batch of episodes to the end.
 
     Args:
         env: a `cory_env.BatchedCORYEnv`.
         agents: seat id -> agent with `act_batch(obs, generator=...) -> np.ndarray (B,) int64` and
             `reset_cache()`; must cover every seat the env selects.
-        seed: episode seed (row i uses `seed + i`, see docs/architecture.md).
+        seed: episode seed (row i uses `seed + i // group_size`, see docs/architecture.md).
         generator: torch generator for sampling.
+        group_size: k; rows [g·k, (g+1)·k) play the same query (record, query length and response length), so a
+            group-relative learner (GRPO) compares k samples per query. 1 = every row its own query.
 
     Returns:
         The env's `EpisodeTranscript`.
@@ -101,7 +104,7 @@ def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: tor
     Raises:
         KeyError: if the env selects a seat with no agent.
     """
-    obs, _ = env.reset(seed=seed)
+    obs, _ = env.reset(seed=seed, options={"group_size": group_size} if group_size > 1 else None)
     for agent in agents.values():
         agent.reset_cache()
     while not env.done:

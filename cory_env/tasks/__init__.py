@@ -6,7 +6,8 @@ module is missing or needs extra data costs nothing until it is asked for.
 | name | builder | queries | reward |
 |---|---|---|---|
 | ``"imdb"`` | `cory_env.tasks.imdb.make_imdb_task` | IMDB review openings (2-7 tokens) | `EnvConfig.reward` |
-| ``"gsm8k"`` | `cory_env.tasks.gsm8k.make_gsm8k_task` | GSM8K questions | answer correctness |
+| ``"gsm8k"`` | `cory_env.tasks.gsm8k.make_gsm8k_task` | GSM8K questions (whole) | answer correctness |
+| ``"tiny_vocab"`` | `cory_env.tasks.tiny_vocab.make_tiny_vocab_task` | 4 of 16 symbols | split them with the partner |
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ __all__ = ["TASK_BUILDERS", "Task", "make_task"]
 TASK_BUILDERS: dict[str, str] = {
     "imdb": "cory_env.tasks.imdb:make_imdb_task",
     "gsm8k": "cory_env.tasks.gsm8k:make_gsm8k_task",
+    "tiny_vocab": "cory_env.tasks.tiny_vocab:make_tiny_vocab_task",
 }
 
 

@@ -24,7 +24,7 @@ def _changed(before, agent):
 
 
 def _strip_time(rows):
-    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+    return [{k: v for k, v in r.items() if not k.startswith(("time/", "sys/"))} for r in rows]
 
 
 def test_both_seats_update_and_bundles_swap_in_memory(tiny_run):

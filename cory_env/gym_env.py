@@ -1,0 +1,165 @@
+"""
+# CORY pioneer seat as a Gymnasium env (``cory/Pioneer-v0``, ``cory/TinyVocab-v0``)
+
+The single-agent view of a CORY task for standard RL libraries: the pioneer answers the query token by token, and
+the episode ends with its response; the reward is its own task reward (the PPO baseline's setting). Same task,
+reward, tokenizer, prompt and observations as the PettingZoo env's pioneer seat (`cory_env.token_env`), over the
+same episode core (`EpisodeBatch`, B = 1, ``single_agent=True``).
+
+| | |
+|---|---|
+| Import | ``import cory_env; gymnasium.make("cory/TinyVocab-v0")`` or ``cory_env.gym_env.PioneerEnv(...)`` |
+| Action space | ``Discrete(V)``, the next token id |
+| Observation space | ``Dict`` of ``input_ids`` (L,) int64, ``attention_mask`` (L,) int64, ``action_mask`` (V,) int8 |
+| Reward | 0 on every step; r(q, a) when the response ends (EOS or the episode's response length) |
+| Termination | when the response ends; never truncated (responses have a bounded length) |
+
+Registered ids (``import cory_env`` registers them):
+
+* ``cory/Pioneer-v0``: any task; pass ``tokenizer=`` and `EnvConfig` fields, e.g.
+  ``gymnasium.make("cory/Pioneer-v0", tokenizer=tok, task="imdb", context_len=64)``.
+* ``cory/TinyVocab-v0``: the tiny-vocabulary task (`cory_env.tasks.tiny_vocab`) with its own 20-token tokenizer
+  and ``context_len=12``; optimum: return 1.
+
+## Observation and action
+
+As in the AEC env: the left-padded window of the pioneer's prompt and response so far, and the task's action mask
+(1 = allowed). The mask is advisory here, as in Gymnasium's ``Discrete.sample(mask=...)``: every action of the
+space is accepted, and a masked token is written like any other (the task reward scores it).
+
+## Arguments
+
+``config`` (`EnvConfig`) or its fields, ``tokenizer`` (required unless the task is ``"tiny_vocab"``),
+``reward_fn``, ``task`` (name or `Task`), ``render_mode`` (None or "ansi"). ``reset(seed, options)`` with
+``options={"query": text or token ids}`` plays that query.
+
+## Version history
+
+* v0: first release.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from cory_env.config import resolve_config
+from cory_env.episode import EpisodeBatch
+
+__all__ = ["PioneerEnv", "register_envs"]
+
+SEAT = "pioneer"
+
+
+class PioneerEnv(gym.Env):
+    """The pioneer seat of a CORY task as a Gymnasium env (see the module docstring).
+
+    Args:
+        config: an `EnvConfig`; keyword fields override it (or build one when it is None).
+        tokenizer: tokenizer object or name; None for the ``"tiny_vocab"`` task uses its own tokenizer.
+        reward_fn: reward name or callable overriding the task's.
+        task: a task name or `Task` object (default: ``config.task``).
+        render_mode: None or "ansi".
+        **kwargs: `EnvConfig` fields.
+
+    Raises:
+        TypeError, ValueError: for bad arguments (see `EnvConfig`, `EpisodeBatch`).
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, config=None, tokenizer=None, *, reward_fn=None, task=None, render_mode: str | None = None,
+                 **kwargs) -> None:
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        if isinstance(task, str):
+            kwargs["task"], task = task, None
+        self.config = resolve_config(config, **kwargs)
+        if tokenizer is None and task is None and self.config.task == "tiny_vocab":
+            from cory_env.tasks.tiny_vocab import tiny_vocab_tokenizer
+
+            tokenizer = tiny_vocab_tokenizer()
+        self.render_mode = render_mode
+        self._episode = EpisodeBatch.from_config(self.config, tokenizer, batch_size=1, task=task,
+                                                 reward_fn=reward_fn, single_agent=True)
+        self.tokenizer = self._episode.tokenizer
+        V, L = self._episode.vocab_size, self.config.context_len
+        self.action_space = spaces.Discrete(V)
+        self.observation_space = spaces.Dict({
+            "input_ids": spaces.Box(0, V - 1, shape=(L,), dtype=np.int64),
+            "attention_mask": spaces.Box(0, 1, shape=(L,), dtype=np.int64),
+            "action_mask": spaces.Box(0, 1, shape=(V,), dtype=np.int8),
+        })
+        self._action = np.zeros(1, dtype=np.int64)
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        ids, mask = self._episode.window(SEAT)
+        return {"input_ids": ids[0].copy(), "attention_mask": mask[0].copy(),
+                "action_mask": self._episode.action_mask.copy()}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        """Start an episode; ``options={"query": text or token ids}`` plays that query.
+
+        Returns:
+            (observation, info) with ``info["query_text"]``.
+        """
+        super().reset(seed=seed)
+        if seed is None and self._episode.phase is None:
+            seed = int(self.np_random.integers(2**31))  # first reset without a seed: Gymnasium's entropy
+        query = (options or {}).get("query")
+        self._episode.reset(seed=seed, queries=None if query is None else [query])
+        return self._obs(), {"query_text": self._episode.query_text[0]}
+
+    def step(self, action) -> tuple[dict, float, bool, bool, dict[str, Any]]:
+        """Append one token to the pioneer's response.
+
+        Returns:
+            (observation, reward, terminated, truncated, info); at the end info holds ``task_reward`` (float),
+            ``response_text`` (str) and ``response_len`` (int, tokens).
+
+        Raises:
+            RuntimeError: before `reset` or after the episode ended.
+            TypeError: for a non-integer action.
+            ValueError: for a token id outside [0, V).
+        """
+        if self._episode.phase != SEAT:
+            raise RuntimeError("step() before reset()" if self._episode.phase is None else
+                               "the episode ended; call reset()")
+        a = np.asarray(action)
+        if a.dtype.kind not in "iu" or a.size != 1:
+            raise TypeError(f"action must be one integer token id, got {action!r}")
+        if not 0 <= int(a.reshape(-1)[0]) < self.action_space.n:
+            raise ValueError(f"action {int(a.reshape(-1)[0])} is outside the vocabulary [0, {self.action_space.n})")
+        self._action[0] = int(a.reshape(-1)[0])
+        self._episode.step(self._action, check=False)
+        if not self._episode.done:
+            return self._obs(), 0.0, False, False, {}
+        ep = self._episode
+        info = {"task_reward": float(ep.task_reward[SEAT][0]), "response_text": ep.response_text[SEAT][0],
+                "response_len": len(ep.response[SEAT][0])}
+        return self._obs(), float(ep.reward[SEAT][0]), True, False, info
+
+    def render(self) -> str | None:
+        """The query and the response so far as text (render_mode "ansi")."""
+        if self.render_mode is None or self._episode.phase is None:
+            return None
+        text = self.tokenizer.decode(self._episode.response_ids(SEAT)[0], skip_special_tokens=True)
+        return f"query: {self._episode.query_text[0]!r}\npioneer: {text!r}"
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def register_envs() -> None:
+    """Register ``cory/Pioneer-v0`` and ``cory/TinyVocab-v0`` with Gymnasium (idempotent)."""
+    from cory_env.tasks.tiny_vocab import CONTEXT_LEN
+
+    registry = gym.envs.registration.registry
+    if "cory/Pioneer-v0" not in registry:
+        gym.register(id="cory/Pioneer-v0", entry_point="cory_env.gym_env:PioneerEnv")
+    if "cory/TinyVocab-v0" not in registry:
+        gym.register(id="cory/TinyVocab-v0", entry_point="cory_env.gym_env:PioneerEnv",
+                     kwargs={"task": "tiny_vocab", "context_len": CONTEXT_LEN})

@@ -1,0 +1,139 @@
+"""The tiny-vocabulary task ``"tiny_vocab"``: split a set of symbols between the pioneer and the observer.
+
+A 20-token world small enough for MLP policies (Tianshou), tiny LMs and hand-checked tests, whose collective
+reward needs cooperation: the observer only scores well if it reads the pioneer's answer (knowledge transfer).
+
+| | |
+|---|---|
+| Vocabulary | ``<eos>`` (0, also pad), ``<unk>`` (1), 16 symbols ``a`` … ``p`` (2-17), ``:`` (18), ``?`` (19) |
+| Query q | 4 distinct symbols, e.g. ``"c f h k"`` (all 1820 4-subsets, each in a fixed shuffled order) |
+| Pioneer prompt | ``"{query} ?"`` |
+| Observer prompt | ``"{query} : {response} ?"`` (knowledge transfer: q, then the pioneer's answer a1) |
+| Response | exactly 2 tokens (EOS ends it earlier); with the task's tokenizer only symbols and EOS are allowed |
+| Task reward r(q, a) | (number of distinct symbols among a's first 2 that are in q and not in the partner's answer) / 2 |
+
+The pioneer has no partner, so r1 = |set(a1) ∩ q| / 2. The observer's partner is the pioneer: r2 =
+|set(a2) ∩ q \\ set(a1)| / 2 (the env passes a1 as ``record["partner_response"]``). Rewards lie in [0, 1].
+
+Optimum: the pioneer names any 2 query symbols (r1 = 1); the observer names the other 2 (r2 = 1); collective
+reward r1 + r2 = 2. Six pioneer answers are optimal, so an observer that ignores a1 cannot be optimal: naming two
+random query symbols gives E[r2] = 0.5, hence E[R] = 1.5. A uniformly random policy (17 allowed tokens) scores
+E[R] ≈ 0.42. With ``knowledge_transfer=False`` the observer never sees a1, so the ablation's optimum is 1.5.
+Single-agent (PPO baseline, `cory_env.gym_env`): the optimum is r1 = 1.
+
+Use the task's own tokenizer (`tiny_vocab_tokenizer`; ``cory train --task tiny_vocab --model tiny`` builds a tiny
+LM over it) and a small context window (`CONTEXT_LEN` = 12 tokens fits both prompts and answers). Any other
+tokenizer works too (rewards score whitespace-separated text), without the action mask.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from cory_env.tasks.base import Task
+
+__all__ = [
+    "ANSWER_LEN",
+    "CONTEXT_LEN",
+    "OBSERVER_TEMPLATE",
+    "PIONEER_TEMPLATE",
+    "QUERY_LEN",
+    "SYMBOLS",
+    "VOCAB",
+    "make_tiny_vocab_task",
+    "tiny_vocab_records",
+    "tiny_vocab_reward",
+    "tiny_vocab_tokenizer",
+]
+
+#: The 16 answer symbols.
+SYMBOLS = tuple("abcdefghijklmnop")
+#: Token -> id of the task's tokenizer (V = 20).
+VOCAB = {"<eos>": 0, "<unk>": 1, **{s: i + 2 for i, s in enumerate(SYMBOLS)}, ":": 18, "?": 19}
+#: Symbols per query.
+QUERY_LEN = 4
+#: Tokens per answer (both seats).
+ANSWER_LEN = 2
+#: A context window (tokens) that holds the observer's prompt and answer with the task's tokenizer.
+CONTEXT_LEN = 12
+PIONEER_TEMPLATE = "{query} ?"
+OBSERVER_TEMPLATE = "{query} : {response} ?"
+
+
+def tiny_vocab_tokenizer():
+    """The task's word-level tokenizer: `VOCAB` (V = 20), whitespace split, EOS = pad = ``<eos>`` (id 0).
+
+    Returns:
+        A `transformers.PreTrainedTokenizerFast` with left padding.
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel(dict(VOCAB), unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>", unk_token="<unk>")
+    fast.padding_side = "left"
+    return fast
+
+
+def tiny_vocab_records(seed: int = 0) -> list[dict]:
+    """All C(16, 4) = 1820 queries, each ``{"query": "c f h k"}`` with its symbols in a seeded shuffled order."""
+    rng = np.random.default_rng(seed)
+    records = []
+    for combo in itertools.combinations(SYMBOLS, QUERY_LEN):
+        order = rng.permutation(QUERY_LEN)
+        records.append({"query": " ".join(combo[i] for i in order)})
+    return records
+
+
+def tiny_vocab_reward(queries: list[str], responses: list[str], records: list[dict]) -> list[float]:
+    """r(q, a) = |distinct symbols in a's first `ANSWER_LEN` words ∩ q − partner's words| / `ANSWER_LEN`.
+
+    Args:
+        queries: N query texts (symbols separated by spaces).
+        responses: N response texts.
+        records: N records; an observer row's record holds the pioneer's answer as ``"partner_response"``.
+
+    Returns:
+        N floats in [0, 1].
+
+    >>> tiny_vocab_reward(["a b c d"] * 2, ["a b", "b c"], [{}, {"partner_response": "a b"}])
+    [1.0, 0.5]
+    """
+    out = []
+    for query, response, record in zip(queries, responses, records):
+        allowed = set(query.split()) - set((record or {}).get("partner_response", "").split())
+        named = set(response.split()[:ANSWER_LEN])
+        out.append(len(named & allowed) / ANSWER_LEN)
+    return out
+
+
+def make_tiny_vocab_task(config=None, tokenizer=None) -> Task:
+    """The tiny-vocabulary task (see the module docstring).
+
+    Args:
+        config: `EnvConfig`; only ``observer_template`` / ``pioneer_template`` overrides are read (by the env).
+            The response length is the task's (`ANSWER_LEN`), not ``min/max_new_tokens``.
+        tokenizer: with the task's own tokenizer, the action mask allows only the 16 symbols and EOS.
+
+    Returns:
+        ``Task(name="tiny_vocab", ...)``.
+    """
+    mask = None
+    if tokenizer is not None and dict(tokenizer.get_vocab()) == VOCAB:
+        mask = np.zeros(len(VOCAB), dtype=np.int8)
+        mask[[VOCAB[s] for s in SYMBOLS]] = 1
+        mask[VOCAB["<eos>"]] = 1
+    return Task(
+        name="tiny_vocab",
+        records=tiny_vocab_records(),
+        reward_fn=tiny_vocab_reward,
+        observer_template=OBSERVER_TEMPLATE,
+        pioneer_template=PIONEER_TEMPLATE,
+        query_tokens=None,
+        min_new_tokens=ANSWER_LEN,
+        max_new_tokens=ANSWER_LEN,
+        action_mask=mask,
+    )

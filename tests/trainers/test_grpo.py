@@ -1,0 +1,137 @@
+"""GRPO: group advantages and loss against hand-computed values; the learner on a tiny model; CORY with GRPO."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from cory_env import BatchedCORYEnv, EnvConfig
+from trainers.config import PPOConfig
+from trainers.cory import CORYTrainer
+from trainers.grpo import STD_EPS, GRPOLearner, group_advantages, grpo_loss
+from trainers.rollout import rollout_from_transcript, run_episodes
+
+
+def test_group_advantages_std_normalised_and_zero_std_group():
+    # group 1: mean 2, unbiased std 1; group 2: all equal -> no signal
+    adv = group_advantages(torch.tensor([1.0, 2.0, 3.0, 5.0, 5.0, 5.0]), 3)
+    d = 1.0 / (1.0 + STD_EPS)
+    torch.testing.assert_close(adv, torch.tensor([-d, 0.0, d, 0.0, 0.0, 0.0]))
+
+
+def test_group_advantages_skewed_group_and_centring_only():
+    # mean 1, unbiased std sqrt((1 + 1 + 1 + 9) / 3) = 2
+    rewards = torch.tensor([0.0, 0.0, 0.0, 4.0])
+    scaled = group_advantages(rewards, 4)
+    torch.testing.assert_close(scaled, torch.tensor([-1.0, -1.0, -1.0, 3.0]) / (2.0 + STD_EPS))
+    torch.testing.assert_close(group_advantages(rewards, 4, scale=False), torch.tensor([-1.0, -1.0, -1.0, 3.0]))
+    torch.testing.assert_close(group_advantages(rewards, 2, scale=False), torch.tensor([0.0, 0.0, -2.0, 2.0]))
+
+
+@pytest.mark.parametrize("rewards, k", [(torch.zeros(4), 1), (torch.zeros(5), 2), (torch.zeros(2, 2), 2)])
+def test_group_advantages_rejects_bad_input(rewards, k):
+    with pytest.raises(ValueError):
+        group_advantages(rewards, k)
+
+
+def test_grpo_loss_clips_ratio_and_adds_k3_kl():
+    mask = torch.tensor([[True], [True]])
+    old = torch.zeros(2, 1)
+    new = torch.tensor([[0.5], [-0.5]])           # ratios e^0.5 = 1.649 (clipped to 1.2), e^-0.5 = 0.607
+    ref = torch.zeros(2, 1)
+    advantages = torch.tensor([1.0, 1.0])
+    loss, stats = grpo_loss(new, old, ref, advantages, mask, cliprange=0.2, kl_coef=0.0)
+    # row 0: max(-1.649, -1.2) = -1.2 (clipped); row 1: max(-0.607, -0.8) = -0.607
+    assert float(loss) == pytest.approx((-1.2 - math.exp(-0.5)) / 2, abs=1e-6)
+    assert stats["clipfrac"] == pytest.approx(0.5)
+    # k3 with delta = logp - ref: exp(-delta) - 1 + delta
+    k3 = [math.exp(-d) - 1 + d for d in (0.5, -0.5)]
+    assert stats["kl_loss"] == pytest.approx(sum(k3) / 2, abs=1e-6)
+    loss_kl, _ = grpo_loss(new, old, ref, advantages, mask, cliprange=0.2, kl_coef=0.1)
+    assert float(loss_kl - loss) == pytest.approx(0.1 * sum(k3) / 2, abs=1e-6)
+
+
+def test_grpo_loss_ignores_padding_and_broadcasts_sequence_advantage():
+    mask = torch.tensor([[True, True, False]])
+    new = torch.tensor([[0.1, -0.1, 9.0]], requires_grad=True)
+    loss, _ = grpo_loss(new, torch.zeros(1, 3), torch.zeros(1, 3), torch.tensor([2.0]), mask, cliprange=10.0)
+    loss.backward()
+    # d/dlogp of -A * exp(logp) / n_tokens on real tokens only
+    torch.testing.assert_close(new.grad, torch.tensor([[-math.exp(0.1), -math.exp(-0.1), 0.0]]))
+
+
+@pytest.fixture()
+def grpo_parts(tiny_tok, tiny_model):
+    from agents import LLMAgent, copy_for_two_agents
+
+    llm1, _, ref = copy_for_two_agents(tiny_model)
+    agent = LLMAgent(llm1, tiny_tok)
+    env = BatchedCORYEnv(EnvConfig(min_new_tokens=2, max_new_tokens=4, context_len=48), tiny_tok, batch_size=4,
+                         single_agent=True)
+    return agent, ref, env
+
+
+def test_group_rollout_repeats_each_query(grpo_parts):
+    agent, _, env = grpo_parts
+    transcript = run_episodes(env, {"pioneer": agent}, seed=3, generator=torch.Generator().manual_seed(0),
+                              group_size=2)
+    q = transcript.query_ids
+    assert q[0] == q[1] and q[2] == q[3] and q[0] != q[2]
+
+
+def test_learner_updates_and_equal_rewards_leave_the_policy_unchanged(grpo_parts, tiny_tok):
+    agent, ref, env = grpo_parts
+    # beta = 0: Adam would turn the ~1e-7 KL gradients of batch-shape round-off into full-size steps
+    config = PPOConfig(batch_size=4, mini_batch_size=2, ppo_epochs=2, learning_rate=1e-2, group_size=2,
+                       init_kl_coef=0.0, adap_kl_ctrl=False)
+    learner = GRPOLearner(agent, ref, config)
+    transcript = run_episodes(env, {"pioneer": agent}, seed=0, generator=torch.Generator().manual_seed(0),
+                              group_size=2)
+    rollout = rollout_from_transcript(transcript, "pioneer", tiny_tok.pad_token_id)
+    before = [p.detach().clone() for p in agent.trainable_parameters()]
+    # equal scores: every advantage is 0, so no gradient
+    equal = rollout.__class__(**{**vars(rollout), "scores": torch.ones(4)})
+    stats = learner.step(equal, generator=torch.Generator().manual_seed(0))
+    assert stats["zero_std_groups"] == 1.0 and stats["policy_loss"] == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, agent.trainable_parameters()))
+    varied = rollout.__class__(**{**vars(rollout), "scores": torch.tensor([0.0, 1.0, 1.0, 0.0])})
+    stats = learner.step(varied, generator=torch.Generator().manual_seed(0))
+    assert stats["zero_std_groups"] == 0.0 and stats["reward_std"] == pytest.approx(math.sqrt(0.5))
+    assert any(not torch.equal(a, b) for a, b in zip(before, agent.trainable_parameters()))
+    assert set(learner.state_dict()) == {"optimizer", "kl_ctl"}
+
+
+def test_kl_in_reward_shapes_the_sequence_reward(grpo_parts, tiny_tok):
+    agent, ref, env = grpo_parts
+    config = PPOConfig(batch_size=4, mini_batch_size=4, group_size=2, kl_in_loss=False, init_kl_coef=0.5)
+    learner = GRPOLearner(agent, ref, config)
+    transcript = run_episodes(env, {"pioneer": agent}, seed=0, generator=torch.Generator().manual_seed(0),
+                              group_size=2)
+    rollout = rollout_from_transcript(transcript, "pioneer", tiny_tok.pad_token_id)
+    with torch.no_grad():  # move the policy away from the reference so the KL is non-zero
+        next(iter(agent.trainable_parameters())).add_(0.05)
+    data = learner.prepare(rollout)
+    seq_kl = data["kl"].sum(dim=-1)
+    assert float(seq_kl.abs().sum()) > 0
+    torch.testing.assert_close(data["rewards"], rollout.scores - 0.5 * seq_kl)
+
+
+def test_group_size_one_is_rejected(grpo_parts):
+    agent, ref, _ = grpo_parts
+    with pytest.raises(ValueError, match="group_size"):
+        GRPOLearner(agent, ref, PPOConfig(batch_size=4, mini_batch_size=2))
+    with pytest.raises(ValueError, match="divisible by group_size"):
+        PPOConfig(batch_size=4, mini_batch_size=2, group_size=3)
+
+
+@pytest.mark.parametrize("algo", ["cory", "ppo"])
+def test_trainer_runs_grpo_for_cory_and_the_single_agent_baseline(tiny_run, algo):
+    cory, ppo, env = tiny_run(algo=algo, learner="grpo", group_size=2, num_iterations=2)
+    trainer = CORYTrainer(cory, ppo, env)
+    rows = trainer.train()
+    assert type(trainer.exchange.seats["pioneer"].learner) is GRPOLearner
+    assert np.isfinite(rows[-1]["pioneer/policy_loss"]) and "pioneer/kl_loss" in rows[-1]
+    assert ("observer/kl_loss" in rows[-1]) == (algo == "cory")

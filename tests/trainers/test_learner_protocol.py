@@ -1,0 +1,78 @@
+"""The learner protocol: the docs/learners.md example learner runs CORY through the registry; registry errors."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainers import learners
+from trainers.cory import CORYTrainer
+from trainers.grpo import GRPOLearner
+from trainers.learners import Learner, make_learner, register_learner
+from trainers.ppo import PPOLearner
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "learners.md"
+
+
+@pytest.fixture()
+def registry(monkeypatch):
+    """A private copy of the registry, so tests never leak learners into each other."""
+    monkeypatch.setattr(learners, "LEARNERS", dict(learners.LEARNERS))
+    return learners.LEARNERS
+
+
+def _guide_code() -> str:
+    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), flags=re.S)
+    assert len(blocks) == 1
+    return blocks[0]
+
+
+def test_guide_example_is_short():
+    assert len(_guide_code().strip().splitlines()) < 50
+
+
+def test_guide_learner_runs_cory_through_the_registry(registry, tiny_run):
+    namespace: dict = {}
+    exec(compile(_guide_code(), str(GUIDE), "exec"), namespace)  # noqa: S102 - our own documentation
+    assert "reinforce" in registry
+    cory, ppo, env = tiny_run(learner="reinforce", num_iterations=2, role_exchange_period=1,
+                              reset_on_exchange=True)
+    trainer = CORYTrainer(cory, ppo, env)
+    before = {name: [p.detach().clone() for p in b.agent.trainable_parameters()]
+              for name, b in trainer.exchange.bundles.items()}
+    rows = trainer.train()
+    for name, bundle in trainer.exchange.bundles.items():
+        assert isinstance(bundle.learner, namespace["ReinforceLearner"])
+        assert isinstance(bundle.learner, Learner)
+        after = list(bundle.agent.trainable_parameters())
+        assert any(not torch.equal(a, b) for a, b in zip(before[name], after)), f"{name} did not move"
+    assert {"pioneer/policy_loss", "observer/policy_loss", "llm1/kl", "llm2/combined_reward"} <= set(rows[-1])
+    assert rows[-1]["pioneer/kl"] != 0.0  # the models moved away from the shared reference model
+    assert rows[0]["cory/role_exchange"] == 1.0
+
+
+def test_two_different_learners_share_one_role_exchange(registry, tiny_run):
+    cory, ppo, env = tiny_run(learner="ppo", group_size=2, num_iterations=2, role_exchange_period=1)
+    trainer = CORYTrainer(cory, ppo, env)
+    llm2 = trainer.exchange.bundles["llm2"]
+    llm2.learner = make_learner("grpo", llm2.agent, trainer.ref_model, ppo)
+    rows = trainer.train()
+    assert type(trainer.exchange.bundles["llm1"].learner) is PPOLearner
+    assert type(trainer.exchange.bundles["llm2"].learner) is GRPOLearner
+    assert "llm1/value_loss" in rows[-1] and "llm2/kl_loss" in rows[-1]
+    assert rows[1]["pioneer/kl_loss"] == rows[1]["llm2/kl_loss"]  # llm2 sat in the pioneer seat at iteration 1
+
+
+def test_registry_errors(registry, tiny_model, tiny_tok):
+    with pytest.raises(ValueError, match="registered learners"):
+        make_learner("nope", None, None, None)
+    with pytest.raises(ValueError, match="already registered"):
+        register_learner("ppo", lambda agent, ref, config: None)
+    with pytest.raises(TypeError, match="callable"):
+        register_learner("bad", 3)
+    register_learner("broken", lambda agent, ref, config: object())
+    with pytest.raises(TypeError, match="lacks"):
+        make_learner("broken", None, None, None)

@@ -1,0 +1,364 @@
+"""Reliability: bad inputs across layers, Ctrl-C, kills and full disks during checkpoints, exact resume, a soak run.
+
+Every rejected input here is listed in docs/errors.md with the test that backs it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+import torch
+import yaml
+
+from agents.tiny import tiny_causal_lm, tiny_tokenizer
+from cory_env import BatchedCORYEnv
+from cory_env.rewards import RewardFunctionError
+from cory_env.tasks.base import Task
+from trainers import checkpoint as ckpt
+from trainers.checkpoint import CheckpointError, latest_checkpoint
+from trainers.cli import load_yaml_config, main, parse_train_args
+from trainers.cory import CORYTrainer
+from trainers.metrics import METRICS_FILE, read_jsonl
+
+logger = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
+TINY = ["--preset", "tiny", "--torch_threads", "1"]
+
+
+def _strip(rows):
+    """Metrics without wall-clock and process-size keys (those differ between identical runs)."""
+    return [{k: v for k, v in r.items() if not k.startswith(("time/", "sys/"))} for r in rows]
+
+
+def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"the training subprocess exited early ({proc.returncode}):\n"
+                                 f"{proc.stderr.read()[-3000:] if proc.stderr else ''}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("timed out waiting for the training subprocess")
+        time.sleep(0.05)
+
+
+def _metric_lines(run: Path) -> int:
+    path = run / METRICS_FILE
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+# ---------------------------------------------------------------------------------------------- bad input gaps
+def _finish_episode(benv: BatchedCORYEnv):
+    benv.reset(seed=0)
+    while not benv.done:
+        _, rewards, *_ = benv.step(np.full(benv.batch_size, 5, dtype=np.int64))
+    return rewards
+
+
+def test_reward_ints_and_bools_are_accepted_as_floats(tiny_tok):
+    rewards = _finish_episode(BatchedCORYEnv(tokenizer=tiny_tok, batch_size=2, min_new_tokens=1, max_new_tokens=1,
+                                             reward_fn=lambda q, r: [True] + [1] * (len(r) - 1)))
+    assert rewards["pioneer"].dtype == np.float64 and rewards["pioneer"].tolist() == [2.0, 2.0]
+
+
+@pytest.mark.parametrize(("returned", "match"), [
+    (lambda n: torch.ones(n, device="meta"), r"returned a tensor on device meta; return CPU numbers \(call \.cpu\(\)"),
+    (lambda n: ["good"] * n, r"returned list \['good'.*not a sequence of numbers"),
+    (lambda n: None, r"returned NoneType None, not a sequence of numbers"),
+    (lambda n: 1.0, r"returned float 1.0, not a sequence of numbers"),
+])
+def test_reward_that_is_not_cpu_numbers_is_refused(tiny_tok, returned, match):
+    benv = BatchedCORYEnv(tokenizer=tiny_tok, batch_size=2, min_new_tokens=1, max_new_tokens=1,
+                          reward_fn=lambda q, r: returned(len(r)))
+    with pytest.raises(RewardFunctionError, match=match):
+        _finish_episode(benv)
+
+
+def test_reward_cpu_tensor_is_accepted(tiny_tok):
+    rewards = _finish_episode(BatchedCORYEnv(tokenizer=tiny_tok, batch_size=2, min_new_tokens=1, max_new_tokens=1,
+                                             reward_fn=lambda q, r: torch.full((len(r),), 0.5)))
+    assert rewards["observer"].tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize(("name", "content"), [
+    ("empty.jsonl", ""), ("blank.jsonl", "\n\n"), ("torn.jsonl", '{"question": "1+1?", "ans'),
+    ("empty.csv", ""), ("header_only.csv", "question,answer\n"),
+])
+def test_data_file_without_usable_rows(tmp_path, name, content):
+    from cory_env.data import load_gsm8k_records, load_imdb_records
+
+    path = tmp_path / name
+    path.write_text(content)
+    for loader in (load_gsm8k_records, load_imdb_records):
+        with pytest.raises(ValueError, match=rf"data file .*{name}' has no rows or is not valid"):
+            loader(path)
+
+
+def test_task_without_records():
+    with pytest.raises(ValueError, match="task 'none' has no records"):
+        Task(name="none", records=[], reward_fn=lambda q, r: [0.0] * len(r), observer_template="{query}{response}")
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("learning_rate: fast\n", r"option learning_rate must be <class 'float'>, got 'fast' \(str\)"),
+    ("use_lora: 'yes'\n", r"option use_lora must be <class 'bool'>, got 'yes' \(str\)"),
+    ("batch_size: 2.5\n", r"option batch_size must be <class 'int'>, got 2.5 \(float\)"),
+    ("- batch_size: 4\n", r"expected a mapping of option: value, got list"),
+])
+def test_config_yaml_wrong_type(tmp_path, text, match):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(ValueError, match=match):
+        load_yaml_config(bad)
+
+
+def test_cli_reports_bad_yaml_in_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("learning_rate: fast\n")
+    assert main(["train", "--config", str(bad), "--output_dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "learning_rate" in err and "Traceback" not in err and not (tmp_path / "r").exists()
+
+
+def test_resume_with_changed_config_names_old_and_new_values(tiny_run):
+    CORYTrainer(*tiny_run("y", num_iterations=1)).train()
+    with pytest.raises(ValueError, match=r"learning_rate: 0\.001 -> 0\.5.*--config"):
+        CORYTrainer(*tiny_run("y", num_iterations=2, resume=True, learning_rate=0.5))
+
+
+def test_resume_with_another_vocabulary_is_refused(tiny_run):
+    CORYTrainer(*tiny_run("v", num_iterations=1)).train()
+    tok = tiny_tokenizer(vocab_size=400)
+    with pytest.raises(CheckpointError, match="vocabulary size 384, this model has 400"):
+        CORYTrainer(*tiny_run("v", num_iterations=2, resume=True), model=tiny_causal_lm(tok), tokenizer=tok)
+
+
+def test_checkpoint_of_another_model_is_refused_before_any_weight_changes(tiny_run):
+    cory, ppo, env = tiny_run("m", num_iterations=1)
+    CORYTrainer(cory, ppo, env).train()
+    path = latest_checkpoint(cory.output_dir)
+    tok = tiny_tokenizer()
+    other = CORYTrainer(*tiny_run("other", num_iterations=1), model=tiny_causal_lm(tok, hidden_size=48),
+                        tokenizer=tok)
+    bundle = other.exchange.bundles["llm1"]
+    before = {n: p.clone() for n, p in bundle.agent.named_parameters()}
+    with pytest.raises(CheckpointError, match=r"has shape .* in the checkpoint but .* in the model"):
+        ckpt.load_bundle(path, bundle)
+    assert all(torch.equal(before[n], p) for n, p in bundle.agent.named_parameters())
+
+
+@pytest.mark.parametrize("damage", ["torn_state", "torn_weights", "missing_learner", "not_a_checkpoint"])
+def test_damaged_checkpoint_raises_checkpoint_error(tiny_run, damage):
+    cory, ppo, env = tiny_run("d", num_iterations=1)
+    CORYTrainer(cory, ppo, env).train()
+    path = latest_checkpoint(cory.output_dir)
+    if damage == "torn_state":
+        text = (path / "trainer_state.json").read_text()
+        (path / "trainer_state.json").write_text(text[: len(text) // 2])
+        match = "is not valid JSON"
+    elif damage == "torn_weights":
+        data = (path / "llm2" / "trainable.safetensors").read_bytes()
+        (path / "llm2" / "trainable.safetensors").write_bytes(data[: len(data) // 2])
+        match = "not a readable safetensors file"
+    elif damage == "missing_learner":
+        (path / "llm1" / "learner.pt").unlink()
+        match = "learner.pt is missing"
+    else:
+        (path / "trainer_state.json").write_text(json.dumps({"hello": 1}))
+        match = "not a cory checkpoint"
+    with pytest.raises(CheckpointError, match=match):
+        CORYTrainer(*tiny_run("d", num_iterations=2, resume=True))
+
+
+def test_broken_latest_pointer_falls_back_to_newest_complete_checkpoint(tiny_run, tmp_path):
+    cory, ppo, env = tiny_run("p", num_iterations=3, checkpoint_every=1, keep_checkpoints=3)
+    CORYTrainer(cory, ppo, env).train()
+    root = tmp_path / "p" / "checkpoints"
+    (root / "latest").write_text("iter-000099")
+    assert latest_checkpoint(tmp_path / "p") == root / "iter-000002"
+    (root / "latest").unlink()
+    (root / "iter-000002" / "trainer_state.json").unlink()  # an incomplete folder is never chosen
+    assert latest_checkpoint(tmp_path / "p") == root / "iter-000001"
+
+
+# ---------------------------------------------------------------------------------------------- crash safety
+@pytest.mark.parametrize("where", ["weights", "optimizer", "rename"])
+def test_disk_full_keeps_previous_checkpoint_and_leaves_no_temp(tiny_run, tmp_path, monkeypatch, where):
+    cory, ppo, env = tiny_run("full", num_iterations=3, checkpoint_every=1)
+    trainer = CORYTrainer(cory, ppo, env)
+    calls = {"n": 0}
+    target = {"weights": (ckpt, "save_file"), "optimizer": (ckpt.torch, "save"), "rename": (ckpt.os, "replace")}
+    module, name = target[where]
+    real = getattr(module, name)
+    per_checkpoint = {"weights": 2, "optimizer": 3, "rename": 2}[where]  # calls made by the first checkpoint
+
+    def failing(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > per_checkpoint:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, failing)
+    with pytest.raises(OSError, match=r"writing checkpoint .*iter-000001 failed: No space left on device \(disk "
+                                      r"full.*the previous checkpoint .*iter-000000 is intact") as info:
+        trainer.train()
+    assert info.value.errno == errno.ENOSPC
+    monkeypatch.setattr(module, name, real)
+    root = tmp_path / "full" / "checkpoints"
+    assert sorted(p.name for p in root.iterdir()) == ["iter-000000", "latest"]
+    resumed = CORYTrainer(*tiny_run("full", num_iterations=2, checkpoint_every=1, resume=True))
+    assert resumed.start_iteration == 1 and len(resumed.train()) == 1
+
+
+def test_cli_disk_full_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(ckpt, "save_file", full)
+    assert main(["train", *TINY, "--output_dir", str(tmp_path / "r"), "--num_iterations", "1",
+                 "--tensorboard", "false"]) == 2
+    err = capsys.readouterr().err
+    assert "No space left on device (disk full" in err and "Traceback" not in err
+    assert not list((tmp_path / "r" / "checkpoints").glob(".tmp-*"))
+
+
+KILL_WRAPPER = '''
+import os, sys, time
+import trainers.checkpoint as ckpt
+real, calls = ckpt.save_file, [0]
+
+def slow_save_file(tensors, path, *args, **kwargs):
+    calls[0] += 1
+    real(tensors, path, *args, **kwargs)
+    if calls[0] > int(os.environ["SLOW_AFTER"]):  # mid-checkpoint: one bundle written, the next not
+        open(os.environ["MARKER"], "w").close()
+        time.sleep(600)
+
+ckpt.save_file = slow_save_file
+from trainers.cli import main
+sys.exit(main(sys.argv[1:]))
+'''
+
+
+@pytest.mark.slow
+def test_sigkill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path):
+    run, marker = tmp_path / "run", tmp_path / "writing"
+    wrapper = tmp_path / "wrapper.py"
+    wrapper.write_text(KILL_WRAPPER)
+    proc = subprocess.Popen(
+        [sys.executable, str(wrapper), "train", *TINY, "--output_dir", str(run), "--num_iterations", "6",
+         "--checkpoint_every", "2", "--tensorboard", "false"],
+        env={**ENV, "SLOW_AFTER": "2", "MARKER": str(marker)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        _wait_for(marker.exists, proc)
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stderr.close()
+    root = run / "checkpoints"
+    assert (root / "latest").read_text() == "iter-000001"
+    assert [p.name for p in root.glob(".tmp-iter-000003-*")], "the killed write left its temporary folder"
+    assert latest_checkpoint(run) == root / "iter-000001"
+    # the previous checkpoint loads and resumes exactly: same metrics as a run never interrupted
+    env_cfg, ppo_cfg, cory_cfg = parse_train_args(["--config", str(run / "config.yaml"), "--resume",
+                                                   "--num_iterations", "4"])
+    resumed = CORYTrainer(cory_cfg, ppo_cfg, env_cfg)
+    assert resumed.start_iteration == 2
+    rest = resumed.train()
+    assert not list(root.glob(".tmp-*")), "the next save removes the killed write's temporary folder"
+    env_cfg, ppo_cfg, cory_cfg = parse_train_args(["--config", str(run / "config.yaml"), "--num_iterations", "4",
+                                                   "--output_dir", str(tmp_path / "full")])
+    full = CORYTrainer(cory_cfg, ppo_cfg, env_cfg).train()
+    assert _strip(rest) == _strip(full[2:])
+    assert [r["iteration"] for r in read_jsonl(run / METRICS_FILE)] == [0, 1, 2, 3]
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_exits_130_and_resumes_exactly(tmp_path):
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "trainers.cli", "train", *TINY, "--output_dir", str(run),
+                             "--num_iterations", "500"],
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: _metric_lines(run) >= 2, proc)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "SIGINT received" in err and "resume with --resume" in err and "Traceback" not in err
+    last = json.loads(out)["last_iteration"]
+    assert 1 <= last < 499
+    assert latest_checkpoint(run).name == f"iter-{last:06d}"
+    assert [r["iteration"] for r in read_jsonl(run / METRICS_FILE)] == list(range(last + 1))
+    total = last + 3
+    resume = subprocess.run([sys.executable, "-m", "trainers.cli", "train", "--config", str(run / "config.yaml"),
+                             "--resume", "--num_iterations", str(total)],
+                            env=ENV, capture_output=True, text=True, timeout=300)
+    assert resume.returncode == 0, resume.stderr[-3000:]
+    full = subprocess.run([sys.executable, "-m", "trainers.cli", "train", *TINY, "--output_dir", str(tmp_path / "full"),
+                           "--num_iterations", str(total)], env=ENV, capture_output=True, text=True, timeout=300)
+    assert full.returncode == 0, full.stderr[-3000:]
+    assert _strip(read_jsonl(run / METRICS_FILE)) == _strip(read_jsonl(tmp_path / "full" / METRICS_FILE))
+
+
+# ---------------------------------------------------------------------------------------------- soak
+class _Probe(CORYTrainer):
+    """Records the process's file descriptors and threads after every iteration."""
+
+    def iteration(self, it):
+        metrics, samples = super().iteration(it)
+        proc = psutil.Process()
+        self.probe.append((proc.num_fds(), proc.num_threads()))
+        return metrics, samples
+
+
+@pytest.mark.slow
+def test_soak_200_iterations_no_growth(tiny_run, tmp_path):
+    cory, ppo, env = tiny_run("soak", num_iterations=200, role_exchange_period=5, checkpoint_every=25,
+                              tensorboard=True, log_samples=1, batch_size=2, mini_batch_size=2, ppo_epochs=1,
+                              min_new_tokens=2, max_new_tokens=3)
+    proc = psutil.Process()
+    fds_before, threads_before = proc.num_fds(), proc.num_threads()
+    trainer = _Probe(cory, ppo, env)
+    trainer.probe = []
+    start = time.perf_counter()
+    rows = trainer.train()
+    wall = time.perf_counter() - start
+    warm = 20
+    rss = [r["sys/rss_gb"] for r in rows]
+    fds, threads = zip(*trainer.probe)
+    logger.info("soak: %d iterations in %.1f s; RSS %.1f MiB after warm-up, %.1f MiB max after, %.1f MiB at the "
+                "end; fds %d..%d; threads %d..%d", len(rows), wall, rss[warm] * 1024, max(rss[warm:]) * 1024,
+                rss[-1] * 1024, min(fds[warm:]), max(fds[warm:]), min(threads[warm:]), max(threads[warm:]))
+    assert len(rows) == 200
+    assert max(rss[warm:]) <= 1.10 * rss[warm], f"RSS grew from {rss[warm]:.4f} GiB to {max(rss[warm:]):.4f} GiB"
+    assert max(fds[warm:]) <= fds[warm], f"file descriptors grew: {fds[warm]} -> {max(fds[warm:])}"
+    assert max(threads[warm:]) <= threads[warm], f"threads grew: {threads[warm]} -> {max(threads[warm:])}"
+    assert proc.num_fds() <= fds_before and proc.num_threads() <= threads_before  # logger and TB writer closed
+    for row in rows:
+        bad = {k: v for k, v in row.items() if not (isinstance(v, (int, float)) and math.isfinite(v))}
+        assert not bad, f"non-finite metrics at iteration {row['iteration']}: {bad}"
+    written = read_jsonl(tmp_path / "soak" / METRICS_FILE)
+    assert [r["iteration"] for r in written] == list(range(200))
+    kept = sorted(p.name for p in (tmp_path / "soak" / "checkpoints").iterdir())
+    assert kept == ["iter-000174", "iter-000199", "latest"]
+    assert yaml.safe_load((tmp_path / "soak" / "config.yaml").read_text())["num_iterations"] == 200

@@ -1,0 +1,268 @@
+"""`GRPOLearner`: critic-free Group Relative Policy Optimization for one seat's agent (DeepSeekMath §4.1).
+
+The rollout holds k = `group_size` responses per query in consecutive rows (`trainers.rollout.run_episodes` with
+``group_size=k``). One `step(rollout)`:
+
+1. one no-grad forward of the policy (old logprobs) and of the shared reference model (ref logprobs);
+2. sequence rewards: the scores (collective reward for CORY), minus β·Σ_t KL_t when ``kl_in_loss=False``;
+3. group-relative advantages (`group_advantages`): reward minus its group's mean, divided by the group's std when
+   ``scale_rewards``; every token of a response gets its sequence's advantage (outcome supervision);
+4. `ppo_epochs` passes of shuffled mini-batches of the PPO clipped surrogate (`ppo_math.policy_loss`), plus
+   β·k3-KL to the reference model when ``kl_in_loss`` (DeepSeekMath eq. 3), with gradient accumulation;
+5. the KL controller update with the batch-mean sequence KL (β is fixed unless `adap_kl_ctrl`).
+
+No value head is trained (the agent's value head is ignored). For the CORY observer a group shares the query q
+but not the prompt (each row saw a different pioneer answer a1); the baseline is still the group mean, i.e. the
+expected collective reward for q under the current pair of policies.
+
+Source: Shao et al., "DeepSeekMath", arXiv:2402.03300, §4.1 (eq. 3 objective, eq. 4 k3 KL estimator, outcome
+supervision advantages Â_{i,t} = (r_i − mean(r)) / std(r)).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import torch
+
+from trainers import ppo_math
+from trainers.config import PPOConfig
+from trainers.kl_control import make_kl_controller
+from trainers.ppo import NonFiniteLossError
+from trainers.rollout import Rollout
+
+logger = logging.getLogger(__name__)
+
+STD_EPS = 1e-4
+"""Added to the group std before dividing (TRL `GRPOTrainer`'s constant); a zero-std group gets advantage 0."""
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: bool = True) -> torch.Tensor:
+    """Group-relative advantages of k consecutive rows per query.
+
+    A_i = r_i − mean_g(r), divided by (std_g(r) + 1e-4) when `scale` (std with Bessel's correction, as TRL).
+    A group whose rewards are all equal gets A = 0 for every row.
+
+    Args:
+        rewards: float (B,), one sequence reward per response; rows [g·k, (g+1)·k) answer the same query.
+        group_size: k ≥ 2.
+        scale: divide by the group std (DeepSeekMath); False only centres (Dr. GRPO).
+
+    Returns:
+        float (B,), same dtype as `rewards`.
+
+    Raises:
+        ValueError: if `rewards` is not 1-D, k < 2, or B is not a multiple of k.
+
+    Source:
+        DeepSeekMath, arXiv:2402.03300, §4.1.2 (outcome supervision).
+
+    >>> [round(a, 3) for a in group_advantages(torch.tensor([1.0, 3.0, 2.0, 2.0]), 2).tolist()]
+    [-0.707, 0.707, 0.0, 0.0]
+    """
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be (B,), got shape {tuple(rewards.shape)}")
+    if group_size < 2:
+        raise ValueError(f"group_size must be >= 2 for group-relative advantages, got {group_size}; "
+                         "set PPOConfig.group_size (--group_size) to the samples per query")
+    if rewards.shape[0] % group_size:
+        raise ValueError(f"{rewards.shape[0]} rewards do not split into groups of {group_size}; "
+                         "use a batch size that is a multiple of group_size")
+    grouped = rewards.view(-1, group_size)
+    centred = grouped - grouped.mean(dim=-1, keepdim=True)
+    if scale:
+        centred = centred / (grouped.std(dim=-1, keepdim=True) + STD_EPS)
+    return centred.reshape(-1)
+
+
+def grpo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    cliprange: float = 0.2,
+    kl_coef: float = 0.0,
+    entropy: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The GRPO mini-batch loss: clipped surrogate with sequence advantages, plus β·k3-KL to the reference.
+
+    loss = `ppo_math.policy_loss`(logp, old_logp, A_i on every token of response i, ε)
+    + β · masked_mean(k3(logp, ref_logp)), k3 = π_ref/π − log(π_ref/π) − 1. Token-level means over the mini-batch
+    (TRL's default) rather than DeepSeekMath's per-sequence mean.
+
+    Args:
+        logprobs: float (B, T), current log π_θ of the response tokens (with gradient).
+        old_logprobs: float (B, T), log π at rollout time.
+        ref_logprobs: float (B, T), log π_ref.
+        advantages: float (B,), from `group_advantages`.
+        mask: bool (B, T).
+        cliprange: ε (`PPOConfig.cliprange`).
+        kl_coef: β; 0 drops the KL term (KL penalised in the reward instead).
+        entropy: float (B, T), optional, only for the stats.
+
+    Returns:
+        (loss, stats): loss float (), differentiable; stats python floats policy_loss, kl_loss (k3, token mean,
+        nats), clipfrac, approx_kl, policy_kl, ratio, and entropy when given.
+
+    Raises:
+        TypeError / ValueError: on a non-bool mask, mismatched shapes, or advantages that are not (B,).
+
+    Source:
+        DeepSeekMath, arXiv:2402.03300, §4.1.1 eq. 3 (objective) and eq. 4 (k3 KL estimator).
+    """
+    if advantages.shape != logprobs.shape[:1]:
+        raise ValueError(f"advantages must be (B,) = ({logprobs.shape[0]},), got {tuple(advantages.shape)}")
+    token_adv = advantages.unsqueeze(-1).expand_as(logprobs) * mask
+    pg_loss, clipfrac = ppo_math.policy_loss(logprobs, old_logprobs, token_adv, mask, cliprange)
+    kl_loss = ppo_math.masked_mean(ppo_math.kl_penalty(logprobs, ref_logprobs, "k3"), mask)
+    loss = pg_loss + kl_coef * kl_loss if kl_coef else pg_loss
+    with torch.no_grad():
+        stats = {
+            "policy_loss": float(pg_loss), "kl_loss": float(kl_loss), "clipfrac": float(clipfrac),
+            "approx_kl": float(ppo_math.approx_kl(logprobs, old_logprobs, mask)),
+            "policy_kl": float(ppo_math.policy_kl(logprobs, old_logprobs, mask)),
+            "ratio": float(ppo_math.masked_mean(torch.exp(logprobs - old_logprobs), mask)),
+        }
+        if entropy is not None:
+            stats["entropy"] = float(ppo_math.masked_mean(entropy, mask))
+    return loss, stats
+
+
+class GRPOLearner:
+    """GRPO for one seat's agent against the shared frozen reference model (see the module docstring).
+
+    Args:
+        agent: an `agents.LLMAgent` with `evaluate(...)` and `trainable_parameters()` (its value head is unused).
+        ref_model: the shared frozen `agents.ReferenceModel`.
+        config: `PPOConfig` (reads learning_rate, batch_size, mini_batch_size, gradient_accumulation_steps,
+            ppo_epochs, cliprange, init_kl_coef/adap_kl_ctrl/target/horizon, kl_penalty, max_grad_norm,
+            group_size, scale_rewards, kl_in_loss).
+
+    Raises:
+        ValueError: if `config.group_size` < 2, or the reference model shares a trainable parameter with the agent.
+    """
+
+    name = "grpo"
+
+    def __init__(self, agent, ref_model, config: PPOConfig) -> None:
+        if config.group_size < 2:
+            raise ValueError(f"GRPO needs group_size >= 2 (samples per query), got {config.group_size}; "
+                             "pass --group_size 4 (batch_size must be a multiple of it)")
+        if config.kl_penalty == "full" and not config.kl_in_loss:
+            raise ValueError("kl_penalty='full' is not supported by GRPO's reward penalty; use kl, abs, mse or k3")
+        self.agent, self.ref_model, self.config = agent, ref_model, config
+        params = list(agent.trainable_parameters())
+        ref_ids = {id(p) for p in ref_model.parameters()}
+        if any(id(p) in ref_ids for p in params):
+            raise ValueError("the reference model shares trainable parameters with the policy; the reference must "
+                             "be a frozen copy or the LoRA base with adapters off")
+        self._params = params
+        self.reset_state()
+
+    # ------------------------------------------------------------------ state that travels with the model
+    def reset_state(self) -> None:
+        """Fresh Adam state and KL controller."""
+        cfg = self.config
+        self.optimizer = torch.optim.Adam(self._params, lr=cfg.learning_rate)
+        self.kl_ctl = make_kl_controller(cfg.adap_kl_ctrl, cfg.init_kl_coef, cfg.target, cfg.horizon)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "kl_ctl": self.kl_ctl.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.kl_ctl.load_state_dict(state["kl_ctl"])
+
+    # ------------------------------------------------------------------ the update
+    def prepare(self, rollout: Rollout) -> dict[str, torch.Tensor]:
+        """Old and reference logprobs, per-token KL, sequence rewards and advantages (no grad).
+
+        Returns:
+            dict of float32 tensors: logprobs, ref_logprobs, kl (B, T; 0 on padding), rewards (B,), advantages (B,).
+        """
+        cfg, mask = self.config, rollout.response_mask
+        with torch.no_grad():
+            old = self.agent.evaluate(rollout.query, rollout.query_mask, rollout.response, mask)
+            ref = self.ref_model.evaluate(rollout.query, rollout.query_mask, rollout.response, mask)
+        kind = "k3" if cfg.kl_in_loss else cfg.kl_penalty
+        kl = ppo_math.kl_penalty(old.logprobs, ref.logprobs, kind) * mask
+        rewards = rollout.scores.float()
+        if not cfg.kl_in_loss:
+            rewards = rewards - float(self.kl_ctl.value) * kl.sum(dim=-1)
+        advantages = group_advantages(rewards, cfg.group_size, scale=cfg.scale_rewards)
+        return {"logprobs": old.logprobs, "ref_logprobs": ref.logprobs, "kl": kl, "rewards": rewards,
+                "advantages": advantages}
+
+    def step(self, rollout: Rollout, *, generator: torch.Generator | None = None) -> dict[str, float]:
+        """One GRPO update on `rollout` (B = `config.batch_size`, groups of `group_size` consecutive rows).
+
+        Returns:
+            Flat stats: task_reward, score, kl (sequence k1 KL to the reference, batch mean, nats), kl_coef (β),
+            policy_loss, kl_loss (k3 to the reference, token mean; logged also when the KL is in the reward),
+            approx_kl, policy_kl, clipfrac, ratio, entropy, reward_std (mean within-group std of the sequence
+            rewards), zero_std_groups (fraction of groups with equal rewards: no signal), response_len, epochs.
+
+        Raises:
+            ValueError: if the rollout batch size differs from `config.batch_size`.
+            NonFiniteLossError: if a loss becomes NaN/inf.
+        """
+        cfg = self.config
+        if rollout.batch_size != cfg.batch_size:
+            raise ValueError(f"rollout has {rollout.batch_size} rows but batch_size={cfg.batch_size}; roll out "
+                             "exactly batch_size episodes per update")
+        mask = rollout.response_mask
+        data = self.prepare(rollout)
+        beta = float(self.kl_ctl.value)
+        self.agent.train()
+        stats: list[dict[str, float]] = []
+        self.optimizer.zero_grad(set_to_none=True)
+        for _ in range(cfg.ppo_epochs):
+            order = torch.randperm(cfg.batch_size, generator=generator)
+            for b_start in range(0, cfg.batch_size, cfg.backward_batch_size):
+                backward_idx = order[b_start:b_start + cfg.backward_batch_size]
+                for m_start in range(0, cfg.backward_batch_size, cfg.mini_batch_size):
+                    idx = backward_idx[m_start:m_start + cfg.mini_batch_size]
+                    loss, mb_stats = self._minibatch_loss(rollout, data, idx, beta)
+                    (loss / cfg.gradient_accumulation_steps).backward()
+                    stats.append(mb_stats)
+                self._optimizer_step()
+        self.agent.eval()
+        seq_kl = float(((data["logprobs"] - data["ref_logprobs"]) * mask).sum(dim=-1).mean())
+        self.kl_ctl.update(seq_kl, cfg.batch_size)
+        grouped = data["rewards"].view(-1, cfg.group_size)
+        out = {key: sum(s[key] for s in stats) / len(stats) for key in stats[0]}
+        out.update(
+            task_reward=float(rollout.task_reward.mean()),
+            score=float(rollout.scores.mean()),
+            kl=seq_kl,
+            kl_coef=beta,
+            reward_std=float(grouped.std(dim=-1).mean()),
+            zero_std_groups=float((grouped.max(dim=-1).values == grouped.min(dim=-1).values).float().mean()),
+            response_len=float(mask.sum(dim=-1).float().mean()),
+            epochs=float(cfg.ppo_epochs),
+        )
+        return out
+
+    def _minibatch_loss(self, rollout: Rollout, data: dict[str, torch.Tensor], idx: torch.Tensor, beta: float):
+        mb = rollout.select(idx)
+        width = mb.response.shape[1]
+        new = self.agent.evaluate(mb.query, mb.query_mask, mb.response, mb.response_mask)
+        loss, stats = grpo_loss(new.logprobs, data["logprobs"][idx, :width], data["ref_logprobs"][idx, :width],
+                                data["advantages"][idx], mb.response_mask, cliprange=self.config.cliprange,
+                                kl_coef=beta if self.config.kl_in_loss else 0.0, entropy=new.entropy)
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(f"GRPO loss is {float(loss.detach())} (policy_loss={stats['policy_loss']}, "
+                                     f"kl_loss={stats['kl_loss']}); lower learning_rate or set max_grad_norm")
+        return loss, stats
+
+    def _optimizer_step(self) -> None:
+        if self.config.max_grad_norm is not None:
+            norm = torch.nn.utils.clip_grad_norm_(self._params, self.config.max_grad_norm)
+            if not math.isfinite(float(norm)):
+                raise NonFiniteLossError("gradient norm is not finite; the last checkpoint is intact")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)

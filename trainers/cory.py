@@ -121,7 +121,8 @@ class CORYTrainer:
         if path is None:
             raise FileNotFoundError(f"--resume: {self.output_dir} has no checkpoint; drop --resume or --overwrite")
         state = ckpt.read_trainer_state(path)
-        saved = state.get("config", {})
+        # a field added to the configs after the run started reads as its default
+        saved = {**resolved_config(CORYConfig(), PPOConfig(), EnvConfig()), **state.get("config", {})}
         diff = sorted(k for k in set(saved) | set(self.config_dict)
                       if k not in RESUMABLE_CHANGES and saved.get(k) != self.config_dict.get(k))
         if diff:

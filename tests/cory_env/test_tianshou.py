@@ -8,6 +8,7 @@ import torch
 
 pytest.importorskip("tianshou")
 
+from tianshou.algorithm.algorithm_base import policy_within_training_step  # noqa: E402
 from tianshou.algorithm.multiagent.marl import MultiAgentOnPolicyAlgorithm  # noqa: E402
 from tianshou.data import Collector, VectorReplayBuffer  # noqa: E402
 from tianshou.env import DummyVectorEnv  # noqa: E402
@@ -91,7 +92,8 @@ def test_collect_and_update_cycle_trains_both_seats(setup):
     params = {seat: [p.detach().clone() for p in a.policy.parameters()]
               for seat, a in algorithm._dispatcher.algorithms.items()}
     collector, _, _, _ = _collect(algorithm, episodes=16)
-    stats = algorithm.update(buffer=collector.buffer, batch_size=32, repeat=1)
+    with policy_within_training_step(algorithm.policy):
+        stats = algorithm.update(buffer=collector.buffer, batch_size=32, repeat=1)
     losses = stats.get_loss_stats_dict()
     assert any(k.startswith("pioneer/") for k in losses) and any(k.startswith("observer/") for k in losses)
     for seat, a in algorithm._dispatcher.algorithms.items():

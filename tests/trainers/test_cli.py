@@ -17,7 +17,7 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 def cory(*args, check=True):
     proc = subprocess.run([sys.executable, "-m", "trainers.cli", *args], capture_output=True, text=True, env=ENV,
-                          timeout=300)
+                          timeout=900)
     if check and proc.returncode != 0:
         raise AssertionError(f"cory {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc

@@ -28,7 +28,8 @@ class EnvConfig:
     task: str = field(
         default="imdb",
         metadata={"help": "Built-in task name: 'imdb' (sentiment continuation, the paper's IMDB setting) or "
-                          "'gsm8k'. A `Task` object can be passed to the env instead."},
+                          "'gsm8k' (grade-school maths, exact-answer reward) or 'tiny_vocab' (20-token cooperative toy task, "
+                          "optimum 2). A `Task` object can be passed to the env instead."},
     )
     data_path: str | None = field(
         default=None,

@@ -10,7 +10,7 @@ import importlib
 _EXPORTS = {
     "CORYConfig": "trainers.config", "PPOConfig": "trainers.config", "CORYTrainer": "trainers.cory",
     "Learner": "trainers.learners", "make_learner": "trainers.learners", "register_learner": "trainers.learners",
-    "PPOLearner": "trainers.ppo", "Bundle": "trainers.role_exchange", "RoleExchange": "trainers.role_exchange",
+    "PPOLearner": "trainers.ppo", "GRPOLearner": "trainers.grpo", "Bundle": "trainers.role_exchange", "RoleExchange": "trainers.role_exchange",
     "Rollout": "trainers.rollout",
 }
 __all__ = sorted(_EXPORTS)

@@ -2,6 +2,8 @@
 
     cory bench --arms cory ppo cory-wo-kt:1 cory-wo-rex:1 --seeds 0 1 2 --output_dir runs/bench -- \
         --preset imdb-quick --num_iterations 30 --eta 0.2
+    cory bench --arms cory ppo cory-grpo grpo --seeds 0 1 --output_dir runs/bench-tiny -- \
+        --preset tiny --task tiny_vocab --context_len 12 --batch_size 16 --num_iterations 30
 
 Everything after `--` is passed to every `cory train` run; each arm adds its own overrides (`ARMS`). An arm
 written `name:n` runs only the first n seeds. Runs go to `<output_dir>/<arm>-s<seed>`, each in its own
@@ -32,6 +34,9 @@ ARMS: dict[str, list[str]] = {
     "cory-wo-kt": ["--algo", "cory", "--knowledge_transfer", "false"],
     "cory-wo-rex": ["--algo", "cory", "--role_exchange_period", "0"],
     "cory-competitive": ["--algo", "cory", "--partner_reward_coef", "-1"],
+    # critic-free GRPO learners (4 samples per query; batch_size must be a multiple of 4)
+    "cory-grpo": ["--algo", "cory", "--learner", "grpo", "--group_size", "4"],
+    "grpo": ["--algo", "ppo", "--learner", "grpo", "--group_size", "4"],
 }
 QUANTITIES = ("task_reward", "kl", "combined_reward")
 

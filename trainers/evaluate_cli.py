@@ -180,7 +180,7 @@ def _load_checkpoint(args) -> _Loaded:
     state = ckpt.read_trainer_state(path)
     env_cfg, ppo_cfg, cory_cfg = configs_from_dict(state["config"])
     name = args.model_name or state["exchange"]["seats"]["pioneer"]
-    model, tokenizer = load_policy_model(cory_cfg.model, seed=cory_cfg.seed)
+    model, tokenizer = load_policy_model(cory_cfg.model, seed=cory_cfg.seed, task=env_cfg.task)
     agents, ref = build_agents(model, tokenizer, cory_cfg)
     if name not in agents:
         raise ValueError(f"--model_name {name!r} is not in this checkpoint; choose one of {sorted(agents)}")

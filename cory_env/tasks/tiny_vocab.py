@@ -10,7 +10,7 @@ reward needs cooperation: the observer only scores well if it reads the pioneer'
 | Pioneer prompt | ``"{query} ?"`` |
 | Observer prompt | ``"{query} : {response} ?"`` (knowledge transfer: q, then the pioneer's answer a1) |
 | Response | exactly 2 tokens (EOS ends it earlier); with the task's tokenizer only symbols and EOS are allowed |
-| Task reward r(q, a) | (number of distinct symbols among a's first 2 that are in q and not in the partner's answer) / 2 |
+| Task reward r(q, a) | (distinct symbols of a's first 2 that are in q, not in the partner's answer) / 2 |
 
 The pioneer has no partner, so r1 = |set(a1) ∩ q| / 2. The observer's partner is the pioneer: r2 =
 |set(a2) ∩ q \\ set(a1)| / 2 (the env passes a1 as ``record["partner_response"]``). Rewards lie in [0, 1].

@@ -40,8 +40,9 @@ class _Payload:
 
 
 def _tiny_configs(output_dir: Path, **cory_overrides):
-    cory = CORYConfig(model="tiny", output_dir=str(output_dir), num_iterations=1, role_exchange_period=1,
-                      tensorboard=False, log_samples=1, torch_threads=1, **cory_overrides)
+    fields = {"model": "tiny", "output_dir": str(output_dir), "num_iterations": 1, "role_exchange_period": 1,
+              "tensorboard": False, "log_samples": 1, "torch_threads": 1, **cory_overrides}
+    cory = CORYConfig(**fields)
     return cory, PPOConfig(batch_size=2, mini_batch_size=2, ppo_epochs=1), EnvConfig(min_new_tokens=1,
                                                                                      max_new_tokens=2)
 
@@ -58,9 +59,8 @@ def test_malicious_pickle_in_checkpoint_is_refused_and_never_runs(tmp_path, targ
     run, marker = tmp_path / "run", tmp_path / "pwned"
     CORYTrainer(*_tiny_configs(run)).train()
     torch.save(_Payload(marker), latest_checkpoint(run) / target)
-    cory, ppo, env = _tiny_configs(run, resume=True)
     with pytest.raises(CheckpointError, match=rf"refusing to load .*{target.split('/')[-1]}.*weights_only"):
-        CORYTrainer(cory.__class__(**{**cory.__dict__, "num_iterations": 2}), ppo, env)
+        CORYTrainer(*_tiny_configs(run, resume=True, num_iterations=2))
     assert not marker.exists()
 
 
@@ -71,7 +71,7 @@ def test_agent_folder_with_only_pickled_weights_is_refused(tmp_path, tiny_tok, t
         if weights.name != "value_head.safetensors":
             weights.unlink()
     torch.save(_Payload(marker), folder / "pytorch_model.bin")
-    with pytest.raises(FileNotFoundError, match="no safetensors weights"):
+    with pytest.raises(OSError, match="safetensors"):  # transformers: "no file named model.safetensors"
         LLMAgent.from_pretrained(folder)
     assert not marker.exists()
 
@@ -150,9 +150,9 @@ def test_packages_never_evaluate_unpickle_or_use_a_shell():
             tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
             for node, owner, name in _calls(tree):
                 where = f"{path.relative_to(REPO_ROOT)}:{node.lineno}"
-                if not owner and name in {"eval", "exec", "compile", "__import__"}:
+                if isinstance(node.func, ast.Name) and name in {"eval", "exec", "compile", "__import__"}:
                     problems.append(f"{where}: {name}()")
-                if owner == "os" and name in {"system", "popen"} or name.startswith("spawn") and owner == "os":
+                if owner == "os" and (name in {"system", "popen"} or name.startswith(("spawn", "exec"))):
                     problems.append(f"{where}: os.{name}()")
                 if owner in {"pickle", "dill", "cloudpickle", "marshal", "shelve"} and name.startswith("load"):
                     problems.append(f"{where}: {owner}.{name}()")

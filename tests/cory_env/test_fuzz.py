@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from cory_env import BatchedCORYEnv, raw_env
@@ -91,7 +91,7 @@ def _check_aec_invariants(env) -> None:
     if env.agents:
         assert env.agent_selection in env.agents
     assert not any(env.truncations.values())
-    if not any(env.terminations.values()):
+    if env.agents and not any(env.terminations.values()):
         assert all(r == 0.0 for r in env.rewards.values()) and all(i == {} for i in env.infos.values())
         assert env.agents == env.possible_agents
     else:
@@ -127,6 +127,7 @@ def test_aec_env_under_random_actions(tiny_tok, seed, query, moves, setting, coe
         env.reset(seed=seed, options=None if query is None else {"query": query})
     except DOCUMENTED as err:  # empty query, ids outside the vocabulary, too long without truncation
         assert query is not None and str(err)
+        event(f"reset refused: {type(err).__name__}")
         return
     _check_aec_invariants(env)
     seen = dict.fromkeys(env.possible_agents, 0.0)
@@ -146,6 +147,7 @@ def test_aec_env_under_random_actions(tiny_tok, seed, query, moves, setting, coe
         except DOCUMENTED as err:
             assert not valid, f"valid action {move!r} for {agent} rejected: {err}"
             assert _same(before, _snapshot_aec(env)), "a rejected action changed the env"
+            event(f"action refused: {type(err).__name__}")
             continue
         assert valid, f"invalid action {move!r} for {agent} (terminated={termination}) accepted"
         seen[agent] += reward
@@ -184,6 +186,7 @@ def test_batched_env_under_random_actions(tiny_tok, seed, batch, query_pool, mov
         obs, info = env.reset(seed=seed, options=None if qs is None else {"queries": qs})
     except DOCUMENTED as err:  # wrong count, empty, out-of-vocabulary or too long queries
         assert qs is not None and str(err)
+        event(f"reset refused: {type(err).__name__}")
         return
     assert len(info["query_text"]) == batch
     phase, active = env.agent_selection, env.active
@@ -206,6 +209,7 @@ def test_batched_env_under_random_actions(tiny_tok, seed, batch, query_pool, mov
             after = (env.agent_selection, env.active, env.observe())
             assert before[0] == after[0] and np.array_equal(before[1], after[1])
             assert all(np.array_equal(before[2][k], after[2][k]) for k in before[2]), "rejected actions changed obs"
+            event(f"actions refused: {type(err).__name__}")
             continue
         assert valid, f"invalid actions {move!r} accepted (active rows {env.active})"
         assert obs["input_ids"].shape == obs["attention_mask"].shape == (batch, L)

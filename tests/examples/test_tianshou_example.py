@@ -14,6 +14,7 @@ from tests.conftest import REPO_ROOT
 pytest.importorskip("tianshou")
 
 
+@pytest.mark.slow
 def test_tianshou_example_smallest_flags():
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.run(

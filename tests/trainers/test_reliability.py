@@ -22,8 +22,9 @@ import pytest
 import torch
 import yaml
 
+from agents import LLMAgent
 from agents.tiny import tiny_causal_lm, tiny_tokenizer
-from cory_env import BatchedCORYEnv
+from cory_env import BatchedCORYEnv, raw_env
 from cory_env.rewards import RewardFunctionError
 from cory_env.tasks.base import Task
 from trainers import checkpoint as ckpt
@@ -142,11 +143,39 @@ def test_resume_with_changed_config_names_old_and_new_values(tiny_run):
         CORYTrainer(*tiny_run("y", num_iterations=2, resume=True, learning_rate=0.5))
 
 
-def test_resume_with_another_vocabulary_is_refused(tiny_run):
+@pytest.fixture(scope="module")
+def tok400():
+    """A tiny tokenizer with another vocabulary (V = 400)."""
+    return tiny_tokenizer(vocab_size=400)
+
+
+def test_resume_with_another_vocabulary_is_refused(tiny_run, tok400):
     CORYTrainer(*tiny_run("v", num_iterations=1)).train()
-    tok = tiny_tokenizer(vocab_size=400)
     with pytest.raises(CheckpointError, match="vocabulary size 384, this model has 400"):
-        CORYTrainer(*tiny_run("v", num_iterations=2, resume=True), model=tiny_causal_lm(tok), tokenizer=tok)
+        CORYTrainer(*tiny_run("v", num_iterations=2, resume=True), model=tiny_causal_lm(tok400), tokenizer=tok400)
+
+
+def test_act_refuses_observations_it_cannot_have_come_from_its_env(tiny_tok, tiny_model, tok400):
+    agent = LLMAgent(tiny_model, tiny_tok)
+    foreign = raw_env(tokenizer=tok400)
+    foreign.reset(seed=0)
+    with pytest.raises(ValueError, match=r"vocabulary mismatch: the env's action space has 400 tokens but the model "
+                                         r"outputs 384 logits"):
+        agent.act(foreign.observe("pioneer"))
+    own = raw_env(tokenizer=tiny_tok)
+    own.reset(seed=0)
+    obs = own.observe("pioneer")
+    shifted = {**obs, "input_ids": obs["input_ids"] + 390}  # right shapes, ids of a bigger vocabulary
+    with pytest.raises(ValueError, match=r"input_ids hold token ids in \[390, \d+\], outside the model's vocabulary "
+                                         r"\[0, 384\); was the observation made with another tokenizer\?"):
+        agent.act(shifted)
+    with pytest.raises(TypeError, match="input_ids must hold integer token ids, got dtype float64"):
+        agent.act({**obs, "input_ids": obs["input_ids"].astype(np.float64)})
+    with pytest.raises(ValueError, match=r"must both be \(B, L\), got \(1, 1, 128\)"):
+        agent.act({k: v[None] for k, v in obs.items()})  # a batched observation given to the AEC act
+    with pytest.raises(KeyError, match="attention_mask"):
+        agent.act({"input_ids": obs["input_ids"], "action_mask": obs["action_mask"]})
+    assert 0 <= agent.act(obs) < 384  # the agent still works after refusing
 
 
 def test_checkpoint_of_another_model_is_refused_before_any_weight_changes(tiny_run):
@@ -364,3 +393,32 @@ def test_soak_200_iterations_no_growth(tiny_run, tmp_path):
     kept = sorted(p.name for p in (tmp_path / "soak" / "checkpoints").iterdir())
     assert kept == ["iter-000174", "iter-000199", "latest"]
     assert yaml.safe_load((tmp_path / "soak" / "config.yaml").read_text())["num_iterations"] == 200
+
+
+# ---------------------------------------------------------------------------------------------- run logs
+def test_resume_purges_tensorboard_steps_after_the_checkpoint(tiny_run, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cory, ppo, env = tiny_run("tb", num_iterations=3, checkpoint_every=2, keep_checkpoints=2, tensorboard=True)
+    CORYTrainer(cory, ppo, env).train()
+    root = tmp_path / "tb" / "checkpoints"
+    (root / "latest").write_text("iter-000001")  # as if killed after logging iteration 2, before its checkpoint
+    resumed = CORYTrainer(*tiny_run("tb", num_iterations=3, checkpoint_every=2, tensorboard=True, resume=True))
+    assert resumed.start_iteration == 2
+    resumed.train()
+    events = EventAccumulator(str(tmp_path / "tb" / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("pioneer/task_reward")] == [0, 1, 2]
+    assert [r["iteration"] for r in read_jsonl(tmp_path / "tb" / METRICS_FILE)] == [0, 1, 2]
+
+
+def test_metrics_logger_survives_odd_text_and_double_close(tmp_path):
+    from trainers.metrics import SAMPLES_FILE, MetricsLogger
+
+    with MetricsLogger(tmp_path, tensorboard=False) as log:
+        log.log(0, {"a/b": float("nan"), "c/d": 1.0})
+        log.log_samples(0, [{"query": "lone surrogate \ud800 and emoji \U0001F600", "reward": 1.0}])
+    log.close()  # idempotent
+    assert read_jsonl(tmp_path / METRICS_FILE) == [{"iteration": 0, "a/b": "nan", "c/d": 1.0}]
+    sample = read_jsonl(tmp_path / SAMPLES_FILE)[0]
+    assert sample["query"] == "lone surrogate \ud800 and emoji \U0001F600"

@@ -248,6 +248,11 @@ class EpisodeBatch:
 
     def _explicit_query(self, query) -> list[int]:
         if isinstance(query, str):
+            try:
+                query.encode("utf-8")
+            except UnicodeEncodeError as exc:  # lone surrogates: tokenizers fail on them with an obscure message
+                raise ValueError(f"query text is not valid Unicode ({exc.reason} at character {exc.start}: "
+                                 f"{query[exc.start]!r}); decode the text properly or drop it") from exc
             ids = self.tokenizer.encode(query, add_special_tokens=False)
         elif isinstance(query, (Sequence, np.ndarray)) and all(
                 isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in query):

@@ -30,7 +30,7 @@ import torch
 from trainers import ppo_math
 from trainers.config import PPOConfig
 from trainers.kl_control import make_kl_controller
-from trainers.ppo import NonFiniteLossError
+from trainers.ppo import NonFiniteLossError, make_adam
 from trainers.rollout import Rollout
 
 logger = logging.getLogger(__name__)
@@ -167,7 +167,7 @@ class GRPOLearner:
     def reset_state(self) -> None:
         """Fresh Adam state and KL controller."""
         cfg = self.config
-        self.optimizer = torch.optim.Adam(self._params, lr=cfg.learning_rate)
+        self.optimizer = make_adam(self._params, cfg.learning_rate)
         self.kl_ctl = make_kl_controller(cfg.adap_kl_ctrl, cfg.init_kl_coef, cfg.target, cfg.horizon)
 
     def state_dict(self) -> dict[str, Any]:

@@ -39,7 +39,7 @@ SETTINGS = [(1, 1, 48, True), (1, 4, 64, True), (2, 6, 96, False), (3, 3, 64, Tr
 texts = st.one_of(
     st.text(max_size=30),  # any unicode (emoji, combining marks, RTL, NUL), possibly empty
     st.text(alphabet=st.characters(min_codepoint=0x1F300, max_codepoint=0x1FAFF), min_size=1, max_size=60),
-    st.sampled_from(["", " ", "\n\t", "a" * 3000, "é" * 400, "The movie was", "\x00\x01"]),
+    st.sampled_from(["", " ", "\n\t", "a" * 3000, "é" * 400, "The movie was", "\x00\x01", "lone \ud800"]),
 )
 token_queries = st.lists(st.one_of(st.integers(0, V - 1), st.integers(-3, V + 3)), max_size=80)
 queries = st.one_of(st.none(), texts, token_queries)

@@ -97,6 +97,13 @@ def test_reward_cpu_tensor_is_accepted(tiny_tok):
     assert rewards["observer"].tolist() == [1.0, 1.0]
 
 
+def test_query_that_is_not_valid_unicode(tiny_tok):
+    env = BatchedCORYEnv(tokenizer=tiny_tok, batch_size=2)
+    with pytest.raises(ValueError, match=r"query text is not valid Unicode \(surrogates not allowed at character 2: "
+                                         r"'\\ud800'\)"):
+        env.reset(options={"queries": ["fine", "ab\ud800c"]})
+
+
 @pytest.mark.parametrize(("name", "content"), [
     ("empty.jsonl", ""), ("blank.jsonl", "\n\n"), ("torn.jsonl", '{"question": "1+1?", "ans'),
     ("empty.csv", ""), ("header_only.csv", "question,answer\n"),
@@ -349,6 +356,30 @@ def test_ctrl_c_saves_exits_130_and_resumes_exactly(tmp_path):
                                                    str(total), "--output_dir", str(tmp_path / "full")])
     CORYTrainer(cory_cfg, ppo_cfg, env_cfg).train()
     assert _strip(read_jsonl(run / METRICS_FILE)) == _strip(read_jsonl(tmp_path / "full" / METRICS_FILE))
+
+
+class _SignalsItself(CORYTrainer):
+    """Sends `signum` to its own process during iteration 1 (as a scheduler or Ctrl-C would)."""
+
+    signum = signal.SIGTERM
+
+    def iteration(self, it):
+        if it == 1:
+            os.kill(os.getpid(), self.signum)
+        return super().iteration(it)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_stop_signal_in_process_checkpoints_and_restores_handlers(tiny_run, tmp_path, signum):
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    trainer = _SignalsItself(*tiny_run("sig", num_iterations=50))
+    trainer.signum = signum
+    rows = trainer.train()
+    assert [r["iteration"] for r in rows] == [0, 1] and trainer.last_checkpoint_iteration == 1
+    assert latest_checkpoint(tmp_path / "sig").name == "iter-000001"
+    assert {s: signal.getsignal(s) for s in before} == before
+    resumed = CORYTrainer(*tiny_run("sig", num_iterations=3, resume=True))
+    assert resumed.start_iteration == 2 and len(resumed.train()) == 1
 
 
 # ---------------------------------------------------------------------------------------------- soak

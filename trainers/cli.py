@@ -65,8 +65,21 @@ def load_yaml_config(path: str | Path) -> dict[str, Any]:
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of option: value, got {type(data).__name__}")
+    types = _field_types()
+    data = {key: _yaml_float(value) if float in (types.get(key), *typing.get_args(types.get(key))) else value
+            for key, value in data.items()}
     check_overrides(data, source=str(path))
     return data
+
+
+def _yaml_float(value: Any) -> Any:
+    """YAML 1.1 reads `1e-3` (no dot) as a string; accept it as the float it means."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def check_overrides(data: dict[str, Any], *, source: str) -> None:
@@ -167,6 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, FileExistsError, OSError) as exc:
         print(f"cory {command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before training started, or a second Ctrl-C: no checkpoint was written then
+        print(f"cory {command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -93,6 +93,8 @@ def test_yaml_with_wrong_type_or_key(tmp_path):
         load_yaml_config(bad)
     with pytest.raises(FileNotFoundError):
         load_yaml_config(tmp_path / "missing.yaml")
+    bad.write_text("learning_rate: 1e-3\nlr_text: x\n".replace("lr_text: x\n", ""))
+    assert load_yaml_config(bad) == {"learning_rate": 0.001}  # YAML 1.1 reads 1e-3 as text
 
 
 def test_cli_errors_are_one_line_and_exit_2(tmp_path):

@@ -26,7 +26,6 @@ __all__ = [
     "HUB_IMDB",
     "hub_reachable",
     "load_builtin_openings",
-    "load_gsm8k_records",
     "load_imdb_records",
     "load_table",
 ]
@@ -138,25 +137,4 @@ def load_imdb_records(data_path: str | os.PathLike | None = None, *, min_review_
                          f"characters among {len(table)} rows; lower min_review_chars or use other data")
     logger.info("IMDB queries: %d of %d reviews from %s (min_review_chars=%d)", len(records), len(table), source,
                 min_review_chars)
-    return records
-
-
-def load_gsm8k_records(path: str | os.PathLike) -> list[dict]:
-    """GSM8K problems from a local JSONL/CSV/Parquet file with ``question`` and ``answer`` columns.
-
-    Returns:
-        Records ``{"query": question, "answer": full answer text (ends with "#### <number>"), **other columns}``.
-
-    Raises:
-        FileNotFoundError: for a missing file.
-        ValueError: if a column is missing (the columns found are listed) or the file has no rows.
-    """
-    table = load_table(path)
-    missing = [c for c in ("question", "answer") if c not in table.column_names]
-    if missing:
-        raise ValueError(f"GSM8K data {str(path)!r} lacks the column(s) {missing} (columns found: "
-                         f"{table.column_names}); expected the GSM8K JSONL format {{'question', 'answer'}}")
-    records = [{"query": row.pop("question"), **row} for row in table]
-    if not records:
-        raise ValueError(f"GSM8K data {str(path)!r} has no rows")
     return records

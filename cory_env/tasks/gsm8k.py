@@ -119,6 +119,9 @@ def load_gsm8k(path_or_split: str | os.PathLike[str], *, limit: int | None = Non
             if not isinstance(row, dict):
                 raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
             records.append(_record(row.get("question"), row.get("answer"), where))
+    if not records:
+        raise ValueError(f"data file {str(path)!r} has no rows or is not valid JSONL: expected one "
+                         '{"question": ..., "answer": "... #### <number>"} object per line')
     logger.info("loaded %d GSM8K problems from %s", len(records), path)
     return records
 

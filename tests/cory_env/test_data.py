@@ -8,7 +8,8 @@ import logging
 import pytest
 
 from cory_env import data
-from cory_env.data import load_builtin_openings, load_gsm8k_records, load_imdb_records
+from cory_env.data import load_builtin_openings, load_imdb_records
+from cory_env.tasks.gsm8k import load_gsm8k
 
 
 def test_imdb_csv_review_column_filtering_and_br_removal(imdb_csv):
@@ -78,9 +79,10 @@ def test_hub_probe_failure_falls_back(monkeypatch):
 
 def test_gsm8k_records(gsm8k_paths, tmp_path):
     _, test_path = gsm8k_paths
-    records = load_gsm8k_records(test_path)
+    records = load_gsm8k(test_path)
     assert len(records) == 1319 and records[0]["query"].startswith("Janet") and "####" in records[0]["answer"]
     bad = tmp_path / "g.jsonl"
     bad.write_text(json.dumps({"question": "q"}) + "\n")
-    with pytest.raises(ValueError, match=r"lacks the column\(s\) \['answer'\] \(columns found: \['question'\]\)"):
-        load_gsm8k_records(bad)
+    with pytest.raises(ValueError, match=r"g.jsonl, line 1.*answer"):
+        load_gsm8k(bad)
+

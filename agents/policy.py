@@ -354,8 +354,8 @@ class LLMAgent(nn.Module):
         if meta["kind"] == "lora":
             lm = cls._load_adapter(folder / meta["adapter_dir"], adapter_name, model, dtype)
         else:
-            if not list(folder.glob("*.safetensors")):
-                raise FileNotFoundError(f"no safetensors weights in {folder}")
+            if not [p for p in folder.glob("*.safetensors") if p.name != VALUE_HEAD_NAME]:
+                raise FileNotFoundError(f"no safetensors model weights in {folder} (only safetensors are loaded)")
             lm = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, use_safetensors=True)
         head_path = folder / VALUE_HEAD_NAME
         if not head_path.is_file():

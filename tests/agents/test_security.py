@@ -71,7 +71,7 @@ def test_agent_folder_with_only_pickled_weights_is_refused(tmp_path, tiny_tok, t
         if weights.name != "value_head.safetensors":
             weights.unlink()
     torch.save(_Payload(marker), folder / "pytorch_model.bin")
-    with pytest.raises(OSError, match="safetensors"):  # transformers: "no file named model.safetensors"
+    with pytest.raises(FileNotFoundError, match="no safetensors model weights"):
         LLMAgent.from_pretrained(folder)
     assert not marker.exists()
 

@@ -25,7 +25,7 @@ from typing import Sequence
 
 from trainers.checkpoint import latest_checkpoint
 from trainers.metrics import METRICS_FILE, read_jsonl
-from trainers.plotting import plot_runs
+from trainers.plotting import plot_arm_means, plot_runs
 
 # arm name -> `cory train` flags that define it (on top of the shared flags)
 ARMS: dict[str, list[str]] = {
@@ -135,5 +135,7 @@ def run_bench(argv: Sequence[str]) -> int:
     (out / "results.md").write_text(table + "\n", encoding="utf-8")
     (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     plot_runs(run_dirs, out)
+    plot_arm_means({arm: [read_jsonl(out / f"{arm}-s{r['seed']}" / METRICS_FILE) for r in runs]
+                    for arm, runs in results.items()}, out / "arms.png")
     print(table)
     return 0

@@ -46,10 +46,17 @@ def final_point(records: list[dict], scope: str = "pioneer", last: int = 3) -> t
             sum(r[f"{scope}/kl"] for r in rows) / len(rows))
 
 
+def _run_colors(runs: dict[str, list[dict]]) -> dict[str, tuple]:
+    """One fixed colour per run, so a run has the same colour in every panel (even where it has no data)."""
+    cmap = plt.get_cmap("tab10" if len(runs) <= 10 else "tab20")
+    return {label: cmap(i % cmap.N) for i, label in enumerate(runs)}
+
+
 def plot_curves(runs: dict[str, list[dict]], out: Path) -> Path:
     """A grid: rows = task_reward, kl, combined_reward; columns = pioneer, observer, llm1, llm2."""
     fig, axes = plt.subplots(len(QUANTITIES), len(SCOPES), figsize=(4 * len(SCOPES), 2.8 * len(QUANTITIES)),
                              squeeze=False, sharex=True)
+    colors = _run_colors(runs)
     for i, qty in enumerate(QUANTITIES):
         for j, scope in enumerate(SCOPES):
             ax = axes[i][j]
@@ -58,16 +65,16 @@ def plot_curves(runs: dict[str, list[dict]], out: Path) -> Path:
                 xs = [r["iteration"] for r in records if key in r]
                 ys = [r[key] for r in records if key in r]
                 if xs:
-                    ax.plot(xs, ys, label=label, linewidth=1.2)
+                    ax.plot(xs, ys, label=label, linewidth=1.2, color=colors[label])
             ax.set_title(key, fontsize=9)
             ax.grid(alpha=0.3)
             if i == len(QUANTITIES) - 1:
                 ax.set_xlabel("iteration")
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    handles = [plt.Line2D([], [], color=colors[label], label=label) for label in runs]
     if handles:
-        fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 6), fontsize=8)
+        fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 6), fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
-    fig.savefig(out, dpi=90)
+    fig.savefig(out, dpi=70)
     plt.close(fig)
     return out
 
@@ -75,11 +82,12 @@ def plot_curves(runs: dict[str, list[dict]], out: Path) -> Path:
 def plot_pareto(runs: dict[str, list[dict]], out: Path) -> Path:
     """Final task reward vs KL per run (pioneer seat; llm1 and llm2 too where present)."""
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    colors = _run_colors(runs)
     for label, records in runs.items():
         for scope, marker in (("pioneer", "o"), ("llm1", "^"), ("llm2", "v")):
             point = final_point(records, scope)
             if point is not None:
-                ax.scatter(point[1], point[0], marker=marker, s=40)
+                ax.scatter(point[1], point[0], marker=marker, s=40, color=colors[label])
                 ax.annotate(f"{label}:{scope}", (point[1], point[0]), fontsize=7)
     ax.set_xlabel("KL to reference (nats, last 3 iterations)")
     ax.set_ylabel("task reward")
@@ -97,3 +105,36 @@ def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path) -> list[Path]
     out_dir.mkdir(parents=True, exist_ok=True)
     runs = load_runs(run_dirs)
     return [plot_curves(runs, out_dir / "curves.png"), plot_pareto(runs, out_dir / "pareto.png")]
+
+
+def plot_arm_means(arms: dict[str, list[list[dict]]], out: Path, *, scope: str = "pioneer", window: int = 3) -> Path:
+    """Per arm, the mean over its seeds of `scope`'s task reward, KL and combined reward per iteration, smoothed
+    with a trailing moving average of `window` iterations (shaded: ± one std over seeds, same smoothing)."""
+    import numpy as np
+
+    fig, axes = plt.subplots(1, len(QUANTITIES), figsize=(4.2 * len(QUANTITIES), 3.0), squeeze=False)
+    cmap = plt.get_cmap("tab10")
+    kernel = np.ones(window) / window
+    for i, (arm, runs) in enumerate(arms.items()):
+        for ax, qty in zip(axes[0], QUANTITIES):
+            key = f"{scope}/{qty}"
+            series = [[r[key] for r in records if key in r] for records in runs]
+            length = min((len(s) for s in series), default=0)
+            if length < window:
+                continue
+            data = np.array([s[:length] for s in series])
+            smooth = np.array([np.convolve(row, kernel, mode="valid") for row in data])
+            xs = np.arange(window - 1, length)
+            mean, std = smooth.mean(axis=0), smooth.std(axis=0)
+            ax.plot(xs, mean, color=cmap(i), label=f"{arm} (n={len(runs)})", linewidth=1.5)
+            if len(runs) > 1:
+                ax.fill_between(xs, mean - std, mean + std, color=cmap(i), alpha=0.15)
+    for ax, qty in zip(axes[0], QUANTITIES):
+        ax.set_title(f"{scope}/{qty} ({window}-iter mean)", fontsize=9)
+        ax.set_xlabel("iteration")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=80)
+    plt.close(fig)
+    return out

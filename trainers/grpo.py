@@ -22,7 +22,6 @@ supervision advantages Â_{i,t} = (r_i − mean(r)) / std(r)).
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 import torch
@@ -30,7 +29,13 @@ import torch
 from trainers import ppo_math
 from trainers.config import PPOConfig
 from trainers.kl_control import make_kl_controller
-from trainers.ppo import NonFiniteLossError, make_adam
+from trainers.ppo import (
+    NonFiniteLossError,
+    backward_batches,
+    checked_trainable_parameters,
+    make_adam,
+    optimizer_step,
+)
 from trainers.rollout import Rollout
 
 logger = logging.getLogger(__name__)
@@ -155,12 +160,7 @@ class GRPOLearner:
         if config.kl_penalty == "full" and not config.kl_in_loss:
             raise ValueError("kl_penalty='full' is not supported by GRPO's reward penalty; use kl, abs, mse or k3")
         self.agent, self.ref_model, self.config = agent, ref_model, config
-        params = list(agent.trainable_parameters())
-        ref_ids = {id(p) for p in ref_model.parameters()}
-        if any(id(p) in ref_ids for p in params):
-            raise ValueError("the reference model shares trainable parameters with the policy; the reference must "
-                             "be a frozen copy or the LoRA base with adapters off")
-        self._params = params
+        self._params = checked_trainable_parameters(agent, ref_model)
         self.reset_state()
 
     # ------------------------------------------------------------------ state that travels with the model
@@ -221,15 +221,12 @@ class GRPOLearner:
         stats: list[dict[str, float]] = []
         self.optimizer.zero_grad(set_to_none=True)
         for _ in range(cfg.ppo_epochs):
-            order = torch.randperm(cfg.batch_size, generator=generator)
-            for b_start in range(0, cfg.batch_size, cfg.backward_batch_size):
-                backward_idx = order[b_start:b_start + cfg.backward_batch_size]
-                for m_start in range(0, cfg.backward_batch_size, cfg.mini_batch_size):
-                    idx = backward_idx[m_start:m_start + cfg.mini_batch_size]
+            for minibatches in backward_batches(cfg, generator):
+                for idx in minibatches:
                     loss, mb_stats = self._minibatch_loss(rollout, data, idx, beta)
                     (loss / cfg.gradient_accumulation_steps).backward()
                     stats.append(mb_stats)
-                self._optimizer_step()
+                optimizer_step(self.optimizer, self._params, cfg.max_grad_norm)
         self.agent.eval()
         seq_kl = float(((data["logprobs"] - data["ref_logprobs"]) * mask).sum(dim=-1).mean())
         self.kl_ctl.update(seq_kl, cfg.batch_size)
@@ -258,11 +255,3 @@ class GRPOLearner:
             raise NonFiniteLossError(f"GRPO loss is {float(loss.detach())} (policy_loss={stats['policy_loss']}, "
                                      f"kl_loss={stats['kl_loss']}); lower learning_rate or set max_grad_norm")
         return loss, stats
-
-    def _optimizer_step(self) -> None:
-        if self.config.max_grad_norm is not None:
-            norm = torch.nn.utils.clip_grad_norm_(self._params, self.config.max_grad_norm)
-            if not math.isfinite(float(norm)):
-                raise NonFiniteLossError("gradient norm is not finite; the last checkpoint is intact")
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)

@@ -60,6 +60,54 @@ class NonFiniteLossError(FloatingPointError):
     """A PPO loss or gradient became NaN/inf; training stops so the last good checkpoint is kept."""
 
 
+def checked_trainable_parameters(agent, ref_model) -> list[torch.nn.Parameter]:
+    """The agent's trainable parameters, refused if empty or if the reference model holds any of them.
+
+    Raises:
+        ValueError: no trainable parameter, or a reference model that shares trainable tensors with the policy
+            (it would move with the policy and the KL penalty would vanish).
+    """
+    params = list(agent.trainable_parameters())
+    ref_params = {id(p) for p in ref_model.parameters()}
+    shared = [p for p in params if id(p) in ref_params]
+    if shared:
+        raise ValueError(
+            f"the reference model shares {len(shared)} trainable parameter tensors with the policy; "
+            "the reference must be a frozen copy (agents.copy_for_two_agents) or the LoRA base with adapters off"
+        )
+    if not params:
+        raise ValueError("the agent has no trainable parameter; check use_lora / requires_grad settings")
+    return params
+
+
+def backward_batches(config: PPOConfig, generator: torch.Generator | None):
+    """One epoch of shuffled indices: yields, per optimiser step, the list of its mini-batch index tensors.
+
+    Each optimiser step covers `mini_batch_size * gradient_accumulation_steps` rows of the `batch_size` (TRL 0.11's
+    backward batches).
+    """
+    order = torch.randperm(config.batch_size, generator=generator)
+    for b_start in range(0, config.batch_size, config.backward_batch_size):
+        backward_idx = order[b_start:b_start + config.backward_batch_size]
+        yield [backward_idx[m:m + config.mini_batch_size]
+               for m in range(0, config.backward_batch_size, config.mini_batch_size)]
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter],
+                   max_grad_norm: float | None) -> None:
+    """Optional gradient-norm clipping, then one optimiser step and zeroed gradients.
+
+    Raises:
+        NonFiniteLossError: if the gradient norm is NaN/inf (the weights are left untouched).
+    """
+    if max_grad_norm is not None:
+        norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        if not math.isfinite(float(norm)):
+            raise NonFiniteLossError("gradient norm is not finite; the last checkpoint is intact")
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
 class PPOLearner:
     """PPO for one seat's agent against the shared frozen reference model.
 
@@ -78,17 +126,7 @@ class PPOLearner:
         self.agent = agent
         self.ref_model = ref_model
         self.config = config
-        params = list(agent.trainable_parameters())
-        ref_params = {id(p) for p in ref_model.parameters()}
-        shared = [p for p in params if id(p) in ref_params]
-        if shared:
-            raise ValueError(
-                f"the reference model shares {len(shared)} trainable parameter tensors with the policy; "
-                "the reference must be a frozen copy (agents.copy_for_two_agents) or the LoRA base with adapters off"
-            )
-        if not params:
-            raise ValueError("the agent has no trainable parameter; check use_lora / requires_grad settings")
-        self._params = params
+        self._params = checked_trainable_parameters(agent, ref_model)
         self.reset_state()
 
     # ------------------------------------------------------------------ state that travels with the model
@@ -174,16 +212,13 @@ class PPOLearner:
         early_stop = False
         self.optimizer.zero_grad(set_to_none=True)
         for _ in range(cfg.ppo_epochs):
-            order = torch.randperm(cfg.batch_size, generator=generator)
-            for b_start in range(0, cfg.batch_size, cfg.backward_batch_size):
-                backward_idx = order[b_start:b_start + cfg.backward_batch_size]
-                for m_start in range(0, cfg.backward_batch_size, cfg.mini_batch_size):
-                    idx = backward_idx[m_start:m_start + cfg.mini_batch_size]
+            for minibatches in backward_batches(cfg, generator):
+                for idx in minibatches:
                     stats, loss = self._minibatch_loss(rollout, data, idx)
                     skipped += int(stats.pop("skipped"))
                     (loss / cfg.gradient_accumulation_steps).backward()
                     train_stats.append(stats)
-                self._optimizer_step()
+                optimizer_step(self.optimizer, self._params, cfg.max_grad_norm)
             epochs_done += 1
             if cfg.early_stopping and train_stats[-1]["policy_kl"] > 1.5 * cfg.target_kl:
                 early_stop = True
@@ -230,11 +265,3 @@ class PPOLearner:
                 "lower learning_rate or enable max_grad_norm / score_clip; the last checkpoint is intact"
             )
         return stats, loss
-
-    def _optimizer_step(self) -> None:
-        if self.config.max_grad_norm is not None:
-            norm = torch.nn.utils.clip_grad_norm_(self._params, self.config.max_grad_norm)
-            if not math.isfinite(float(norm)):
-                raise NonFiniteLossError("gradient norm is not finite; the last checkpoint is intact")
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)

@@ -13,6 +13,7 @@ import json
 import logging
 import sys
 import typing
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -129,8 +130,10 @@ def cmd_train(argv: Sequence[str]) -> int:
         last = history[-1]
         summary = {k: round(v, 4) for k, v in last.items() if k.split("/")[0] in ("pioneer", "observer", "cory")
                    and k.split("/")[-1] in ("task_reward", "kl", "combined_reward", "collective_reward")}
-        print(json.dumps({"output_dir": str(trainer.output_dir), "last_iteration": last["iteration"], **summary},
-                         indent=2))
+        pioneer = "llm1" if last.get("cory/pioneer_is_llm1", 1.0) else "llm2"
+        print(json.dumps({"output_dir": str(trainer.output_dir), "last_iteration": last["iteration"],
+                          "pioneer_model_last_iteration": pioneer,
+                          "pioneer_model_now": trainer.exchange.seats["pioneer"].name, **summary}, indent=2))
     return 130 if trainer._stop_requested else 0
 
 
@@ -163,9 +166,11 @@ COMMANDS = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "bench": cmd
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # raised inside transformers when peft checks a LoRA model; nothing a user can act on
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: cory {train,eval,plot} [options]\n\n"
+        print("usage: cory {train,eval,plot,bench} [options]\n\n"
               "  train   train with CORY (default) or the PPO baseline (--algo ppo); cory train --help\n"
               "  eval    the pioneer alone: a checkpoint on IMDB, or pass@k on GSM8K (--task gsm8k); cory eval --help\n"
               "  plot    plot run directories; cory plot --help\n"

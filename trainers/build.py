@@ -26,7 +26,7 @@ from agents import (
 )
 from agents.tiny import tiny_causal_lm, tiny_tokenizer
 from cory_env import BatchedCORYEnv, EnvConfig
-from trainers.config import CORYConfig, PPOConfig
+from trainers.config import DTYPES, CORYConfig, PPOConfig
 from trainers.learners import make_learner
 from trainers.role_exchange import Bundle, RoleExchange
 
@@ -35,9 +35,20 @@ logger = logging.getLogger(__name__)
 TINY_MODEL = "tiny"
 
 
-def load_policy_model(name: str, *, seed: int = 0, task: str | None = None):
-    """(model, tokenizer) for `CORYConfig.model`; `"tiny"` is a tiny random Llama with the tiny BPE tokenizer, or
-    with the task's own 20-token tokenizer when `task` is ``"tiny_vocab"``."""
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype for `CORYConfig.dtype` ("float32", "bfloat16", "float16").
+
+    Raises:
+        ValueError: for another name (lists the valid ones).
+    """
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {name!r}")
+    return getattr(torch, name)
+
+
+def load_policy_model(name: str, *, seed: int = 0, task: str | None = None, dtype: str = "float32"):
+    """(model, tokenizer) for `CORYConfig.model` with parameters in `dtype`; `"tiny"` is a tiny random Llama with
+    the tiny BPE tokenizer, or with the task's own 20-token tokenizer when `task` is ``"tiny_vocab"``."""
     if name == TINY_MODEL:
         if task == "tiny_vocab":
             from cory_env.tasks.tiny_vocab import tiny_vocab_tokenizer
@@ -45,8 +56,8 @@ def load_policy_model(name: str, *, seed: int = 0, task: str | None = None):
             tokenizer = tiny_vocab_tokenizer()
         else:
             tokenizer = tiny_tokenizer()
-        return tiny_causal_lm(tokenizer, seed=seed), tokenizer
-    return load_model_and_tokenizer(name)
+        return tiny_causal_lm(tokenizer, seed=seed).to(torch_dtype(dtype)), tokenizer
+    return load_model_and_tokenizer(name, dtype=torch_dtype(dtype))
 
 
 def sampling_from(config: CORYConfig) -> SamplingConfig:
@@ -60,6 +71,9 @@ def build_agents(model, tokenizer, config: CORYConfig) -> tuple[dict[str, LLMAge
     """Two agents (`llm1`, `llm2`; one for the PPO baseline) and the shared frozen reference model."""
     names = ("llm1", "llm2") if config.algo == "cory" else ("llm1",)
     sampling = sampling_from(config)
+    if config.gradient_checkpointing:
+        # non-reentrant: works with a frozen LoRA base (no input that requires grad) and with dropout
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if config.use_lora:
         from peft import LoraConfig
 
@@ -82,9 +96,10 @@ def build_agents(model, tokenizer, config: CORYConfig) -> tuple[dict[str, LLMAge
 
 
 def build_exchange(agents: dict[str, LLMAgent], ref: ReferenceModel, config: CORYConfig,
-                   ppo_config: PPOConfig, learner: str = "ppo") -> RoleExchange:
-    """Bundles with fresh learners, `llm1` in the pioneer seat."""
-    bundles = [Bundle(name, agent, make_learner(learner, agent, ref, ppo_config)) for name, agent in agents.items()]
+                   ppo_config: PPOConfig, learner: str = "ppo", dist=None) -> RoleExchange:
+    """Bundles with fresh learners (data-parallel over `dist` when given), `llm1` in the pioneer seat."""
+    bundles = [Bundle(name, agent, make_learner(learner, agent, ref, ppo_config, dist=dist))
+               for name, agent in agents.items()]
     observer = bundles[1] if len(bundles) > 1 else None
     return RoleExchange(bundles[0], observer, period=config.role_exchange_period,
                         reset_on_exchange=config.reset_on_exchange)

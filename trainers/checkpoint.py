@@ -129,6 +129,11 @@ def _remove_stale_temps(root: Path) -> None:
     (root / f".{LATEST}.tmp").unlink(missing_ok=True)
 
 
+def checkpoint_path(output_dir: str | os.PathLike, iteration: int) -> Path:
+    """Where `save_checkpoint` puts the checkpoint of `iteration`: ``output_dir/checkpoints/iter-NNNNNN``."""
+    return Path(output_dir) / CHECKPOINT_DIR / f"iter-{iteration:06d}"
+
+
 def save_checkpoint(output_dir: str | os.PathLike, iteration: int, *, bundles: dict, exchange_state: dict,
                     run_state: dict[str, Any], keep: int = 2) -> Path:
     """Write the checkpoint for `iteration` (0-based, done) atomically and point `latest` at it.
@@ -152,7 +157,7 @@ def save_checkpoint(output_dir: str | os.PathLike, iteration: int, *, bundles: d
     root = Path(output_dir) / CHECKPOINT_DIR
     root.mkdir(parents=True, exist_ok=True)
     _remove_stale_temps(root)
-    final = root / f"iter-{iteration:06d}"
+    final = checkpoint_path(output_dir, iteration)
     tmp = root / f"{_TMP_PREFIX}iter-{iteration:06d}-{os.getpid()}"
     try:
         tmp.mkdir()

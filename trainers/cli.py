@@ -11,6 +11,9 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
+import socket
+import subprocess
 import sys
 import typing
 import warnings
@@ -111,6 +114,9 @@ def parse_train_args(argv: Sequence[str]) -> tuple[EnvConfig, PPOConfig, CORYCon
                               description="Train with CORY (or the PPO baseline) on a CORY env.")
     parser.add_argument("--preset", default=None, help=f"Preset: {', '.join(sorted(PRESETS))}.")
     parser.add_argument("--config", default=None, help="YAML file of option: value (e.g. a run's config.yaml).")
+    parser.add_argument("--num_processes", default=1, type=int,
+                        help="Data-parallel processes on this machine (accelerate launch; GPUs, or CPU with gloo). "
+                             "batch_size counts one process's episodes.")
     parser.set_defaults(**defaults)
     *configs, _extra, remaining = parser.parse_args_into_dataclasses(args=list(argv), return_remaining_strings=True)
     if remaining:
@@ -120,13 +126,66 @@ def parse_train_args(argv: Sequence[str]) -> tuple[EnvConfig, PPOConfig, CORYCon
     return env_cfg, ppo_cfg, cory_cfg
 
 
+def free_port() -> int:
+    """A TCP port that is free on this machine now (for the launcher's rendezvous)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def launch_command(num_processes: int, program: Sequence[str], *, port: int | None = None) -> list[str]:
+    """The ``accelerate launch`` command that runs `program` on `num_processes` processes of this machine.
+
+    Args:
+        num_processes: N >= 2.
+        program: what each process runs, e.g. ``["-m", "trainers.cli", "train", "--preset", "tiny"]`` or
+            ``["script.py", ...]``.
+        port: the rendezvous port; default a free one.
+
+    ``--multi_gpu`` selects accelerate's torchrun launcher, which also serves CPU-only machines (each process then
+    trains on the CPU with the gloo backend; `trainers.distributed`).
+    """
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "1",
+            "--num_processes", str(num_processes), "--mixed_precision", "no", "--dynamo_backend", "no",
+            "--main_process_port", str(port or free_port()), *program]
+
+
+def split_num_processes(argv: Sequence[str]) -> tuple[int, list[str]]:
+    """(N from ``--num_processes N``, 1 if absent; the other arguments).
+
+    Raises:
+        ValueError: a value that is not an integer >= 1.
+    """
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--num_processes", default="1")
+    known, rest = pre.parse_known_args(list(argv))
+    try:
+        n = int(known.num_processes)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"--num_processes must be an integer >= 1, got {known.num_processes!r}")
+    return n, rest
+
+
 def cmd_train(argv: Sequence[str]) -> int:
     from trainers.cory import CORYTrainer
+    from trainers.distributed import launched_world_size
 
+    num_processes, argv = split_num_processes(argv)
+    launched = launched_world_size()
+    if num_processes > 1 and launched == 1:  # start the processes, each runs this command without the flag
+        parse_train_args(argv)  # a bad option fails here, once, not in every process
+        return subprocess.call(launch_command(num_processes, ["-m", "trainers.cli", "train", *argv]))
+    if num_processes > 1 and launched != num_processes:
+        raise ValueError(f"--num_processes {num_processes} inside a launch of {launched} processes; drop the flag "
+                         "when starting with accelerate launch / torchrun")
+    if int(os.environ.get("RANK", "0")) > 0:  # one process reports progress; the others only warnings
+        logging.getLogger().setLevel(logging.WARNING)
     env_cfg, ppo_cfg, cory_cfg = parse_train_args(argv)
     trainer = CORYTrainer(cory_cfg, ppo_cfg, env_cfg)
     history = trainer.train()
-    if history:
+    if history and trainer.dist.is_main:
         last = history[-1]
         summary = {k: round(v, 4) for k, v in last.items() if k.split("/")[0] in ("pioneer", "observer", "cory")
                    and k.split("/")[-1] in ("task_reward", "kl", "combined_reward", "collective_reward")}

@@ -12,6 +12,8 @@ from typing import Optional
 
 KL_PENALTIES = ("kl", "abs", "mse", "full", "k3")
 ALGOS = ("cory", "ppo")
+# CORYConfig.dtype names -> torch dtype names (trainers.build.torch_dtype)
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _check(cond: bool, name: str, value, fix: str) -> None:
@@ -115,6 +117,9 @@ class CORYConfig:
     tensorboard: bool = field(default=True, metadata={"help": "Write TensorBoard events to output_dir."})
     torch_threads: int = field(default=0, metadata={"help": "torch.set_num_threads; 0 = leave torch's default."})
     deterministic: bool = field(default=True, metadata={"help": "torch.use_deterministic_algorithms(True, warn_only=True) so same seed => same metrics on CPU."})
+    device: str = field(default="auto", metadata={"help": "Where the models live: auto (this process's GPU under a multi-GPU launch or when CUDA is available, else CPU), cpu, or a torch device such as cuda:0."})
+    dtype: str = field(default="float32", metadata={"help": "Parameter dtype of the loaded model: float32 (CPU default), bfloat16 or float16. Value heads and LoRA adapters stay float32."})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute activations in the backward pass (transformers' gradient_checkpointing_enable): less memory for long observer prompts, about one extra forward of time."})
 
     def __post_init__(self) -> None:
         _check(self.algo in ALGOS, "algo", self.algo, f"use one of {ALGOS}")
@@ -130,6 +135,9 @@ class CORYConfig:
         _check(self.lora_r >= 1, "lora_r", self.lora_r, "use a rank >= 1")
         _check(self.log_samples >= 0, "log_samples", self.log_samples, "use >= 0")
         _check(not (self.resume and self.overwrite), "resume", self.resume, "pass either --resume or --overwrite, not both")
+        _check(self.dtype in DTYPES, "dtype", self.dtype, f"use one of {tuple(DTYPES)}")
+        _check(self.device == "auto" or self.device == "cpu" or self.device.startswith(("cuda", "mps", "xpu")),
+               "device", self.device, "use auto, cpu or a torch device such as cuda:0")
 
 
 def config_to_dict(config) -> dict:

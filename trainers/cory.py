@@ -10,6 +10,11 @@ One iteration:
 
 Same seed ⇒ same metrics on CPU: every source of randomness is derived from (seed, iteration), so a resumed run
 continues exactly as an uninterrupted one. Ctrl-C finishes the current iteration, writes a checkpoint and returns.
+
+Data-parallel (``accelerate launch --multi_gpu --num_processes N -m trainers.cli train ...`` or
+``cory train --num_processes N``): every process rolls out its own ``batch_size`` episodes (rank r plays the rows
+r·B .. (r+1)·B − 1 of a one-process run with batch N·B, same queries) and the learners keep the replicas equal
+(`trainers.distributed`); only the main process writes config, logs and checkpoints.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from cory_env import EnvConfig
 from trainers import checkpoint as ckpt
 from trainers.build import build_agents, build_env, build_exchange, load_policy_model, seed_everything
 from trainers.config import CORYConfig, PPOConfig
+from trainers.distributed import DataParallel
 from trainers.metrics import METRICS_FILE, SAMPLES_FILE, MetricsLogger, truncate_jsonl
 from trainers.role_exchange import SEATS
 from trainers.rollout import rollout_from_transcript, run_episodes
@@ -42,15 +48,16 @@ logger = logging.getLogger(__name__)
 CONFIG_FILE = "config.yaml"
 # fields that may change between a run and its resume
 RESUMABLE_CHANGES = {"resume", "overwrite", "num_iterations", "checkpoint_every", "keep_checkpoints",
-                     "log_samples", "tensorboard", "torch_threads", "output_dir"}
+                     "log_samples", "tensorboard", "torch_threads", "output_dir", "device"}
 # signals that stop training cleanly: finish the iteration, write a checkpoint, return (Ctrl-C; a scheduler's TERM)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 PROGRESS_KEYS = ("pioneer/task_reward", "observer/task_reward", "pioneer/kl", "cory/collective_reward")
 
 
-def derive_seed(seed: int, iteration: int, stream: int) -> int:
-    """A 32-bit seed for one (run seed, iteration, stream) triple (numpy SeedSequence)."""
-    return int(np.random.SeedSequence([seed, iteration, stream]).generate_state(1)[0])
+def derive_seed(seed: int, iteration: int, stream: int, rank: int = 0) -> int:
+    """A 32-bit seed for one (run seed, iteration, stream[, data-parallel rank > 0]) tuple (numpy SeedSequence)."""
+    entropy = [seed, iteration, stream] + ([rank] if rank else [])
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
 def resolved_config(config: CORYConfig, ppo_config: PPOConfig, env_config: EnvConfig) -> dict[str, Any]:
@@ -67,54 +74,67 @@ class CORYTrainer:
         env_config: the task and episode settings.
         model, tokenizer: an already loaded policy model and tokenizer (else loaded from `config.model`).
         reward_fn: optional reward callable overriding `env_config.reward`.
+        dist: the data-parallel group; default `DataParallel.from_launcher(config.device)` (one process unless
+            started by ``accelerate launch`` / ``torchrun``). `ppo_config.batch_size` counts this process's episodes.
 
     Raises:
         FileExistsError: if `output_dir` holds a run and neither `resume` nor `overwrite` is set.
         FileNotFoundError: `resume` without a checkpoint in `output_dir`.
-        ValueError: `resume` into a run whose config differs (names the fields).
+        ValueError: `resume` into a run whose config or process count differs (names the fields).
     """
 
     def __init__(self, config: CORYConfig, ppo_config: PPOConfig, env_config: EnvConfig, *,
-                 model=None, tokenizer=None, reward_fn=None) -> None:
+                 model=None, tokenizer=None, reward_fn=None, dist: DataParallel | None = None) -> None:
         self.config, self.ppo_config, self.env_config = config, ppo_config, env_config
+        self.dist = DataParallel.from_launcher(config.device) if dist is None else dist
         self.output_dir = Path(config.output_dir)
         self._prepare_output_dir()
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
         seed_everything(config.seed, config.deterministic)
         if model is None or tokenizer is None:
-            model, tokenizer = load_policy_model(config.model, seed=config.seed, task=env_config.task)
+            with self.dist.main_process_first():  # the first load may convert a GGUF file into the shared cache
+                model, tokenizer = load_policy_model(config.model, seed=config.seed, task=env_config.task,
+                                                     dtype=config.dtype)
+        model.to(self.dist.device)
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
         self.agents, self.ref_model = build_agents(model, tokenizer, config)
-        self.exchange = build_exchange(self.agents, self.ref_model, config, ppo_config, config.learner)
+        self.exchange = build_exchange(self.agents, self.ref_model, config, ppo_config, config.learner, self.dist)
         self.env = build_env(env_config, tokenizer, config, ppo_config, reward_fn=reward_fn)
         self.start_iteration = 0
         self.config_dict = resolved_config(config, ppo_config, env_config)
         if config.resume:
             self._resume()
-        else:
+        elif self.dist.is_main:
             (self.output_dir / CONFIG_FILE).write_text(yaml.safe_dump(self.config_dict, sort_keys=False))
+        for bundle in self.exchange.bundles.values():  # identical replicas from the first step on
+            self.dist.broadcast_parameters(bundle.agent.trainable_parameters())
+        self.dist.barrier()
         self._stop_requested = False
 
     # ------------------------------------------------------------------ run directory
     def _prepare_output_dir(self) -> None:
         out, cfg = self.output_dir, self.config
         has_run = out.exists() and any((out / f).exists() for f in (CONFIG_FILE, METRICS_FILE, ckpt.CHECKPOINT_DIR))
-        if has_run and cfg.overwrite:
-            shutil.rmtree(out)
-        elif has_run and not cfg.resume:
+        if has_run and not cfg.resume and not cfg.overwrite:
             raise FileExistsError(
                 f"{out} already holds a run (config.yaml / metrics.jsonl / checkpoints); nothing was changed. "
                 "Pass --resume to continue it, --overwrite to replace it, or choose another --output_dir"
             )
         elif cfg.resume and not has_run:
             raise FileNotFoundError(f"--resume: {out} holds no run to resume; drop --resume to start one")
-        out.mkdir(parents=True, exist_ok=True)
+        self.dist.barrier()  # every process has checked the folder before the main one changes it
+        if self.dist.is_main:
+            if has_run and cfg.overwrite:
+                shutil.rmtree(out)
+            out.mkdir(parents=True, exist_ok=True)
+        self.dist.barrier()
 
     def _run_state(self) -> dict[str, Any]:
         return {"config": self.config_dict, "model": self.config.model, "vocab_size": self.vocab_size,
-                "reference": {"model": self.config.model, "layout": "lora-shared" if self.config.use_lora else "copy"}}
+                "reference": {"model": self.config.model, "layout": "lora-shared" if self.config.use_lora else "copy"},
+                "num_processes": self.dist.world_size}
 
     def _resume(self) -> None:
         path = ckpt.latest_checkpoint(self.output_dir)
@@ -129,31 +149,46 @@ class CORYTrainer:
             details = ", ".join(f"{k}: {saved.get(k)!r} -> {self.config_dict.get(k)!r}" for k in diff)
             raise ValueError(f"cannot resume {self.output_dir}: the config differs in {details}. "
                              "Resume with the run's config.yaml (--config), or start a new --output_dir")
+        saved_processes = int(state.get("num_processes", 1))
+        if saved_processes != self.dist.world_size:
+            raise ValueError(
+                f"cannot resume {self.output_dir} with {self.dist.world_size} process(es): it was trained with "
+                f"{saved_processes} (batch_size counts one process's episodes, so the global batch would change). "
+                f"Resume with --num_processes {saved_processes}"
+            )
         if state.get("vocab_size") != self.vocab_size:
             raise ckpt.CheckpointError(
                 f"{path} was written for vocabulary size {state.get('vocab_size')}, this model has {self.vocab_size}")
         ckpt.load_checkpoint(path, bundles=self.exchange.bundles, exchange=self.exchange)
         self.start_iteration = int(state["iteration"]) + 1
-        for name in (METRICS_FILE, SAMPLES_FILE):
-            truncate_jsonl(self.output_dir / name, int(state["iteration"]))
+        if self.dist.is_main:
+            for name in (METRICS_FILE, SAMPLES_FILE):
+                truncate_jsonl(self.output_dir / name, int(state["iteration"]))
         logger.info("resumed %s at iteration %d", path, self.start_iteration)
 
     def save_checkpoint(self, iteration: int) -> Path:
-        return ckpt.save_checkpoint(self.output_dir, iteration, bundles=self.exchange.bundles,
-                                    exchange_state=self.exchange.state_dict(), run_state=self._run_state(),
-                                    keep=self.config.keep_checkpoints)
+        """Write checkpoint `iteration` (main process only; the others wait until it is on disk); returns its path."""
+        path = ckpt.checkpoint_path(self.output_dir, iteration)
+        if self.dist.is_main:
+            path = ckpt.save_checkpoint(self.output_dir, iteration, bundles=self.exchange.bundles,
+                                        exchange_state=self.exchange.state_dict(), run_state=self._run_state(),
+                                        keep=self.config.keep_checkpoints)
+        self.dist.barrier()
+        return path
 
     # ------------------------------------------------------------------ one iteration
     def iteration(self, it: int) -> tuple[dict[str, float], list[dict]]:
         """Rollout, one update per seat, role exchange; returns (metrics, sample texts)."""
-        seed = self.config.seed
+        seed, rank = self.config.seed, self.dist.rank
         torch.manual_seed(derive_seed(seed, it, 0))  # dropout and anything else on the global RNG
-        sampler = torch.Generator().manual_seed(derive_seed(seed, it, 1))
+        sampler = torch.Generator(device=self.dist.device).manual_seed(derive_seed(seed, it, 1, rank))
         seats = self.exchange.seats
+        group = self.ppo_config.group_size
         t0 = time.perf_counter()
+        # rank r plays rows r·B .. of a one-process batch of N·B (row i's query is drawn from seed + i // group)
         transcript = run_episodes(self.env, {s: b.agent for s, b in seats.items()},
-                                  seed=derive_seed(seed, it, 2), generator=sampler,
-                                  group_size=self.ppo_config.group_size)
+                                  seed=derive_seed(seed, it, 2) + rank * (self.ppo_config.batch_size // group),
+                                  generator=sampler, group_size=group)
         t1 = time.perf_counter()
         pad_id = self.tokenizer.pad_token_id
         metrics: dict[str, float] = {}
@@ -174,7 +209,7 @@ class CORYTrainer:
         metrics["time/update_s"] = t2 - t1
         metrics["sys/rss_gb"] = psutil.Process().memory_info().rss / 2**30
         metrics["sys/peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-        return metrics, self._samples(transcript)
+        return self.dist.mean_stats(metrics), self._samples(transcript)
 
     def _samples(self, transcript) -> list[dict]:
         out = []
@@ -202,9 +237,10 @@ class CORYTrainer:
             trainers.ppo.NonFiniteLossError: a NaN/inf loss; the last checkpoint on disk is untouched.
         """
         cfg = self.config
+        main = self.dist.is_main
         logger_ = MetricsLogger(self.output_dir, tensorboard=cfg.tensorboard,
                                 config_text=yaml.safe_dump(self.config_dict, sort_keys=False),
-                                purge_step=self.start_iteration or None)
+                                purge_step=self.start_iteration or None) if main else None
         history: list[dict[str, float]] = []
         previous = {}
         for signum in STOP_SIGNALS:
@@ -214,17 +250,19 @@ class CORYTrainer:
                 break
         last_saved = self.start_iteration - 1
         bar = tqdm(range(self.start_iteration, cfg.num_iterations), initial=self.start_iteration,
-                   total=cfg.num_iterations, desc=cfg.algo, dynamic_ncols=True)
+                   total=cfg.num_iterations, desc=cfg.algo, dynamic_ncols=True, disable=not main)
         try:
             for it in bar:
                 metrics, samples = self.iteration(it)
-                logger_.log(it, metrics)
-                logger_.log_samples(it, samples)
+                if main:
+                    logger_.log(it, metrics)
+                    logger_.log_samples(it, samples)
                 history.append({"iteration": it, **metrics})
                 bar.set_postfix({k.split("/")[0][:3] + "/" + k.split("/")[1][:6]: f"{metrics[k]:.3f}"
                                  for k in PROGRESS_KEYS if k in metrics})
                 last = it == cfg.num_iterations - 1
-                stop = self._stop_requested  # read once: a signal after this line stops after the next iteration
+                # read once (a signal after this line stops after the next iteration); any process's request stops all
+                stop = self.dist.any(self._stop_requested)
                 if last or stop or (cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0):
                     self.save_checkpoint(it)
                     last_saved = it
@@ -233,7 +271,8 @@ class CORYTrainer:
                     break
         finally:
             bar.close()
-            logger_.close()
+            if logger_ is not None:
+                logger_.close()
             for signum, handler in previous.items():
                 if handler is not None:  # None: a handler not installed from Python, nothing to restore
                     signal.signal(signum, handler)

@@ -28,11 +28,13 @@ import torch
 
 from trainers import ppo_math
 from trainers.config import PPOConfig
+from trainers.distributed import DataParallel
 from trainers.kl_control import make_kl_controller
 from trainers.ppo import (
     NonFiniteLossError,
     backward_batches,
     checked_trainable_parameters,
+    global_sequence_kl,
     make_adam,
     optimizer_step,
 )
@@ -145,7 +147,9 @@ class GRPOLearner:
         ref_model: the shared frozen `agents.ReferenceModel`.
         config: `PPOConfig` (reads learning_rate, batch_size, mini_batch_size, gradient_accumulation_steps,
             ppo_epochs, cliprange, init_kl_coef/adap_kl_ctrl/target/horizon, kl_penalty, max_grad_norm,
-            group_size, scale_rewards, kl_in_loss).
+            group_size, scale_rewards, kl_in_loss); sizes count this process's rows.
+        dist: the data-parallel group (default single process): gradients averaged, the loss a global token mean,
+            the KL controller on the global KL (groups never span processes: rows of one query stay together).
 
     Raises:
         ValueError: if `config.group_size` < 2, or the reference model shares a trainable parameter with the agent.
@@ -153,13 +157,14 @@ class GRPOLearner:
 
     name = "grpo"
 
-    def __init__(self, agent, ref_model, config: PPOConfig) -> None:
+    def __init__(self, agent, ref_model, config: PPOConfig, *, dist: DataParallel | None = None) -> None:
         if config.group_size < 2:
             raise ValueError(f"GRPO needs group_size >= 2 (samples per query), got {config.group_size}; "
                              "pass --group_size 4 (batch_size must be a multiple of it)")
         if config.kl_penalty == "full" and not config.kl_in_loss:
             raise ValueError("kl_penalty='full' is not supported by GRPO's reward penalty; use kl, abs, mse or k3")
         self.agent, self.ref_model, self.config = agent, ref_model, config
+        self.dist = DataParallel() if dist is None else dist
         self._params = checked_trainable_parameters(agent, ref_model)
         self.reset_state()
 
@@ -214,6 +219,7 @@ class GRPOLearner:
         if rollout.batch_size != cfg.batch_size:
             raise ValueError(f"rollout has {rollout.batch_size} rows but batch_size={cfg.batch_size}; roll out "
                              "exactly batch_size episodes per update")
+        rollout = rollout.to(self.agent.device)
         mask = rollout.response_mask
         data = self.prepare(rollout)
         beta = float(self.kl_ctl.value)
@@ -226,10 +232,10 @@ class GRPOLearner:
                     loss, mb_stats = self._minibatch_loss(rollout, data, idx, beta)
                     (loss / cfg.gradient_accumulation_steps).backward()
                     stats.append(mb_stats)
-                optimizer_step(self.optimizer, self._params, cfg.max_grad_norm)
+                optimizer_step(self.optimizer, self._params, cfg.max_grad_norm, self.dist)
         self.agent.eval()
-        seq_kl = float(((data["logprobs"] - data["ref_logprobs"]) * mask).sum(dim=-1).mean())
-        self.kl_ctl.update(seq_kl, cfg.batch_size)
+        seq_kl = global_sequence_kl(data["logprobs"], data["ref_logprobs"], mask, self.dist)
+        self.kl_ctl.update(seq_kl, cfg.batch_size * self.dist.world_size)
         grouped = data["rewards"].view(-1, cfg.group_size)
         out = {key: sum(s[key] for s in stats) / len(stats) for key in stats[0]}
         out.update(
@@ -242,7 +248,7 @@ class GRPOLearner:
             response_len=float(mask.sum(dim=-1).float().mean()),
             epochs=float(cfg.ppo_epochs),
         )
-        return out
+        return self.dist.mean_stats(out)
 
     def _minibatch_loss(self, rollout: Rollout, data: dict[str, torch.Tensor], idx: torch.Tensor, beta: float):
         mb = rollout.select(idx)
@@ -251,6 +257,8 @@ class GRPOLearner:
         loss, stats = grpo_loss(new.logprobs, data["logprobs"][idx, :width], data["ref_logprobs"][idx, :width],
                                 data["advantages"][idx], mb.response_mask, cliprange=self.config.cliprange,
                                 kl_coef=beta if self.config.kl_in_loss else 0.0, entropy=new.entropy)
+        loss = loss * self.dist.token_weight(mb.response_mask)  # global token mean under data parallelism
+        stats = self.dist.weighted_mean_stats(stats, float(mb.response_mask.sum()))
         if not torch.isfinite(loss):
             raise NonFiniteLossError(f"GRPO loss is {float(loss.detach())} (policy_loss={stats['policy_loss']}, "
                                      f"kl_loss={stats['kl_loss']}); lower learning_rate or set max_grad_norm")

@@ -19,6 +19,7 @@ without touching rollout code. A learner that needs several samples per query (G
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
@@ -46,16 +47,16 @@ class Learner(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-def _ppo(agent, ref_model, config):
+def _ppo(agent, ref_model, config, dist=None):
     from trainers.ppo import PPOLearner
 
-    return PPOLearner(agent, ref_model, config)
+    return PPOLearner(agent, ref_model, config, dist=dist)
 
 
-def _grpo(agent, ref_model, config):
+def _grpo(agent, ref_model, config, dist=None):
     from trainers.grpo import GRPOLearner
 
-    return GRPOLearner(agent, ref_model, config)
+    return GRPOLearner(agent, ref_model, config, dist=dist)
 
 
 LEARNERS: dict[str, Callable[..., Learner]] = {"ppo": _ppo, "grpo": _grpo}
@@ -83,16 +84,39 @@ def register_learner(name: str, factory: Callable[..., Learner], *, overwrite: b
     LEARNERS[name] = factory
 
 
-def make_learner(name: str, agent, ref_model, config) -> Learner:
+def accepts_dist(factory: Callable[..., Learner]) -> bool:
+    """True if `factory` takes a ``dist`` keyword (or ``**kwargs``): it can train data-parallel."""
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
+    return "dist" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def make_learner(name: str, agent, ref_model, config, *, dist=None) -> Learner:
     """Build the learner registered as `name`.
 
+    Args:
+        dist: the data-parallel group (`trainers.distributed.DataParallel`), passed as ``dist=`` to factories that
+            accept it; None or a single-process group calls ``factory(agent, ref_model, config)``.
+
     Raises:
-        ValueError: for an unknown name (lists the registered ones).
+        ValueError: for an unknown name (lists the registered ones), or a multi-process run with a learner whose
+            factory takes no ``dist`` (it would not average gradients and the replicas would drift apart).
         TypeError: if the factory's result does not implement the `Learner` protocol.
     """
     if name not in LEARNERS:
         raise ValueError(f"unknown learner {name!r}; registered learners: {sorted(LEARNERS)}")
-    learner = LEARNERS[name](agent, ref_model, config)
+    factory = LEARNERS[name]
+    accepts = accepts_dist(factory)
+    if dist is not None and dist.enabled and not accepts:
+        raise ValueError(
+            f"learner {name!r} cannot train data-parallel: its factory takes no `dist` argument, so it would not "
+            f"average gradients across the {dist.world_size} processes. Add a `dist=None` keyword and call "
+            "dist.sync_gradients(params) before each optimiser step (docs/learners.md), or run one process"
+        )
+    learner = factory(agent, ref_model, config, dist=dist) if accepts and dist is not None else \
+        factory(agent, ref_model, config)
     if not isinstance(learner, Learner):
         missing = [m for m in ("step", "reset_state", "state_dict", "load_state_dict") if not hasattr(learner, m)]
         raise TypeError(f"learner factory {name!r} returned {type(learner).__name__}, which lacks {missing}")

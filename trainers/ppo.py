@@ -24,6 +24,7 @@ import torch
 
 from trainers import ppo_math
 from trainers.config import PPOConfig
+from trainers.distributed import DataParallel
 from trainers.kl_control import make_kl_controller
 from trainers.rollout import Rollout
 from trainers.score_scaling import RunningMoments, scale_scores
@@ -94,12 +95,15 @@ def backward_batches(config: PPOConfig, generator: torch.Generator | None):
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter],
-                   max_grad_norm: float | None) -> None:
-    """Optional gradient-norm clipping, then one optimiser step and zeroed gradients.
+                   max_grad_norm: float | None, dist: DataParallel | None = None) -> None:
+    """Average gradients over data-parallel processes (`dist`), optional gradient-norm clipping, then one optimiser
+    step and zeroed gradients.
 
     Raises:
         NonFiniteLossError: if the gradient norm is NaN/inf (the weights are left untouched).
     """
+    if dist is not None:
+        dist.sync_gradients(params)
     if max_grad_norm is not None:
         norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
         if not math.isfinite(float(norm)):
@@ -108,13 +112,34 @@ def optimizer_step(optimizer: torch.optim.Optimizer, params: list[torch.nn.Param
     optimizer.zero_grad(set_to_none=True)
 
 
+def global_sequence_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor,
+                       dist: DataParallel) -> float:
+    """Batch-mean sequence KL to the reference, over every process's rows (TRL ``objective/kl``, k1 estimate).
+
+    KL = mean over rows of Σ_t (logp_t − ref_logp_t) on real response tokens, nats; this is what the KL controller
+    reads.
+
+    Args:
+        logprobs, ref_logprobs: float (B, T) policy and reference log-probabilities of the response tokens.
+        mask: bool (B, T).
+        dist: the data-parallel group (sums rows and counts over processes).
+    """
+    per_row = ((logprobs - ref_logprobs) * mask).sum(dim=-1).to(torch.float64)  # (B,)
+    totals = dist.sum(torch.stack([per_row.sum(), torch.tensor(float(per_row.numel()), dtype=torch.float64,
+                                                               device=per_row.device)]))
+    return float(totals[0] / totals[1])
+
+
 class PPOLearner:
     """PPO for one seat's agent against the shared frozen reference model.
 
     Args:
         agent: an `agents.LLMAgent` (policy + value head) with `evaluate(...)` and `trainable_parameters()`.
         ref_model: the shared frozen `agents.ReferenceModel` (never optimised).
-        config: `PPOConfig`.
+        config: `PPOConfig` (`batch_size` and `mini_batch_size` count this process's rows).
+        dist: the data-parallel group (`trainers.distributed.DataParallel`); default single process. With several
+            processes every statistic that steers the update (score moments, advantage whitening, the ratio guard,
+            early stopping, the KL controller) is global and gradients are averaged, so the replicas stay equal.
 
     Raises:
         ValueError: if the reference model shares a trainable parameter with the agent.
@@ -122,10 +147,12 @@ class PPOLearner:
 
     name = "ppo"
 
-    def __init__(self, agent, ref_model, config: PPOConfig) -> None:
+    def __init__(self, agent, ref_model, config: PPOConfig, *, dist: DataParallel | None = None) -> None:
         self.agent = agent
         self.ref_model = ref_model
         self.config = config
+        self.dist = DataParallel() if dist is None else dist
+        self._reduce_sum = self.dist.sum if self.dist.enabled else None
         self._params = checked_trainable_parameters(agent, ref_model)
         self.reset_state()
 
@@ -162,6 +189,7 @@ class PPOLearner:
         scores = scale_scores(
             rollout.scores.float(), self.score_moments,
             use_score_scaling=cfg.use_score_scaling, use_score_norm=cfg.use_score_norm, score_clip=cfg.score_clip,
+            reduce_sum=self._reduce_sum,
         )
         full = cfg.kl_penalty == "full"
         with torch.no_grad():
@@ -172,7 +200,7 @@ class PPOLearner:
             logits=old.logits if full else None, ref_logits=ref.logits if full else None,
         )
         advantages, returns = ppo_math.gae_advantages(rewards, old.values, mask, cfg.gamma, cfg.lam,
-                                                      whiten_rewards=cfg.whiten_rewards)
+                                                      whiten_rewards=cfg.whiten_rewards, reduce_sum=self._reduce_sum)
         return {
             "scores": scores, "logprobs": old.logprobs, "ref_logprobs": ref.logprobs, "values": old.values * mask,
             "kl": kl, "rewards": rewards, "non_score_reward": non_score_reward,
@@ -202,6 +230,7 @@ class PPOLearner:
                 f"rollout has {rollout.batch_size} rows but PPOConfig.batch_size={cfg.batch_size}; "
                 "roll out exactly batch_size episodes per update"
             )
+        rollout = rollout.to(self.agent.device)
         mask = rollout.response_mask
         data = self.prepare(rollout)
         kl_coef = float(self.kl_ctl.value)
@@ -218,15 +247,15 @@ class PPOLearner:
                     skipped += int(stats.pop("skipped"))
                     (loss / cfg.gradient_accumulation_steps).backward()
                     train_stats.append(stats)
-                optimizer_step(self.optimizer, self._params, cfg.max_grad_norm)
+                optimizer_step(self.optimizer, self._params, cfg.max_grad_norm, self.dist)
             epochs_done += 1
-            if cfg.early_stopping and train_stats[-1]["policy_kl"] > 1.5 * cfg.target_kl:
+            if cfg.early_stopping and self._global_policy_kl(train_stats[-1]) > 1.5 * cfg.target_kl:
                 early_stop = True
                 break
         self.agent.eval()
         # TRL objective/kl: the k1 estimate summed over the response, whatever estimator shapes the reward.
-        mean_kl = float(((data["logprobs"] - data["ref_logprobs"]) * mask).sum(dim=-1).mean())
-        self.kl_ctl.update(mean_kl, cfg.batch_size)
+        mean_kl = global_sequence_kl(data["logprobs"], data["ref_logprobs"], mask, self.dist)
+        self.kl_ctl.update(mean_kl, cfg.batch_size * self.dist.world_size)
         out = {key: sum(s[key] for s in train_stats) / len(train_stats) for key in train_stats[0]}
         out.update(
             task_reward=float(rollout.task_reward.mean()),
@@ -239,12 +268,16 @@ class PPOLearner:
             epochs=float(epochs_done),
             early_stopped=float(early_stop),
         )
-        return out
+        return self.dist.mean_stats(out)
+
+    def _global_policy_kl(self, stats: dict[str, float]) -> float:
+        return self.dist.mean_stats({"policy_kl": stats["policy_kl"]})["policy_kl"]
 
     def _minibatch_loss(self, rollout: Rollout, data: dict[str, torch.Tensor], idx: torch.Tensor):
         mb = rollout.select(idx)
         width = mb.response.shape[1]
         new = self.agent.evaluate(mb.query, mb.query_mask, mb.response, mb.response_mask, return_logits=False)
+        weight = self.dist.token_weight(mb.response_mask)  # 1.0 with one process
         loss, stats = ppo_math.ppo_loss(
             logprobs=new.logprobs,
             old_logprobs=data["logprobs"][idx, :width],
@@ -258,10 +291,13 @@ class PPOLearner:
             cliprange_value=self.config.cliprange_value,
             vf_coef=self.config.vf_coef,
             ratio_threshold=self.config.ratio_threshold,
+            reduce_sum=self._reduce_sum,
         )
         if not torch.isfinite(loss):
             raise NonFiniteLossError(
                 f"PPO loss is {float(loss.detach())} (policy_loss={stats['policy_loss']}, value_loss={stats['value_loss']}); "
                 "lower learning_rate or enable max_grad_norm / score_clip; the last checkpoint is intact"
             )
-        return stats, loss
+        # logged token means over every process's tokens (identity with one process)
+        stats = self.dist.weighted_mean_stats(stats, float(mb.response_mask.sum()))
+        return stats, loss * weight

@@ -28,7 +28,7 @@ Example (γ = 0.1, λ = 1, V = 0 gives A_t = r_t + 0.1·A_{t+1}):
 from __future__ import annotations
 
 import logging
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -56,6 +56,8 @@ KL_PENALTY_KINDS = ("kl", "abs", "mse", "full", "k3")
 """Valid `kind` values of `kl_penalty` (same names as `PPOConfig.kl_penalty`)."""
 
 WHITEN_EPS = 1e-8
+# sums a tensor over the data-parallel processes (trainers.distributed.DataParallel.sum)
+SumFn = Callable[[torch.Tensor], torch.Tensor]
 """Added to the variance before the reciprocal square root in `masked_whiten` (TRL's constant)."""
 
 
@@ -220,7 +222,21 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
     return variance
 
 
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+def _global_masked_moments(x: torch.Tensor, mask: torch.Tensor, reduce_sum: SumFn) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, unbiased variance) of the masked elements of `x` pooled over all processes (see `masked_whiten`)."""
+    _check_mask(mask, x)
+    totals = reduce_sum(torch.stack([(x * mask).sum(), mask.sum().to(x.dtype)]))  # (2,): Σx, n
+    n = float(totals[1])
+    if n < 2:
+        raise ValueError(f"mask selects {n:g} element(s) over all processes; the unbiased variance needs at least 2: "
+                         "increase mini_batch_size or gradient_accumulation_steps")
+    mean = totals[0] / n
+    squares = reduce_sum(((x - mean) ** 2 * mask).sum().reshape(1))[0]
+    return mean, squares / n * (n / (n - 1))
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, *,
+                  reduce_sum: Optional[SumFn] = None) -> torch.Tensor:
     """Whiten `x` with its masked mean and (unbiased) variance.
 
     out = (x − μ) / sqrt(σ² + 1e-8), plus μ back when not `shift_mean`. μ and σ² pool all masked elements.
@@ -230,17 +246,23 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) 
         x: float (B, T).
         mask: bool (B, T).
         shift_mean: if False, keep the original mean (used by TRL's `whiten_rewards`).
+        reduce_sum: data-parallel training: a function summing a tensor over processes
+            (`trainers.distributed.DataParallel.sum`); μ and σ² then pool the masked elements of every process
+            (two-pass: the global mean, then the global sum of squared deviations). None: this process only.
 
     Returns:
         float (B, T).
 
     Raises:
-        TypeError / ValueError: as `masked_var` (fewer than 2 masked elements).
+        TypeError / ValueError: as `masked_var` (fewer than 2 masked elements, counted over all processes).
 
     Source:
-        TRL 0.11.4 `trl.core.masked_whiten`.
+        TRL 0.11.4 `trl.core.masked_whiten` (TRL whitens per process; here the statistics are global).
     """
-    mean, var = masked_mean(x, mask), masked_var(x, mask)
+    if reduce_sum is None:
+        mean, var = masked_mean(x, mask), masked_var(x, mask)
+    else:
+        mean, var = _global_masked_moments(x, mask, reduce_sum)
     whitened = (x - mean) * torch.rsqrt(var + WHITEN_EPS)
     if not shift_mean:
         whitened = whitened + mean
@@ -385,6 +407,7 @@ def gae_advantages(
     *,
     whiten: bool = True,
     whiten_rewards: bool = False,
+    reduce_sum: Optional[SumFn] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over the response tokens, then masked whitening of the advantages.
 
@@ -400,6 +423,7 @@ def gae_advantages(
         lam: GAE λ in [0, 1] (`PPOConfig.lam`, default 0.95).
         whiten: whiten the advantages with `masked_whiten` (TRL); False returns the raw GAE.
         whiten_rewards: first whiten the masked rewards with `shift_mean=False` (`PPOConfig.whiten_rewards`).
+        reduce_sum: data-parallel: whiten with statistics pooled over processes (see `masked_whiten`).
 
     Returns:
         (advantages, returns), each float (B, T), detached, 0 at padding.
@@ -415,7 +439,7 @@ def gae_advantages(
     values = values.detach() * mask
     rewards = rewards.detach() * mask
     if whiten_rewards:
-        rewards = masked_whiten(rewards, mask, shift_mean=False)
+        rewards = masked_whiten(rewards, mask, shift_mean=False, reduce_sum=reduce_sum)
     t_len = rewards.shape[-1]
     next_values = torch.cat([values[..., 1:], torch.zeros_like(values[..., :1])], dim=-1)
     deltas = rewards + gamma * next_values - values
@@ -427,7 +451,7 @@ def gae_advantages(
     advantages = torch.stack(reversed_advantages[::-1], dim=-1)
     returns = advantages + values
     if whiten:
-        advantages = masked_whiten(advantages, mask)
+        advantages = masked_whiten(advantages, mask, reduce_sum=reduce_sum)
     zero = torch.zeros((), dtype=advantages.dtype, device=advantages.device)
     return torch.where(mask, advantages, zero), torch.where(mask, returns, zero)
 
@@ -551,6 +575,16 @@ def policy_kl(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Te
     return masked_mean(old_logprobs - logprobs, mask)
 
 
+def _stat_var(x: torch.Tensor, mask: torch.Tensor, reduce_sum: Optional[SumFn]) -> torch.Tensor:
+    """Unbiased masked variance for the logged statistics: NaN below 2 tokens; pooled over processes if asked."""
+    if reduce_sum is not None:
+        try:
+            return _global_masked_moments(x, mask, reduce_sum)[1]
+        except ValueError:
+            return torch.tensor(float("nan"))
+    return masked_var(x, mask) if int(mask.sum()) > 1 else torch.tensor(float("nan"))
+
+
 def ppo_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -565,6 +599,7 @@ def ppo_loss(
     vf_coef: float = 0.1,
     entropy: Optional[torch.Tensor] = None,
     ratio_threshold: Optional[float] = None,
+    reduce_sum: Optional[SumFn] = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The PPO mini-batch loss policy_loss + vf_coef · value_loss, with TRL's statistics.
 
@@ -585,6 +620,9 @@ def ppo_loss(
         entropy: float (B, T), optional per-token policy entropy (`entropy_from_logits`), only for the stats.
         ratio_threshold: skip threshold on the mean ratio (`PPOConfig.ratio_threshold`; TRL uses 10.0);
             None (default) never skips.
+        reduce_sum: data-parallel: take the skip decision on the mean ratio over every process's tokens (see
+            `masked_whiten`), so all processes skip together; `returns_var` and `values_var` pool every process's
+            tokens too. The other statistics are this process's token means.
 
     Returns:
         (loss, stats). loss: float (), differentiable. stats: python floats (TRL name in brackets):
@@ -607,12 +645,17 @@ def ppo_loss(
     pg_loss, pg_clipfrac = policy_loss(logprobs, old_logprobs, advantages, mask, cliprange)
     vf_loss, vf_clipfrac = value_loss(values, old_values, returns, mask, cliprange_value)
     loss = pg_loss + vf_coef * vf_loss
-    ratio_mean = masked_mean(torch.exp(logprobs - old_logprobs), mask).detach()
-    skipped = ratio_threshold is not None and float(ratio_mean) > ratio_threshold
+    ratio = torch.exp(logprobs - old_logprobs).detach()
+    ratio_mean = masked_mean(ratio, mask)
+    decisive = ratio_mean
+    if reduce_sum is not None and ratio_threshold is not None:
+        totals = reduce_sum(torch.stack([(ratio * mask).sum(), mask.sum().to(ratio.dtype)]))
+        decisive = totals[0] / totals[1]
+    skipped = ratio_threshold is not None and float(decisive) > ratio_threshold
     if skipped:
         logger.warning(
             "mean policy ratio %.2f exceeds ratio_threshold=%s: skipping this mini-batch (loss set to 0)",
-            float(ratio_mean), ratio_threshold,
+            float(decisive), ratio_threshold,
         )
         pg_loss, vf_loss, loss = pg_loss * 0.0, vf_loss * 0.0, loss * 0.0
     with torch.no_grad():
@@ -627,11 +670,11 @@ def ppo_loss(
             "ratio": ratio_mean,
             "advantages_mean": masked_mean(advantages, mask),
             "returns_mean": masked_mean(returns, mask),
-            "returns_var": masked_var(returns, mask) if int(mask.sum()) > 1 else torch.tensor(float("nan")),
+            "returns_var": _stat_var(returns, mask, reduce_sum),
             "value_pred": masked_mean(values, mask),
             "value_error": masked_mean((values - returns) ** 2, mask),
             "values_mean": masked_mean(old_values, mask),
-            "values_var": masked_var(old_values, mask) if int(mask.sum()) > 1 else torch.tensor(float("nan")),
+            "values_var": _stat_var(old_values, mask, reduce_sum),
         }
         if entropy is not None:
             _check_same_shape(logprobs=logprobs, entropy=entropy)

@@ -45,6 +45,12 @@ class Rollout:
     def batch_size(self) -> int:
         return int(self.query.shape[0])
 
+    def to(self, device: torch.device | str) -> "Rollout":
+        """This rollout with every tensor on `device` (itself when they are already there)."""
+        if self.query.device == torch.device(device):
+            return self
+        return Rollout(**{name: getattr(self, name).to(device) for name in self.__dataclass_fields__})
+
     def select(self, index: torch.Tensor) -> "Rollout":
         """Rows `index` (int64 (b,)) of every field, trimmed to the columns those rows use."""
         sub = {name: getattr(self, name)[index] for name in self.__dataclass_fields__}

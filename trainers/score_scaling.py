@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -35,11 +35,15 @@ class RunningMoments:
     count: float = 1e-24
 
     @torch.no_grad()
-    def update(self, xs: torch.Tensor) -> tuple[float, float]:
+    def update(self, xs: torch.Tensor, reduce_sum: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
+               ) -> tuple[float, float]:
         """Merge a batch of scores into the running moments.
 
         Args:
             xs: float, any shape (typically (B,)); all elements count.
+            reduce_sum: data-parallel training: a function summing a tensor over processes
+                (`trainers.distributed.DataParallel.sum`); the batch is then every process's scores together, so all
+                processes hold the same moments (TRL's ``get_global_statistics``). None: this process only.
 
         Returns:
             (batch mean, batch std with Bessel's correction; NaN for a single element).
@@ -48,12 +52,18 @@ class RunningMoments:
             ValueError: if `xs` is empty, or the running count would stay ≤ 1 (a first batch of one score has no
                 standard deviation: use a batch of at least 2).
         """
-        n = xs.numel()
-        if n == 0:
+        if xs.numel() == 0:
             raise ValueError("RunningMoments.update got an empty tensor; pass at least one score")
-        x = xs.detach().to(torch.float64)
-        batch_var, batch_mean = torch.var_mean(x, unbiased=False)
-        batch_var, batch_mean = float(batch_var), float(batch_mean)
+        x = xs.detach().to(torch.float64).reshape(-1)
+        if reduce_sum is None:
+            n = x.numel()
+            batch_var, batch_mean = torch.var_mean(x, unbiased=False)
+            batch_var, batch_mean = float(batch_var), float(batch_mean)
+        else:  # two passes over all processes: the global mean, then the global squared deviations
+            totals = reduce_sum(torch.stack([x.sum(), torch.tensor(float(x.numel()), dtype=torch.float64)]))
+            n = int(round(float(totals[1])))
+            batch_mean = float(totals[0]) / n
+            batch_var = float(reduce_sum(((x - batch_mean) ** 2).sum().reshape(1))[0]) / n
         total = self.count + n
         if total <= 1.0:
             raise ValueError(f"RunningMoments needs more than 1 score in total, got {total:g}; "
@@ -93,6 +103,7 @@ def scale_scores(
     use_score_scaling: bool = True,
     use_score_norm: bool = False,
     score_clip: Optional[float] = None,
+    reduce_sum: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
 ) -> torch.Tensor:
     """TRL's score preprocessing: running-std scaling, optional normalisation, optional clipping.
 
@@ -108,6 +119,7 @@ def scale_scores(
             leaves `moments` untouched.
         use_score_norm: subtract the running mean too (`PPOConfig.use_score_norm`).
         score_clip: clip bound > 0 (`PPOConfig.score_clip`), or None.
+        reduce_sum: data-parallel: update the moments with every process's scores (see `RunningMoments.update`).
 
     Returns:
         float (B,), same dtype as `scores`.
@@ -125,7 +137,7 @@ def scale_scores(
         raise ValueError(f"score_clip must be > 0 or None, got {score_clip}")
     out = scores
     if moments is not None and use_score_scaling:
-        moments.update(scores)
+        moments.update(scores, reduce_sum)
         scale = torch.tensor(moments.std, dtype=scores.dtype, device=scores.device) + torch.finfo(scores.dtype).eps
         if use_score_norm:
             out = (scores - torch.tensor(moments.mean, dtype=scores.dtype, device=scores.device)) / scale

@@ -1,0 +1,48 @@
+"""Worker for tests/trainers/test_distributed.py: one `cory train` run that also checks the replicas.
+
+Run it alone (one process) or under ``accelerate launch`` / ``torchrun``. After every learner update it measures the
+largest parameter difference between this process's replica and the main process's (all trainable tensors of the
+updated model), and the main process writes ``{"world_size", "history", "max_replica_diff"}`` to ``--report``.
+Value-head dropout is switched off so that a 2-process run and a 1-process run compute the same numbers.
+
+    python tests/trainers/ddp_worker.py --report out.json -- <cory train options>
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from trainers.cli import parse_train_args
+from trainers.cory import CORYTrainer
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--report", required=True)
+    args, train_argv = parser.parse_known_args(argv)
+    if train_argv and train_argv[0] == "--":
+        train_argv = train_argv[1:]
+    env_cfg, ppo_cfg, cory_cfg = parse_train_args(train_argv)
+    trainer = CORYTrainer(cory_cfg, ppo_cfg, env_cfg)
+    diffs: list[float] = []
+    for bundle in trainer.exchange.bundles.values():
+        bundle.agent.value_head.dropout.p = 0.0
+        step = bundle.learner.step
+
+        def checked_step(rollout, *, generator=None, _step=step, _agent=bundle.agent):
+            stats = _step(rollout, generator=generator)
+            diffs.append(trainer.dist.max_abs_param_difference(_agent.trainable_parameters()))
+            return stats
+
+        bundle.learner.step = checked_step
+    history = trainer.train()
+    if trainer.dist.is_main:
+        with open(args.report, "w", encoding="utf-8") as fh:
+            json.dump({"world_size": trainer.dist.world_size, "history": history, "max_replica_diff": diffs}, fh)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

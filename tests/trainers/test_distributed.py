@@ -1,0 +1,182 @@
+"""Data-parallel training (accelerate, gloo on CPU): identical replicas, the same numbers as one process, main-only IO.
+
+The multi-process tests launch real processes with `accelerate launch` (trainers.cli.launch_command) on a tiny
+model and the 20-token `tiny_vocab` task, with greedy sampling (``top_k 1``) so that rollouts do not depend on how
+the batch is split. Tolerance for "the same metrics": |a - b| <= 1e-4 + 1e-4 |a| (float32 round-off of the
+all-reduce; measured differences are ~2e-7).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainers import ppo_math
+from trainers.cli import launch_command
+from trainers.cory import CORYTrainer
+from trainers.distributed import DataParallel, launched_world_size
+from trainers.learners import make_learner, register_learner, LEARNERS
+from trainers.metrics import read_jsonl
+from trainers.score_scaling import RunningMoments
+
+WORKER = Path(__file__).with_name("ddp_worker.py")
+COMMON = ["--preset", "tiny", "--task", "tiny_vocab", "--num_iterations", "3", "--top_k", "1", "--tensorboard",
+          "false", "--checkpoint_every", "2", "--torch_threads", "1"]
+TOL = 1e-4
+
+
+def _run(cmd: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):  # never inherit a launch
+        env.pop(key, None)
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"{cmd}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
+    return proc
+
+
+def _worker(tmp_path: Path, name: str, processes: int, extra: list[str]) -> dict:
+    report = tmp_path / f"{name}.json"
+    program = [str(WORKER), "--report", str(report), "--", *COMMON, "--output_dir", str(tmp_path / name), *extra]
+    cmd = launch_command(processes, program) if processes > 1 else [sys.executable, *program]
+    _run(cmd, tmp_path)
+    return json.loads(report.read_text())
+
+
+def _compared_keys(row: dict) -> list[str]:
+    return [k for k in row if k.split("/")[0] in ("pioneer", "observer", "llm1", "llm2", "cory")]
+
+
+# ---------------------------------------------------------------------------------------------------- one process
+def test_single_process_group_is_the_identity():
+    dist = DataParallel()
+    x = torch.tensor([1.0, 2.0])
+    assert dist.world_size == 1 and dist.rank == 0 and dist.is_main and not dist.enabled
+    assert dist.sum(x) is x
+    assert dist.token_weight(torch.ones(2, 3, dtype=torch.bool)) == 1.0
+    assert dist.mean_stats({"a": 1.5}) == {"a": 1.5}
+    assert dist.weighted_mean_stats({"a": 1.5}, 7.0) == {"a": 1.5}
+    assert dist.any(True) and not dist.any(False)
+    assert dist.max_abs_param_difference([torch.nn.Parameter(x)]) == 0.0
+
+
+def test_launched_world_size_reads_the_launcher(monkeypatch):
+    for key in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    assert launched_world_size() == 1
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert launched_world_size() == 4
+
+
+def test_global_whitening_and_score_moments_reduce_to_the_local_ones():
+    """With a sum over one process, the pooled (two-pass) statistics equal TRL's local ones."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 7, generator=gen)
+    mask = torch.rand(5, 7, generator=gen) > 0.3
+    pooled = ppo_math.masked_whiten(x, mask, reduce_sum=lambda t: t)
+    torch.testing.assert_close(pooled, ppo_math.masked_whiten(x, mask), rtol=1e-5, atol=1e-6)
+    kept = ppo_math.masked_whiten(x, mask, shift_mean=False, reduce_sum=lambda t: t)
+    torch.testing.assert_close(kept, ppo_math.masked_whiten(x, mask, shift_mean=False), rtol=1e-5, atol=1e-6)
+    local, pooled_m = RunningMoments(), RunningMoments()
+    for _ in range(3):
+        scores = torch.randn(6, generator=gen) * 3 + 1
+        assert local.update(scores) == pytest.approx(pooled_m.update(scores, reduce_sum=lambda t: t), rel=1e-9)
+    assert (pooled_m.mean, pooled_m.std, pooled_m.count) == pytest.approx((local.mean, local.std, local.count))
+
+
+def test_global_whitening_pools_two_shards():
+    """Two shards whose reduce_sum adds the other shard's partial sums whiten like the concatenated batch."""
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(6, 5, generator=gen)
+    mask = torch.rand(6, 5, generator=gen) > 0.2
+    whole = ppo_math.masked_whiten(x, mask)
+    shards = [(x[:2], mask[:2]), (x[2:], mask[2:])]
+    # replay the two collectives of a 2-process run: first (sum, count), then the squared deviations
+    sums = torch.stack([torch.stack([(s * m).sum(), m.sum().float()]) for s, m in shards]).sum(0)
+    mean = sums[0] / sums[1]
+    squares = sum(((s - mean) ** 2 * m).sum() for s, m in shards).reshape(1)
+    replies = iter([sums, squares])
+    first = ppo_math.masked_whiten(shards[0][0], shards[0][1], reduce_sum=lambda t: next(replies))
+    torch.testing.assert_close(first, whole[:2], rtol=1e-5, atol=1e-6)
+
+
+def test_a_learner_without_dist_is_refused_in_a_multi_process_run(tiny_run):
+    dist = DataParallel()
+    dist.world_size = 2  # pretend: the check happens before any collective
+
+    def old_style(agent, ref_model, config):
+        return LEARNERS["ppo"](agent, ref_model, config)
+
+    register_learner("old-style", old_style, overwrite=True)
+    try:
+        with pytest.raises(ValueError, match="cannot train data-parallel.*dist"):
+            make_learner("old-style", None, None, None, dist=dist)
+    finally:
+        LEARNERS.pop("old-style")
+
+
+def test_resume_with_another_process_count_is_refused(tiny_run):
+    cory, ppo, env = tiny_run(num_iterations=1)
+    CORYTrainer(cory, ppo, env).train()
+    state_path = next((Path(cory.output_dir) / "checkpoints").glob("iter-*")) / "trainer_state.json"
+    state = json.loads(state_path.read_text())
+    assert state["num_processes"] == 1
+    state["num_processes"] = 2
+    state_path.write_text(json.dumps(state))
+    import dataclasses
+
+    with pytest.raises(ValueError, match="trained with 2.*--num_processes 2"):
+        CORYTrainer(dataclasses.replace(cory, resume=True, num_iterations=2), ppo, env)
+
+
+# ---------------------------------------------------------------------------------------------------- two processes
+@pytest.mark.parametrize("layout", ["full", "lora"])
+def test_two_processes_match_one_process_with_the_whole_batch(tmp_path, layout):
+    extra = ["--use_lora", "true", "--lora_target_modules", "q_proj,v_proj"] if layout == "lora" else []
+    one = _worker(tmp_path, "one", 1, [*extra, "--batch_size", "4", "--mini_batch_size", "4"])
+    two = _worker(tmp_path, "two", 2, [*extra, "--batch_size", "2", "--mini_batch_size", "2"])
+    assert (one["world_size"], two["world_size"]) == (1, 2)
+    # identical replicas after every update of every model (2 models x 3 iterations)
+    assert len(two["max_replica_diff"]) == 6
+    assert max(two["max_replica_diff"]) == 0.0
+    assert [r["iteration"] for r in two["history"]] == [0, 1, 2]
+    for a, b in zip(one["history"], two["history"]):
+        keys = _compared_keys(a)
+        assert len(keys) > 40 and set(keys) == set(_compared_keys(b))
+        for key in keys:
+            if math.isnan(a[key]):
+                assert math.isnan(b[key]), key
+                continue
+            assert abs(a[key] - b[key]) <= TOL + TOL * abs(a[key]), (a["iteration"], key, a[key], b[key])
+    # the run learned something: the policies moved away from the reference model
+    assert any(abs(r["pioneer/kl"]) > 1e-3 for r in two["history"])
+    # only the main process wrote: one line per iteration, one config, checkpoints at 2 and at the end
+    run = tmp_path / "two"
+    assert [r["iteration"] for r in read_jsonl(run / "metrics.jsonl")] == [0, 1, 2]
+    assert sorted(p.name for p in (run / "checkpoints").glob("iter-*")) == ["iter-000001", "iter-000002"]
+    assert (run / "config.yaml").is_file()
+
+
+def test_cli_num_processes_trains_and_resumes_with_the_same_count(tmp_path):
+    run = tmp_path / "cli"
+    base = [sys.executable, "-m", "trainers.cli", "train", *COMMON, "--batch_size", "2", "--mini_batch_size", "1",
+            "--output_dir", str(run), "--num_processes", "2"]
+    out = _run(base, tmp_path)
+    assert json.loads(out.stdout[out.stdout.index("{"):])["last_iteration"] == 2  # printed once, by the main process
+    assert out.stdout.count('"output_dir"') == 1
+    _run([*base, "--resume", "--num_iterations", "4"], tmp_path)
+    rows = read_jsonl(run / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [0, 1, 2, 3]
+    state = json.loads((run / "checkpoints" / "iter-000003" / "trainer_state.json").read_text())
+    assert state["num_processes"] == 2
+    # a one-process resume of this run is refused with the fix in the message
+    bad = subprocess.run([sys.executable, "-m", "trainers.cli", "train", *COMMON, "--batch_size", "2",
+                          "--mini_batch_size", "1", "--output_dir", str(run), "--resume", "--num_iterations", "5"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "--num_processes 2" in bad.stderr

@@ -1,0 +1,218 @@
+"""Data-parallel training on Hugging Face ``accelerate``: the few collectives the learners and the trainer need.
+
+`DataParallel` wraps the process group that ``accelerate launch`` / ``torchrun`` start (accelerate's
+``PartialState``: NCCL on GPUs, gloo on CPU). Every process holds full copies of the models, rolls out its own
+``batch_size`` episodes (TRL's convention: ``batch_size`` is per process, the global batch is
+``batch_size * world_size``) and keeps identical state because every decision is taken on global numbers:
+
+* gradients are averaged across processes before each optimiser step (`sync_gradients`, one flat all-reduce per
+  learner, over that learner's own trainable tensors only; this is what lets the memory-shared LoRA layout, where
+  two adapters live in one module, run data-parallel without DDP's unused-parameter machinery);
+* each process's mini-batch loss is re-weighted by its share of the global mini-batch's tokens (`token_weight`), so
+  the averaged gradient equals the gradient of the global token mean (TRL's ``masked_mean`` over the whole
+  mini-batch) even when processes hold different numbers of response tokens;
+* whitening, score statistics, the ratio-threshold guard, early stopping and the KL controller read global
+  (all-reduced) sums;
+* logged statistics are averaged across processes; only the main process writes files.
+
+With one process every method is the identity, so single-process code pays nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterable, Iterator, Mapping
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DataParallel", "launched_world_size"]
+
+
+def launched_world_size() -> int:
+    """The process count a launcher (``accelerate launch``, ``torchrun``, MPI) put in the environment; 1 if none."""
+    for key in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"):
+        value = os.environ.get(key)
+        if value:
+            return int(value)
+    return 1
+
+
+class DataParallel:
+    """The data-parallel process group of one training run (identity when there is one process).
+
+    Build it with `DataParallel.from_launcher()`; `DataParallel()` is the single-process group.
+
+    Attributes:
+        world_size: number of processes W.
+        rank: this process's index in [0, W).
+        device: where this process's models live (``cuda:<local rank>`` under a multi-GPU launch, else CPU).
+    """
+
+    def __init__(self, state=None, *, device: torch.device | str | None = None) -> None:
+        self._state = state
+        self.world_size = 1 if state is None else int(state.num_processes)
+        self.rank = 0 if state is None else int(state.process_index)
+        if device is None:
+            device = "cpu" if state is None else state.device
+        device = torch.device(device)
+        self.device = torch.device("cpu") if device.type == "cpu" else device  # one spelling of the CPU
+
+    @classmethod
+    def from_launcher(cls, device: str = "auto") -> "DataParallel":
+        """The process group started by ``accelerate launch`` / ``torchrun`` (single-process when none started one).
+
+        Args:
+            device: "auto" (accelerate's choice: this process's GPU when CUDA is available, else CPU), "cpu"
+                (force CPU; gloo backend), or an explicit torch device string.
+
+        Raises:
+            RuntimeError: if a multi-process launch asks for CUDA on a machine without it.
+        """
+        cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+        world = launched_world_size()
+        if world == 1:
+            if device == "auto":
+                return cls(device="cuda" if not cpu else "cpu")
+            return cls(device=device)
+        if not cpu and not torch.cuda.is_available():
+            raise RuntimeError(f"device={device!r} needs CUDA, which this machine lacks; pass --device cpu "
+                               "(gloo backend) or run on GPUs")
+        from accelerate import PartialState
+
+        state = PartialState(cpu=cpu)
+        if state.num_processes != world:
+            raise RuntimeError(f"the launcher set WORLD_SIZE={world} but accelerate started {state.num_processes} "
+                               "process(es); launch with `accelerate launch --multi_gpu --num_processes N` or torchrun")
+        chosen = state.device if device in ("auto", "cpu") else torch.device(device)
+        logger.info("data-parallel process %d/%d on %s (%s backend)", state.process_index, world, chosen, state.backend)
+        return cls(state, device=chosen)
+
+    # ------------------------------------------------------------------ who am I
+    @property
+    def is_main(self) -> bool:
+        """True on the process that writes logs and checkpoints (rank 0)."""
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        """True when more than one process trains."""
+        return self.world_size > 1
+
+    @contextlib.contextmanager
+    def main_process_first(self) -> Iterator[None]:
+        """Run the block on the main process first, then on the others (e.g. a download or a cache conversion)."""
+        if not self.enabled:
+            yield
+            return
+        with self._state.main_process_first():
+            yield
+
+    def barrier(self) -> None:
+        """Wait until every process reaches this line (accelerate's ``wait_for_everyone``)."""
+        if self.enabled:
+            self._state.wait_for_everyone()
+
+    # ------------------------------------------------------------------ collectives
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Element-wise sum of `tensor` over all processes (a new tensor; the input itself when W = 1).
+
+        Args:
+            tensor: any float or integer tensor of the same shape and dtype on every process.
+        """
+        if not self.enabled:
+            return tensor
+        from accelerate.utils import reduce
+
+        return reduce(tensor.detach().clone().to(self.device), reduction="sum").to(tensor.device)
+
+    def mean_stats(self, stats: Mapping[str, float]) -> dict[str, float]:
+        """Average a flat dict of python floats over processes (one all-reduce); keys must match on every process."""
+        if not self.enabled:
+            return dict(stats)
+        keys = sorted(stats)
+        values = self.sum(torch.tensor([float(stats[k]) for k in keys], dtype=torch.float64)) / self.world_size
+        return dict(zip(keys, values.tolist()))
+
+    def weighted_mean_stats(self, stats: Mapping[str, float], weight: float) -> dict[str, float]:
+        """Σ_r w_r·s_r / Σ_r w_r for each key (one all-reduce): e.g. token means weighted by token counts, which
+        gives the token mean over every process's tokens. Values equal on every process stay as they are."""
+        if not self.enabled:
+            return dict(stats)
+        keys = sorted(stats)
+        local = torch.tensor([float(stats[k]) * weight for k in keys] + [float(weight)], dtype=torch.float64)
+        totals = self.sum(local)
+        return dict(zip(keys, (totals[:-1] / totals[-1]).tolist()))
+
+    def any(self, flag: bool) -> bool:
+        """True on every process if `flag` is True on any (e.g. a stop request that reached one process only)."""
+        if not self.enabled:
+            return bool(flag)
+        return bool(self.sum(torch.tensor([float(flag)], dtype=torch.float64)).item() > 0)
+
+    def token_weight(self, mask: torch.Tensor) -> float:
+        """Weight of this process's mini-batch loss so the averaged gradient is the global token mean's gradient.
+
+        With W processes, local token counts n_r and the global count N = Σ n_r, averaging the per-process
+        gradients of (n_r · W / N) · masked_mean_r equals the gradient of the global masked mean Σ_r Σ_t l / N.
+
+        Args:
+            mask: bool (b, T), this process's response tokens in the mini-batch.
+
+        Returns:
+            n_r · W / N as a float; exactly 1.0 with one process.
+        """
+        if not self.enabled:
+            return 1.0
+        local = mask.sum().to(torch.float64).reshape(1)
+        total = float(self.sum(local).item())
+        return float(local.item()) * self.world_size / total
+
+    def sync_gradients(self, params: Iterable[torch.nn.Parameter]) -> None:
+        """Average the gradients of `params` across processes in place (one flat all-reduce).
+
+        A parameter without a gradient on this process contributes zeros (and receives the average), so every
+        process ends with the same gradients and, after the same optimiser step, the same weights.
+        """
+        if not self.enabled:
+            return
+        params = [p for p in params if p.requires_grad]
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        flat = torch.cat([p.grad.reshape(-1).to(torch.float32) for p in params])  # (Σ numel,) fp32
+        flat = self.sum(flat) / self.world_size
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
+            offset += n
+
+    def broadcast_parameters(self, params: Iterable[torch.nn.Parameter]) -> None:
+        """Copy the main process's values of `params` to every process (identical starting weights)."""
+        if not self.enabled:
+            return
+        from accelerate.utils import broadcast
+
+        params = list(params)
+        flat = torch.cat([p.detach().reshape(-1).to(torch.float32) for p in params]).to(self.device)
+        flat = broadcast(flat, from_process=0)
+        offset = 0
+        with torch.no_grad():
+            for p in params:
+                n = p.numel()
+                p.copy_(flat[offset:offset + n].view_as(p).to(p.device, p.dtype))
+                offset += n
+
+    def max_abs_param_difference(self, params: Iterable[torch.nn.Parameter]) -> float:
+        """Largest |θ_r − θ_0| over `params` and processes (0.0 with one process): a check that replicas agree."""
+        if not self.enabled:
+            return 0.0
+        from accelerate.utils import broadcast, gather
+
+        flat = torch.cat([p.detach().reshape(-1).to(torch.float32) for p in params]).to(self.device)
+        reference = broadcast(flat.clone(), from_process=0)
+        return float(gather((flat - reference).abs().max().reshape(1)).max().item())

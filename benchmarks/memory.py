@@ -10,6 +10,8 @@ child's ``rusage`` and ``ru_maxrss`` (KiB on Linux) is its peak RSS. The trainer
 * **rss_cory_vs_ppo_lora** (target <= 1.15): memory-shared LoRA. One frozen base with one adapter per model; the
   reference model is the base with adapters disabled, so CORY adds only an adapter, its Adam state and the
   observer's activations.
+* **rss_cory_vs_ppo_lora_gc**: the same with ``--gradient_checkpointing true`` in both arms (activations are
+  recomputed in backward, so the observer's longer sequences no longer set the peak).
 
 Peak RSS includes the Python interpreter, torch and the model load (the same in both arms), so the ratios are
 what a user sees for a whole process, not for the training tensors alone.
@@ -31,8 +33,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 IMDB_CSV = REPO.parent / "shared" / "data" / "imdb_reviews_1000.csv"
-ARMS = (("ppo", False), ("cory", False), ("ppo", True), ("cory", True))
-TARGETS = {"full": 1.75, "lora": 1.15}
+# (algo, layout); layout: full fine-tune, memory-shared LoRA, LoRA with gradient checkpointing
+ARMS = tuple((algo, layout) for layout in ("full", "lora", "lora_gc") for algo in ("ppo", "cory"))
+TARGETS = {"full": 1.75, "lora": 1.15, "lora_gc": 1.15}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -47,10 +50,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def train_command(algo: str, use_lora: bool, output_dir: Path, args: argparse.Namespace) -> list[str]:
-    """The ``cory train`` command line of one arm."""
+def train_command(algo: str, layout: str, output_dir: Path, args: argparse.Namespace) -> list[str]:
+    """The ``cory train`` command line of one arm (`layout`: "full", "lora" or "lora_gc")."""
     cmd = [sys.executable, "-m", "trainers.cli", "train", "--model", args.model, "--algo", algo,
-           "--use_lora", str(use_lora).lower(), "--num_iterations", str(args.iterations),
+           "--use_lora", str(layout != "full").lower(), "--num_iterations", str(args.iterations),
+           "--gradient_checkpointing", str(layout == "lora_gc").lower(),
            "--batch_size", str(args.batch_size), "--mini_batch_size", str(args.batch_size),
            "--ppo_epochs", str(args.ppo_epochs), "--min_new_tokens", str(args.new_tokens),
            "--max_new_tokens", str(args.new_tokens), "--context_len", "96", "--tensorboard", "false",
@@ -87,14 +91,13 @@ def main(argv=None) -> dict:
     results: dict = {"model": args.model, "iterations": args.iterations, "batch_size": args.batch_size,
                      "new_tokens": args.new_tokens, "ppo_epochs": args.ppo_epochs, "threads": args.threads}
     with tempfile.TemporaryDirectory() as tmp:
-        for algo, use_lora in ARMS:
-            layout = "lora" if use_lora else "full"
+        for algo, layout in ARMS:
             out_dir = Path(tmp) / f"{algo}-{layout}"
-            rss = peak_rss_gib(train_command(algo, use_lora, out_dir, args), Path(tmp) / f"{algo}-{layout}.log")
+            rss = peak_rss_gib(train_command(algo, layout, out_dir, args), Path(tmp) / f"{algo}-{layout}.log")
             logged = logged_peak_rss_gib(out_dir)
             results[f"{algo}_{layout}"] = {"peak_rss_gib": round(rss, 3),
                                            "logged_peak_rss_gib": None if logged is None else round(logged, 3)}
-            print(f"{algo:4s} {layout:4s}: peak RSS {rss:.2f} GiB", flush=True)
+            print(f"{algo:4s} {layout:7s}: peak RSS {rss:.2f} GiB", flush=True)
     for layout, target in TARGETS.items():
         ratio = results[f"cory_{layout}"]["peak_rss_gib"] / results[f"ppo_{layout}"]["peak_rss_gib"]
         results[f"rss_cory_vs_ppo_{layout}"] = round(ratio, 3)

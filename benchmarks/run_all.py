@@ -10,7 +10,7 @@ rollout.py         rollout.json    ``rollout_vs_generate`` (batched env + act_ba
                                    ``aec_vs_generate_b1`` (AEC env + act ÷ generate, B = 1)
 ppo_step.py        ppo_step.json   ``ppo_update_vs_trl`` (our PPO update ÷ TRL 0.11.4, null without
                                    ``--with-trl``), ``cory_vs_ppo_iteration``
-memory.py          memory.json     ``rss_cory_vs_ppo_full``, ``rss_cory_vs_ppo_lora`` (peak RSS ratios)
+memory.py          memory.json     ``rss_cory_vs_ppo_full``, ``rss_cory_vs_ppo_lora``, ``rss_cory_vs_ppo_lora_gc`` (peak RSS ratios)
 =================  ==============  ===========================================================================
 
 A value is ``null`` when it was not measured. ``machine`` records the CPU model, cores, torch version, the torch
@@ -44,6 +44,7 @@ TARGETS = {
     "cory_vs_ppo_iteration": (2.1, "max"),
     "rss_cory_vs_ppo_full": (1.75, "max"),
     "rss_cory_vs_ppo_lora": (1.15, "max"),
+    "rss_cory_vs_ppo_lora_gc": (1.15, "max"),
 }
 
 
@@ -104,6 +105,7 @@ def flatten(details: dict[str, dict | None]) -> dict[str, float | None]:
         "cory_vs_ppo_iteration": (ppo.get("cory_vs_ppo") or {}).get("ratio"),
         "rss_cory_vs_ppo_full": memory.get("rss_cory_vs_ppo_full"),
         "rss_cory_vs_ppo_lora": memory.get("rss_cory_vs_ppo_lora"),
+        "rss_cory_vs_ppo_lora_gc": memory.get("rss_cory_vs_ppo_lora_gc"),
     }
 
 

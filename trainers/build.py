@@ -67,13 +67,27 @@ def sampling_from(config: CORYConfig) -> SamplingConfig:
     )
 
 
+def enable_activation_checkpointing(model) -> None:
+    """transformers' activation (gradient) checkpointing on every decoder layer, non-reentrant (works with a frozen
+    LoRA base, whose inputs need no gradient, and with dropout). transformers >= 5.2 names it
+    ``activation_checkpointing_enable``; older versions ``gradient_checkpointing_enable``."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 def build_agents(model, tokenizer, config: CORYConfig) -> tuple[dict[str, LLMAgent], ReferenceModel]:
     """Two agents (`llm1`, `llm2`; one for the PPO baseline) and the shared frozen reference model."""
     names = ("llm1", "llm2") if config.algo == "cory" else ("llm1",)
     sampling = sampling_from(config)
     if config.gradient_checkpointing:
-        # non-reentrant: works with a frozen LoRA base (no input that requires grad) and with dropout
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_activation_checkpointing(model)
+    if config.dtype != "float32" and not config.use_lora:
+        logger.warning("dtype=%s with full fine-tuning: Adam updates the %s weights directly (no float32 master "
+                       "copy), so updates smaller than the weights' rounding step are lost; prefer float32 for full "
+                       "fine-tuning, or --use_lora true (adapters stay float32)", config.dtype, config.dtype)
     if config.use_lora:
         from peft import LoraConfig
 

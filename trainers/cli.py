@@ -150,6 +150,21 @@ def launch_command(num_processes: int, program: Sequence[str], *, port: int | No
             "--main_process_port", str(port or free_port()), *program]
 
 
+def run_launcher(cmd: list[str]) -> int:
+    """Run the launcher to its end and return its exit status.
+
+    Ctrl-C reaches the launcher too (same terminal process group), which asks every process to stop (they finish the
+    iteration and checkpoint, within the launcher's shutdown timeout); this process keeps waiting instead of
+    killing the launcher, so no training process is orphaned.
+    """
+    proc = subprocess.Popen(cmd)
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            continue
+
+
 def split_num_processes(argv: Sequence[str]) -> tuple[int, list[str]]:
     """(N from ``--num_processes N``, 1 if absent; the other arguments).
 
@@ -176,7 +191,7 @@ def cmd_train(argv: Sequence[str]) -> int:
     launched = launched_world_size()
     if num_processes > 1 and launched == 1:  # start the processes, each runs this command without the flag
         parse_train_args(argv)  # a bad option fails here, once, not in every process
-        return subprocess.call(launch_command(num_processes, ["-m", "trainers.cli", "train", *argv]))
+        return run_launcher(launch_command(num_processes, ["-m", "trainers.cli", "train", *argv]))
     if num_processes > 1 and launched != num_processes:
         raise ValueError(f"--num_processes {num_processes} inside a launch of {launched} processes; drop the flag "
                          "when starting with accelerate launch / torchrun")

@@ -168,19 +168,24 @@ class CORYTrainer:
 
     def save_checkpoint(self, iteration: int) -> Path:
         """Write checkpoint `iteration` (main process only; the others wait until it is on disk); returns its path."""
-        path = ckpt.checkpoint_path(self.output_dir, iteration)
+        path, error = ckpt.checkpoint_path(self.output_dir, iteration), None
         if self.dist.is_main:
-            path = ckpt.save_checkpoint(self.output_dir, iteration, bundles=self.exchange.bundles,
-                                        exchange_state=self.exchange.state_dict(), run_state=self._run_state(),
-                                        keep=self.config.keep_checkpoints)
-        self.dist.barrier()
+            try:
+                path = ckpt.save_checkpoint(self.output_dir, iteration, bundles=self.exchange.bundles,
+                                            exchange_state=self.exchange.state_dict(), run_state=self._run_state(),
+                                            keep=self.config.keep_checkpoints)
+            except OSError as err:  # every process must hear of it, or the others would wait forever
+                error = err
+        if self.dist.any(error is not None):  # also the barrier: the checkpoint is on disk (or failed) for all
+            raise error if error is not None else OSError(
+                f"the main process failed to write checkpoint {path}; see its error above")
         return path
 
     # ------------------------------------------------------------------ one iteration
     def iteration(self, it: int) -> tuple[dict[str, float], list[dict]]:
         """Rollout, one update per seat, role exchange; returns (metrics, sample texts)."""
         seed, rank = self.config.seed, self.dist.rank
-        torch.manual_seed(derive_seed(seed, it, 0))  # dropout and anything else on the global RNG
+        torch.manual_seed(derive_seed(seed, it, 0, rank))  # dropout and anything else on the global RNG
         sampler = torch.Generator(device=self.dist.device).manual_seed(derive_seed(seed, it, 1, rank))
         seats = self.exchange.seats
         group = self.ppo_config.group_size

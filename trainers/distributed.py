@@ -71,6 +71,7 @@ class DataParallel:
 
         Raises:
             RuntimeError: if a multi-process launch asks for CUDA on a machine without it.
+            ValueError: a device with an index (``cuda:1``) in a multi-process launch: every process would share it.
         """
         cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
         world = launched_world_size()
@@ -87,7 +88,10 @@ class DataParallel:
         if state.num_processes != world:
             raise RuntimeError(f"the launcher set WORLD_SIZE={world} but accelerate started {state.num_processes} "
                                "process(es); launch with `accelerate launch --multi_gpu --num_processes N` or torchrun")
-        chosen = state.device if device in ("auto", "cpu") else torch.device(device)
+        if device not in ("auto", "cpu") and torch.device(device).index is not None:
+            raise ValueError(f"device={device!r} would put all {world} processes on one GPU; pass --device auto "
+                             "(each process takes the GPU of its local rank)")
+        chosen = state.device
         logger.info("data-parallel process %d/%d on %s (%s backend)", state.process_index, world, chosen, state.backend)
         return cls(state, device=chosen)
 
@@ -171,25 +175,38 @@ class DataParallel:
         total = float(self.sum(local).item())
         return float(local.item()) * self.world_size / total
 
-    def sync_gradients(self, params: Iterable[torch.nn.Parameter]) -> None:
-        """Average the gradients of `params` across processes in place (one flat all-reduce).
+    def sync_gradients(self, params: Iterable[torch.nn.Parameter], bucket_numel: int = 1 << 24) -> None:
+        """Average the gradients of `params` across processes in place.
 
-        A parameter without a gradient on this process contributes zeros (and receives the average), so every
-        process ends with the same gradients and, after the same optimiser step, the same weights.
+        The gradients are all-reduced in flat fp32 buckets of at most `bucket_numel` elements (default 2^24: 64 MiB),
+        so the extra memory is one bucket, not a copy of every gradient. A parameter without a gradient on this
+        process contributes zeros (and receives the average), so every process ends with the same gradients and,
+        after the same optimiser step, the same weights.
         """
         if not self.enabled:
             return
+        import torch.distributed as torch_dist
+
         params = [p for p in params if p.requires_grad]
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        flat = torch.cat([p.grad.reshape(-1).to(torch.float32) for p in params])  # (Σ numel,) fp32
-        flat = self.sum(flat) / self.world_size
-        offset = 0
-        for p in params:
-            n = p.numel()
-            p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
-            offset += n
+        bucket: list[torch.nn.Parameter] = []
+        size = 0
+        for p in [*params, None]:  # None flushes the last bucket
+            if p is not None and (not bucket or size + p.numel() <= bucket_numel):
+                bucket.append(p)
+                size += p.numel()
+                continue
+            flat = torch.cat([q.grad.reshape(-1).to(self.device, torch.float32) for q in bucket])  # (size,) fp32
+            torch_dist.all_reduce(flat, op=torch_dist.ReduceOp.SUM)
+            flat.div_(self.world_size)
+            offset = 0
+            for q in bucket:
+                n = q.numel()
+                q.grad.copy_(flat[offset:offset + n].view_as(q.grad))
+                offset += n
+            bucket, size = ([p], p.numel()) if p is not None else ([], 0)
 
     def broadcast_parameters(self, params: Iterable[torch.nn.Parameter]) -> None:
         """Copy the main process's values of `params` to every process (identical starting weights)."""

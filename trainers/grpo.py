@@ -258,8 +258,11 @@ class GRPOLearner:
                                 data["advantages"][idx], mb.response_mask, cliprange=self.config.cliprange,
                                 kl_coef=beta if self.config.kl_in_loss else 0.0, entropy=new.entropy)
         loss = loss * self.dist.token_weight(mb.response_mask)  # global token mean under data parallelism
+        local = {"policy_loss": stats["policy_loss"], "kl_loss": stats["kl_loss"]}
+        stats["nonfinite"] = float(not torch.isfinite(loss))  # any process's NaN stops all (see PPOLearner)
         stats = self.dist.weighted_mean_stats(stats, float(mb.response_mask.sum()))
-        if not torch.isfinite(loss):
-            raise NonFiniteLossError(f"GRPO loss is {float(loss.detach())} (policy_loss={stats['policy_loss']}, "
-                                     f"kl_loss={stats['kl_loss']}); lower learning_rate or set max_grad_norm")
+        if stats.pop("nonfinite") > 0:
+            raise NonFiniteLossError(f"GRPO loss is not finite (this process: loss {float(loss.detach())}, "
+                                     f"policy_loss={local['policy_loss']}, kl_loss={local['kl_loss']}); lower "
+                                     "learning_rate or set max_grad_norm")
         return loss, stats

@@ -98,7 +98,8 @@ def make_learner(name: str, agent, ref_model, config, *, dist=None) -> Learner:
 
     Args:
         dist: the data-parallel group (`trainers.distributed.DataParallel`), passed as ``dist=`` to factories that
-            accept it; None or a single-process group calls ``factory(agent, ref_model, config)``.
+            accept it; a factory without ``dist`` is called as ``factory(agent, ref_model, config)`` (one process
+            only).
 
     Raises:
         ValueError: for an unknown name (lists the registered ones), or a multi-process run with a learner whose

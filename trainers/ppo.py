@@ -293,11 +293,15 @@ class PPOLearner:
             ratio_threshold=self.config.ratio_threshold,
             reduce_sum=self._reduce_sum,
         )
-        if not torch.isfinite(loss):
-            raise NonFiniteLossError(
-                f"PPO loss is {float(loss.detach())} (policy_loss={stats['policy_loss']}, value_loss={stats['value_loss']}); "
-                "lower learning_rate or enable max_grad_norm / score_clip; the last checkpoint is intact"
-            )
-        # logged token means over every process's tokens (identity with one process)
+        # logged token means over every process's tokens (identity with one process); a non-finite loss on any
+        # process stops every process (no process is left waiting in a collective)
+        local = {"policy_loss": stats["policy_loss"], "value_loss": stats["value_loss"]}
+        stats["nonfinite"] = float(not torch.isfinite(loss))
         stats = self.dist.weighted_mean_stats(stats, float(mb.response_mask.sum()))
+        if stats.pop("nonfinite") > 0:
+            raise NonFiniteLossError(
+                f"PPO loss is not finite (this process: loss {float(loss.detach())}, policy_loss="
+                f"{local['policy_loss']}, value_loss={local['value_loss']}); lower learning_rate or enable "
+                "max_grad_norm / score_clip; the last checkpoint is intact"
+            )
         return stats, loss * weight

@@ -56,9 +56,10 @@ KL_PENALTY_KINDS = ("kl", "abs", "mse", "full", "k3")
 """Valid `kind` values of `kl_penalty` (same names as `PPOConfig.kl_penalty`)."""
 
 WHITEN_EPS = 1e-8
-# sums a tensor over the data-parallel processes (trainers.distributed.DataParallel.sum)
-SumFn = Callable[[torch.Tensor], torch.Tensor]
 """Added to the variance before the reciprocal square root in `masked_whiten` (TRL's constant)."""
+
+SumFn = Callable[[torch.Tensor], torch.Tensor]
+"""Sums a tensor over the data-parallel processes (`trainers.distributed.DataParallel.sum`)."""
 
 
 # --------------------------------------------------------------------------------------------------------------------

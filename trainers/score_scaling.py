@@ -60,7 +60,8 @@ class RunningMoments:
             batch_var, batch_mean = torch.var_mean(x, unbiased=False)
             batch_var, batch_mean = float(batch_var), float(batch_mean)
         else:  # two passes over all processes: the global mean, then the global squared deviations
-            totals = reduce_sum(torch.stack([x.sum(), torch.tensor(float(x.numel()), dtype=torch.float64)]))
+            totals = reduce_sum(torch.stack([x.sum(), torch.tensor(float(x.numel()), dtype=torch.float64,
+                                                                  device=x.device)]))
             n = int(round(float(totals[1])))
             batch_mean = float(totals[0]) / n
             batch_var = float(reduce_sum(((x - batch_mean) ** 2).sum().reshape(1))[0]) / n

@@ -21,6 +21,8 @@ from trainers.cory import CORYTrainer
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--report", required=True)
+    parser.add_argument("--nan_rank", type=int, default=None,
+                        help="on this rank only, make every PPO loss NaN from iteration 1 on")
     args, train_argv = parser.parse_known_args(argv)
     if train_argv and train_argv[0] == "--":
         train_argv = train_argv[1:]
@@ -37,6 +39,17 @@ def main(argv: list[str]) -> int:
             return stats
 
         bundle.learner.step = checked_step
+    if args.nan_rank is not None and trainer.dist.rank == args.nan_rank:
+        from trainers import ppo_math
+
+        real, original_iteration = ppo_math.ppo_loss, trainer.iteration
+
+        def iteration(it):
+            if it >= 1:
+                ppo_math.ppo_loss = lambda *a, **k: (lambda out: (out[0] * float("nan"), out[1]))(real(*a, **k))
+            return original_iteration(it)
+
+        trainer.iteration = iteration
     history = trainer.train()
     if trainer.dist.is_main:
         with open(args.report, "w", encoding="utf-8") as fh:

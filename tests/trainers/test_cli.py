@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from trainers.cli import load_yaml_config, parse_train_args
+from trainers.cli import launch_command, load_yaml_config, parse_train_args, split_num_processes
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
@@ -81,6 +81,28 @@ def test_precedence_flag_over_yaml_over_preset(tmp_path):
 def test_bad_train_arguments(args, message):
     with pytest.raises(ValueError, match=message):
         parse_train_args(args)
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two"])
+def test_num_processes_must_be_a_positive_integer(value):
+    with pytest.raises(ValueError, match="--num_processes must be an integer >= 1"):
+        split_num_processes(["--preset", "tiny", "--num_processes", value])
+
+
+def test_num_processes_inside_a_launch_of_another_size_is_refused():
+    proc = subprocess.run([sys.executable, "-m", "trainers.cli", "train", "--preset", "tiny", "--num_processes", "2"],
+                          capture_output=True, text=True, env={**ENV, "WORLD_SIZE": "3"}, timeout=300)
+    assert proc.returncode == 2 and "inside a launch of 3 processes" in proc.stderr
+
+
+def test_num_processes_is_split_off_and_launches_accelerate():
+    n, rest = split_num_processes(["--preset", "tiny", "--num_processes", "4", "--seed", "1"])
+    assert (n, rest) == (4, ["--preset", "tiny", "--seed", "1"])
+    assert split_num_processes(["--preset", "tiny"]) == (1, ["--preset", "tiny"])
+    cmd = launch_command(4, ["-m", "trainers.cli", "train", *rest], port=29511)
+    assert cmd[1:4] == ["-m", "accelerate.commands.launch", "--multi_gpu"]
+    assert cmd[cmd.index("--num_processes") + 1] == "4" and cmd[cmd.index("--main_process_port") + 1] == "29511"
+    assert cmd[cmd.index("trainers.cli"):] == ["trainers.cli", "train", "--preset", "tiny", "--seed", "1"]
 
 
 def test_yaml_with_wrong_type_or_key(tmp_path):

@@ -45,6 +45,8 @@ def test_ppo_config_rejects(kwargs, field):
         ({"temperature": 0.0}, "temperature"),
         ({"eta": -1.0}, "eta"),
         ({"resume": True, "overwrite": True}, "resume"),
+        ({"dtype": "float8"}, "dtype"),
+        ({"device": "gpu0"}, "device"),
     ],
 )
 def test_cory_config_rejects(kwargs, field):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -169,3 +170,42 @@ def test_memory_shared_lora_run(tiny_run):
     cory2, ppo2, env2 = tiny_run("lora", num_iterations=3, use_lora=True, lora_r=4, resume=True)
     resumed = CORYTrainer(cory2, ppo2, env2)
     assert resumed.start_iteration == 2 and len(resumed.train()) == 1
+
+
+def _trainable(trainer, name="llm1"):
+    return [p.detach().clone() for p in trainer.exchange.bundles[name].agent.trainable_parameters()]
+
+
+@pytest.mark.parametrize("use_lora", [False, True])
+def test_gradient_checkpointing_gives_the_same_update(tiny_run, use_lora):
+    """Recomputing activations in backward changes memory, not the maths: same weights after an iteration."""
+    runs = []
+    for flag in (False, True):
+        cory, ppo, env = tiny_run(f"gc-{flag}", num_iterations=1, use_lora=use_lora, lora_r=4,
+                                  gradient_checkpointing=flag)
+        trainer = CORYTrainer(cory, ppo, env)
+        base = trainer.agents["llm1"].model
+        base = base.get_base_model() if use_lora else base
+        assert getattr(base, "is_activation_checkpointing", None) is flag
+        before = _trainable(trainer)
+        trainer.train()
+        runs.append((before, _trainable(trainer)))
+    (before_off, off), (before_on, on) = runs
+    assert all(torch.equal(a, b) for a, b in zip(before_off, before_on))
+    assert any(not torch.equal(a, b) for a, b in zip(before_off, off))  # the update moved the weights
+    for a, b in zip(off, on):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_bfloat16_model_with_lora_trains(tiny_run):
+    """--dtype bfloat16: the LM weights are bf16, LoRA adapters and value heads stay fp32, metrics are finite."""
+    cory, ppo, env = tiny_run("bf16", num_iterations=2, use_lora=True, lora_r=4, dtype="bfloat16")
+    trainer = CORYTrainer(cory, ppo, env)
+    agent = trainer.agents["llm1"]
+    lora = [p for n, p in agent.model.named_parameters() if "lora_" in n]
+    base = [p for n, p in agent.model.named_parameters() if "lora_" not in n]
+    assert {p.dtype for p in base} == {torch.bfloat16}
+    assert {p.dtype for p in lora} == {torch.float32}
+    assert agent.value_head.summary.weight.dtype == torch.float32
+    rows = trainer.train()
+    assert all(math.isfinite(v) for row in rows for k, v in row.items() if k.split("/")[0] in ("pioneer", "observer"))

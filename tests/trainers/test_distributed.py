@@ -180,3 +180,19 @@ def test_cli_num_processes_trains_and_resumes_with_the_same_count(tmp_path):
                           "--mini_batch_size", "1", "--output_dir", str(run), "--resume", "--num_iterations", "5"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--num_processes 2" in bad.stderr
+
+
+def test_a_nan_loss_on_one_process_stops_every_process_and_keeps_the_checkpoint(tmp_path):
+    """No process is left waiting in a collective: both stop with NonFiniteLossError, iteration 0's checkpoint stays."""
+    report = tmp_path / "nan.json"
+    program = [str(WORKER), "--report", str(report), "--nan_rank", "1", "--", *COMMON, "--output_dir",
+               str(tmp_path / "nan"), "--batch_size", "2", "--mini_batch_size", "2", "--checkpoint_every", "1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        env.pop(key, None)
+    proc = subprocess.run(launch_command(2, program), cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode != 0
+    assert proc.stderr.count("NonFiniteLossError: PPO loss is not finite") >= 2  # both ranks raised
+    assert not report.exists()
+    assert sorted(p.name for p in (tmp_path / "nan" / "checkpoints").glob("iter-*")) == ["iter-000000"]

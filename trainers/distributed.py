@@ -70,27 +70,28 @@ class DataParallel:
                 (force CPU; gloo backend), or an explicit torch device string.
 
         Raises:
-            RuntimeError: if a multi-process launch asks for CUDA on a machine without it.
-            ValueError: a device with an index (``cuda:1``) in a multi-process launch: every process would share it.
+            ValueError: a multi-process launch that asks for CUDA on a machine without it, or for a device with an
+                index (``cuda:1``): every process would share it.
+            RuntimeError: if accelerate started another number of processes than the launcher announced.
         """
-        cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+        cpu = not torch.cuda.is_available() if device == "auto" else torch.device(device).type == "cpu"
         world = launched_world_size()
         if world == 1:
             if device == "auto":
                 return cls(device="cuda" if not cpu else "cpu")
             return cls(device=device)
         if not cpu and not torch.cuda.is_available():
-            raise RuntimeError(f"device={device!r} needs CUDA, which this machine lacks; pass --device cpu "
-                               "(gloo backend) or run on GPUs")
+            raise ValueError(f"device={device!r} needs CUDA, which this machine lacks; pass --device cpu "
+                             "(gloo backend) or run on GPUs")
+        if device not in ("auto", "cpu") and torch.device(device).index is not None:
+            raise ValueError(f"device={device!r} would put all {world} processes on one GPU; pass --device auto "
+                             "(each process takes the GPU of its local rank)")
         from accelerate import PartialState
 
         state = PartialState(cpu=cpu)
         if state.num_processes != world:
             raise RuntimeError(f"the launcher set WORLD_SIZE={world} but accelerate started {state.num_processes} "
                                "process(es); launch with `accelerate launch --multi_gpu --num_processes N` or torchrun")
-        if device not in ("auto", "cpu") and torch.device(device).index is not None:
-            raise ValueError(f"device={device!r} would put all {world} processes on one GPU; pass --device auto "
-                             "(each process takes the GPU of its local rank)")
         chosen = state.device
         logger.info("data-parallel process %d/%d on %s (%s backend)", state.process_index, world, chosen, state.backend)
         return cls(state, device=chosen)

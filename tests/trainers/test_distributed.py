@@ -74,6 +74,15 @@ def test_launched_world_size_reads_the_launcher(monkeypatch):
     assert launched_world_size() == 4
 
 
+def test_bad_device_for_a_multi_process_launch_is_refused_before_any_process_group(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="would put all 2 processes on one GPU"):
+        DataParallel.from_launcher("cuda:1" if torch.cuda.is_available() else "cpu:1")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="needs CUDA"):
+            DataParallel.from_launcher("cuda")
+
+
 def test_global_whitening_and_score_moments_reduce_to_the_local_ones():
     """With a sum over one process, the pooled (two-pass) statistics equal TRL's local ones."""
     gen = torch.Generator().manual_seed(0)

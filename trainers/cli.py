@@ -208,7 +208,7 @@ def cmd_train(argv: Sequence[str]) -> int:
         print(json.dumps({"output_dir": str(trainer.output_dir), "last_iteration": last["iteration"],
                           "pioneer_model_last_iteration": pioneer,
                           "pioneer_model_now": trainer.exchange.seats["pioneer"].name, **summary}, indent=2))
-    return 130 if trainer._stop_requested else 0
+    return 130 if trainer.stopped_early or trainer._stop_requested else 0
 
 
 def cmd_eval(argv: Sequence[str]) -> int:

@@ -112,6 +112,7 @@ class CORYTrainer:
             self.dist.broadcast_parameters(bundle.agent.trainable_parameters())
         self.dist.barrier()
         self._stop_requested = False
+        self.stopped_early = False  # set when a stop signal ended train() before num_iterations
 
     # ------------------------------------------------------------------ run directory
     def _prepare_output_dir(self) -> None:
@@ -272,6 +273,7 @@ class CORYTrainer:
                     self.save_checkpoint(it)
                     last_saved = it
                 if stop:
+                    self.stopped_early = True  # on every process, whichever one received the signal
                     logger.warning("stopped after iteration %d; resume with --resume", it)
                     break
         finally:

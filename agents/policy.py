@@ -79,13 +79,16 @@ class LLMAgent(nn.Module):
         model: a ``transformers`` causal LM, or the shared ``PeftModel`` from `build_shared_lora` (then
             `adapter_name` selects this agent's adapter, activated before every forward).
         tokenizer: its tokenizer (saved with the agent; its pad id is not used for acting).
-        value_head: a `ValueHead`; default a fresh one (dropout 0.1) sized to the model's hidden size.
+        value_head: a `ValueHead`; default a fresh one (dropout `value_head_dropout`) sized to the model's hidden
+            size.
         sampling: how `act` / `act_batch` sample; default `SamplingConfig()` (plain sampling, top_k 0).
         adapter_name: LoRA adapter of this agent inside a shared ``PeftModel``; None for a plain model.
         vocab_size: the env's action space size V; checked against the model's output vocabulary now (otherwise
             at the first `act`).
         seed: seeds this agent's own ``torch.Generator`` used when `act`/`act_batch` get no generator; None uses
             torch's global RNG.
+        value_head_dropout: dropout of the default value head (TRL ``summary_dropout_prob``, 0.1); ignored when
+            `value_head` is given.
 
     Raises:
         ValueError: vocabulary mismatch (both sizes named), `adapter_name` missing from the ``PeftModel`` or given
@@ -103,6 +106,7 @@ class LLMAgent(nn.Module):
         *,
         vocab_size: int | None = None,
         seed: int | None = None,
+        value_head_dropout: float = 0.1,
     ) -> None:
         super().__init__()
         sampling = SamplingConfig() if sampling is None else sampling
@@ -123,7 +127,7 @@ class LLMAgent(nn.Module):
             self.check_vocab_size(vocab_size)
         hidden = _hidden_size(model)
         if value_head is None:
-            value_head = ValueHead(hidden)
+            value_head = ValueHead(hidden, dropout=value_head_dropout)
         elif value_head.hidden_size != hidden:
             raise ValueError(f"value_head expects hidden size {value_head.hidden_size}, the model has {hidden}")
         device = next(model.parameters()).device

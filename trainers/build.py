@@ -82,6 +82,7 @@ def build_agents(model, tokenizer, config: CORYConfig) -> tuple[dict[str, LLMAge
     """Two agents (`llm1`, `llm2`; one for the PPO baseline) and the shared frozen reference model."""
     names = ("llm1", "llm2") if config.algo == "cory" else ("llm1",)
     sampling = sampling_from(config)
+    head_dropout = config.value_head_dropout
     if config.gradient_checkpointing:
         enable_activation_checkpointing(model)
     if config.dtype != "float32" and not config.use_lora:
@@ -97,14 +98,16 @@ def build_agents(model, tokenizer, config: CORYConfig) -> tuple[dict[str, LLMAge
             bias="none", task_type="CAUSAL_LM",
         )
         shared = build_shared_lora(model, adapter_names=names, lora_config=lora)
-        agents = {n: LLMAgent(shared, tokenizer, sampling=sampling, adapter_name=n) for n in names}
+        agents = {n: LLMAgent(shared, tokenizer, sampling=sampling, adapter_name=n, value_head_dropout=head_dropout)
+                  for n in names}
         ref = ReferenceModel(shared, disable_adapters=True)
     elif len(names) == 2:
         llm1, llm2, ref = copy_for_two_agents(model)
-        agents = {"llm1": LLMAgent(llm1, tokenizer, sampling=sampling),
-                  "llm2": LLMAgent(llm2, tokenizer, sampling=sampling)}
+        agents = {"llm1": LLMAgent(llm1, tokenizer, sampling=sampling, value_head_dropout=head_dropout),
+                  "llm2": LLMAgent(llm2, tokenizer, sampling=sampling, value_head_dropout=head_dropout)}
     else:
-        agents = {"llm1": LLMAgent(copy.deepcopy(model).requires_grad_(True), tokenizer, sampling=sampling)}
+        agents = {"llm1": LLMAgent(copy.deepcopy(model).requires_grad_(True), tokenizer, sampling=sampling,
+                                   value_head_dropout=head_dropout)}
         ref = ReferenceModel(model)
     return agents, ref
 

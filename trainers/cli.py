@@ -12,6 +12,7 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -151,18 +152,28 @@ def launch_command(num_processes: int, program: Sequence[str], *, port: int | No
 
 
 def run_launcher(cmd: list[str]) -> int:
-    """Run the launcher to its end and return its exit status.
+    """Run the launcher in its own session to its end and return its exit status.
 
-    Ctrl-C reaches the launcher too (same terminal process group), which asks every process to stop (they finish the
-    iteration and checkpoint, within the launcher's shutdown timeout); this process keeps waiting instead of
-    killing the launcher, so no training process is orphaned.
+    SIGINT (Ctrl-C) and SIGTERM sent to this process are forwarded to the launcher, once each, which asks every
+    training process to stop (they finish the iteration and write a checkpoint within the launcher's shutdown
+    timeout); this process keeps waiting, so no training process is orphaned. After a forwarded signal the exit
+    status is 130, as for a one-process run stopped by Ctrl-C.
     """
-    proc = subprocess.Popen(cmd)
-    while True:
-        try:
-            return proc.wait()
-        except KeyboardInterrupt:
-            continue
+    proc = subprocess.Popen(cmd, start_new_session=True)  # the terminal's Ctrl-C reaches us only: no double signal
+    forwarded: list[int] = []
+
+    def forward(signum, frame):  # noqa: ARG001 - signal handler signature
+        forwarded.append(signum)
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        status = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 130 if forwarded and status != 0 else status
 
 
 def split_num_processes(argv: Sequence[str]) -> tuple[int, list[str]]:
@@ -184,19 +195,20 @@ def split_num_processes(argv: Sequence[str]) -> tuple[int, list[str]]:
 
 
 def cmd_train(argv: Sequence[str]) -> int:
-    from trainers.cory import CORYTrainer
+    from trainers.cory import CORYTrainer, preflight
     from trainers.distributed import launched_world_size
 
     num_processes, argv = split_num_processes(argv)
     launched = launched_world_size()
     if num_processes > 1 and launched == 1:  # start the processes, each runs this command without the flag
-        parse_train_args(argv)  # a bad option fails here, once, not in every process
+        env_cfg, ppo_cfg, cory_cfg = parse_train_args(argv)  # a mistake fails here, once, not in every process
+        preflight(cory_cfg, ppo_cfg, num_processes)
         return run_launcher(launch_command(num_processes, ["-m", "trainers.cli", "train", *argv]))
     if num_processes > 1 and launched != num_processes:
         raise ValueError(f"--num_processes {num_processes} inside a launch of {launched} processes; drop the flag "
                          "when starting with accelerate launch / torchrun")
-    if int(os.environ.get("RANK", "0")) > 0:  # one process reports progress; the others only warnings
-        logging.getLogger().setLevel(logging.WARNING)
+    if int(os.environ.get("RANK", "0")) > 0:  # the main process reports progress and warnings; the others errors
+        logging.getLogger().setLevel(logging.ERROR)
     env_cfg, ppo_cfg, cory_cfg = parse_train_args(argv)
     trainer = CORYTrainer(cory_cfg, ppo_cfg, env_cfg)
     history = trainer.train()

@@ -119,6 +119,7 @@ class CORYConfig:
     deterministic: bool = field(default=True, metadata={"help": "torch.use_deterministic_algorithms(True, warn_only=True) so same seed => same metrics on CPU."})
     device: str = field(default="auto", metadata={"help": "Where the models live: auto (this process's GPU under a multi-GPU launch or when CUDA is available, else CPU), cpu, or a torch device such as cuda:0."})
     dtype: str = field(default="float32", metadata={"help": "Parameter dtype of the loaded model: float32 (CPU default), bfloat16 or float16. Value heads and LoRA adapters stay float32."})
+    value_head_dropout: float = field(default=0.1, metadata={"help": "Dropout on the hidden state before each value head (TRL summary_dropout_prob, 0.1); 0 makes updates independent of how the batch is split across processes."})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute activations in the backward pass (transformers' activation checkpointing, every decoder layer): less memory for long observer prompts, about one extra forward of time."})
 
     def __post_init__(self) -> None:
@@ -136,6 +137,7 @@ class CORYConfig:
         _check(self.log_samples >= 0, "log_samples", self.log_samples, "use >= 0")
         _check(not (self.resume and self.overwrite), "resume", self.resume, "pass either --resume or --overwrite, not both")
         _check(self.dtype in DTYPES, "dtype", self.dtype, f"use one of {tuple(DTYPES)}")
+        _check(0.0 <= self.value_head_dropout < 1.0, "value_head_dropout", self.value_head_dropout, "use a value in [0, 1)")
         _check(self.device == "auto" or self.device == "cpu" or self.device.startswith(("cuda", "mps", "xpu")),
                "device", self.device, "use auto, cpu or a torch device such as cuda:0")
 

@@ -38,7 +38,8 @@ from cory_env import EnvConfig
 from trainers import checkpoint as ckpt
 from trainers.build import build_agents, build_env, build_exchange, load_policy_model, seed_everything
 from trainers.config import CORYConfig, PPOConfig
-from trainers.distributed import DataParallel
+from trainers.distributed import DataParallel, check_device
+from trainers.learners import check_learner
 from trainers.metrics import METRICS_FILE, SAMPLES_FILE, MetricsLogger, truncate_jsonl
 from trainers.role_exchange import SEATS
 from trainers.rollout import rollout_from_transcript, run_episodes
@@ -63,6 +64,59 @@ def derive_seed(seed: int, iteration: int, stream: int, rank: int = 0) -> int:
 def resolved_config(config: CORYConfig, ppo_config: PPOConfig, env_config: EnvConfig) -> dict[str, Any]:
     """The flat dict written to `config.yaml` (loadable again with `cory train --config`)."""
     return {**asdict(env_config), **asdict(ppo_config), **asdict(config)}
+
+
+def latest_checkpoint_or_raise(output_dir: Path) -> Path:
+    """The run's newest checkpoint; FileNotFoundError (naming the fix) when it has none."""
+    path = ckpt.latest_checkpoint(output_dir)
+    if path is None:
+        raise FileNotFoundError(f"--resume: {output_dir} has no checkpoint; drop --resume or --overwrite")
+    return path
+
+
+def check_process_count(state: dict[str, Any], num_processes: int, output_dir: Path) -> None:
+    """Raise `ValueError` unless a checkpoint's `trainer_state` was written by a run of `num_processes` processes."""
+    saved = int(state.get("num_processes", 1))
+    if saved != num_processes:
+        raise ValueError(
+            f"cannot resume {output_dir} with {num_processes} process(es): it was trained with {saved} "
+            f"(batch_size counts one process's episodes, so the global batch would change). "
+            f"Resume with --num_processes {saved}"
+        )
+
+
+def check_output_dir(config: CORYConfig, num_processes: int = 1) -> bool:
+    """Check `config.output_dir` against `resume` / `overwrite` without changing anything; True if it holds a run.
+
+    Raises:
+        FileExistsError: it holds a run and neither `resume` nor `overwrite` is set.
+        FileNotFoundError: `resume` without a run or without a checkpoint.
+        ValueError: `resume` of a run trained with another number of processes.
+    """
+    out = Path(config.output_dir)
+    has_run = out.exists() and any((out / f).exists() for f in (CONFIG_FILE, METRICS_FILE, ckpt.CHECKPOINT_DIR))
+    if has_run and not config.resume and not config.overwrite:
+        raise FileExistsError(
+            f"{out} already holds a run (config.yaml / metrics.jsonl / checkpoints); nothing was changed. "
+            "Pass --resume to continue it, --overwrite to replace it, or choose another --output_dir"
+        )
+    if config.resume and not has_run:
+        raise FileNotFoundError(f"--resume: {out} holds no run to resume; drop --resume to start one")
+    if config.resume:
+        check_process_count(ckpt.read_trainer_state(latest_checkpoint_or_raise(out)), num_processes, out)
+    return has_run
+
+
+def preflight(config: CORYConfig, ppo_config: PPOConfig, num_processes: int) -> None:
+    """The checks a launcher runs once before starting `num_processes` training processes, so that a mistake is one
+    error line and not one traceback per process: the device, the learner and its settings, the run directory.
+
+    Raises:
+        ValueError / FileExistsError / FileNotFoundError: as `check_device`, `check_learner`, `check_output_dir`.
+    """
+    check_device(config.device, num_processes)
+    check_learner(config.learner, ppo_config)
+    check_output_dir(config, num_processes)
 
 
 class CORYTrainer:
@@ -117,14 +171,7 @@ class CORYTrainer:
     # ------------------------------------------------------------------ run directory
     def _prepare_output_dir(self) -> None:
         out, cfg = self.output_dir, self.config
-        has_run = out.exists() and any((out / f).exists() for f in (CONFIG_FILE, METRICS_FILE, ckpt.CHECKPOINT_DIR))
-        if has_run and not cfg.resume and not cfg.overwrite:
-            raise FileExistsError(
-                f"{out} already holds a run (config.yaml / metrics.jsonl / checkpoints); nothing was changed. "
-                "Pass --resume to continue it, --overwrite to replace it, or choose another --output_dir"
-            )
-        elif cfg.resume and not has_run:
-            raise FileNotFoundError(f"--resume: {out} holds no run to resume; drop --resume to start one")
+        has_run = check_output_dir(cfg, self.dist.world_size)
         self.dist.barrier()  # every process has checked the folder before the main one changes it
         if self.dist.is_main:
             if has_run and cfg.overwrite:
@@ -138,9 +185,7 @@ class CORYTrainer:
                 "num_processes": self.dist.world_size}
 
     def _resume(self) -> None:
-        path = ckpt.latest_checkpoint(self.output_dir)
-        if path is None:
-            raise FileNotFoundError(f"--resume: {self.output_dir} has no checkpoint; drop --resume or --overwrite")
+        path = latest_checkpoint_or_raise(self.output_dir)
         state = ckpt.read_trainer_state(path)
         # a field added to the configs after the run started reads as its default
         saved = {**resolved_config(CORYConfig(), PPOConfig(), EnvConfig()), **state.get("config", {})}
@@ -150,13 +195,7 @@ class CORYTrainer:
             details = ", ".join(f"{k}: {saved.get(k)!r} -> {self.config_dict.get(k)!r}" for k in diff)
             raise ValueError(f"cannot resume {self.output_dir}: the config differs in {details}. "
                              "Resume with the run's config.yaml (--config), or start a new --output_dir")
-        saved_processes = int(state.get("num_processes", 1))
-        if saved_processes != self.dist.world_size:
-            raise ValueError(
-                f"cannot resume {self.output_dir} with {self.dist.world_size} process(es): it was trained with "
-                f"{saved_processes} (batch_size counts one process's episodes, so the global batch would change). "
-                f"Resume with --num_processes {saved_processes}"
-            )
+        check_process_count(state, self.dist.world_size, self.output_dir)
         if state.get("vocab_size") != self.vocab_size:
             raise ckpt.CheckpointError(
                 f"{path} was written for vocabulary size {state.get('vocab_size')}, this model has {self.vocab_size}")

@@ -29,7 +29,24 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DataParallel", "launched_world_size"]
+__all__ = ["DataParallel", "check_device", "launched_world_size"]
+
+
+def check_device(device: str, world_size: int) -> bool:
+    """Check a `CORYConfig.device` value for a run of `world_size` processes; True when it means the CPU.
+
+    Raises:
+        ValueError: CUDA asked for on a machine without it, or a device with an index (``cuda:1``) for several
+            processes (every process would share it; ``auto`` gives each the GPU of its local rank).
+    """
+    cpu = not torch.cuda.is_available() if device == "auto" else torch.device(device).type == "cpu"
+    if torch.device("cpu" if device == "auto" else device).type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} needs CUDA, which this machine lacks (torch {torch.__version__}); "
+                         "pass --device cpu or --device auto")
+    if world_size > 1 and device not in ("auto", "cpu") and torch.device(device).index is not None:
+        raise ValueError(f"device={device!r} would put all {world_size} processes on one device; pass --device auto "
+                         "(each process takes the GPU of its local rank) or --device cpu")
+    return cpu
 
 
 def launched_world_size() -> int:
@@ -70,22 +87,20 @@ class DataParallel:
                 (force CPU; gloo backend), or an explicit torch device string.
 
         Raises:
-            ValueError: a multi-process launch that asks for CUDA on a machine without it, or for a device with an
-                index (``cuda:1``): every process would share it.
+            ValueError: a device this machine or launch cannot use (`check_device`), or ``accelerate launch`` that
+                started one process although asked for several (``--multi_gpu`` missing).
             RuntimeError: if accelerate started another number of processes than the launcher announced.
         """
-        cpu = not torch.cuda.is_available() if device == "auto" else torch.device(device).type == "cpu"
         world = launched_world_size()
+        cpu = check_device(device, world)
         if world == 1:
+            if os.environ.get("ACCELERATE_USE_CPU") is not None and os.environ.get("MASTER_PORT"):
+                # accelerate's simple launcher: asked for several processes (it set MASTER_PORT) but started one
+                raise ValueError("accelerate launch started one process although several were asked for; add "
+                                 "--multi_gpu (it selects the torchrun launcher, also on CPU-only machines)")
             if device == "auto":
                 return cls(device="cuda" if not cpu else "cpu")
             return cls(device=device)
-        if not cpu and not torch.cuda.is_available():
-            raise ValueError(f"device={device!r} needs CUDA, which this machine lacks; pass --device cpu "
-                             "(gloo backend) or run on GPUs")
-        if device not in ("auto", "cpu") and torch.device(device).index is not None:
-            raise ValueError(f"device={device!r} would put all {world} processes on one GPU; pass --device auto "
-                             "(each process takes the GPU of its local rank)")
         from accelerate import PartialState
 
         state = PartialState(cpu=cpu)

@@ -158,15 +158,20 @@ class GRPOLearner:
     name = "grpo"
 
     def __init__(self, agent, ref_model, config: PPOConfig, *, dist: DataParallel | None = None) -> None:
+        self.check_config(config)
+        self.agent, self.ref_model, self.config = agent, ref_model, config
+        self.dist = DataParallel() if dist is None else dist
+        self._params = checked_trainable_parameters(agent, ref_model)
+        self.reset_state()
+
+    @staticmethod
+    def check_config(config: PPOConfig) -> None:
+        """Raise `ValueError` for settings GRPO cannot run: `group_size` < 2, or ``kl_penalty="full"`` in the reward."""
         if config.group_size < 2:
             raise ValueError(f"GRPO needs group_size >= 2 (samples per query), got {config.group_size}; "
                              "pass --group_size 4 (batch_size must be a multiple of it)")
         if config.kl_penalty == "full" and not config.kl_in_loss:
             raise ValueError("kl_penalty='full' is not supported by GRPO's reward penalty; use kl, abs, mse or k3")
-        self.agent, self.ref_model, self.config = agent, ref_model, config
-        self.dist = DataParallel() if dist is None else dist
-        self._params = checked_trainable_parameters(agent, ref_model)
-        self.reset_state()
 
     # ------------------------------------------------------------------ state that travels with the model
     def reset_state(self) -> None:

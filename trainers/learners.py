@@ -59,6 +59,15 @@ def _grpo(agent, ref_model, config, dist=None):
     return GRPOLearner(agent, ref_model, config, dist=dist)
 
 
+def _check_grpo(config) -> None:
+    from trainers.grpo import GRPOLearner
+
+    GRPOLearner.check_config(config)
+
+
+_grpo.check_config = _check_grpo  # what `check_learner` runs before any model is built
+
+
 LEARNERS: dict[str, Callable[..., Learner]] = {"ppo": _ppo, "grpo": _grpo}
 
 
@@ -93,6 +102,21 @@ def accepts_dist(factory: Callable[..., Learner]) -> bool:
     return "dist" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
+def check_learner(name: str, config) -> None:
+    """Check, before any model is built, that `name` is registered and fits `config`.
+
+    A factory may carry a ``check_config(config)`` attribute (GRPO's checks `group_size`); it is called here.
+
+    Raises:
+        ValueError: an unknown name (lists the registered ones) or settings the learner refuses.
+    """
+    if name not in LEARNERS:
+        raise ValueError(f"unknown learner {name!r}; registered learners: {sorted(LEARNERS)}")
+    check = getattr(LEARNERS[name], "check_config", None)
+    if check is not None:
+        check(config)
+
+
 def make_learner(name: str, agent, ref_model, config, *, dist=None) -> Learner:
     """Build the learner registered as `name`.
 
@@ -106,8 +130,7 @@ def make_learner(name: str, agent, ref_model, config, *, dist=None) -> Learner:
             factory takes no ``dist`` (it would not average gradients and the replicas would drift apart).
         TypeError: if the factory's result does not implement the `Learner` protocol.
     """
-    if name not in LEARNERS:
-        raise ValueError(f"unknown learner {name!r}; registered learners: {sorted(LEARNERS)}")
+    check_learner(name, config)
     factory = LEARNERS[name]
     accepts = accepts_dist(factory)
     if dist is not None and dist.enabled and not accepts:

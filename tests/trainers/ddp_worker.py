@@ -3,7 +3,7 @@
 Run it alone (one process) or under ``accelerate launch`` / ``torchrun``. After every learner update it measures the
 largest parameter difference between this process's replica and the main process's (all trainable tensors of the
 updated model), and the main process writes ``{"world_size", "history", "max_replica_diff"}`` to ``--report``.
-Value-head dropout is switched off so that a 2-process run and a 1-process run compute the same numbers.
+Pass ``--value_head_dropout 0`` so that a 2-process run and a 1-process run compute the same numbers.
 
     python tests/trainers/ddp_worker.py --report out.json -- <cory train options>
 """
@@ -30,7 +30,6 @@ def main(argv: list[str]) -> int:
     trainer = CORYTrainer(cory_cfg, ppo_cfg, env_cfg)
     diffs: list[float] = []
     for bundle in trainer.exchange.bundles.values():
-        bundle.agent.value_head.dropout.p = 0.0
         step = bundle.learner.step
 
         def checked_step(rollout, *, generator=None, _step=step, _agent=bundle.agent):

@@ -11,14 +11,19 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 
 from trainers import ppo_math
+from trainers.checkpoint import latest_checkpoint
 from trainers.cli import launch_command
 from trainers.cory import CORYTrainer
 from trainers.distributed import DataParallel, launched_world_size
@@ -27,8 +32,8 @@ from trainers.metrics import read_jsonl
 from trainers.score_scaling import RunningMoments
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
-COMMON = ["--preset", "tiny", "--task", "tiny_vocab", "--num_iterations", "3", "--top_k", "1", "--tensorboard",
-          "false", "--checkpoint_every", "2", "--torch_threads", "1"]
+COMMON = ["--preset", "tiny", "--task", "tiny_vocab", "--num_iterations", "3", "--top_k", "1", "--value_head_dropout",
+          "0", "--tensorboard", "false", "--checkpoint_every", "2", "--torch_threads", "1"]
 TOL = 1e-4
 
 
@@ -76,11 +81,23 @@ def test_launched_world_size_reads_the_launcher(monkeypatch):
 
 def test_bad_device_for_a_multi_process_launch_is_refused_before_any_process_group(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ValueError, match="would put all 2 processes on one GPU"):
+    with pytest.raises(ValueError, match="would put all 2 processes on one device"):
         DataParallel.from_launcher("cuda:1" if torch.cuda.is_available() else "cpu:1")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="needs CUDA"):
             DataParallel.from_launcher("cuda")
+        monkeypatch.delenv("WORLD_SIZE")
+        with pytest.raises(ValueError, match="needs CUDA.*--device cpu"):  # one process too
+            DataParallel.from_launcher("cuda")
+
+
+def test_accelerate_launch_without_multi_gpu_is_refused(monkeypatch):
+    """accelerate's simple launcher sets MASTER_PORT for --num_processes 2 but starts one process: say so."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "False")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    with pytest.raises(ValueError, match="add --multi_gpu"):
+        DataParallel.from_launcher("auto")
 
 
 def test_global_whitening_and_score_moments_reduce_to_the_local_ones():
@@ -205,3 +222,55 @@ def test_a_nan_loss_on_one_process_stops_every_process_and_keeps_the_checkpoint(
     assert proc.stderr.count("NonFiniteLossError: PPO loss is not finite") >= 2  # both ranks raised
     assert not report.exists()
     assert sorted(p.name for p in (tmp_path / "nan" / "checkpoints").glob("iter-*")) == ["iter-000000"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--learner", "grpo"], "GRPO needs group_size >= 2"),
+    (["--learner", "nosuch"], "unknown learner 'nosuch'"),
+    (["--device", "cuda:1"], "would put all 2 processes on one device|needs CUDA"),
+])
+def test_launcher_mistakes_are_one_line_before_any_process_starts(tmp_path, extra, message):
+    proc = subprocess.run([sys.executable, "-m", "trainers.cli", "train", "--preset", "tiny", "--num_processes", "2",
+                           "--output_dir", str(tmp_path / "r"), *extra], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert re.search(message, proc.stderr)
+    assert "accelerate" not in proc.stderr.lower()  # nothing was launched
+    assert not (tmp_path / "r").exists()
+
+
+def test_existing_run_is_refused_before_launching(tmp_path):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "config.yaml").write_text("seed: 0\n")
+    proc = subprocess.run([sys.executable, "-m", "trainers.cli", "train", "--preset", "tiny", "--num_processes", "2",
+                           "--output_dir", str(tmp_path / "r")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "already holds a run" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_sigint_to_the_cory_process_stops_every_worker_with_a_checkpoint(tmp_path):
+    run = tmp_path / "sig"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        env.pop(key, None)
+    proc = subprocess.Popen([sys.executable, "-m", "trainers.cli", "train", *COMMON, "--num_iterations", "500",
+                             "--batch_size", "2", "--mini_batch_size", "2", "--output_dir", str(run),
+                             "--num_processes", "2"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (run / "metrics.jsonl").exists():
+            time.sleep(0.5)
+        assert (run / "metrics.jsonl").exists(), "training did not start"
+        workers = psutil.Process(proc.pid).children(recursive=True)
+        assert len([w for w in workers if "trainers.cli" in " ".join(w.cmdline())]) >= 2
+        proc.send_signal(signal.SIGINT)  # the cory process only, as `kill -INT <pid>` does
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]  # nothing orphaned
+    done = [r["iteration"] for r in read_jsonl(run / "metrics.jsonl")]
+    assert 0 < len(done) < 500
+    latest = json.loads((latest_checkpoint(run) / "trainer_state.json").read_text())
+    assert latest["iteration"] == done[-1]  # the stop wrote a checkpoint of the last finished iteration

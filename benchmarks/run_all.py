@@ -11,6 +11,7 @@ rollout.py         rollout.json    ``rollout_vs_generate`` (batched env + act_ba
 ppo_step.py        ppo_step.json   ``ppo_update_vs_trl`` (our PPO update ÷ TRL 0.11.4, null without
                                    ``--with-trl``), ``cory_vs_ppo_iteration``
 memory.py          memory.json     ``rss_cory_vs_ppo_full``, ``rss_cory_vs_ppo_lora``, ``rss_cory_vs_ppo_lora_gc`` (peak RSS ratios)
+ddp_scaling.py     ddp_scaling.json ``ddp_speedup_2proc`` (CORY seconds per iteration, 1 process ÷ 2 processes)
 =================  ==============  ===========================================================================
 
 A value is ``null`` when it was not measured. ``machine`` records the CPU model, cores, torch version, the torch
@@ -34,7 +35,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-BENCHMARKS = ("env_step", "rollout", "ppo_step", "memory")
+BENCHMARKS = ("env_step", "rollout", "ppo_step", "memory", "ddp_scaling")
 # key: (target, "min" when larger is better / "max" when smaller is better)
 TARGETS = {
     "rollout_vs_generate": (0.95, "min"),
@@ -45,6 +46,7 @@ TARGETS = {
     "rss_cory_vs_ppo_full": (1.75, "max"),
     "rss_cory_vs_ppo_lora": (1.15, "max"),
     "rss_cory_vs_ppo_lora_gc": (1.15, "max"),
+    "ddp_speedup_2proc": (None, "min"),
 }
 
 
@@ -69,6 +71,7 @@ def commands(args: argparse.Namespace) -> dict[str, list[str]]:
                      *(["--with-trl"] if args.with_trl else [])],
         "memory": [py, str(HERE / "memory.py"), "--threads", str(args.threads),
                    "--iterations", "1" if quick else "2"],
+        "ddp_scaling": [py, str(HERE / "ddp_scaling.py"), "--iterations", "2" if quick else "3"],
     }
 
 
@@ -96,6 +99,7 @@ def flatten(details: dict[str, dict | None]) -> dict[str, float | None]:
     """The flat ratio keys from the benchmarks' own JSON files (None where missing)."""
     env_step, rollout = details.get("env_step") or {}, details.get("rollout") or {}
     ppo, memory = details.get("ppo_step") or {}, details.get("memory") or {}
+    ddp = details.get("ddp_scaling") or {}
     return {
         "rollout_vs_generate": (rollout.get("batched") or {}).get("ratio"),
         "aec_vs_generate_b1": (rollout.get("aec") or {}).get("ratio"),
@@ -106,6 +110,7 @@ def flatten(details: dict[str, dict | None]) -> dict[str, float | None]:
         "rss_cory_vs_ppo_full": memory.get("rss_cory_vs_ppo_full"),
         "rss_cory_vs_ppo_lora": memory.get("rss_cory_vs_ppo_lora"),
         "rss_cory_vs_ppo_lora_gc": memory.get("rss_cory_vs_ppo_lora_gc"),
+        "ddp_speedup_2proc": ddp.get("ddp_speedup") if ddp.get("processes") == 2 else None,
     }
 
 

@@ -154,10 +154,10 @@ def launch_command(num_processes: int, program: Sequence[str], *, port: int | No
 def run_launcher(cmd: list[str]) -> int:
     """Run the launcher in its own session to its end and return its exit status.
 
-    SIGINT (Ctrl-C) and SIGTERM sent to this process are forwarded to the launcher, once each, which asks every
-    training process to stop (they finish the iteration and write a checkpoint within the launcher's shutdown
-    timeout); this process keeps waiting, so no training process is orphaned. After a forwarded signal the exit
-    status is 130, as for a one-process run stopped by Ctrl-C.
+    SIGINT (Ctrl-C), SIGTERM and SIGHUP (the terminal closed) sent to this process are forwarded to the launcher,
+    which asks every training process to stop (they finish the iteration and write a checkpoint within the
+    launcher's shutdown timeout); this process keeps waiting, so no training process is orphaned. After a forwarded
+    signal the exit status is 130, as for a one-process run stopped by Ctrl-C.
     """
     proc = subprocess.Popen(cmd, start_new_session=True)  # the terminal's Ctrl-C reaches us only: no double signal
     forwarded: list[int] = []
@@ -167,7 +167,7 @@ def run_launcher(cmd: list[str]) -> int:
         if proc.poll() is None:
             proc.send_signal(signum)
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         status = proc.wait()
     finally:

@@ -201,6 +201,14 @@ def test_cli_num_processes_trains_and_resumes_with_the_same_count(tmp_path):
     assert [r["iteration"] for r in rows] == [0, 1, 2, 3]
     state = json.loads((run / "checkpoints" / "iter-000003" / "trainer_state.json").read_text())
     assert state["num_processes"] == 2
+    # the resumed iteration equals an uninterrupted 2-process run's (same derived seeds, restored learner state)
+    whole = tmp_path / "whole"
+    _run([*base[:-4], "--output_dir", str(whole), "--num_processes", "2", "--num_iterations", "4"], tmp_path)
+    resumed_row, whole_row = rows[3], read_jsonl(whole / "metrics.jsonl")[3]
+    keys = _compared_keys(whole_row)
+    assert len(keys) > 40
+    for key in keys:
+        assert resumed_row[key] == pytest.approx(whole_row[key], rel=1e-5, abs=1e-6, nan_ok=True), key
     # a one-process resume of this run is refused with the fix in the message
     bad = subprocess.run([sys.executable, "-m", "trainers.cli", "train", *COMMON, "--batch_size", "2",
                           "--mini_batch_size", "1", "--output_dir", str(run), "--resume", "--num_iterations", "5"],

@@ -119,7 +119,10 @@ def parse_train_args(argv: Sequence[str]) -> tuple[EnvConfig, PPOConfig, CORYCon
                         help="Data-parallel processes on this machine (accelerate launch; GPUs, or CPU with gloo). "
                              "batch_size counts one process's episodes.")
     parser.set_defaults(**defaults)
-    *configs, _extra, remaining = parser.parse_args_into_dataclasses(args=list(argv), return_remaining_strings=True)
+    *configs, extra, remaining = parser.parse_args_into_dataclasses(args=list(argv), return_remaining_strings=True)
+    if extra.num_processes != 1:  # cmd_train takes it off before parsing; anywhere else it would be ignored
+        raise ValueError(f"--num_processes {extra.num_processes} is handled by `cory train` (it launches the "
+                         "processes); call trainers.cli.main(['train', ...]) or launch with accelerate / torchrun")
     if remaining:
         valid = sorted(a.option_strings[0] for a in parser._actions if a.option_strings)
         raise ValueError(f"unknown option(s) {remaining}; valid options: {' '.join(valid)}")

@@ -89,6 +89,12 @@ def test_num_processes_must_be_a_positive_integer(value):
         split_num_processes(["--preset", "tiny", "--num_processes", value])
 
 
+def test_parse_train_args_refuses_num_processes_it_cannot_honour():
+    with pytest.raises(ValueError, match="--num_processes 2 is handled by `cory train`"):
+        parse_train_args(["--preset", "tiny", "--num_processes", "2"])
+    assert parse_train_args(["--preset", "tiny", "--num_processes", "1"])[2].model == "tiny"
+
+
 def test_num_processes_inside_a_launch_of_another_size_is_refused():
     proc = subprocess.run([sys.executable, "-m", "trainers.cli", "train", "--preset", "tiny", "--num_processes", "2"],
                           capture_output=True, text=True, env={**ENV, "WORLD_SIZE": "3"}, timeout=300)

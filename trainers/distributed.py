@@ -5,8 +5,8 @@
 ``batch_size`` episodes (TRL's convention: ``batch_size`` is per process, the global batch is
 ``batch_size * world_size``) and keeps identical state because every decision is taken on global numbers:
 
-* gradients are averaged across processes before each optimiser step (`sync_gradients`, one flat all-reduce per
-  learner, over that learner's own trainable tensors only; this is what lets the memory-shared LoRA layout, where
+* gradients are averaged across processes before each optimiser step (`sync_gradients`, in-place all-reduces of
+  64 MiB buckets, over that learner's own trainable tensors only; this is what lets the memory-shared LoRA layout, where
   two adapters live in one module, run data-parallel without DDP's unused-parameter machinery);
 * each process's mini-batch loss is re-weighted by its share of the global mini-batch's tokens (`token_weight`), so
   the averaged gradient equals the gradient of the global token mean (TRL's ``masked_mean`` over the whole

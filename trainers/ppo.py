@@ -41,7 +41,7 @@ def make_adam(params: list[torch.nn.Parameter], lr: float) -> torch.optim.Adam:
 
     Uses the fused kernel (one pass over each tensor per step) when every parameter is a float tensor on CPU or
     CUDA: the same update rule, equal to the default for-loop implementation up to float32 round-off (~1e-7), and
-    about 4-5x faster per step on CPU (benchmarks/README.md), which is ~1.3 s per step saved for a 135M-parameter
+    about 4-5x faster per step on CPU (benchmarks/README.md), which is ~1.1 s per step saved for a 135M-parameter
     full fine-tune. Falls back to the default implementation otherwise.
 
     Args:

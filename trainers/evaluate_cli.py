@@ -1,4 +1,4 @@
-"""`cory eval [CHECKPOINT]`: the pioneer alone (no observer, as at inference) on held-out queries.
+"""`cory eval [CHECKPOINT]`: the pioneer alone (no observer, as at inference) on evaluation queries.
 
 Two evaluations:
 
@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "checkpoint: eval-gsm8k-<model>.json in the current folder).")
     parser.add_argument("--torch_threads", type=int, default=0, help="torch.set_num_threads; 0 = torch's default.")
     imdb = parser.add_argument_group("IMDB")
-    imdb.add_argument("--num_batches", type=int, default=4, help="Batches of --batch_size held-out queries.")
+    imdb.add_argument("--num_batches", type=int, default=4, help="Batches of --batch_size queries drawn with --seed (IMDB: from the run's data, not a separate split).")
     imdb.add_argument("--batch_size", type=int, default=8, help="Queries per batch.")
     imdb.add_argument("--eta", type=float, default=None,
                       help="Combined reward coefficient (default: the model's final KL coefficient).")

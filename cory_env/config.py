@@ -14,6 +14,10 @@ from cory_env.prompts import parse_template
 __all__ = ["EnvConfig", "resolve_config"]
 
 
+QUERY_SPLITS = ("train", "test")
+"""Valid `EnvConfig.query_split` values."""
+
+
 @dataclass(frozen=True)
 class EnvConfig:
     """Settings of one CORY token environment (AEC or batched view).
@@ -49,6 +53,18 @@ class EnvConfig:
         metadata={"help": "IMDB: drop reviews shorter than this many characters after removing `<br />` "
                           "(official baseline script: 200; the paper's text: 100). Not applied to the built-in "
                           "openings."},
+    )
+    heldout_fraction: float = field(
+        default=0.0,
+        metadata={"help": "IMDB: fraction of the reviews kept out of training for `cory eval`, chosen by a hash of "
+                          "each review's text (the same slice on every machine and run); 0 = none (eval then draws "
+                          "fresh-seed queries from the training data)."},
+    )
+    query_split: str = field(
+        default="train",
+        metadata={"help": "IMDB: which reviews the queries come from: 'train' (all but the held-out slice) or "
+                          "'test' (the held-out slice; needs heldout_fraction > 0). `cory eval` picks 'test' when "
+                          "the run has a held-out slice."},
     )
     query_min_tokens: int = field(
         default=2,
@@ -111,6 +127,14 @@ class EnvConfig:
             raise ValueError(f"reward must be a reward name such as 'vader', got {self.reward!r}; pass a "
                              "callable to the env as `reward_fn=` instead")
         _check_int("min_review_chars", self.min_review_chars, 0, "use 0 to keep every review")
+        if not (isinstance(self.heldout_fraction, (int, float)) and 0.0 <= self.heldout_fraction < 1.0):
+            raise ValueError(f"heldout_fraction must be in [0, 1), got {self.heldout_fraction!r}; 0.1 keeps a "
+                             "tenth of the reviews for evaluation, 0 none")
+        if self.query_split not in QUERY_SPLITS:
+            raise ValueError(f"query_split must be one of {QUERY_SPLITS}, got {self.query_split!r}")
+        if self.query_split == "test" and self.heldout_fraction == 0:
+            raise ValueError("query_split='test' needs a held-out slice: set heldout_fraction > 0 (e.g. 0.1), "
+                             "or use query_split='train'")
         _check_int("query_min_tokens", self.query_min_tokens, 1, "a query needs at least one token")
         _check_int("query_max_tokens", self.query_max_tokens, self.query_min_tokens,
                    f"set it >= query_min_tokens ({self.query_min_tokens})")

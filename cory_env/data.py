@@ -15,6 +15,7 @@ IMDB sources (`load_imdb_records`):
 
 from __future__ import annotations
 
+import hashlib
 import importlib.resources
 import logging
 import os
@@ -24,6 +25,7 @@ from pathlib import Path
 
 __all__ = [
     "HUB_IMDB",
+    "heldout_split",
     "hub_reachable",
     "load_builtin_openings",
     "load_imdb_records",
@@ -70,6 +72,43 @@ def load_table(path: str | os.PathLike):
         raise ValueError(f"data file {str(path)!r} has no rows or is not valid {builder.upper()} "
                          f"({type(cause).__name__}: {str(cause)[:200]}); pass a file with data, or data_path=None "
                          "for the built-in data") from exc
+
+
+def heldout_split(records: list[dict], split: str, heldout_fraction: float) -> list[dict]:
+    """The records of one side of the held-out slice (`EnvConfig.heldout_fraction`, `EnvConfig.query_split`).
+
+    A record is held out when the first 32 bits of the SHA-256 of its ``"query"`` text, read as a fraction of 2^32,
+    fall below `heldout_fraction`: a fixed slice, the same on every machine, run and file order, so a run's
+    training queries never come from the reviews its `cory eval` uses. (Different reviews may still open with the
+    same words.)
+
+    Args:
+        records: ``{"query": text, ...}`` records.
+        split: "train" (outside the slice) or "test" (inside it).
+        heldout_fraction: in [0, 1); 0 returns `records` unchanged for "train".
+
+    Raises:
+        ValueError: an unknown split, a fraction outside [0, 1), "test" with a fraction of 0, or an empty side
+            (the message gives the record count and what to change).
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    if not 0.0 <= heldout_fraction < 1.0:
+        raise ValueError(f"heldout_fraction must be in [0, 1), got {heldout_fraction!r}")
+    if heldout_fraction == 0.0:
+        if split == "test":
+            raise ValueError("the 'test' split needs heldout_fraction > 0 (e.g. 0.1)")
+        return records
+    threshold = heldout_fraction * 2**32
+    chosen = [r for r in records
+              if (int(hashlib.sha256(str(r["query"]).encode("utf-8")).hexdigest()[:8], 16) < threshold)
+              == (split == "test")]
+    if not chosen:
+        raise ValueError(f"the {split!r} side of heldout_fraction={heldout_fraction} is empty among {len(records)} "
+                         "records; use more data or another heldout_fraction")
+    logger.info("queries: %d of %d records on the %r side of the held-out slice (heldout_fraction=%g)",
+                len(chosen), len(records), split, heldout_fraction)
+    return chosen
 
 
 def load_builtin_openings() -> list[dict]:

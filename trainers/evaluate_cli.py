@@ -193,13 +193,19 @@ def _eval_imdb(loaded: _Loaded, args) -> dict[str, Any]:
     agent, env_cfg, where, model_name = loaded.agent, loaded.env_config, loaded.checkpoint, loaded.model_name
     if args.data_path is not None:
         env_cfg = dataclasses.replace(env_cfg, data_path=args.data_path)
+    if env_cfg.heldout_fraction > 0:  # the reviews this run never trained on
+        env_cfg = dataclasses.replace(env_cfg, query_split="test")
+    else:
+        logger.warning("this run has no held-out slice (heldout_fraction=0): the evaluation queries are fresh-seed "
+                       "draws from its training data; train with --heldout_fraction 0.1 for a held-out evaluation")
     eta = args.eta
     if eta is None:
         learner_json = json.loads((where / model_name / "learner.json").read_text(encoding="utf-8"))
         eta = float(learner_json["kl_ctl"]["value"])
     env = BatchedCORYEnv(env_cfg, agent.tokenizer, batch_size=args.batch_size, single_agent=True)
     result = evaluate_pioneer(agent, loaded.ref_model, env, num_batches=args.num_batches, seed=args.seed, eta=eta)
-    result = {"checkpoint": str(where), "model_name": model_name, "eta": eta, **result}
+    result = {"checkpoint": str(where), "model_name": model_name, "eta": eta, "query_split": env_cfg.query_split,
+              "heldout_fraction": env_cfg.heldout_fraction, **result}
     out = Path(args.out) if args.out else where / f"eval-{model_name}.json"
     _write_json(out, result)
     return result

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cory_env.data import load_imdb_records
+from cory_env.data import heldout_split, load_imdb_records
 from cory_env.prompts import IMDB_OBSERVER_TEMPLATE, PIONEER_TEMPLATE
 from cory_env.rewards import make_reward_fn
 from cory_env.tasks.base import Task
@@ -14,7 +14,8 @@ def make_imdb_task(config, tokenizer=None) -> Task:
     """The IMDB sentiment-continuation task.
 
     Args:
-        config: `EnvConfig`; reads ``data_path``, ``min_review_chars``, ``reward``, ``query_min_tokens``,
+        config: `EnvConfig`; reads ``data_path``, ``min_review_chars``, ``heldout_fraction``, ``query_split``
+            (`cory_env.data.heldout_split`), ``reward``, ``query_min_tokens``,
             ``query_max_tokens``, ``min_new_tokens``, ``max_new_tokens`` and the two templates.
         tokenizer: unused (IMDB allows every token).
 
@@ -26,7 +27,8 @@ def make_imdb_task(config, tokenizer=None) -> Task:
     """
     return Task(
         name="imdb",
-        records=load_imdb_records(config.data_path, min_review_chars=config.min_review_chars),
+        records=heldout_split(load_imdb_records(config.data_path, min_review_chars=config.min_review_chars),
+                              config.query_split, config.heldout_fraction),
         reward_fn=make_reward_fn(config.reward),
         observer_template=(IMDB_OBSERVER_TEMPLATE if config.observer_template is None else config.observer_template),
         pioneer_template=PIONEER_TEMPLATE if config.pioneer_template is None else config.pioneer_template,

@@ -26,3 +26,14 @@ def test_defaults_follow_the_paper_and_config_is_frozen():
     assert (config.partner_reward_coef, config.knowledge_transfer, config.reward) == (1.0, True, "vader")
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.context_len = 3
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"heldout_fraction": 1.0}, "heldout_fraction must be in"),
+    ({"heldout_fraction": -0.1}, "heldout_fraction must be in"),
+    ({"query_split": "valid"}, "query_split must be one of"),
+    ({"query_split": "test"}, "needs a held-out slice"),
+])
+def test_heldout_options_are_checked(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        EnvConfig(**kwargs)

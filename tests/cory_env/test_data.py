@@ -86,3 +86,28 @@ def test_gsm8k_records(gsm8k_paths, tmp_path):
     with pytest.raises(ValueError, match=r"g.jsonl, line 1.*answer"):
         load_gsm8k(bad)
 
+
+
+def test_heldout_split_is_a_fixed_disjoint_slice(imdb_csv):
+    records = load_imdb_records(imdb_csv, min_review_chars=0)
+    train = data.heldout_split(records, "train", 0.2)
+    test = data.heldout_split(records, "test", 0.2)
+    train_q, test_q = {r["query"] for r in train}, {r["query"] for r in test}
+    assert not train_q & test_q and len(train) + len(test) == len(records)
+    assert 0.15 < len(test) / len(records) < 0.25  # 1000 reviews: the slice is near the fraction
+    # the same slice whatever the order of the file, and nested: a smaller fraction holds out a subset
+    assert {r["query"] for r in data.heldout_split(records[::-1], "test", 0.2)} == test_q
+    assert {r["query"] for r in data.heldout_split(records, "test", 0.1)} < test_q
+    assert data.heldout_split(records, "train", 0.0) is records
+
+
+def test_heldout_split_errors():
+    openings = load_builtin_openings()
+    with pytest.raises(ValueError, match="needs heldout_fraction > 0"):
+        data.heldout_split(openings, "test", 0.0)
+    with pytest.raises(ValueError, match="split must be 'train' or 'test'"):
+        data.heldout_split(openings, "validation", 0.1)
+    with pytest.raises(ValueError, match=r"in \[0, 1\)"):
+        data.heldout_split(openings, "train", 1.0)
+    with pytest.raises(ValueError, match="is empty among 1 records"):
+        data.heldout_split([{"query": "one review"}], "test", 1e-9)

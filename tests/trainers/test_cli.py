@@ -143,3 +143,20 @@ def test_bench_two_arms_two_seeds(tmp_path):
     assert "| cory | 2 |" in table and "| ppo | 2 |" in table and "±" in table
     assert (out / "curves.png").exists() and (out / "pareto.png").exists()
     assert "task reward" in proc.stdout
+
+
+def test_eval_uses_the_runs_held_out_reviews(tmp_path):
+    """A run trained with --heldout_fraction evaluates on the held-out side; the two sides share no review."""
+    from cory_env import EnvConfig, make_task
+
+    run = tmp_path / "held"
+    cory("train", "--preset", "tiny", "--output_dir", str(run), "--num_iterations", "1", "--heldout_fraction", "0.3",
+         "--torch_threads", "1", "--tensorboard", "false")
+    cory("eval", str(run), "--num_batches", "1", "--batch_size", "2", "--out", str(tmp_path / "eval.json"))
+    result = json.loads((tmp_path / "eval.json").read_text())
+    assert (result["query_split"], result["heldout_fraction"]) == ("test", 0.3)
+    sides = {}
+    for split in ("train", "test"):
+        task = make_task("imdb", EnvConfig(heldout_fraction=0.3, query_split=split), None)
+        sides[split] = {r["query"] for r in task.records}
+    assert sides["train"] and sides["test"] and not sides["train"] & sides["test"]

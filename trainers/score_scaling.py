@@ -13,6 +13,10 @@ import torch
 
 __all__ = ["RunningMoments", "scale_scores"]
 
+def _identity(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
 @dataclass
 class RunningMoments:
     """Running mean and standard deviation of all scores seen so far (parallel-variance merge).
@@ -55,16 +59,14 @@ class RunningMoments:
         if xs.numel() == 0:
             raise ValueError("RunningMoments.update got an empty tensor; pass at least one score")
         x = xs.detach().to(torch.float64).reshape(-1)
-        if reduce_sum is None:
-            n = x.numel()
-            batch_var, batch_mean = torch.var_mean(x, unbiased=False)
-            batch_var, batch_mean = float(batch_var), float(batch_mean)
-        else:  # two passes over all processes: the global mean, then the global squared deviations
-            totals = reduce_sum(torch.stack([x.sum(), torch.tensor(float(x.numel()), dtype=torch.float64,
-                                                                  device=x.device)]))
-            n = int(round(float(totals[1])))
-            batch_mean = float(totals[0]) / n
-            batch_var = float(reduce_sum(((x - batch_mean) ** 2).sum().reshape(1))[0]) / n
+        if reduce_sum is None:  # this process only
+            reduce_sum = _identity
+        # two passes (over all processes): the batch mean, then the squared deviations from it
+        totals = reduce_sum(torch.stack([x.sum(), torch.tensor(float(x.numel()), dtype=torch.float64,
+                                                              device=x.device)]))
+        n = int(round(float(totals[1])))
+        batch_mean = float(totals[0]) / n
+        batch_var = float(reduce_sum(((x - batch_mean) ** 2).sum().reshape(1))[0]) / n  # population variance
         total = self.count + n
         if total <= 1.0:
             raise ValueError(f"RunningMoments needs more than 1 score in total, got {total:g}; "

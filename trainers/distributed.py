@@ -8,7 +8,7 @@
 * gradients are averaged across processes before each optimiser step (`sync_gradients`, in-place all-reduces of
   64 MiB buckets, over that learner's own trainable tensors only; this is what lets the memory-shared LoRA layout, where
   two adapters live in one module, run data-parallel without DDP's unused-parameter machinery);
-* each process's mini-batch loss is re-weighted by its share of the global mini-batch's tokens (`token_weight`), so
+* each process's mini-batch loss is re-weighted by its share of the global mini-batch's tokens (`pool_token_means`), so
   the averaged gradient equals the gradient of the global token mean (TRL's ``masked_mean`` over the whole
   mini-batch) even when processes hold different numbers of response tokens;
 * whitening, score statistics, the ratio-threshold guard, early stopping and the KL controller read global
@@ -157,39 +157,36 @@ class DataParallel:
         values = self.sum(torch.tensor([float(stats[k]) for k in keys], dtype=torch.float64)) / self.world_size
         return dict(zip(keys, values.tolist()))
 
-    def weighted_mean_stats(self, stats: Mapping[str, float], weight: float) -> dict[str, float]:
-        """Σ_r w_r·s_r / Σ_r w_r for each key (one all-reduce): e.g. token means weighted by token counts, which
-        gives the token mean over every process's tokens. Values equal on every process stay as they are."""
+    def pool_token_means(self, stats: Mapping[str, float], mask: torch.Tensor) -> tuple[dict[str, float], float]:
+        """Pool one mini-batch's token means over processes, and this process's loss weight, in one all-reduce.
+
+        With W processes, local token counts n_r and the global count N = Σ n_r:
+
+        * each statistic becomes Σ_r n_r·s_r / N, the token mean over every process's tokens (a value equal on
+          every process stays as it is);
+        * the weight is n_r · W / N: averaging the per-process gradients of weight · masked_mean_r equals the
+          gradient of the global masked mean Σ_r Σ_t l / N (TRL's token mean over the whole global mini-batch).
+
+        Args:
+            stats: python floats, the same keys on every process.
+            mask: bool (b, T), this process's response tokens in the mini-batch.
+
+        Returns:
+            (pooled stats, weight); with one process (a copy of `stats`, 1.0).
+        """
         if not self.enabled:
-            return dict(stats)
+            return dict(stats), 1.0
         keys = sorted(stats)
-        local = torch.tensor([float(stats[k]) * weight for k in keys] + [float(weight)], dtype=torch.float64)
-        totals = self.sum(local)
-        return dict(zip(keys, (totals[:-1] / totals[-1]).tolist()))
+        n = float(mask.sum())
+        totals = self.sum(torch.tensor([float(stats[k]) * n for k in keys] + [n], dtype=torch.float64))
+        total_tokens = float(totals[-1])
+        return dict(zip(keys, (totals[:-1] / total_tokens).tolist())), n * self.world_size / total_tokens
 
     def any(self, flag: bool) -> bool:
         """True on every process if `flag` is True on any (e.g. a stop request that reached one process only)."""
         if not self.enabled:
             return bool(flag)
         return bool(self.sum(torch.tensor([float(flag)], dtype=torch.float64)).item() > 0)
-
-    def token_weight(self, mask: torch.Tensor) -> float:
-        """Weight of this process's mini-batch loss so the averaged gradient is the global token mean's gradient.
-
-        With W processes, local token counts n_r and the global count N = Σ n_r, averaging the per-process
-        gradients of (n_r · W / N) · masked_mean_r equals the gradient of the global masked mean Σ_r Σ_t l / N.
-
-        Args:
-            mask: bool (b, T), this process's response tokens in the mini-batch.
-
-        Returns:
-            n_r · W / N as a float; exactly 1.0 with one process.
-        """
-        if not self.enabled:
-            return 1.0
-        local = mask.sum().to(torch.float64).reshape(1)
-        total = float(self.sum(local).item())
-        return float(local.item()) * self.world_size / total
 
     def sync_gradients(self, params: Iterable[torch.nn.Parameter], bucket_numel: int = 1 << 24) -> None:
         """Average the gradients of `params` across processes in place.

@@ -31,12 +31,13 @@ from trainers.config import PPOConfig
 from trainers.distributed import DataParallel
 from trainers.kl_control import make_kl_controller
 from trainers.ppo import (
-    NonFiniteLossError,
     backward_batches,
+    checked_rollout,
     checked_trainable_parameters,
     global_sequence_kl,
     make_adam,
     optimizer_step,
+    pooled_minibatch_loss,
 )
 from trainers.rollout import Rollout
 
@@ -221,10 +222,7 @@ class GRPOLearner:
             NonFiniteLossError: if a loss becomes NaN/inf.
         """
         cfg = self.config
-        if rollout.batch_size != cfg.batch_size:
-            raise ValueError(f"rollout has {rollout.batch_size} rows but batch_size={cfg.batch_size}; roll out "
-                             "exactly batch_size episodes per update")
-        rollout = rollout.to(self.agent.device)
+        rollout = checked_rollout(rollout, cfg, self.agent.device)
         mask = rollout.response_mask
         data = self.prepare(rollout)
         beta = float(self.kl_ctl.value)
@@ -262,12 +260,5 @@ class GRPOLearner:
         loss, stats = grpo_loss(new.logprobs, data["logprobs"][idx, :width], data["ref_logprobs"][idx, :width],
                                 data["advantages"][idx], mb.response_mask, cliprange=self.config.cliprange,
                                 kl_coef=beta if self.config.kl_in_loss else 0.0, entropy=new.entropy)
-        loss = loss * self.dist.token_weight(mb.response_mask)  # global token mean under data parallelism
-        local = {"policy_loss": stats["policy_loss"], "kl_loss": stats["kl_loss"]}
-        stats["nonfinite"] = float(not torch.isfinite(loss))  # any process's NaN stops all (see PPOLearner)
-        stats = self.dist.weighted_mean_stats(stats, float(mb.response_mask.sum()))
-        if stats.pop("nonfinite") > 0:
-            raise NonFiniteLossError(f"GRPO loss is not finite (this process: loss {float(loss.detach())}, "
-                                     f"policy_loss={local['policy_loss']}, kl_loss={local['kl_loss']}); lower "
-                                     "learning_rate or set max_grad_norm")
-        return loss, stats
+        return pooled_minibatch_loss(self.dist, loss, stats, mb.response_mask, algo="GRPO",
+                                     terms=("policy_loss", "kl_loss"), fix="lower learning_rate or set max_grad_norm")

@@ -94,6 +94,20 @@ def backward_batches(config: PPOConfig, generator: torch.Generator | None):
                for m in range(0, config.backward_batch_size, config.mini_batch_size)]
 
 
+def checked_rollout(rollout: Rollout, config: PPOConfig, device: torch.device) -> Rollout:
+    """`rollout` on the learner's `device`, refused unless it has exactly `config.batch_size` rows.
+
+    Raises:
+        ValueError: another number of rows (both numbers named).
+    """
+    if rollout.batch_size != config.batch_size:
+        raise ValueError(
+            f"rollout has {rollout.batch_size} rows but PPOConfig.batch_size={config.batch_size}; "
+            "roll out exactly batch_size episodes per update"
+        )
+    return rollout.to(device)
+
+
 def optimizer_step(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter],
                    max_grad_norm: float | None, dist: DataParallel | None = None) -> None:
     """Average gradients over data-parallel processes (`dist`), optional gradient-norm clipping, then one optimiser
@@ -128,6 +142,35 @@ def global_sequence_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask:
     totals = dist.sum(torch.stack([per_row.sum(), torch.tensor(float(per_row.numel()), dtype=torch.float64,
                                                                device=per_row.device)]))
     return float(totals[0] / totals[1])
+
+
+def pooled_minibatch_loss(dist: DataParallel, loss: torch.Tensor, stats: dict[str, float], mask: torch.Tensor, *,
+                          algo: str, terms: tuple[str, ...], fix: str) -> tuple[torch.Tensor, dict[str, float]]:
+    """A learner's mini-batch loss and statistics, ready for data-parallel training (the identity for one process).
+
+    One all-reduce (`DataParallel.pool_token_means`) gives the statistics as token means over every process's tokens
+    and the loss weight that makes the averaged gradient the global token mean's. A non-finite loss on any process
+    raises on every process, so none is left waiting in a collective.
+
+    Args:
+        loss: float (), this process's differentiable mini-batch loss.
+        stats: python floats from the loss function.
+        mask: bool (b, T), the mini-batch's response tokens.
+        algo: name in the error message ("PPO", "GRPO"); terms: keys of `stats` the message shows; fix: its advice.
+
+    Returns:
+        (weighted loss, pooled stats).
+
+    Raises:
+        NonFiniteLossError: the loss is NaN/inf on this or another process.
+    """
+    local = {key: stats[key] for key in terms}
+    pooled, weight = dist.pool_token_means({**stats, "nonfinite": float(not torch.isfinite(loss))}, mask)
+    if pooled.pop("nonfinite") > 0:
+        detail = ", ".join(f"{key}={value}" for key, value in local.items())
+        raise NonFiniteLossError(f"{algo} loss is not finite (this process: loss {float(loss.detach())}, {detail}); "
+                                 f"{fix}")
+    return loss * weight, pooled
 
 
 class PPOLearner:
@@ -225,12 +268,7 @@ class PPOLearner:
             NonFiniteLossError: if a loss becomes NaN/inf.
         """
         cfg = self.config
-        if rollout.batch_size != cfg.batch_size:
-            raise ValueError(
-                f"rollout has {rollout.batch_size} rows but PPOConfig.batch_size={cfg.batch_size}; "
-                "roll out exactly batch_size episodes per update"
-            )
-        rollout = rollout.to(self.agent.device)
+        rollout = checked_rollout(rollout, cfg, self.agent.device)
         mask = rollout.response_mask
         data = self.prepare(rollout)
         kl_coef = float(self.kl_ctl.value)
@@ -277,7 +315,6 @@ class PPOLearner:
         mb = rollout.select(idx)
         width = mb.response.shape[1]
         new = self.agent.evaluate(mb.query, mb.query_mask, mb.response, mb.response_mask, return_logits=False)
-        weight = self.dist.token_weight(mb.response_mask)  # 1.0 with one process
         loss, stats = ppo_math.ppo_loss(
             logprobs=new.logprobs,
             old_logprobs=data["logprobs"][idx, :width],
@@ -293,15 +330,7 @@ class PPOLearner:
             ratio_threshold=self.config.ratio_threshold,
             reduce_sum=self._reduce_sum,
         )
-        # logged token means over every process's tokens (identity with one process); a non-finite loss on any
-        # process stops every process (no process is left waiting in a collective)
-        local = {"policy_loss": stats["policy_loss"], "value_loss": stats["value_loss"]}
-        stats["nonfinite"] = float(not torch.isfinite(loss))
-        stats = self.dist.weighted_mean_stats(stats, float(mb.response_mask.sum()))
-        if stats.pop("nonfinite") > 0:
-            raise NonFiniteLossError(
-                f"PPO loss is not finite (this process: loss {float(loss.detach())}, policy_loss="
-                f"{local['policy_loss']}, value_loss={local['value_loss']}); lower learning_rate or enable "
-                "max_grad_norm / score_clip; the last checkpoint is intact"
-            )
-        return stats, loss * weight
+        loss, stats = pooled_minibatch_loss(
+            self.dist, loss, stats, mb.response_mask, algo="PPO", terms=("policy_loss", "value_loss"),
+            fix="lower learning_rate or enable max_grad_norm / score_clip; the last checkpoint is intact")
+        return stats, loss

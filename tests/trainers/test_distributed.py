@@ -64,9 +64,8 @@ def test_single_process_group_is_the_identity():
     x = torch.tensor([1.0, 2.0])
     assert dist.world_size == 1 and dist.rank == 0 and dist.is_main and not dist.enabled
     assert dist.sum(x) is x
-    assert dist.token_weight(torch.ones(2, 3, dtype=torch.bool)) == 1.0
+    assert dist.pool_token_means({"a": 1.5}, torch.ones(2, 3, dtype=torch.bool)) == ({"a": 1.5}, 1.0)
     assert dist.mean_stats({"a": 1.5}) == {"a": 1.5}
-    assert dist.weighted_mean_stats({"a": 1.5}, 7.0) == {"a": 1.5}
     assert dist.any(True) and not dist.any(False)
     assert dist.max_abs_param_difference([torch.nn.Parameter(x)]) == 0.0
 

@@ -162,9 +162,8 @@ class CORYTrainer:
             self._resume()
         elif self.dist.is_main:
             (self.output_dir / CONFIG_FILE).write_text(yaml.safe_dump(self.config_dict, sort_keys=False))
-        for bundle in self.exchange.bundles.values():  # identical replicas from the first step on
-            self.dist.broadcast_parameters(bundle.agent.trainable_parameters())
-        self.dist.barrier()
+        for bundle in self.exchange.bundles.values():  # identical replicas from the first step on (a collective,
+            self.dist.broadcast_parameters(bundle.agent.trainable_parameters())  # so also the start-up barrier)
         self._stop_requested = False
         self.stopped_early = False  # set when a stop signal ended train() before num_iterations
 
@@ -185,7 +184,7 @@ class CORYTrainer:
                 "num_processes": self.dist.world_size}
 
     def _resume(self) -> None:
-        path = latest_checkpoint_or_raise(self.output_dir)
+        path = latest_checkpoint_or_raise(self.output_dir)  # its process count was checked with the folder
         state = ckpt.read_trainer_state(path)
         # a field added to the configs after the run started reads as its default
         saved = {**resolved_config(CORYConfig(), PPOConfig(), EnvConfig()), **state.get("config", {})}
@@ -195,7 +194,6 @@ class CORYTrainer:
             details = ", ".join(f"{k}: {saved.get(k)!r} -> {self.config_dict.get(k)!r}" for k in diff)
             raise ValueError(f"cannot resume {self.output_dir}: the config differs in {details}. "
                              "Resume with the run's config.yaml (--config), or start a new --output_dir")
-        check_process_count(state, self.dist.world_size, self.output_dir)
         if state.get("vocab_size") != self.vocab_size:
             raise ckpt.CheckpointError(
                 f"{path} was written for vocabulary size {state.get('vocab_size')}, this model has {self.vocab_size}")

@@ -147,7 +147,7 @@ class DataParallel:
             return tensor
         from accelerate.utils import reduce
 
-        return reduce(tensor.detach().clone().to(self.device), reduction="sum").to(tensor.device)
+        return reduce(tensor.detach().to(self.device), reduction="sum").to(tensor.device)  # reduce sums a copy
 
     def mean_stats(self, stats: Mapping[str, float]) -> dict[str, float]:
         """Average a flat dict of python floats over processes (one all-reduce); keys must match on every process."""
@@ -184,9 +184,7 @@ class DataParallel:
 
     def any(self, flag: bool) -> bool:
         """True on every process if `flag` is True on any (e.g. a stop request that reached one process only)."""
-        if not self.enabled:
-            return bool(flag)
-        return bool(self.sum(torch.tensor([float(flag)], dtype=torch.float64)).item() > 0)
+        return self.mean_stats({"flag": float(flag)})["flag"] > 0
 
     def sync_gradients(self, params: Iterable[torch.nn.Parameter], bucket_numel: int = 1 << 24) -> None:
         """Average the gradients of `params` across processes in place.
@@ -225,17 +223,11 @@ class DataParallel:
         """Copy the main process's values of `params` to every process (identical starting weights)."""
         if not self.enabled:
             return
-        from accelerate.utils import broadcast
+        import torch.distributed as torch_dist
 
-        params = list(params)
-        flat = torch.cat([p.detach().reshape(-1).to(torch.float32) for p in params]).to(self.device)
-        flat = broadcast(flat, from_process=0)
-        offset = 0
         with torch.no_grad():
-            for p in params:
-                n = p.numel()
-                p.copy_(flat[offset:offset + n].view_as(p).to(p.device, p.dtype))
-                offset += n
+            for p in params:  # in place, one tensor at a time: no second copy of the weights
+                torch_dist.broadcast(p.data, src=0)
 
     def max_abs_param_difference(self, params: Iterable[torch.nn.Parameter]) -> float:
         """Largest |θ_r − θ_0| over `params` and processes (0.0 with one process): a check that replicas agree."""

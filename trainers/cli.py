@@ -204,7 +204,7 @@ def cmd_train(argv: Sequence[str]) -> int:
     num_processes, argv = split_num_processes(argv)
     launched = launched_world_size()
     if num_processes > 1 and launched == 1:  # start the processes, each runs this command without the flag
-        env_cfg, ppo_cfg, cory_cfg = parse_train_args(argv)  # a mistake fails here, once, not in every process
+        _, ppo_cfg, cory_cfg = parse_train_args(argv)  # a mistake fails here, once, not in every process
         preflight(cory_cfg, ppo_cfg, num_processes)
         return run_launcher(launch_command(num_processes, ["-m", "trainers.cli", "train", *argv]))
     if num_processes > 1 and launched != num_processes:

@@ -28,6 +28,7 @@ from agents.reference import (
     entropy_from_logits,
     is_peft_model,
     logprobs_from_logits,
+    policy_logits,
     preserved_requires_grad,
     response_forward,
 )
@@ -210,8 +211,9 @@ class LLMAgent(nn.Module):
             generator: RNG for sampling; default this agent's generator (see ``seed``).
 
         Returns:
-            int64 (B,) token ids. Also sets ``last_logprobs`` (float32 (B,), raw-policy log-probability of each
-            sampled token, nats; equals `evaluate`'s logprobs for it) and ``last_logits`` (float32 (B, V)).
+            int64 (B,) token ids. Also sets ``last_logprobs`` (float32 (B,), log-probability of each sampled token
+            under the sampling distribution `policy_logits` (temperature, action mask), nats; equals `evaluate`'s
+            logprobs for it when ``sampling.is_exact``) and ``last_logits`` (float32 (B, V), raw).
 
         Raises:
             KeyError: a missing observation key.
@@ -251,6 +253,7 @@ class LLMAgent(nn.Module):
         response_mask: torch.Tensor,
         *,
         return_logits: bool = False,
+        allowed: torch.Tensor | None = None,
     ) -> EvalOutput:
         """Log-probabilities, values and entropies of the response tokens in one forward (gradients flow).
 
@@ -258,6 +261,11 @@ class LLMAgent(nn.Module):
             query: int64 (B, Q), left padded; query_mask: bool (B, Q).
             response: int64 (B, T), right padded; response_mask: bool (B, T).
             return_logits: also return the (B, T, V) logits (``kl_penalty="full"``).
+            allowed: bool (V,) tokens the task allows (`Rollout.allowed`), or None for all.
+
+        Log-probabilities, entropies and logits are those of the distribution `act_batch` samples from
+        (`agents.reference.policy_logits`: the logits divided by this agent's temperature, banned tokens at
+        probability 0), so the rollout's log-probabilities and PPO's agree.
 
         Returns:
             `EvalOutput`. Runs in the agent's current train/eval mode; wrap in ``torch.no_grad()`` when no
@@ -269,15 +277,16 @@ class LLMAgent(nn.Module):
         self._sampler.reset()
         self._activate()
         out = response_forward(self.model, query, query_mask, response, response_mask, output_hidden=True)
-        logprobs = logprobs_from_logits(out.logits, response)
+        logits = policy_logits(out.logits, temperature=self._sampling.temperature, allowed=allowed)
+        logprobs = logprobs_from_logits(logits, response)
         real = response_mask.bool()
         if not bool(torch.isfinite(logprobs[real]).all()):
             raise ValueError("non-finite logits at real response tokens in evaluate; the weights hold NaN/inf")
         return EvalOutput(
             logprobs=logprobs,
             values=self.value_head(out.hidden),
-            entropy=entropy_from_logits(out.logits),
-            logits=out.logits if return_logits else None,
+            entropy=entropy_from_logits(logits),
+            logits=logits if return_logits else None,
         )
 
     def forward(self, *args, **kwargs) -> EvalOutput:

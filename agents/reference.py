@@ -56,6 +56,35 @@ def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Te
     return chosen - torch.logsumexp(logits, dim=-1)
 
 
+def policy_logits(logits: torch.Tensor, *, temperature: float = 1.0,
+                  allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """The logits of the distribution an agent samples its actions from, in fp32: ``logits / temperature``, with
+    every token the task bans (``allowed`` False) at the dtype's lowest finite value (probability 0; finite so that
+    entropies and full-vocabulary KLs stay finite).
+
+    Log-probabilities, entropies and KLs that PPO reads must come from this distribution, not from the raw model:
+    tokens drawn from a tempered or masked softmax but scored under the raw one make every update off-policy (the
+    k1 KL estimate even turns negative, rewarding the policy for moving mass onto banned tokens). Top-k, top-p and
+    the repetition penalty are not applied here (they depend on the sampled context), so with them the rollout
+    distribution and this one differ (`SamplingConfig.is_exact`).
+
+    Args:
+        logits: float (..., V) raw model logits.
+        temperature: > 0; the sampling temperature (TRL's PPO trainer divides the policy's and the reference's
+            logits by it too).
+        allowed: bool (V,) (or broadcastable to `logits`) tokens the env allows, or None for all.
+
+    Returns:
+        float32 (..., V).
+    """
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed.to(logits.device), torch.finfo(logits.dtype).min)
+    return logits
+
+
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of ``softmax(logits)`` along the last dim, fp32 (B, T) in nats.
 
@@ -313,6 +342,8 @@ class ReferenceModel:
         response_mask: torch.Tensor,
         *,
         return_logits: bool = False,
+        temperature: float = 1.0,
+        allowed: torch.Tensor | None = None,
     ) -> ReferenceOutput:
         """Reference log-probabilities of the response tokens (no gradients), aligned with `LLMAgent.evaluate`.
 
@@ -320,17 +351,19 @@ class ReferenceModel:
             query: int64 (B, Q) left padded; query_mask (B, Q) bool.
             response: int64 (B, T) right padded; response_mask (B, T) bool.
             return_logits: also return the logits (for ``kl_penalty="full"``).
+            temperature, allowed: score under the policy's sampling distribution (`policy_logits`): the reference
+                at the agent's temperature, restricted to the tokens the task allows.
 
         Returns:
-            `ReferenceOutput`: logprobs float32 (B, T) nats; logits (B, T, V) or None.
+            `ReferenceOutput`: logprobs float32 (B, T) nats; logits float32 (B, T, V) (`policy_logits`) or None.
 
         Raises:
             TypeError / ValueError: malformed inputs (see `check_response_inputs`).
         """
         with torch.no_grad(), self._base() as model:
             out = response_forward(model, query, query_mask, response, response_mask)
-        logprobs = logprobs_from_logits(out.logits, response)
-        return ReferenceOutput(logprobs=logprobs, logits=out.logits if return_logits else None)
+        logits = policy_logits(out.logits, temperature=temperature, allowed=allowed)
+        return ReferenceOutput(logprobs=logprobs_from_logits(logits, response), logits=logits if return_logits else None)
 
     __call__ = evaluate
 

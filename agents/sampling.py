@@ -28,7 +28,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from agents.reference import is_peft_model, position_ids_from_mask
+from agents.reference import is_peft_model, policy_logits, position_ids_from_mask
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,13 @@ class SamplingConfig:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}; use 1.0 to disable")
         if not self.repetition_penalty > 0:
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}; use 1.0 to disable")
+
+    @property
+    def is_exact(self) -> bool:
+        """True when the tokens are drawn from exactly the distribution PPO scores (`agents.reference.policy_logits`:
+        temperature and action mask); top-k, top-p and the repetition penalty depend on the sampled context and make
+        the learner's importance ratio inexact (the update is then slightly off-policy)."""
+        return self.top_k == 0 and self.top_p == 1.0 and self.repetition_penalty == 1.0
 
     @property
     def is_plain(self) -> bool:
@@ -110,6 +117,7 @@ def sample_step(
     penalties: LogitsProcessorList,
     warpers: LogitsProcessorList,
     generator: torch.Generator | None = None,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row.
 
@@ -119,10 +127,13 @@ def sample_step(
         allowed: bool (B, V) or (1, V) allowed tokens, or None for all.
         penalties, warpers: from `SamplingConfig`.
         generator: RNG for ``torch.multinomial``; None uses torch's global RNG.
+        temperature: the sampling temperature (also one of `warpers`), for the returned log-probabilities.
 
     Returns:
-        ``(tokens, logprobs)``: int64 (B,) sampled ids and float32 (B,) their log-probability under the *raw*
-        policy ``log_softmax(logits)`` (what `LLMAgent.evaluate` returns for the same tokens; nats).
+        ``(tokens, logprobs)``: int64 (B,) sampled ids and float32 (B,) their log-probability under the policy's
+        sampling distribution ``log_softmax(policy_logits(logits, temperature, allowed))`` (what
+        `LLMAgent.evaluate` returns for the same tokens; nats). It is the exact sampling probability unless top-k,
+        top-p or a repetition penalty is on (`SamplingConfig.is_exact`).
 
     Raises:
         ValueError: if the action mask bans every token of a row.
@@ -136,8 +147,8 @@ def sample_step(
         scores = warpers(context_ids, scores)
     probs = torch.softmax(scores, dim=-1)
     tokens = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
-    chosen = logits.gather(-1, tokens[:, None]).squeeze(-1)
-    logprobs = chosen - torch.logsumexp(logits, dim=-1)
+    policy = policy_logits(logits, temperature=temperature, allowed=allowed)
+    logprobs = policy.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(policy, dim=-1)
     return tokens, logprobs
 
 
@@ -179,6 +190,7 @@ class KVCachedSampler:
 
     def __init__(self, model: torch.nn.Module, sampling: SamplingConfig) -> None:
         self.model = model
+        self._temperature = sampling.temperature
         self._penalties = sampling.penalty_processors()
         self._warpers = sampling.warpers()
         self._cache_kwarg = _cache_kwarg(model)
@@ -202,8 +214,8 @@ class KVCachedSampler:
             generator: RNG for sampling; None uses torch's global RNG.
 
         Returns:
-            ``(tokens, logprobs, logits)``: int64 (B,), float32 (B,) raw-policy log-probabilities of the tokens
-            (nats), float32 (B, V) raw next-token logits.
+            ``(tokens, logprobs, logits)``: int64 (B,), float32 (B,) log-probabilities of the tokens under the
+            sampling distribution (`sample_step`; nats), float32 (B, V) raw next-token logits.
 
         Raises:
             ValueError: non-finite logits (the message names the acting step: tokens since the last prefill), or
@@ -221,7 +233,7 @@ class KVCachedSampler:
                              f"hold NaN/inf")
         context = torch.from_numpy(np.array(ids, dtype=np.int64)).to(device) if len(self._penalties) else None
         tokens, logprobs = sample_step(logits, context, action_mask_tensor(action_mask, device), self._penalties,
-                                       self._warpers, generator)
+                                       self._warpers, generator, self._temperature)
         self._kv.step += 1
         return tokens, logprobs, logits
 

@@ -56,13 +56,13 @@ class EnvConfig:
     )
     heldout_fraction: float = field(
         default=0.0,
-        metadata={"help": "IMDB: fraction of the reviews kept out of training for `cory eval`, chosen by a hash of "
-                          "each review's text (the same slice on every machine and run); 0 = none (eval then draws "
-                          "fresh-seed queries from the training data)."},
+        metadata={"help": "IMDB and tiny_vocab: fraction of the queries kept out of training for evaluation, chosen "
+                          "by a hash of each query's text (the same slice on every machine and run); 0 = none (eval "
+                          "then draws fresh-seed queries from the training data)."},
     )
     query_split: str = field(
         default="train",
-        metadata={"help": "IMDB: which reviews the queries come from: 'train' (all but the held-out slice) or "
+        metadata={"help": "IMDB and tiny_vocab: which queries are drawn: 'train' (all but the held-out slice) or "
                           "'test' (the held-out slice; needs heldout_fraction > 0). `cory eval` picks 'test' when "
                           "the run has a held-out slice."},
     )

@@ -54,12 +54,15 @@ class SeatTranscript:
 @dataclass
 class EpisodeTranscript:
     """B finished episodes: queries, records and, per seat, prompts, responses (EOS kept when emitted), texts,
-    task rewards (float64 (B,)) and collective rewards (float64 (B,))."""
+    task rewards (float64 (B,)) and collective rewards (float64 (B,)); ``allowed`` is the task's bool (V,) set of
+    allowed actions (None: every token), which a learner needs to score actions under the distribution they were
+    sampled from."""
 
     query_ids: list[list[int]]
     query_text: list[str]
     records: list[dict]
     seats: dict[str, SeatTranscript] = field(default_factory=dict)
+    allowed: np.ndarray | None = None
 
 
 def prepare_tokenizer(tokenizer):
@@ -424,7 +427,7 @@ class EpisodeBatch:
                                    response_text=self.response_text[s], task_reward=self.task_reward[s].copy(),
                                    reward=self.reward[s].copy()) for s in self.seats}
         return EpisodeTranscript(query_ids=self.query_ids, query_text=list(self.query_text),
-                                 records=self.records, seats=seats)
+                                 records=self.records, seats=seats, allowed=self.allowed)
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:

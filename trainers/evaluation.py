@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from trainers.rollout import rollout_from_transcript, run_episodes
+from trainers.rollout import rollout_from_transcript, run_episodes, score_rollout
 
 
 def distinct_n(texts: Sequence[str], n: int) -> float:
@@ -30,10 +30,31 @@ def distinct_n(texts: Sequence[str], n: int) -> float:
 
 def sequence_kl(agent, ref_model, rollout) -> torch.Tensor:
     """float32 (B,): sum over response tokens of logp − ref_logp (k1 estimate of KL(π‖π_ref), nats)."""
-    with torch.no_grad():
-        lp = agent.evaluate(rollout.query, rollout.query_mask, rollout.response, rollout.response_mask).logprobs
-        ref = ref_model.evaluate(rollout.query, rollout.query_mask, rollout.response, rollout.response_mask).logprobs
-    return ((lp - ref) * rollout.response_mask).sum(dim=-1)
+    old, ref = score_rollout(agent, ref_model, rollout)
+    return ((old.logprobs - ref.logprobs) * rollout.response_mask).sum(dim=-1)
+
+
+def evaluate_collective(seats: dict, env, *, num_batches: int, seed: int) -> dict:
+    """Run both seats (pioneer, then observer with knowledge transfer) on `num_batches` batches of a two-seat env.
+
+    Args:
+        seats: seat id -> agent (``{"pioneer": ..., "observer": ...}``, e.g. `RoleExchange.seats` agents).
+        env: a two-seat `BatchedCORYEnv` (e.g. on the held-out query split).
+        num_batches: batches of `env.batch_size` queries; seed: query/sampling seed.
+
+    Returns:
+        dict: collective_reward (mean of r(q, a1) + c·r(q, a2)), pioneer_task_reward, observer_task_reward,
+        num_queries.
+    """
+    collective, pioneer, observer = [], [], []
+    for b in range(num_batches):
+        gen = torch.Generator().manual_seed(seed + 7919 * b)
+        transcript = run_episodes(env, seats, seed=seed + 1_000_003 * b, generator=gen)
+        collective.extend(np.asarray(transcript.seats["pioneer"].reward, dtype=float).tolist())
+        pioneer.extend(np.asarray(transcript.seats["pioneer"].task_reward, dtype=float).tolist())
+        observer.extend(np.asarray(transcript.seats["observer"].task_reward, dtype=float).tolist())
+    return {"collective_reward": float(np.mean(collective)), "pioneer_task_reward": float(np.mean(pioneer)),
+            "observer_task_reward": float(np.mean(observer)), "num_queries": len(collective)}
 
 
 def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta: float,

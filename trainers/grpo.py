@@ -39,7 +39,7 @@ from trainers.ppo import (
     optimizer_step,
     pooled_minibatch_loss,
 )
-from trainers.rollout import Rollout
+from trainers.rollout import Rollout, score_rollout
 
 logger = logging.getLogger(__name__)
 
@@ -95,11 +95,13 @@ def grpo_loss(
     cliprange: float = 0.2,
     kl_coef: float = 0.0,
     entropy: torch.Tensor | None = None,
+    ent_coef: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The GRPO mini-batch loss: clipped surrogate with sequence advantages, plus β·k3-KL to the reference.
 
     loss = `ppo_math.policy_loss`(logp, old_logp, A_i on every token of response i, ε)
-    + β · masked_mean(k3(logp, ref_logp)), k3 = π_ref/π − log(π_ref/π) − 1. Token-level means over the mini-batch
+    + β · masked_mean(k3(logp, ref_logp)) − ent_coef · masked_mean(entropy), k3 = π_ref/π − log(π_ref/π) − 1.
+    Token-level means over the mini-batch
     (TRL's default) rather than DeepSeekMath's per-sequence mean.
 
     Args:
@@ -110,7 +112,8 @@ def grpo_loss(
         mask: bool (B, T).
         cliprange: ε (`PPOConfig.cliprange`).
         kl_coef: β; 0 drops the KL term (KL penalised in the reward instead).
-        entropy: float (B, T), optional, only for the stats.
+        entropy: float (B, T), optional per-token entropy (nats): logged, and a bonus with `ent_coef` > 0.
+        ent_coef: entropy bonus coefficient (`PPOConfig.ent_coef`; 0 = none, DeepSeekMath).
 
     Returns:
         (loss, stats): loss float (), differentiable; stats python floats policy_loss, kl_loss (k3, token mean,
@@ -128,6 +131,10 @@ def grpo_loss(
     pg_loss, clipfrac = ppo_math.policy_loss(logprobs, old_logprobs, token_adv, mask, cliprange)
     kl_loss = ppo_math.masked_mean(ppo_math.kl_penalty(logprobs, ref_logprobs, "k3"), mask)
     loss = pg_loss + kl_coef * kl_loss if kl_coef else pg_loss
+    if ent_coef:
+        if entropy is None:
+            raise ValueError("ent_coef > 0 needs the per-token entropy (pass entropy=)")
+        loss = loss - ent_coef * ppo_math.masked_mean(entropy, mask)
     with torch.no_grad():
         stats = {
             "policy_loss": float(pg_loss), "kl_loss": float(kl_loss), "clipfrac": float(clipfrac),
@@ -196,9 +203,7 @@ class GRPOLearner:
             dict of float32 tensors: logprobs, ref_logprobs, kl (B, T; 0 on padding), rewards (B,), advantages (B,).
         """
         cfg, mask = self.config, rollout.response_mask
-        with torch.no_grad():
-            old = self.agent.evaluate(rollout.query, rollout.query_mask, rollout.response, mask)
-            ref = self.ref_model.evaluate(rollout.query, rollout.query_mask, rollout.response, mask)
+        old, ref = score_rollout(self.agent, self.ref_model, rollout)
         kind = "k3" if cfg.kl_in_loss else cfg.kl_penalty
         kl = ppo_math.kl_penalty(old.logprobs, ref.logprobs, kind) * mask
         rewards = rollout.scores.float()
@@ -256,9 +261,10 @@ class GRPOLearner:
     def _minibatch_loss(self, rollout: Rollout, data: dict[str, torch.Tensor], idx: torch.Tensor, beta: float):
         mb = rollout.select(idx)
         width = mb.response.shape[1]
-        new = self.agent.evaluate(mb.query, mb.query_mask, mb.response, mb.response_mask)
+        new = self.agent.evaluate(mb.query, mb.query_mask, mb.response, mb.response_mask, allowed=mb.allowed)
         loss, stats = grpo_loss(new.logprobs, data["logprobs"][idx, :width], data["ref_logprobs"][idx, :width],
                                 data["advantages"][idx], mb.response_mask, cliprange=self.config.cliprange,
-                                kl_coef=beta if self.config.kl_in_loss else 0.0, entropy=new.entropy)
+                                kl_coef=beta if self.config.kl_in_loss else 0.0, entropy=new.entropy,
+                                ent_coef=self.config.ent_coef)
         return pooled_minibatch_loss(self.dist, loss, stats, mb.response_mask, algo="GRPO",
                                      terms=("policy_loss", "kl_loss"), fix="lower learning_rate or set max_grad_norm")

@@ -26,7 +26,7 @@ from trainers import ppo_math
 from trainers.config import PPOConfig
 from trainers.distributed import DataParallel
 from trainers.kl_control import make_kl_controller
-from trainers.rollout import Rollout
+from trainers.rollout import Rollout, score_rollout
 from trainers.score_scaling import RunningMoments, scale_scores
 
 logger = logging.getLogger(__name__)
@@ -235,9 +235,7 @@ class PPOLearner:
             reduce_sum=self._reduce_sum,
         )
         full = cfg.kl_penalty == "full"
-        with torch.no_grad():
-            old = self.agent.evaluate(rollout.query, rollout.query_mask, rollout.response, mask, return_logits=full)
-            ref = self.ref_model.evaluate(rollout.query, rollout.query_mask, rollout.response, mask, return_logits=full)
+        old, ref = score_rollout(self.agent, self.ref_model, rollout, return_logits=full)
         rewards, non_score_reward, kl = ppo_math.compute_rewards(
             scores, old.logprobs, ref.logprobs, mask, self.kl_ctl.value, cfg.kl_penalty,
             logits=old.logits if full else None, ref_logits=ref.logits if full else None,
@@ -314,7 +312,7 @@ class PPOLearner:
     def _minibatch_loss(self, rollout: Rollout, data: dict[str, torch.Tensor], idx: torch.Tensor):
         mb = rollout.select(idx)
         width = mb.response.shape[1]
-        new = self.agent.evaluate(mb.query, mb.query_mask, mb.response, mb.response_mask, return_logits=False)
+        new = self.agent.evaluate(mb.query, mb.query_mask, mb.response, mb.response_mask, allowed=mb.allowed)
         loss, stats = ppo_math.ppo_loss(
             logprobs=new.logprobs,
             old_logprobs=data["logprobs"][idx, :width],
@@ -324,6 +322,7 @@ class PPOLearner:
             returns=data["returns"][idx, :width],
             mask=mb.response_mask,
             entropy=new.entropy,
+            ent_coef=self.config.ent_coef,
             cliprange=self.config.cliprange,
             cliprange_value=self.config.cliprange_value,
             vf_coef=self.config.vf_coef,

@@ -599,10 +599,11 @@ def ppo_loss(
     cliprange_value: float = 0.2,
     vf_coef: float = 0.1,
     entropy: Optional[torch.Tensor] = None,
+    ent_coef: float = 0.0,
     ratio_threshold: Optional[float] = None,
     reduce_sum: Optional[SumFn] = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The PPO mini-batch loss policy_loss + vf_coef · value_loss, with TRL's statistics.
+    """The PPO mini-batch loss policy_loss + vf_coef · value_loss − ent_coef · entropy, with TRL's statistics.
 
     If the mean policy ratio over real tokens exceeds `ratio_threshold`, the mini-batch is skipped as in TRL: the
     loss (and the logged policy/value losses) are multiplied by 0 and a warning is logged.
@@ -618,7 +619,9 @@ def ppo_loss(
         cliprange: policy ratio clip ε (default 0.2).
         cliprange_value: value clip c (default 0.2).
         vf_coef: value loss coefficient (default 0.1).
-        entropy: float (B, T), optional per-token policy entropy (`entropy_from_logits`), only for the stats.
+        entropy: float (B, T), optional per-token policy entropy (`entropy_from_logits`, nats): logged, and with
+            `ent_coef` > 0 its token mean is a bonus in the loss (needs its gradient).
+        ent_coef: entropy bonus coefficient (`PPOConfig.ent_coef`; TRL: none, 0; CleanRL PPO: 0.01).
         ratio_threshold: skip threshold on the mean ratio (`PPOConfig.ratio_threshold`; TRL uses 10.0);
             None (default) never skips.
         reduce_sum: data-parallel: take the skip decision on the mean ratio over every process's tokens (see
@@ -638,7 +641,7 @@ def ppo_loss(
         TypeError / ValueError: on a non-bool mask, mismatched shapes, or fewer than 2 real tokens (variances).
 
     Source:
-        TRL 0.11.4 `PPOTrainer.loss`; PPO: arXiv:1707.06347.
+        TRL 0.11.4 `PPOTrainer.loss`; PPO: arXiv:1707.06347 (eq. 9 for the entropy bonus; CleanRL `ppo.py`).
     """
     _check_mask(mask, logprobs, "logprobs")
     _check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs, values=values, old_values=old_values,
@@ -646,6 +649,11 @@ def ppo_loss(
     pg_loss, pg_clipfrac = policy_loss(logprobs, old_logprobs, advantages, mask, cliprange)
     vf_loss, vf_clipfrac = value_loss(values, old_values, returns, mask, cliprange_value)
     loss = pg_loss + vf_coef * vf_loss
+    if ent_coef:
+        if entropy is None:
+            raise ValueError("ent_coef > 0 needs the per-token entropy (pass entropy=)")
+        _check_same_shape(logprobs=logprobs, entropy=entropy)
+        loss = loss - ent_coef * masked_mean(entropy, mask)
     ratio = torch.exp(logprobs - old_logprobs).detach()
     ratio_mean = masked_mean(ratio, mask)
     decisive = ratio_mean

@@ -24,6 +24,8 @@ class Rollout:
         response_mask: bool (B, T), False on padding.
         scores: float32 (B,), the reward the learner optimises (the collective reward for CORY).
         task_reward: float32 (B,), the seat's own task reward r(q, a) (for logging).
+        allowed: bool (V,), the actions the task allowed while sampling (`EpisodeTranscript.allowed`), or None
+            for every token; learners score the responses under that restricted distribution.
     """
 
     query: torch.Tensor
@@ -32,6 +34,7 @@ class Rollout:
     response_mask: torch.Tensor
     scores: torch.Tensor
     task_reward: torch.Tensor
+    allowed: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         batch = self.query.shape[0]
@@ -49,18 +52,39 @@ class Rollout:
         """This rollout with every tensor on `device` (itself when they are already there)."""
         if self.query.device == torch.device(device):
             return self
-        return Rollout(**{name: getattr(self, name).to(device) for name in self.__dataclass_fields__})
+        return Rollout(**{name: None if getattr(self, name) is None else getattr(self, name).to(device)
+                          for name in self.__dataclass_fields__})
 
     def select(self, index: torch.Tensor) -> "Rollout":
         """Rows `index` (int64 (b,)) of every field, trimmed to the columns those rows use."""
-        sub = {name: getattr(self, name)[index] for name in self.__dataclass_fields__}
+        sub = {name: getattr(self, name)[index] for name in self.__dataclass_fields__ if name != "allowed"}
         q_used = sub["query_mask"].any(dim=0)
         r_used = sub["response_mask"].any(dim=0)
         q_start = int(q_used.nonzero()[0]) if q_used.any() else sub["query"].shape[1]
         r_end = int(r_used.nonzero()[-1]) + 1
         sub["query"], sub["query_mask"] = sub["query"][:, q_start:], sub["query_mask"][:, q_start:]
         sub["response"], sub["response_mask"] = sub["response"][:, :r_end], sub["response_mask"][:, :r_end]
-        return Rollout(**sub)
+        return Rollout(**sub, allowed=self.allowed)
+
+
+def score_rollout(agent, ref_model, rollout: Rollout, *, return_logits: bool = False):
+    """The agent's and the reference model's scores of the rollout's responses, without gradients.
+
+    Both score under the distribution the tokens were sampled from (`agents.reference.policy_logits`: the agent's
+    temperature, the task's allowed tokens), so old log-probabilities, the KL to the reference and the ratios of the
+    update all describe the same policy.
+
+    Returns:
+        (`agents.EvalOutput`, `agents.ReferenceOutput`): logprobs float32 (B, T) nats, values, entropies, and the
+        (B, T, V) logits when `return_logits`.
+    """
+    with torch.no_grad():
+        old = agent.evaluate(rollout.query, rollout.query_mask, rollout.response, rollout.response_mask,
+                             return_logits=return_logits, allowed=rollout.allowed)
+        ref = ref_model.evaluate(rollout.query, rollout.query_mask, rollout.response, rollout.response_mask,
+                                 return_logits=return_logits, temperature=agent.sampling.temperature,
+                                 allowed=rollout.allowed)
+    return old, ref
 
 
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int, *, side: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -136,4 +160,5 @@ def rollout_from_transcript(transcript, seat: str, pad_id: int) -> Rollout:
         response_mask=response_mask,
         scores=torch.as_tensor(np.asarray(seat_t.reward, dtype=np.float32)),
         task_reward=torch.as_tensor(np.asarray(seat_t.task_reward, dtype=np.float32)),
+        allowed=None if transcript.allowed is None else torch.as_tensor(np.asarray(transcript.allowed, dtype=bool)),
     )

@@ -32,6 +32,7 @@ import itertools
 
 import numpy as np
 
+from cory_env.data import heldout_split
 from cory_env.tasks.base import Task
 
 __all__ = [
@@ -114,8 +115,10 @@ def make_tiny_vocab_task(config=None, tokenizer=None) -> Task:
     """The tiny-vocabulary task (see the module docstring).
 
     Args:
-        config: `EnvConfig`; only ``observer_template`` / ``pioneer_template`` overrides are read (by the env).
-            The response length is the task's (`ANSWER_LEN`), not ``min/max_new_tokens``.
+        config: `EnvConfig`; ``heldout_fraction`` / ``query_split`` pick a side of a fixed held-out slice of the
+            1820 queries (`cory_env.data.heldout_split`, by a hash of the query text); the ``observer_template`` /
+            ``pioneer_template`` overrides are read by the env. The response length is the task's (`ANSWER_LEN`),
+            not ``min/max_new_tokens``.
         tokenizer: with the task's own tokenizer, the action mask allows only the 16 symbols and EOS.
 
     Returns:
@@ -128,7 +131,8 @@ def make_tiny_vocab_task(config=None, tokenizer=None) -> Task:
         mask[VOCAB["<eos>"]] = 1
     return Task(
         name="tiny_vocab",
-        records=tiny_vocab_records(),
+        records=(tiny_vocab_records() if config is None
+                 else heldout_split(tiny_vocab_records(), config.query_split, config.heldout_fraction)),
         reward_fn=tiny_vocab_reward,
         observer_template=OBSERVER_TEMPLATE,
         pioneer_template=PIONEER_TEMPLATE,

@@ -35,6 +35,7 @@ from trainers import checkpoint as ckpt
 from trainers.build import build_agents, build_exchange, load_policy_model
 from trainers.config import CORYConfig, PPOConfig
 from trainers.evaluation import evaluate_pioneer
+from trainers.grpo import penalised_kl_kind
 from trainers.passk import PAPER_EVAL_SAMPLING, evaluate_pass_at_k
 
 logger = logging.getLogger(__name__)
@@ -167,6 +168,7 @@ class _Loaded:
     checkpoint: Path | None
     env_config: EnvConfig
     label: str
+    kl_penalty: str = "kl"
 
 
 def _load_checkpoint(args) -> _Loaded:
@@ -186,7 +188,8 @@ def _load_checkpoint(args) -> _Loaded:
         raise ValueError(f"--model_name {name!r} is not in this checkpoint; choose one of {sorted(agents)}")
     exchange = build_exchange(agents, ref, cory_cfg, ppo_cfg, cory_cfg.learner)
     ckpt.load_bundle(path, exchange.bundles[name], with_learner=False)
-    return _Loaded(agents[name], ref, name, path, env_cfg, f"{cory_cfg.model} ({path}, {name})")
+    kind = penalised_kl_kind(ppo_cfg) if cory_cfg.learner == "grpo" else ppo_cfg.kl_penalty
+    return _Loaded(agents[name], ref, name, path, env_cfg, f"{cory_cfg.model} ({path}, {name})", kind)
 
 
 def _eval_imdb(loaded: _Loaded, args) -> dict[str, Any]:
@@ -203,7 +206,8 @@ def _eval_imdb(loaded: _Loaded, args) -> dict[str, Any]:
         learner_json = json.loads((where / model_name / "learner.json").read_text(encoding="utf-8"))
         eta = float(learner_json["kl_ctl"]["value"])
     env = BatchedCORYEnv(env_cfg, agent.tokenizer, batch_size=args.batch_size, single_agent=True)
-    result = evaluate_pioneer(agent, loaded.ref_model, env, num_batches=args.num_batches, seed=args.seed, eta=eta)
+    result = evaluate_pioneer(agent, loaded.ref_model, env, num_batches=args.num_batches, seed=args.seed, eta=eta,
+                              kl_penalty=loaded.kl_penalty)
     result = {"checkpoint": str(where), "model_name": model_name, "eta": eta, "query_split": env_cfg.query_split,
               "heldout_fraction": env_cfg.heldout_fraction, **result}
     out = Path(args.out) if args.out else where / f"eval-{model_name}.json"

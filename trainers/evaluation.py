@@ -11,6 +11,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from trainers import ppo_math
 from trainers.rollout import rollout_from_transcript, run_episodes
 
 
@@ -28,16 +29,21 @@ def distinct_n(texts: Sequence[str], n: int) -> float:
     return len(set(grams)) / len(grams) if grams else 0.0
 
 
-def sequence_kl(agent, ref_model, rollout) -> torch.Tensor:
-    """float32 (B,): sum over response tokens of logp − ref_logp (k1 estimate of KL(π‖π_ref), nats)."""
+def sequence_kl(agent, ref_model, rollout, kind: str = "kl") -> torch.Tensor:
+    """float32 (B,): sum over response tokens of the `kind` estimate of KL(π‖π_ref) (`ppo_math.kl_penalty`;
+    "kl" = k1 = logp − ref_logp), nats."""
+    full = kind == "full"
+    args = (rollout.query, rollout.query_mask, rollout.response, rollout.response_mask)
     with torch.no_grad():
-        lp = agent.evaluate(rollout.query, rollout.query_mask, rollout.response, rollout.response_mask).logprobs
-        ref = ref_model.evaluate(rollout.query, rollout.query_mask, rollout.response, rollout.response_mask).logprobs
-    return ((lp - ref) * rollout.response_mask).sum(dim=-1)
+        out = agent.evaluate(*args, return_logits=full)
+        ref = ref_model.evaluate(*args, return_logits=full)
+        kl = ppo_math.kl_penalty(out.logprobs, ref.logprobs, kind, logits=out.logits if full else None,
+                                 ref_logits=ref.logits if full else None)
+    return (kl * rollout.response_mask).sum(dim=-1)
 
 
 def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta: float,
-                     num_samples: int = 5) -> dict:
+                     num_samples: int = 5, kl_penalty: str = "kl") -> dict:
     """Run the pioneer alone on `num_batches` batches of the (single-agent) env.
 
     Args:
@@ -48,6 +54,7 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
         seed: query/sampling seed (use one the training run did not use for held-out queries).
         eta: coefficient of the combined reward = task_reward − eta · KL.
         num_samples: texts to include.
+        kl_penalty: KL estimator summed into `kl` (the one that shaped the run's reward, as its training `kl`).
 
     Returns:
         dict: task_reward, kl, combined_reward (means), distinct_1, distinct_2, response_len, num_queries, samples.
@@ -59,7 +66,7 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
         rollout = rollout_from_transcript(transcript, "pioneer", env.pad_token_id)
         seat = transcript.seats["pioneer"]
         rewards.extend(np.asarray(seat.task_reward, dtype=float).tolist())
-        kls.extend(sequence_kl(agent, ref_model, rollout).tolist())
+        kls.extend(sequence_kl(agent, ref_model, rollout, kl_penalty).tolist())
         lengths.extend(rollout.response_mask.sum(dim=-1).tolist())
         texts.extend(seat.response_text)
         for q, r, s in zip(transcript.query_text, seat.response_text, seat.task_reward):

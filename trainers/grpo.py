@@ -202,6 +202,7 @@ class GRPOLearner:
             dict of float32 tensors: logprobs, ref_logprobs, kl (B, T; 0 on padding), rewards (B,), advantages (B,).
         """
         cfg, mask = self.config, rollout.response_mask
+        self.agent.eval()  # old logprobs score the rollout: no dropout
         with torch.no_grad():
             old = self.agent.evaluate(rollout.query, rollout.query_mask, rollout.response, mask)
             ref = self.ref_model.evaluate(rollout.query, rollout.query_mask, rollout.response, mask)

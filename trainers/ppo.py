@@ -237,6 +237,7 @@ class PPOLearner:
             reduce_sum=self._reduce_sum,
         )
         full = cfg.kl_penalty == "full"
+        self.agent.eval()  # old logprobs/values score the rollout: no dropout (LoRA or value head)
         with torch.no_grad():
             old = self.agent.evaluate(rollout.query, rollout.query_mask, rollout.response, mask, return_logits=full)
             ref = self.ref_model.evaluate(rollout.query, rollout.query_mask, rollout.response, mask, return_logits=full)

@@ -90,6 +90,20 @@ def test_resume_equals_uninterrupted(tiny_run, tmp_path):
     assert [r["iteration"] for r in logged] == [0, 1, 2, 3]
 
 
+@pytest.mark.parametrize("learner", ["ppo", "grpo"])
+def test_lora_resume_equals_uninterrupted(tiny_run, learner):
+    """Issue #15.2: with LoRA (and value-head / LoRA dropout on) resuming is exact too: every module that scores a
+    rollout is in eval mode, in a fresh run as after a resume."""
+    opts = dict(use_lora=True, lora_dropout=0.1, value_head_dropout=0.1, role_exchange_period=3, learner=learner)
+    if learner == "grpo":
+        opts.update(group_size=2)
+    full = CORYTrainer(*tiny_run("lora-full", num_iterations=4, **opts)).train()
+    CORYTrainer(*tiny_run("lora-part", num_iterations=2, **opts)).train()
+    resumed = CORYTrainer(*tiny_run("lora-part", num_iterations=4, resume=True, **opts))
+    assert resumed.start_iteration == 2
+    assert _strip_time(resumed.train()) == _strip_time(full[2:])
+
+
 def test_ppo_baseline_logs_under_pioneer_only(tiny_run):
     cory, ppo, env = tiny_run(algo="ppo", num_iterations=2)
     trainer = CORYTrainer(cory, ppo, env)

@@ -20,6 +20,7 @@ r·B .. (r+1)·B − 1 of a one-process run with batch N·B, same queries) and t
 from __future__ import annotations
 
 import logging
+import os
 import resource
 import shutil
 import signal
@@ -142,7 +143,8 @@ class CORYTrainer:
         self.config, self.ppo_config, self.env_config = config, ppo_config, env_config
         self.dist = DataParallel.from_launcher(config.device) if dist is None else dist
         self.output_dir = Path(config.output_dir)
-        self._prepare_output_dir()
+        has_run = check_output_dir(config, self.dist.world_size)
+        self.dist.barrier()  # every process has checked the folder before the main one changes it
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
         seed_everything(config.seed, config.deterministic)
@@ -158,25 +160,35 @@ class CORYTrainer:
         self.env = build_env(env_config, tokenizer, config, ppo_config, reward_fn=reward_fn)
         self.start_iteration = 0
         self.config_dict = resolved_config(config, ppo_config, env_config)
+        # model, tokenizer, data, reward and configs are all checked: only now is the run folder changed
         if config.resume:
             self._resume()
         elif self.dist.is_main:
-            (self.output_dir / CONFIG_FILE).write_text(yaml.safe_dump(self.config_dict, sort_keys=False))
+            self._start_output_dir(replace=has_run)
+        self.dist.barrier()
         for bundle in self.exchange.bundles.values():  # identical replicas from the first step on (a collective,
             self.dist.broadcast_parameters(bundle.agent.trainable_parameters())  # so also the start-up barrier)
         self._stop_requested = False
         self.stopped_early = False  # set when a stop signal ended train() before num_iterations
 
     # ------------------------------------------------------------------ run directory
-    def _prepare_output_dir(self) -> None:
-        out, cfg = self.output_dir, self.config
-        has_run = check_output_dir(cfg, self.dist.world_size)
-        self.dist.barrier()  # every process has checked the folder before the main one changes it
-        if self.dist.is_main:
-            if has_run and cfg.overwrite:
-                shutil.rmtree(out)
+    def _start_output_dir(self, *, replace: bool) -> None:
+        """Create the run folder with its config.yaml. With `replace` (``--overwrite`` of a run) the old run is moved
+        aside first and deleted only once the new folder is written; if writing fails, the old run is put back."""
+        out = self.output_dir
+        aside = out.with_name(f".{out.name}.replaced-{os.getpid()}") if replace else None
+        if aside is not None:
+            os.rename(out, aside)
+        try:
             out.mkdir(parents=True, exist_ok=True)
-        self.dist.barrier()
+            (out / CONFIG_FILE).write_text(yaml.safe_dump(self.config_dict, sort_keys=False))
+        except BaseException:
+            if aside is not None:
+                shutil.rmtree(out, ignore_errors=True)
+                os.rename(aside, out)
+            raise
+        if aside is not None:
+            shutil.rmtree(aside)
 
     def _run_state(self) -> dict[str, Any]:
         return {"config": self.config_dict, "model": self.config.model, "vocab_size": self.vocab_size,

@@ -134,6 +134,27 @@ def test_existing_run_is_not_overwritten(tiny_run, tmp_path):
     CORYTrainer(*tiny_run("x", num_iterations=1, overwrite=True))  # explicit overwrite is allowed
 
 
+def test_failed_overwrite_keeps_the_old_run_and_a_failed_start_leaves_no_folder(tiny_run, tmp_path, monkeypatch):
+    """Issue #15.3: every input is checked before `--overwrite` touches the old run; a failed start creates nothing."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    CORYTrainer(*tiny_run("x", num_iterations=1)).train()
+    before = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "x").rglob("*"))
+    no_text = tmp_path / "no_text.csv"
+    no_text.write_text("title,stars\nA film,3\n")
+    bad = [dict(data_path=str(no_text)), dict(model="smollm2-135m-instruc"), dict(reward="nosuch_reward")]
+    for opts in bad:
+        with pytest.raises((ValueError, OSError)):
+            CORYTrainer(*tiny_run("x", num_iterations=1, overwrite=True, **opts))
+        assert sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "x").rglob("*")) == before, opts
+        with pytest.raises((ValueError, OSError)):
+            CORYTrainer(*tiny_run("fresh", num_iterations=1, **opts))
+        assert not (tmp_path / "fresh").exists(), opts
+    trainer = CORYTrainer(*tiny_run("x", num_iterations=1, overwrite=True))  # a good overwrite replaces the run
+    assert not (tmp_path / "x" / "metrics.jsonl").exists() and (tmp_path / "x" / "config.yaml").is_file()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".x")] == []  # no moved-aside copy is left
+    trainer.train()
+
+
 def test_resume_with_different_config_names_fields(tiny_run):
     CORYTrainer(*tiny_run("y", num_iterations=1)).train()
     with pytest.raises(ValueError, match="learning_rate.*init_kl_coef|init_kl_coef.*learning_rate"):

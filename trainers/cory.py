@@ -36,6 +36,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from cory_env import EnvConfig
+from cory_env.rewards import reward_name
 from trainers import checkpoint as ckpt
 from trainers.build import build_agents, build_env, build_exchange, load_policy_model, seed_everything
 from trainers.config import CORYConfig, PPOConfig
@@ -128,7 +129,8 @@ class CORYTrainer:
         ppo_config: each learner's PPO settings (`batch_size` = episodes per iteration).
         env_config: the task and episode settings.
         model, tokenizer: an already loaded policy model and tokenizer (else loaded from `config.model`).
-        reward_fn: optional reward callable overriding `env_config.reward`.
+        reward_fn: optional reward callable overriding `env_config.reward`; config.yaml records it as
+            ``module:function`` when it is importable by that name (`cory_env.rewards.reward_name`).
         dist: the data-parallel group; default `DataParallel.from_launcher(config.device)` (one process unless
             started by ``accelerate launch`` / ``torchrun``). `ppo_config.batch_size` counts this process's episodes.
 
@@ -160,6 +162,8 @@ class CORYTrainer:
         self.env = build_env(env_config, tokenizer, config, ppo_config, reward_fn=reward_fn)
         self.start_iteration = 0
         self.config_dict = resolved_config(config, ppo_config, env_config)
+        if reward_fn is not None:  # what was really used, so `cory eval` and --resume do not fall back to a name
+            self.config_dict["reward"] = reward_name(reward_fn)
         # model, tokenizer, data, reward and configs are all checked: only now is the run folder changed
         if config.resume:
             self._resume()

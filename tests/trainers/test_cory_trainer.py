@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+import yaml
 
 from trainers import ppo_math
 from trainers.checkpoint import latest_checkpoint
@@ -244,3 +245,30 @@ def test_bfloat16_model_with_lora_trains(tiny_run):
     assert agent.value_head.summary.weight.dtype == torch.float32
     rows = trainer.train()
     assert all(math.isfinite(v) for row in rows for k, v in row.items() if k.split("/")[0] in ("pioneer", "observer"))
+
+
+def constant_ten_reward(queries, responses):
+    """A reward callable importable by name (tests.trainers.test_cory_trainer:constant_ten_reward)."""
+    return [10.0] * len(queries)
+
+
+def test_a_reward_callable_is_recorded_and_eval_never_substitutes_another(tiny_run, tmp_path):
+    """Issue #15.4: config.yaml names the callable (module:function); `cory eval` scores with it, and refuses a
+    callable it cannot rebuild unless --reward says which reward to use."""
+    from trainers.evaluate_cli import run_eval
+
+    CORYTrainer(*tiny_run("named", num_iterations=1), reward_fn=constant_ten_reward).train()
+    saved = yaml.safe_load((tmp_path / "named" / "config.yaml").read_text())
+    assert saved["reward"] == "tests.trainers.test_cory_trainer:constant_ten_reward"
+    out = tmp_path / "named.json"
+    run_eval([str(tmp_path / "named"), "--num_batches", "1", "--batch_size", "2", "--out", str(out)])
+    assert json.loads(out.read_text())["task_reward"] == 10.0
+
+    CORYTrainer(*tiny_run("lambda", num_iterations=1), reward_fn=lambda q, r: [10.0] * len(q)).train()
+    saved = yaml.safe_load((tmp_path / "lambda" / "config.yaml").read_text())
+    assert "<lambda>" in saved["reward"] and saved["reward"] != "vader"
+    with pytest.raises(ValueError, match="--reward"):
+        run_eval([str(tmp_path / "lambda"), "--num_batches", "1", "--batch_size", "2", "--out", str(out)])
+    run_eval([str(tmp_path / "lambda"), "--num_batches", "1", "--batch_size", "2", "--out", str(out),
+              "--reward", "tests.trainers.test_cory_trainer:constant_ten_reward"])
+    assert json.loads(out.read_text())["task_reward"] == 10.0

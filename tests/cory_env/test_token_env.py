@@ -158,3 +158,23 @@ def test_config_object_and_keyword_override(tiny_tok):
     aec = raw_env(EnvConfig(max_new_tokens=9), tokenizer=tiny_tok, context_len=64)
     assert (aec.config.max_new_tokens, aec.config.context_len) == (9, 64)
     assert aec.observation_space("pioneer")["input_ids"].shape == (64,)
+
+
+def test_query_cuts_never_split_a_character(tiny_tok):
+    """Issue #15.5: the first-k-tokens query and the left-truncated query end (and start) on character boundaries:
+    no U+FFFD in the query text the reward and samples.jsonl see, for any drawn k."""
+    from cory_env.episode import EpisodeBatch
+
+    text = "😀é naïve film 😀😀 très bien"
+    assert "\ufffd" in tiny_tok.decode(tiny_tok.encode(text, add_special_tokens=False)[:2])  # the trap is real
+    task = Task(name="t", records=[{"query": text}], reward_fn=char_count_reward,
+                observer_template=IMDB_OBSERVER_TEMPLATE, query_tokens=(1, 12), min_new_tokens=1, max_new_tokens=2)
+    batch = EpisodeBatch(task, tiny_tok, batch_size=16, context_len=128)
+    for seed in range(5):
+        batch.reset(seed=seed * 16)
+        for q in batch.query_text:
+            assert "\ufffd" not in q and q and text.startswith(q), q
+    small = EpisodeBatch(task, tiny_tok, batch_size=2, context_len=62)  # room for a few query tokens only
+    small.reset(queries=[text, "ab 😀é😀é😀é😀é😀é"])
+    for q, full in zip(small.query_text, [text, "ab 😀é😀é😀é😀é😀é"]):
+        assert "\ufffd" not in q and q and full.endswith(q), q

@@ -37,6 +37,7 @@ from trainers.ppo import (
     checked_trainable_parameters,
     global_sequence_kl,
     make_adam,
+    mean_over_minibatches,
     optimizer_step,
     pooled_minibatch_loss,
 )
@@ -248,7 +249,7 @@ class GRPOLearner:
         seq_kl, seq_k1 = global_sequence_kl(data["kl"], data["logprobs"], data["ref_logprobs"], mask, self.dist)
         self.kl_ctl.update(seq_kl, cfg.batch_size * self.dist.world_size)
         grouped = data["rewards"].view(-1, cfg.group_size)
-        out = {key: sum(s[key] for s in stats) / len(stats) for key in stats[0]}
+        out = mean_over_minibatches(stats)
         out.update(
             task_reward=float(rollout.task_reward.mean()),
             score=float(rollout.scores.mean()),

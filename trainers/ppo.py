@@ -146,6 +146,16 @@ def global_sequence_kl(kl: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: t
     return float(totals[0] / totals[2]), float(totals[1] / totals[2])
 
 
+def mean_over_minibatches(stats: list[dict[str, float]]) -> dict[str, float]:
+    """Each statistic's mean over the update's mini-batches, skipping those where it is undefined (NaN: the variance
+    of a mini-batch with one token); NaN only when it is undefined in every mini-batch."""
+    out = {}
+    for key in stats[0]:
+        values = [s[key] for s in stats if not math.isnan(s[key])]
+        out[key] = sum(values) / len(values) if values else float("nan")
+    return out
+
+
 def pooled_minibatch_loss(dist: DataParallel, loss: torch.Tensor, stats: dict[str, float], mask: torch.Tensor, *,
                           algo: str, terms: tuple[str, ...], fix: str) -> tuple[torch.Tensor, dict[str, float]]:
     """A learner's mini-batch loss and statistics, ready for data-parallel training (the identity for one process).
@@ -299,7 +309,7 @@ class PPOLearner:
         # TRL objective/kl: the estimator that shapes the reward (kl_penalty), summed over the response
         mean_kl, mean_k1 = global_sequence_kl(data["kl"], data["logprobs"], data["ref_logprobs"], mask, self.dist)
         self.kl_ctl.update(mean_kl, cfg.batch_size * self.dist.world_size)
-        out = {key: sum(s[key] for s in train_stats) / len(train_stats) for key in train_stats[0]}
+        out = mean_over_minibatches(train_stats)
         out.update(
             task_reward=float(rollout.task_reward.mean()),
             score=float(rollout.scores.mean()),

@@ -193,3 +193,14 @@ def test_eval_kl_uses_the_run_estimator(tiny_tok, kind):
         ref = learner.ref_model.evaluate(*args, return_logits=True)
     hand = (_hand_kl(old.logprobs, ref.logprobs, kind, old.logits, ref.logits) * rollout.response_mask).sum(-1)
     torch.testing.assert_close(sequence_kl(learner.agent, learner.ref_model, rollout, kind), hand, atol=1e-5, rtol=0)
+
+
+def test_one_token_mini_batches_keep_the_logged_statistics_finite(tiny_tok):
+    """Issue #15.6: a mini-batch of one 1-token response has no variance; the logged per-update means skip it
+    instead of turning returns_var / values_var into NaN for the whole iteration."""
+    import math
+
+    learner = _learner(tiny_tok)
+    learner.config = PPOConfig(batch_size=4, mini_batch_size=1, ppo_epochs=1)  # row 1 has a 1-token response
+    stats = learner.step(_rollout([1.0, -0.5, 0.25, 2.0]), generator=torch.Generator().manual_seed(0))
+    assert all(math.isfinite(v) for v in stats.values()), {k: v for k, v in stats.items() if not math.isfinite(v)}

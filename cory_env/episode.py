@@ -22,6 +22,7 @@ The AEC env (`cory_env.token_env`) is the B = 1 view, `cory_env.BatchedCORYEnv` 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -66,7 +67,9 @@ def prepare_tokenizer(tokenizer):
     """Resolve and check the env's tokenizer.
 
     Args:
-        tokenizer: a Hugging Face tokenizer object, or a name/path for `transformers.AutoTokenizer.from_pretrained`.
+        tokenizer: a Hugging Face tokenizer object, or a name that `cory_env.hub.load_tokenizer` resolves (the
+            names `--model` takes: an alias such as ``"smollm2-135m-instruct"``, a ``.gguf`` file, a local folder
+            or a hub id; offline-first).
 
     Returns:
         The tokenizer; one without a pad token gets pad = EOS and left padding (it is modified in place).
@@ -75,12 +78,12 @@ def prepare_tokenizer(tokenizer):
         ValueError: if it is missing, has no EOS token, or its EOS id is outside [0, len(tokenizer)).
     """
     if tokenizer is None:
-        raise ValueError("the env needs a tokenizer: pass a tokenizer object or a name for "
-                         "transformers.AutoTokenizer.from_pretrained")
-    if isinstance(tokenizer, str):
-        from transformers import AutoTokenizer
+        raise ValueError("the env needs a tokenizer: pass a tokenizer object or a name (alias such as "
+                         "'smollm2-135m-instruct', .gguf file, local folder or hub id)")
+    if isinstance(tokenizer, (str, os.PathLike)):
+        from cory_env.hub import load_tokenizer  # imports torch/transformers: only when a name is given
 
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+        tokenizer = load_tokenizer(os.fspath(tokenizer))
     eos, vocab = tokenizer.eos_token_id, len(tokenizer)
     if eos is None:
         raise ValueError(f"tokenizer {type(tokenizer).__name__} has no EOS token; set tokenizer.eos_token")

@@ -178,3 +178,19 @@ def test_query_cuts_never_split_a_character(tiny_tok):
     small.reset(queries=[text, "ab 😀é😀é😀é😀é😀é"])
     for q, full in zip(small.query_text, [text, "ab 😀é😀é😀é😀é😀é"]):
         assert "\ufffd" not in q and q and full.endswith(q), q
+
+
+@pytest.mark.parametrize("kind", ["alias", "folder"])
+def test_env_takes_the_project_model_names_as_tokenizer_offline(monkeypatch, tmp_path, tiny_tok, kind):
+    """Issue #15.8: the env resolves a tokenizer name like every other entry point (alias, folder, .gguf, hub id),
+    offline: the alias's converted copy in the cache is used, the hub is never asked."""
+    from cory_env.hub import DEFAULT_MODEL
+
+    folder = tmp_path / DEFAULT_MODEL
+    tiny_tok.save_pretrained(folder)
+    (folder / "config.json").write_text("{}")  # a converted alias folder holds the model's config too
+    monkeypatch.setenv("CORY_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    e = env(task="imdb", tokenizer=DEFAULT_MODEL if kind == "alias" else str(folder))
+    e.reset(seed=0)
+    assert e.action_space("pioneer").n == len(tiny_tok)

@@ -41,6 +41,7 @@ from trainers import checkpoint as ckpt
 from trainers.build import build_agents, build_env, build_exchange, load_policy_model, seed_everything
 from trainers.config import CORYConfig, PPOConfig
 from trainers.distributed import DataParallel, check_device
+from trainers.inert_options import inert_options
 from trainers.learners import check_learner
 from trainers.metrics import METRICS_FILE, SAMPLES_FILE, MetricsLogger, truncate_jsonl
 from trainers.role_exchange import SEATS
@@ -164,9 +165,16 @@ class CORYTrainer:
         self.config_dict = resolved_config(config, ppo_config, env_config)
         if reward_fn is not None:  # what was really used, so `cory eval` and --resume do not fall back to a name
             self.config_dict["reward"] = reward_name(reward_fn)
+        if self.dist.is_main:
+            for message in inert_options(config, ppo_config, env_config):
+                logger.warning("%s", message)
         # model, tokenizer, data, reward and configs are all checked: only now is the run folder changed
         if config.resume:
             self._resume()
+            if self.start_iteration >= config.num_iterations and self.dist.is_main:
+                logger.warning("nothing to train: %s already holds %d iteration(s) and num_iterations=%d; raise "
+                               "--num_iterations to continue it", self.output_dir, self.start_iteration,
+                               config.num_iterations)
         elif self.dist.is_main:
             self._start_output_dir(replace=has_run)
         self.dist.barrier()

@@ -45,8 +45,9 @@ class EnvConfig:
         default="vader",
         metadata={"help": "IMDB task reward by name: 'vader' (offline; VADER compound of query + response, in "
                           "[-1, 1]) or 'distilbert-imdb' (the paper's: raw POSITIVE logit of "
-                          "`lvwerra/distilbert-imdb`). Tasks with their own reward (gsm8k) ignore it; a callable "
-                          "goes to the env constructor as `reward_fn`."},
+                          "`lvwerra/distilbert-imdb`); or an importable 'module:function' taking (queries, responses). Tasks "
+                          "with their own reward (gsm8k) ignore it; a callable goes to the env constructor as "
+                          "`reward_fn` (a run records it as module:function when importable)."},
     )
     min_review_chars: int = field(
         default=200,

@@ -22,6 +22,7 @@ The AEC env (`cory_env.token_env`) is the B = 1 view, `cory_env.BatchedCORYEnv` 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -69,7 +70,9 @@ def prepare_tokenizer(tokenizer):
     """Resolve and check the env's tokenizer.
 
     Args:
-        tokenizer: a Hugging Face tokenizer object, or a name/path for `transformers.AutoTokenizer.from_pretrained`.
+        tokenizer: a Hugging Face tokenizer object, or a name that `cory_env.hub.load_tokenizer` resolves (the
+            names `--model` takes: an alias such as ``"smollm2-135m-instruct"``, a ``.gguf`` file, a local folder
+            or a hub id; offline-first).
 
     Returns:
         The tokenizer; one without a pad token gets pad = EOS and left padding (it is modified in place).
@@ -78,12 +81,12 @@ def prepare_tokenizer(tokenizer):
         ValueError: if it is missing, has no EOS token, or its EOS id is outside [0, len(tokenizer)).
     """
     if tokenizer is None:
-        raise ValueError("the env needs a tokenizer: pass a tokenizer object or a name for "
-                         "transformers.AutoTokenizer.from_pretrained")
-    if isinstance(tokenizer, str):
-        from transformers import AutoTokenizer
+        raise ValueError("the env needs a tokenizer: pass a tokenizer object or a name (alias such as "
+                         "'smollm2-135m-instruct', .gguf file, local folder or hub id)")
+    if isinstance(tokenizer, (str, os.PathLike)):
+        from cory_env.hub import load_tokenizer  # imports torch/transformers: only when a name is given
 
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+        tokenizer = load_tokenizer(os.fspath(tokenizer))
     eos, vocab = tokenizer.eos_token_id, len(tokenizer)
     if eos is None:
         raise ValueError(f"tokenizer {type(tokenizer).__name__} has no EOS token; set tokenizer.eos_token")
@@ -95,6 +98,19 @@ def prepare_tokenizer(tokenizer):
         tokenizer.padding_side = "left"
         logger.info("tokenizer has no pad token: using EOS (%r, id %d) with left padding", tokenizer.eos_token, eos)
     return tokenizer
+
+
+MAX_TOKENS_PER_CHAR = 4
+"""A UTF-8 character is at most 4 bytes, so a byte-level tokenizer spreads it over at most 4 tokens."""
+
+
+def _clean_cut(tokenizer, part: list[int], full: str, *, end: bool) -> bool:
+    """Whether the token slice `part` of a sequence whose text is `full` is cut on character boundaries: its text
+    has no U+FFFD at the cut (`end`: a prefix, cut at its end; else a suffix, cut at its start) that `full` lacks."""
+    text = tokenizer.decode(part, skip_special_tokens=True)
+    if end:
+        return not text.endswith("\ufffd") or full.startswith(text)
+    return not text.startswith("\ufffd") or full.endswith(text)
 
 
 class EpisodeBatch:
@@ -137,7 +153,7 @@ class EpisodeBatch:
         self.query_budget = self._query_budget()
         self.action_mask, self.allowed = self._action_mask(task.action_mask)
         self._rngs: list[np.random.Generator] | None = None
-        self._record_ids: dict[int, list[int]] = {}
+        self._record_ids: dict[int, tuple[list[int], list[int] | None]] = {}  # ids, clean cut lengths
         self.phase: str | None = None
 
     # ----- construction helpers -------------------------------------------------------------------------------
@@ -217,7 +233,7 @@ class EpisodeBatch:
             q_len = int(rng.integers(qt[0], qt[1] + 1)) if qt else None
             max_new[i] = rng.integers(task.min_new_tokens, task.max_new_tokens + 1)
             if queries is None:
-                ids, record = self._record_query(index)[:q_len], task.records[index]
+                ids, record = self._record_query(index, q_len), task.records[index]
             else:
                 ids = self._explicit_query(queries[i])
                 record = {"query": queries[i] if isinstance(queries[i], str) else None}
@@ -236,18 +252,27 @@ class EpisodeBatch:
         self.prompt_ids: dict[str, list[list[int]]] = {}
         self._start_phase("pioneer", [self.prompts["pioneer"].build(q) for q in query_ids])
 
-    def _record_query(self, index: int) -> list[int]:
-        ids = self._record_ids.get(index)
-        if ids is None:
+    def _record_query(self, index: int, q_len: int | None) -> list[int]:
+        """Record `index`'s query ids: its first `q_len` tokens (all when None), moved to the nearest character
+        boundary (the largest clean cut <= q_len, else the smallest above) so the query text holds no U+FFFD."""
+        cached = self._record_ids.get(index)
+        if cached is None:
             text = self.task.records[index]["query"]
             ids = self.tokenizer.encode(text, add_special_tokens=False)
             if not ids:
                 raise ValueError(f"task {self.task.name!r}: record {index} has an empty query {text!r}; drop "
                                  "empty rows from the data")
+            cuts = None
             if self.task.query_tokens:
-                ids = ids[: self.task.query_tokens[1]]
-            self._record_ids[index] = ids
-        return ids
+                full = self.tokenizer.decode(ids, skip_special_tokens=True)
+                ids = ids[: self.task.query_tokens[1] + MAX_TOKENS_PER_CHAR]
+                cuts = [k for k in range(1, len(ids) + 1) if _clean_cut(self.tokenizer, ids[:k], full, end=True)]
+            cached = self._record_ids[index] = (ids, cuts)
+        ids, cuts = cached
+        if q_len is None or not cuts:
+            return ids if q_len is None else ids[:q_len]
+        below = [k for k in cuts if k <= q_len]
+        return ids[: below[-1] if below else cuts[0]]
 
     def _explicit_query(self, query) -> list[int]:
         if isinstance(query, str):
@@ -278,9 +303,13 @@ class EpisodeBatch:
             raise ValueError(f"query of {len(ids)} tokens does not fit context_len={self.context_len} (at most "
                              f"{budget} query tokens with these templates and max_new_tokens="
                              f"{self.max_new_tokens}); shorten it, raise context_len or set truncate_query=True")
-        logger.warning("query of %d tokens truncated from the left to %d to fit context_len=%d", len(ids), budget,
-                       self.context_len)
-        return ids[len(ids) - budget:]
+        start = len(ids) - budget
+        full = self.tokenizer.decode(ids, skip_special_tokens=True)
+        while start < len(ids) - 1 and not _clean_cut(self.tokenizer, ids[start:], full, end=False):
+            start += 1  # not inside a character
+        logger.warning("query of %d tokens truncated from the left to %d to fit context_len=%d", len(ids),
+                       len(ids) - start, self.context_len)
+        return ids[start:]
 
     # ----- stepping -------------------------------------------------------------------------------------------
     def step(self, actions: np.ndarray, *, check: bool = True) -> bool:

@@ -13,6 +13,7 @@ builds one from a name or from a 2- or 3-argument callable.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
 import math
@@ -29,6 +30,7 @@ __all__ = [
     "VaderReward",
     "collective_reward",
     "make_reward_fn",
+    "reward_name",
     "score_texts",
 ]
 
@@ -95,21 +97,28 @@ def make_reward_fn(spec: str | Callable) -> RewardFn:
     """A reward function in the normalised 3-argument form.
 
     Args:
-        spec: a name in `REWARD_NAMES`, or a callable ``(queries, responses) -> floats`` or
-            ``(queries, responses, records) -> floats``.
+        spec: a name in `REWARD_NAMES`; an importable ``"module:function"`` name (what `reward_name` records for
+            a callable); or a callable ``(queries, responses) -> floats`` or ``(queries, responses, records) ->
+            floats``.
 
     Returns:
         ``reward_fn(query_texts, response_texts, records) -> sequence of floats``.
 
     Raises:
-        ValueError: for an unknown name.
+        ValueError: for an unknown name, or a ``module:function`` name that does not import to a callable.
         TypeError: for something neither a str nor a callable taking 2 or 3 positional arguments.
     """
     if isinstance(spec, str):
-        if spec not in _BUILDERS:
-            raise ValueError(f"unknown reward {spec!r}; use one of {list(REWARD_NAMES)} or pass a callable "
-                             "(queries, responses) -> list[float]")
-        return _BUILDERS[spec]()
+        if spec in _BUILDERS:
+            return _BUILDERS[spec]()
+        if spec.startswith("<"):
+            raise ValueError(f"reward {spec!r} records a callable that cannot be rebuilt by name; pass the callable "
+                             "itself (reward_fn=...), a name in " f"{list(REWARD_NAMES)} or an importable "
+                             "'module:function'")
+        if ":" not in spec:
+            raise ValueError(f"unknown reward {spec!r}; use one of {list(REWARD_NAMES)}, an importable "
+                             "'module:function' name, or pass a callable (queries, responses) -> list[float]")
+        spec = _import_callable(spec)
     if not callable(spec):
         raise TypeError(f"reward must be a name or a callable, got {type(spec).__name__}: {spec!r}")
     n_args = _positional_arity(spec)
@@ -119,6 +128,42 @@ def make_reward_fn(spec: str | Callable) -> RewardFn:
         return spec
     raise TypeError(f"reward callable {spec!r} takes {n_args} positional arguments; it must take "
                     "(queries, responses) or (queries, responses, records)")
+
+
+def _import_callable(name: str) -> Callable:
+    """The callable a ``"module:qualified.name"`` string names (ValueError naming the problem otherwise)."""
+    module_name, _, qualname = name.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ValueError(f"reward {name!r} cannot be imported ({type(err).__name__}: {err}); give a name in "
+                         f"{list(REWARD_NAMES)} or an importable 'module:function'") from err
+    if not callable(obj):
+        raise ValueError(f"reward {name!r} names a {type(obj).__name__}, not a callable")
+    return obj
+
+
+def reward_name(fn: Callable) -> str:
+    """What a run records for a reward callable: ``"module:qualname"`` when that name imports back to `fn`
+    (`make_reward_fn` accepts it), else a description in angle brackets that no reward name matches.
+
+    >>> reward_name(collective_reward)
+    'cory_env.rewards:collective_reward'
+    >>> reward_name(lambda q, r: r)
+    '<callable <lambda> from cory_env.rewards, not importable by name>'
+    """
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if module and qualname and module != "__main__" and "<" not in qualname:
+        name = f"{module}:{qualname}"
+        try:
+            if _import_callable(name) is fn:
+                return name
+        except ValueError:
+            pass
+    label = qualname or type(fn).__name__
+    return f"<callable {label} from {module or '?'}, not importable by name>"
 
 
 def _positional_arity(fn: Callable) -> int | None:

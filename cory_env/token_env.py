@@ -44,7 +44,8 @@ part of the env reward: it is the learners' job (TRL-style PPO adds -beta * KL_t
 
 See `cory_env.config.EnvConfig` for every field. Also:
 
-* ``tokenizer``: a Hugging Face tokenizer, or a name/path loaded with ``AutoTokenizer.from_pretrained``. One
+* ``tokenizer``: a Hugging Face tokenizer, or a name as ``--model`` takes it (the offline alias
+  ``"smollm2-135m-instruct"``, a ``.gguf`` file, a local folder or a hub id; `cory_env.hub.load_tokenizer`). One
   without a pad token gets pad = EOS and left padding.
 * ``reward_fn``: a reward name (``"vader"``, ``"distilbert-imdb"``) or a callable ``(queries, responses)`` or
   ``(queries, responses, records)`` returning one float per pair; overrides the task's reward.

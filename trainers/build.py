@@ -79,7 +79,8 @@ def enable_activation_checkpointing(model) -> None:
 
 
 def build_agents(model, tokenizer, config: CORYConfig) -> tuple[dict[str, LLMAgent], ReferenceModel]:
-    """Two agents (`llm1`, `llm2`; one for the PPO baseline) and the shared frozen reference model."""
+    """Two agents (`llm1`, `llm2`; one for the PPO baseline) and the shared frozen reference model; the agents are in
+    eval mode (the learners switch to train mode only inside their update)."""
     names = ("llm1", "llm2") if config.algo == "cory" else ("llm1",)
     sampling = sampling_from(config)
     head_dropout = config.value_head_dropout
@@ -109,6 +110,8 @@ def build_agents(model, tokenizer, config: CORYConfig) -> tuple[dict[str, LLMAge
         agents = {"llm1": LLMAgent(copy.deepcopy(model).requires_grad_(True), tokenizer, sampling=sampling,
                                    value_head_dropout=head_dropout)}
         ref = ReferenceModel(model)
+    for agent in agents.values():  # peft leaves a LoRA model in train mode: dropout must not touch rollouts/scoring
+        agent.eval()
     return agents, ref
 
 

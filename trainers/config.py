@@ -57,6 +57,12 @@ class PPOConfig:
     def __post_init__(self) -> None:
         for name in ("batch_size", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs"):
             _check(getattr(self, name) >= 1, name, getattr(self, name), "use a positive integer")
+        if self.batch_size < 2:
+            raise ValueError(
+                f"batch_size={self.batch_size} is too small: the learners whiten the advantages (PPO) and the scores "
+                "(score scaling) with the unbiased variance over the batch, which needs at least 2 tokens or scores, "
+                "and a batch of one 1-token response has one; use batch_size >= 2"
+            )
         backward = self.mini_batch_size * self.gradient_accumulation_steps
         if self.batch_size % backward:
             raise ValueError(

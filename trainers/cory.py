@@ -20,6 +20,7 @@ r·B .. (r+1)·B − 1 of a one-process run with batch N·B, same queries) and t
 from __future__ import annotations
 
 import logging
+import os
 import resource
 import shutil
 import signal
@@ -35,10 +36,12 @@ import yaml
 from tqdm.auto import tqdm
 
 from cory_env import EnvConfig
+from cory_env.rewards import reward_name
 from trainers import checkpoint as ckpt
 from trainers.build import build_agents, build_env, build_exchange, load_policy_model, seed_everything
 from trainers.config import CORYConfig, PPOConfig
 from trainers.distributed import DataParallel, check_device
+from trainers.inert_options import inert_options
 from trainers.learners import check_learner
 from trainers.metrics import METRICS_FILE, SAMPLES_FILE, MetricsLogger, truncate_jsonl
 from trainers.role_exchange import SEATS
@@ -127,7 +130,8 @@ class CORYTrainer:
         ppo_config: each learner's PPO settings (`batch_size` = episodes per iteration).
         env_config: the task and episode settings.
         model, tokenizer: an already loaded policy model and tokenizer (else loaded from `config.model`).
-        reward_fn: optional reward callable overriding `env_config.reward`.
+        reward_fn: optional reward callable overriding `env_config.reward`; config.yaml records it as
+            ``module:function`` when it is importable by that name (`cory_env.rewards.reward_name`).
         dist: the data-parallel group; default `DataParallel.from_launcher(config.device)` (one process unless
             started by ``accelerate launch`` / ``torchrun``). `ppo_config.batch_size` counts this process's episodes.
 
@@ -142,7 +146,8 @@ class CORYTrainer:
         self.config, self.ppo_config, self.env_config = config, ppo_config, env_config
         self.dist = DataParallel.from_launcher(config.device) if dist is None else dist
         self.output_dir = Path(config.output_dir)
-        self._prepare_output_dir()
+        has_run = check_output_dir(config, self.dist.world_size)
+        self.dist.barrier()  # every process has checked the folder before the main one changes it
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
         seed_everything(config.seed, config.deterministic)
@@ -158,25 +163,44 @@ class CORYTrainer:
         self.env = build_env(env_config, tokenizer, config, ppo_config, reward_fn=reward_fn)
         self.start_iteration = 0
         self.config_dict = resolved_config(config, ppo_config, env_config)
+        if reward_fn is not None:  # what was really used, so `cory eval` and --resume do not fall back to a name
+            self.config_dict["reward"] = reward_name(reward_fn)
+        if self.dist.is_main:
+            for message in inert_options(config, ppo_config, env_config):
+                logger.warning("%s", message)
+        # model, tokenizer, data, reward and configs are all checked: only now is the run folder changed
         if config.resume:
             self._resume()
+            if self.start_iteration >= config.num_iterations and self.dist.is_main:
+                logger.warning("nothing to train: %s already holds %d iteration(s) and num_iterations=%d; raise "
+                               "--num_iterations to continue it", self.output_dir, self.start_iteration,
+                               config.num_iterations)
         elif self.dist.is_main:
-            (self.output_dir / CONFIG_FILE).write_text(yaml.safe_dump(self.config_dict, sort_keys=False))
+            self._start_output_dir(replace=has_run)
+        self.dist.barrier()
         for bundle in self.exchange.bundles.values():  # identical replicas from the first step on (a collective,
             self.dist.broadcast_parameters(bundle.agent.trainable_parameters())  # so also the start-up barrier)
         self._stop_requested = False
         self.stopped_early = False  # set when a stop signal ended train() before num_iterations
 
     # ------------------------------------------------------------------ run directory
-    def _prepare_output_dir(self) -> None:
-        out, cfg = self.output_dir, self.config
-        has_run = check_output_dir(cfg, self.dist.world_size)
-        self.dist.barrier()  # every process has checked the folder before the main one changes it
-        if self.dist.is_main:
-            if has_run and cfg.overwrite:
-                shutil.rmtree(out)
+    def _start_output_dir(self, *, replace: bool) -> None:
+        """Create the run folder with its config.yaml. With `replace` (``--overwrite`` of a run) the old run is moved
+        aside first and deleted only once the new folder is written; if writing fails, the old run is put back."""
+        out = self.output_dir
+        aside = out.with_name(f".{out.name}.replaced-{os.getpid()}") if replace else None
+        if aside is not None:
+            os.rename(out, aside)
+        try:
             out.mkdir(parents=True, exist_ok=True)
-        self.dist.barrier()
+            (out / CONFIG_FILE).write_text(yaml.safe_dump(self.config_dict, sort_keys=False))
+        except BaseException:
+            if aside is not None:
+                shutil.rmtree(out, ignore_errors=True)
+                os.rename(aside, out)
+            raise
+        if aside is not None:
+            shutil.rmtree(aside)
 
     def _run_state(self) -> dict[str, Any]:
         return {"config": self.config_dict, "model": self.config.model, "vocab_size": self.vocab_size,

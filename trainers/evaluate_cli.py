@@ -30,11 +30,12 @@ from typing import Any, Sequence
 import torch
 
 from agents import LLMAgent, SamplingConfig
-from cory_env import BatchedCORYEnv, EnvConfig
+from cory_env import BatchedCORYEnv, EnvConfig, make_reward_fn
 from trainers import checkpoint as ckpt
 from trainers.build import build_agents, build_exchange, load_policy_model
 from trainers.config import CORYConfig, PPOConfig
 from trainers.evaluation import evaluate_pioneer
+from trainers.grpo import penalised_kl_kind
 from trainers.passk import PAPER_EVAL_SAMPLING, evaluate_pass_at_k
 
 logger = logging.getLogger(__name__)
@@ -95,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     imdb = parser.add_argument_group("IMDB")
     imdb.add_argument("--num_batches", type=int, default=4, help="Batches of --batch_size queries drawn with --seed (IMDB: from the run's data, not a separate split).")
     imdb.add_argument("--batch_size", type=int, default=8, help="Queries per batch.")
+    imdb.add_argument("--reward", default=None,
+                      help="Score with this reward (a name such as vader, or module:function) instead of the run's. "
+                           "Needed when the run's reward was a callable that cannot be imported by name.")
     imdb.add_argument("--eta", type=float, default=None,
                       help="Combined reward coefficient (default: the model's final KL coefficient).")
     gsm = parser.add_argument_group("GSM8K (defaults: the authors' evaluation script)")
@@ -167,6 +171,7 @@ class _Loaded:
     checkpoint: Path | None
     env_config: EnvConfig
     label: str
+    kl_penalty: str = "kl"
 
 
 def _load_checkpoint(args) -> _Loaded:
@@ -186,7 +191,8 @@ def _load_checkpoint(args) -> _Loaded:
         raise ValueError(f"--model_name {name!r} is not in this checkpoint; choose one of {sorted(agents)}")
     exchange = build_exchange(agents, ref, cory_cfg, ppo_cfg, cory_cfg.learner)
     ckpt.load_bundle(path, exchange.bundles[name], with_learner=False)
-    return _Loaded(agents[name], ref, name, path, env_cfg, f"{cory_cfg.model} ({path}, {name})")
+    kind = penalised_kl_kind(ppo_cfg) if cory_cfg.learner == "grpo" else ppo_cfg.kl_penalty
+    return _Loaded(agents[name], ref, name, path, env_cfg, f"{cory_cfg.model} ({path}, {name})", kind)
 
 
 def _eval_imdb(loaded: _Loaded, args) -> dict[str, Any]:
@@ -202,13 +208,37 @@ def _eval_imdb(loaded: _Loaded, args) -> dict[str, Any]:
     if eta is None:
         learner_json = json.loads((where / model_name / "learner.json").read_text(encoding="utf-8"))
         eta = float(learner_json["kl_ctl"]["value"])
+    env_cfg = dataclasses.replace(env_cfg, reward=_run_reward(env_cfg.reward, args.reward))
     env = BatchedCORYEnv(env_cfg, agent.tokenizer, batch_size=args.batch_size, single_agent=True)
-    result = evaluate_pioneer(agent, loaded.ref_model, env, num_batches=args.num_batches, seed=args.seed, eta=eta)
-    result = {"checkpoint": str(where), "model_name": model_name, "eta": eta, "query_split": env_cfg.query_split,
+    result = evaluate_pioneer(agent, loaded.ref_model, env, num_batches=args.num_batches, seed=args.seed, eta=eta,
+                              kl_penalty=loaded.kl_penalty)
+    result = {"checkpoint": str(where), "model_name": model_name, "eta": eta,
+              "reward": env_cfg.reward, "query_split": env_cfg.query_split,
               "heldout_fraction": env_cfg.heldout_fraction, **result}
     out = Path(args.out) if args.out else where / f"eval-{model_name}.json"
     _write_json(out, result)
     return result
+
+
+def _run_reward(recorded: str, override: str | None) -> str:
+    """The name of the reward `cory eval` scores with: the run's own (`recorded`, from its config), or `override`
+    (--reward), checked with `make_reward_fn`.
+
+    Raises:
+        ValueError: the run's reward cannot be rebuilt by name (a callable that is not importable) and no
+            --reward was given: another reward is never substituted silently.
+    """
+    if override is not None:
+        if override != recorded:
+            logger.warning("scoring with --reward %s; this run was trained with the reward %s", override, recorded)
+        return override  # the env build checks it
+    try:
+        make_reward_fn(recorded)
+    except ValueError as err:
+        raise ValueError(f"this run was trained with the reward {recorded!r}, which cannot be rebuilt by name "
+                         f"({err}); cory eval does not score with another reward silently: pass --reward NAME "
+                         "(e.g. --reward vader) or --reward module:function") from err
+    return recorded
 
 
 def _eval_gsm8k(loaded: _Loaded, args) -> dict[str, Any]:

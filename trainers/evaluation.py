@@ -11,6 +11,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from trainers import ppo_math
 from trainers.rollout import rollout_from_transcript, run_episodes, score_rollout
 
 
@@ -28,10 +29,14 @@ def distinct_n(texts: Sequence[str], n: int) -> float:
     return len(set(grams)) / len(grams) if grams else 0.0
 
 
-def sequence_kl(agent, ref_model, rollout) -> torch.Tensor:
-    """float32 (B,): sum over response tokens of logp − ref_logp (k1 estimate of KL(π‖π_ref), nats)."""
-    old, ref = score_rollout(agent, ref_model, rollout)
-    return ((old.logprobs - ref.logprobs) * rollout.response_mask).sum(dim=-1)
+def sequence_kl(agent, ref_model, rollout, kind: str = "kl") -> torch.Tensor:
+    """float32 (B,): sum over response tokens of the `kind` estimate of KL(π‖π_ref) (`ppo_math.kl_penalty`;
+    "kl" = k1 = logp − ref_logp), nats, both policies scored as they sample (`score_rollout`)."""
+    full = kind == "full"
+    old, ref = score_rollout(agent, ref_model, rollout, return_logits=full)
+    kl = ppo_math.kl_penalty(old.logprobs, ref.logprobs, kind, logits=old.logits if full else None,
+                             ref_logits=ref.logits if full else None)
+    return (kl * rollout.response_mask).sum(dim=-1)
 
 
 def evaluate_collective(seats: dict, env, *, num_batches: int, seed: int) -> dict:
@@ -58,7 +63,7 @@ def evaluate_collective(seats: dict, env, *, num_batches: int, seed: int) -> dic
 
 
 def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta: float,
-                     num_samples: int = 5) -> dict:
+                     num_samples: int = 5, kl_penalty: str = "kl") -> dict:
     """Run the pioneer alone on `num_batches` batches of the (single-agent) env.
 
     Args:
@@ -69,6 +74,7 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
         seed: query/sampling seed (use one the training run did not use for held-out queries).
         eta: coefficient of the combined reward = task_reward − eta · KL.
         num_samples: texts to include.
+        kl_penalty: KL estimator summed into `kl` (the one that shaped the run's reward, as its training `kl`).
 
     Returns:
         dict: task_reward, kl, combined_reward (means), distinct_1, distinct_2, response_len, num_queries, samples.
@@ -80,7 +86,7 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
         rollout = rollout_from_transcript(transcript, "pioneer", env.pad_token_id)
         seat = transcript.seats["pioneer"]
         rewards.extend(np.asarray(seat.task_reward, dtype=float).tolist())
-        kls.extend(sequence_kl(agent, ref_model, rollout).tolist())
+        kls.extend(sequence_kl(agent, ref_model, rollout, kl_penalty).tolist())
         lengths.extend(rollout.response_mask.sum(dim=-1).tolist())
         texts.extend(seat.response_text)
         for q, r, s in zip(transcript.query_text, seat.response_text, seat.task_reward):

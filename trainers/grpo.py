@@ -9,7 +9,8 @@ The rollout holds k = `group_size` responses per query in consecutive rows (`tra
    ``scale_rewards``; every token of a response gets its sequence's advantage (outcome supervision);
 4. `ppo_epochs` passes of shuffled mini-batches of the PPO clipped surrogate (`ppo_math.policy_loss`), plus
    β·k3-KL to the reference model when ``kl_in_loss`` (DeepSeekMath eq. 3), with gradient accumulation;
-5. the KL controller update with the batch-mean sequence KL (β is fixed unless `adap_kl_ctrl`).
+5. the KL controller update with the batch-mean sequence KL of the penalised estimator (β is fixed unless
+   `adap_kl_ctrl`).
 
 No value head is trained (the agent's value head is ignored). For the CORY observer a group shares the query q
 but not the prompt (each row saw a different pioneer answer a1); the baseline is still the group mean, i.e. the
@@ -36,6 +37,7 @@ from trainers.ppo import (
     checked_trainable_parameters,
     global_sequence_kl,
     make_adam,
+    mean_over_minibatches,
     optimizer_step,
     pooled_minibatch_loss,
 )
@@ -147,6 +149,11 @@ def grpo_loss(
     return loss, stats
 
 
+def penalised_kl_kind(config: PPOConfig) -> str:
+    """The KL estimator GRPO penalises (and logs as `kl`): k3 when `kl_in_loss`, else `kl_penalty`."""
+    return "k3" if config.kl_in_loss else config.kl_penalty
+
+
 class GRPOLearner:
     """GRPO for one seat's agent against the shared frozen reference model (see the module docstring).
 
@@ -204,8 +211,7 @@ class GRPOLearner:
         """
         cfg, mask = self.config, rollout.response_mask
         old, ref = score_rollout(self.agent, self.ref_model, rollout)
-        kind = "k3" if cfg.kl_in_loss else cfg.kl_penalty
-        kl = ppo_math.kl_penalty(old.logprobs, ref.logprobs, kind) * mask
+        kl = ppo_math.kl_penalty(old.logprobs, ref.logprobs, penalised_kl_kind(cfg)) * mask
         rewards = rollout.scores.float()
         if not cfg.kl_in_loss:
             rewards = rewards - float(self.kl_ctl.value) * kl.sum(dim=-1)
@@ -217,7 +223,9 @@ class GRPOLearner:
         """One GRPO update on `rollout` (B = `config.batch_size`, groups of `group_size` consecutive rows).
 
         Returns:
-            Flat stats: task_reward, score, kl (sequence k1 KL to the reference, batch mean, nats), kl_coef (β),
+            Flat stats: task_reward, score, kl (sequence KL to the reference, batch mean, nats, with the penalised
+            estimator: k3 when `kl_in_loss`, else `kl_penalty`; the KL controller reads it), kl_k1 (the same with
+            the k1 estimate logp − ref_logp), kl_coef (β),
             policy_loss, kl_loss (k3 to the reference, token mean; logged also when the KL is in the reward),
             approx_kl, policy_kl, clipfrac, ratio, entropy, reward_std (mean within-group std of the sequence
             rewards), zero_std_groups (fraction of groups with equal rewards: no signal), response_len, epochs.
@@ -242,14 +250,15 @@ class GRPOLearner:
                     stats.append(mb_stats)
                 optimizer_step(self.optimizer, self._params, cfg.max_grad_norm, self.dist)
         self.agent.eval()
-        seq_kl = global_sequence_kl(data["logprobs"], data["ref_logprobs"], mask, self.dist)
+        seq_kl, seq_k1 = global_sequence_kl(data["kl"], data["logprobs"], data["ref_logprobs"], mask, self.dist)
         self.kl_ctl.update(seq_kl, cfg.batch_size * self.dist.world_size)
         grouped = data["rewards"].view(-1, cfg.group_size)
-        out = {key: sum(s[key] for s in stats) / len(stats) for key in stats[0]}
+        out = mean_over_minibatches(stats)
         out.update(
             task_reward=float(rollout.task_reward.mean()),
             score=float(rollout.scores.mean()),
             kl=seq_kl,
+            kl_k1=seq_k1,
             kl_coef=beta,
             reward_std=float(grouped.std(dim=-1).mean()),
             zero_std_groups=float((grouped.max(dim=-1).values == grouped.min(dim=-1).values).float().mean()),

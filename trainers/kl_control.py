@@ -1,8 +1,8 @@
 """KL controllers: the coefficient β of the per-token KL penalty to the reference model.
 
 Each PPO learner (pioneer and observer seat each have one) owns a controller. After every PPO step the learner
-calls `update(current_kl, n_steps)` with the batch mean of the sequence KL (token sum, nats) and the number of
-samples in the step; `value` is the β used by `ppo_math.compute_rewards` at the next rollout.
+calls `update(current_kl, n_steps)` with the batch mean of the sequence KL (token sum, nats, of the estimator that
+shapes the reward: `PPOConfig.kl_penalty`, as TRL 0.11.4) and the number of samples in the step; `value` is the β used by `ppo_math.compute_rewards` at the next rollout.
 
 >>> ctl = make_kl_controller(adap_kl_ctrl=True, init_kl_coef=0.4, target=6.0, horizon=10000)
 >>> ctl.update(current_kl=12.0, n_steps=256)   # KL far above target: β grows by 0.2 * 256 / 10000

@@ -126,22 +126,34 @@ def optimizer_step(optimizer: torch.optim.Optimizer, params: list[torch.nn.Param
     optimizer.zero_grad(set_to_none=True)
 
 
-def global_sequence_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor,
-                       dist: DataParallel) -> float:
-    """Batch-mean sequence KL to the reference, over every process's rows (TRL ``objective/kl``, k1 estimate).
-
-    KL = mean over rows of Σ_t (logp_t − ref_logp_t) on real response tokens, nats; this is what the KL controller
-    reads.
+def global_sequence_kl(kl: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor,
+                       dist: DataParallel) -> tuple[float, float]:
+    """Batch-mean sequence KL to the reference, over every process's rows (TRL ``objective/kl``).
 
     Args:
+        kl: float (B, T), the per-token estimate that shapes the reward (`ppo_math.kl_penalty` with the configured
+            `kl_penalty`); this is what the KL controller reads, as in TRL.
         logprobs, ref_logprobs: float (B, T) policy and reference log-probabilities of the response tokens.
         mask: bool (B, T).
-        dist: the data-parallel group (sums rows and counts over processes).
+        dist: the data-parallel group (sums rows and counts over processes, one all-reduce).
+
+    Returns:
+        (kl, kl_k1): mean over rows of Σ_t kl_t, and of Σ_t (logp_t − ref_logp_t) (the k1 estimate), nats.
     """
-    per_row = ((logprobs - ref_logprobs) * mask).sum(dim=-1).to(torch.float64)  # (B,)
-    totals = dist.sum(torch.stack([per_row.sum(), torch.tensor(float(per_row.numel()), dtype=torch.float64,
-                                                               device=per_row.device)]))
-    return float(totals[0] / totals[1])
+    rows = torch.stack([(kl * mask).sum(dim=-1), ((logprobs - ref_logprobs) * mask).sum(dim=-1)])  # (2, B)
+    rows = rows.to(torch.float64)
+    totals = dist.sum(torch.cat([rows.sum(dim=-1), rows.new_tensor([float(rows.shape[-1])])]))
+    return float(totals[0] / totals[2]), float(totals[1] / totals[2])
+
+
+def mean_over_minibatches(stats: list[dict[str, float]]) -> dict[str, float]:
+    """Each statistic's mean over the update's mini-batches, skipping those where it is undefined (NaN: the variance
+    of a mini-batch with one token); NaN only when it is undefined in every mini-batch."""
+    out = {}
+    for key in stats[0]:
+        values = [s[key] for s in stats if not math.isnan(s[key])]
+        out[key] = sum(values) / len(values) if values else float("nan")
+    return out
 
 
 def pooled_minibatch_loss(dist: DataParallel, loss: torch.Tensor, stats: dict[str, float], mask: torch.Tensor, *,
@@ -256,8 +268,10 @@ class PPOLearner:
             generator: torch generator for the mini-batch order (seeded by the trainer).
 
         Returns:
-            Flat stats (python floats): task_reward, score, kl (sequence KL to the reference: token sum of
-            logp − ref_logp, batch mean, nats; TRL objective/kl), kl_coef (β used this step), non_score_reward,
+            Flat stats (python floats): task_reward, score, kl (sequence KL to the reference: token sum of the
+            `kl_penalty` estimator that shapes the reward, batch mean, nats; TRL objective/kl; the KL controller
+            reads it), kl_k1 (the same with the k1 estimate logp − ref_logp), kl_coef (β used this step),
+            non_score_reward (= −β·kl),
             policy_loss, value_loss, entropy, approx_kl, policy_kl, clipfrac, value_clipfrac, ratio,
             response_len, skipped_batches, epochs.
 
@@ -289,14 +303,15 @@ class PPOLearner:
                 early_stop = True
                 break
         self.agent.eval()
-        # TRL objective/kl: the k1 estimate summed over the response, whatever estimator shapes the reward.
-        mean_kl = global_sequence_kl(data["logprobs"], data["ref_logprobs"], mask, self.dist)
+        # TRL objective/kl: the estimator that shapes the reward (kl_penalty), summed over the response
+        mean_kl, mean_k1 = global_sequence_kl(data["kl"], data["logprobs"], data["ref_logprobs"], mask, self.dist)
         self.kl_ctl.update(mean_kl, cfg.batch_size * self.dist.world_size)
-        out = {key: sum(s[key] for s in train_stats) / len(train_stats) for key in train_stats[0]}
+        out = mean_over_minibatches(train_stats)
         out.update(
             task_reward=float(rollout.task_reward.mean()),
             score=float(rollout.scores.mean()),
             kl=mean_kl,
+            kl_k1=mean_k1,
             kl_coef=kl_coef,
             non_score_reward=float((data["non_score_reward"] * mask).sum(dim=-1).mean()),
             response_len=float(mask.sum(dim=-1).float().mean()),

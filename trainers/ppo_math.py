@@ -214,7 +214,7 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
     if n < (2 if unbiased else 1):
         raise ValueError(
             f"mask selects {n} element(s); the {'unbiased ' if unbiased else ''}variance needs at least "
-            f"{2 if unbiased else 1}: increase mini_batch_size or gradient_accumulation_steps"
+            f"{2 if unbiased else 1} (PPO whitens over the whole batch's response tokens: use batch_size >= 2)"
         )
     mean = masked_mean(x, mask)
     variance = masked_mean((x - mean) ** 2, mask)
@@ -229,8 +229,8 @@ def _global_masked_moments(x: torch.Tensor, mask: torch.Tensor, reduce_sum: SumF
     totals = reduce_sum(torch.stack([(x * mask).sum(), mask.sum().to(x.dtype)]))  # (2,): Σx, n
     n = float(totals[1])
     if n < 2:
-        raise ValueError(f"mask selects {n:g} element(s) over all processes; the unbiased variance needs at least 2: "
-                         "increase mini_batch_size or gradient_accumulation_steps")
+        raise ValueError(f"mask selects {n:g} element(s) over all processes; the unbiased variance needs at least 2 "
+                         "(PPO whitens over the whole batch's response tokens: use batch_size >= 2)")
     mean = totals[0] / n
     squares = reduce_sum(((x - mean) ** 2 * mask).sum().reshape(1))[0]
     return mean, squares / n * (n / (n - 1))

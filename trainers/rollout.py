@@ -72,12 +72,14 @@ def score_rollout(agent, ref_model, rollout: Rollout, *, return_logits: bool = F
 
     Both score under the distribution the tokens were sampled from (`agents.reference.policy_logits`: the agent's
     temperature, the task's allowed tokens), so old log-probabilities, the KL to the reference and the ratios of the
-    update all describe the same policy.
+    update all describe the same policy. The agent is put in eval mode first (no dropout in old values and
+    log-probabilities).
 
     Returns:
         (`agents.EvalOutput`, `agents.ReferenceOutput`): logprobs float32 (B, T) nats, values, entropies, and the
         (B, T, V) logits when `return_logits`.
     """
+    agent.eval()  # modules that score a rollout run without dropout (LoRA, value head)
     with torch.no_grad():
         old = agent.evaluate(rollout.query, rollout.query_mask, rollout.response, rollout.response_mask,
                              return_logits=return_logits, allowed=rollout.allowed)

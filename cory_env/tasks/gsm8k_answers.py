@@ -2,13 +2,14 @@
 
 Answer extraction follows the authors' evaluation script (PAPER.md §2): the prediction is the first number after
 the last "The answer is" (any case), else the number after the last `####`, else the last number in the text.
-Numbers compare by value with `decimal.Decimal` (commas, a leading `$`, a trailing `.`, `%`, units and `**` are
-ignored; `3.50` equals `3.5`); nothing is ever evaluated as code.
+Numbers compare by value (exact fractions: commas, a leading `$`, a trailing `.`, `%`, units and `**` are ignored;
+`3.50` equals `3.5`, `3/4` equals `0.75`, `-5` equals `−5` with the Unicode minus); nothing is ever evaluated as
+code.
 
 | function | what |
 |---|---|
 | `extract_answer(text)` | the predicted final number of a completion (canonical string) or None |
-| `parse_gold(answer)` | the gold number after `####` of a dataset answer field |
+| `parse_gold(answer)` | the gold number after `####` of a dataset answer field (exactly one number) |
 | `answers_match(pred, gold)` | equality by value |
 | `gsm8k_reward(completion, answer)` | `correct_reward` / `wrong_reward` (+ optional `format_reward`) |
 | `gsm8k_reward_fn(queries, responses, records)` | the batched form, `Task.reward_fn` signature |
@@ -22,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from typing import Any
 
 __all__ = [
@@ -29,11 +31,13 @@ __all__ = [
     "parse_gold", "score_completion",
 ]
 
-#: A number: optional `-` sign, optional `$`, comma-grouped or plain digits, optional decimals; or a bare `.5`.
-#: A trailing sentence dot is never part of the number. A minus after an operand (`10 - 5`) is dropped later.
+#: A number: optional sign (`-` or the Unicode minus U+2212), optional `$`, comma-grouped or plain digits, then
+#: optional decimals or a `/denominator` (a fraction such as `3/4`); or a bare `.5`. A trailing sentence dot is
+#: never part of the number. A minus after an operand (`10 - 5`) is dropped later.
 _NUMBER_RE = re.compile(
-    r"(?P<sign>-)?\$?\s?"
-    r"(?:(?P<int>\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?P<frac>\.\d+)?|(?<![\w.])(?P<bare>\.\d+))"
+    r"(?P<sign>[-\u2212])?\$?\s?"
+    r"(?:(?P<int>\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:(?P<frac>\.\d+)|/(?P<den>\d+)(?![\d.]\d))?"
+    r"|(?<![\w.])(?P<bare>\.\d+))"
 )
 _ANSWER_MARKER_RE = re.compile(r"the answer is", re.IGNORECASE)
 _GOLD_MARKER = "####"
@@ -48,7 +52,7 @@ def normalize_number(text: str) -> str | None:
 
     Returns:
         The value as a plain decimal string without grouping, exponent or trailing zeros (`"1000"`, `"42"`,
-        `"-3.5"`), or None.
+        `"-3.5"`, `"0.75"` for `3/4`), `"p/q"` for a fraction without a finite decimal form (`"2/3"`), or None.
 
     Examples:
         >>> normalize_number("$1,000.00")
@@ -63,14 +67,31 @@ def normalize_number(text: str) -> str | None:
 def _canonical(match: re.Match[str]) -> str | None:
     digits = match.group("bare") or (match.group("int").replace(",", "") + (match.group("frac") or ""))
     try:
-        value = Decimal(digits)
+        value = Fraction(Decimal(digits))
     except InvalidOperation:  # unreachable for regex-matched digits; kept as a guard
         return None
+    if match.group("den") is not None:
+        if int(match.group("den")) == 0:
+            return None  # `n/0` is not a number
+        value /= int(match.group("den"))
     if match.group("sign") and value != 0 and not _is_binary_minus(match.string, match.start()):
         value = -value
+    return _value_string(value)
+
+
+def _value_string(value: Fraction) -> str:
+    """A plain decimal string when `value` has a finite decimal expansion (`"0.75"`, `"-5"`), else `"p/q"` in
+    lowest terms (`"2/3"`): equal values give equal strings."""
     if value == 0:
         return "0"
-    return format(value.normalize(), "f")
+    den = value.denominator
+    for prime in (2, 5):
+        while den % prime == 0:
+            den //= prime
+    if den != 1:
+        return f"{value.numerator}/{value.denominator}"
+    exact = Decimal(value.numerator) / Decimal(value.denominator)  # exact: the denominator is 2^a 5^b
+    return format(exact.normalize(), "f")
 
 
 def _is_binary_minus(text: str, minus_at: int) -> bool:
@@ -133,7 +154,7 @@ def parse_gold(answer: str) -> str:
 
     Raises:
         TypeError: if `answer` is not a str.
-        ValueError: if there is no `####` or no number after it.
+        ValueError: if there is no `####`, or what follows it is not exactly one number (`#### 5 or 6`, `#### 1/0`).
     """
     if not isinstance(answer, str):
         raise TypeError(f"answer must be a str, got {type(answer).__name__}")
@@ -142,9 +163,14 @@ def parse_gold(answer: str) -> str:
         raise ValueError(
             f"GSM8K answer has no '####' gold marker: {answer[-80:]!r}; the answer field must end with '#### <number>'"
         )
-    gold = _first_number_after(answer, at + len(_GOLD_MARKER))
-    if gold is None:
+    rest = answer[at + len(_GOLD_MARKER):].strip()
+    match = _NUMBER_RE.search(rest)
+    if match is None:
         raise ValueError(f"GSM8K answer has no number after '####': {answer[at:at + 80]!r}")
+    gold = _canonical(match)
+    if gold is None or match.start() != 0 or rest[match.end():] not in ("", "."):
+        raise ValueError(f"GSM8K gold {rest[:80]!r} after '####' is not a single number; write it as an integer, "
+                         "decimal or fraction such as '#### 1,080', '#### -3.5' or '#### 1/2'")
     return gold
 
 

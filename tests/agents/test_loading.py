@@ -12,6 +12,7 @@ import torch
 from agents import DEFAULT_MODEL, LLMAgent, load_model_and_tokenizer, load_tokenizer
 from agents import loading
 from agents.reference import position_ids_from_mask
+from cory_env import hub
 from tests.agents.window import left_pad
 
 
@@ -67,7 +68,7 @@ def test_alias_reuses_existing_cache_without_converting(monkeypatch, tmp_path, t
     def boom(*_a, **_k):
         raise AssertionError("must not convert again")
 
-    monkeypatch.setattr(loading, "convert_gguf", boom)
+    monkeypatch.setattr(hub, "convert_gguf", boom)  # the name resolution lives in cory_env.hub
     model, tok = load_model_and_tokenizer(DEFAULT_MODEL)
     assert model.config.vocab_size == len(tiny_tok) and tok.padding_side == "left"
 

@@ -82,13 +82,13 @@ def test_trust_remote_code_is_off_unless_set(tmp_path, tiny_tok, tiny_model, mon
     tiny_tok.save_pretrained(tmp_path / "m")
     tiny_model.save_pretrained(tmp_path / "m")
     seen = []
-    real = loading._load
+    real = loading.load_pretrained
 
-    def spy(auto_cls, name_or_path, local, hub_kwargs, **kwargs):
+    def spy(auto_cls, name_or_path, local, hub, **kwargs):
         seen.append(kwargs.get("trust_remote_code"))
-        return real(auto_cls, name_or_path, local, hub_kwargs, **kwargs)
+        return real(auto_cls, name_or_path, local, hub, **kwargs)
 
-    monkeypatch.setattr(loading, "_load", spy)
+    monkeypatch.setattr(loading, "load_pretrained", spy)
     loading.load_model_and_tokenizer(str(tmp_path / "m"))
     assert seen == [False, False]
 

@@ -125,3 +125,35 @@ def test_reward_fn_batches_and_checks_lengths():
         gsm8k_reward_fn(["q"], ["a", "b"], records)
     with pytest.raises(ValueError, match="neither 'gold' nor 'answer'"):
         gsm8k_reward_fn(["q"], ["a"], [{"query": "q"}])
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ("The answer is 3/4", "0.75"),
+        ("The answer is 3/4.", "0.75"),
+        ("The answer is 2/3", "2/3"),
+        ("The answer is −5", "-5"),  # U+2212 minus sign
+        ("The answer is −3/4", "-0.75"),
+        ("It is −0.5 degrees", "-0.5"),
+        ("10 − 5 = 5", "5"),  # binary U+2212 minus is an operator, not a sign
+        ("The answer is 1,000/4", "250"),
+    ],
+)
+def test_number_forms_compare_by_value(completion, expected):
+    """Issue #15.7: fractions, the Unicode minus, decimals and separators all read by value."""
+    assert extract_answer(completion) == expected
+
+
+def test_gold_fractions_and_unparseable_golds():
+    """Issue #15.7: `#### 1/2` is one half (not 1), and a gold that is not one number is a clear error."""
+    assert parse_gold("#### 1/2") == "0.5"
+    assert gsm8k_reward("The answer is 1", "#### 1/2") == 0.0
+    assert gsm8k_reward("The answer is 0.5", "#### 1/2") == 1.0
+    assert gsm8k_reward("The answer is 2/4", "#### 1/2") == 1.0
+    assert gsm8k_reward("The answer is −5", "#### -5") == 1.0
+    assert parse_gold("#### −1,250") == "-1250" and parse_gold("#### 18.") == "18"
+    assert answers_match("4/6", "2/3") and not answers_match("0.667", "2/3")
+    for bad in ("#### 5 or 6", "#### 3 apples and 4 pears", "#### 1/0", "#### 2^3"):
+        with pytest.raises(ValueError, match="not a single number"):
+            parse_gold(bad)

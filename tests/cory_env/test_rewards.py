@@ -77,3 +77,19 @@ def test_score_texts_checks_outputs():
 
     with pytest.raises(RewardFunctionError, match="batch too big.*offending text: 'a1 \\| b2'"):
         score_texts(batch_only_failure, "t", ["a", "b"], ["1", "2"], [{}, {}])
+
+
+def test_reward_by_module_function_name_and_what_a_run_records():
+    """Issue #15.4: an importable callable round-trips through its recorded 'module:function' name."""
+    from cory_env.rewards import make_reward_fn, reward_name
+
+    name = reward_name(collective_reward)
+    assert name == "cory_env.rewards:collective_reward" and make_reward_fn("operator:add")([3.0], [4.0], [{}]) == [3.0, 4.0]
+    lam = reward_name(lambda q, r: [0.0] * len(q))
+    assert lam.startswith("<callable") and "<lambda>" in lam
+    with pytest.raises(ValueError, match="cannot be rebuilt by name"):
+        make_reward_fn(lam)
+    with pytest.raises(ValueError, match="cannot be imported"):
+        make_reward_fn("no_such_module_xyz:score")
+    with pytest.raises(ValueError, match="not a callable"):
+        make_reward_fn("math:pi")

@@ -158,3 +158,39 @@ def test_config_object_and_keyword_override(tiny_tok):
     aec = raw_env(EnvConfig(max_new_tokens=9), tokenizer=tiny_tok, context_len=64)
     assert (aec.config.max_new_tokens, aec.config.context_len) == (9, 64)
     assert aec.observation_space("pioneer")["input_ids"].shape == (64,)
+
+
+def test_query_cuts_never_split_a_character(tiny_tok):
+    """Issue #15.5: the first-k-tokens query and the left-truncated query end (and start) on character boundaries:
+    no U+FFFD in the query text the reward and samples.jsonl see, for any drawn k."""
+    from cory_env.episode import EpisodeBatch
+
+    text = "😀é naïve film 😀😀 très bien"
+    assert "\ufffd" in tiny_tok.decode(tiny_tok.encode(text, add_special_tokens=False)[:2])  # the trap is real
+    task = Task(name="t", records=[{"query": text}], reward_fn=char_count_reward,
+                observer_template=IMDB_OBSERVER_TEMPLATE, query_tokens=(1, 12), min_new_tokens=1, max_new_tokens=2)
+    batch = EpisodeBatch(task, tiny_tok, batch_size=16, context_len=128)
+    for seed in range(5):
+        batch.reset(seed=seed * 16)
+        for q in batch.query_text:
+            assert "\ufffd" not in q and q and text.startswith(q), q
+    small = EpisodeBatch(task, tiny_tok, batch_size=2, context_len=62)  # room for a few query tokens only
+    small.reset(queries=[text, "ab 😀é😀é😀é😀é😀é"])
+    for q, full in zip(small.query_text, [text, "ab 😀é😀é😀é😀é😀é"]):
+        assert "\ufffd" not in q and q and full.endswith(q), q
+
+
+@pytest.mark.parametrize("kind", ["alias", "folder"])
+def test_env_takes_the_project_model_names_as_tokenizer_offline(monkeypatch, tmp_path, tiny_tok, kind):
+    """Issue #15.8: the env resolves a tokenizer name like every other entry point (alias, folder, .gguf, hub id),
+    offline: the alias's converted copy in the cache is used, the hub is never asked."""
+    from cory_env.hub import DEFAULT_MODEL
+
+    folder = tmp_path / DEFAULT_MODEL
+    tiny_tok.save_pretrained(folder)
+    (folder / "config.json").write_text("{}")  # a converted alias folder holds the model's config too
+    monkeypatch.setenv("CORY_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    e = env(task="imdb", tokenizer=DEFAULT_MODEL if kind == "alias" else str(folder))
+    e.reset(seed=0)
+    assert e.action_space("pioneer").n == len(tiny_tok)

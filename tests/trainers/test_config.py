@@ -52,3 +52,10 @@ def test_ppo_config_rejects(kwargs, field):
 def test_cory_config_rejects(kwargs, field):
     with pytest.raises(ValueError, match=field):
         CORYConfig(**kwargs)
+
+
+def test_batch_size_one_is_refused_with_the_real_reason():
+    """Issue #15.6: batch 1 used to crash mid-run (whitening one token) with advice that could not be followed."""
+    with pytest.raises(ValueError, match=r"batch_size=1.*whiten.*at least 2 tokens.*batch_size >= 2"):
+        PPOConfig(batch_size=1, mini_batch_size=1)
+    PPOConfig(batch_size=2, mini_batch_size=1)

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+import yaml
 
 from trainers import ppo_math
 from trainers.checkpoint import latest_checkpoint
@@ -90,6 +91,20 @@ def test_resume_equals_uninterrupted(tiny_run, tmp_path):
     assert [r["iteration"] for r in logged] == [0, 1, 2, 3]
 
 
+@pytest.mark.parametrize("learner", ["ppo", "grpo"])
+def test_lora_resume_equals_uninterrupted(tiny_run, learner):
+    """Issue #15.2: with LoRA (and value-head / LoRA dropout on) resuming is exact too: every module that scores a
+    rollout is in eval mode, in a fresh run as after a resume."""
+    opts = dict(use_lora=True, lora_dropout=0.1, value_head_dropout=0.1, role_exchange_period=3, learner=learner)
+    if learner == "grpo":
+        opts.update(group_size=2)
+    full = CORYTrainer(*tiny_run("lora-full", num_iterations=4, **opts)).train()
+    CORYTrainer(*tiny_run("lora-part", num_iterations=2, **opts)).train()
+    resumed = CORYTrainer(*tiny_run("lora-part", num_iterations=4, resume=True, **opts))
+    assert resumed.start_iteration == 2
+    assert _strip_time(resumed.train()) == _strip_time(full[2:])
+
+
 def test_ppo_baseline_logs_under_pioneer_only(tiny_run):
     cory, ppo, env = tiny_run(algo="ppo", num_iterations=2)
     trainer = CORYTrainer(cory, ppo, env)
@@ -118,6 +133,27 @@ def test_existing_run_is_not_overwritten(tiny_run, tmp_path):
         CORYTrainer(*tiny_run("x", num_iterations=1))
     assert (tmp_path / "x" / "metrics.jsonl").read_text() == before
     CORYTrainer(*tiny_run("x", num_iterations=1, overwrite=True))  # explicit overwrite is allowed
+
+
+def test_failed_overwrite_keeps_the_old_run_and_a_failed_start_leaves_no_folder(tiny_run, tmp_path, monkeypatch):
+    """Issue #15.3: every input is checked before `--overwrite` touches the old run; a failed start creates nothing."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    CORYTrainer(*tiny_run("x", num_iterations=1)).train()
+    before = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "x").rglob("*"))
+    no_text = tmp_path / "no_text.csv"
+    no_text.write_text("title,stars\nA film,3\n")
+    bad = [dict(data_path=str(no_text)), dict(model="smollm2-135m-instruc"), dict(reward="nosuch_reward")]
+    for opts in bad:
+        with pytest.raises((ValueError, OSError)):
+            CORYTrainer(*tiny_run("x", num_iterations=1, overwrite=True, **opts))
+        assert sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "x").rglob("*")) == before, opts
+        with pytest.raises((ValueError, OSError)):
+            CORYTrainer(*tiny_run("fresh", num_iterations=1, **opts))
+        assert not (tmp_path / "fresh").exists(), opts
+    trainer = CORYTrainer(*tiny_run("x", num_iterations=1, overwrite=True))  # a good overwrite replaces the run
+    assert not (tmp_path / "x" / "metrics.jsonl").exists() and (tmp_path / "x" / "config.yaml").is_file()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".x")] == []  # no moved-aside copy is left
+    trainer.train()
 
 
 def test_resume_with_different_config_names_fields(tiny_run):
@@ -209,3 +245,30 @@ def test_bfloat16_model_with_lora_trains(tiny_run):
     assert agent.value_head.summary.weight.dtype == torch.float32
     rows = trainer.train()
     assert all(math.isfinite(v) for row in rows for k, v in row.items() if k.split("/")[0] in ("pioneer", "observer"))
+
+
+def constant_ten_reward(queries, responses):
+    """A reward callable importable by name (tests.trainers.test_cory_trainer:constant_ten_reward)."""
+    return [10.0] * len(queries)
+
+
+def test_a_reward_callable_is_recorded_and_eval_never_substitutes_another(tiny_run, tmp_path):
+    """Issue #15.4: config.yaml names the callable (module:function); `cory eval` scores with it, and refuses a
+    callable it cannot rebuild unless --reward says which reward to use."""
+    from trainers.evaluate_cli import run_eval
+
+    CORYTrainer(*tiny_run("named", num_iterations=1), reward_fn=constant_ten_reward).train()
+    saved = yaml.safe_load((tmp_path / "named" / "config.yaml").read_text())
+    assert saved["reward"] == "tests.trainers.test_cory_trainer:constant_ten_reward"
+    out = tmp_path / "named.json"
+    run_eval([str(tmp_path / "named"), "--num_batches", "1", "--batch_size", "2", "--out", str(out)])
+    assert json.loads(out.read_text())["task_reward"] == 10.0
+
+    CORYTrainer(*tiny_run("lambda", num_iterations=1), reward_fn=lambda q, r: [10.0] * len(q)).train()
+    saved = yaml.safe_load((tmp_path / "lambda" / "config.yaml").read_text())
+    assert "<lambda>" in saved["reward"] and saved["reward"] != "vader"
+    with pytest.raises(ValueError, match="--reward"):
+        run_eval([str(tmp_path / "lambda"), "--num_batches", "1", "--batch_size", "2", "--out", str(out)])
+    run_eval([str(tmp_path / "lambda"), "--num_batches", "1", "--batch_size", "2", "--out", str(out),
+              "--reward", "tests.trainers.test_cory_trainer:constant_ten_reward"])
+    assert json.loads(out.read_text())["task_reward"] == 10.0

@@ -135,3 +135,26 @@ def test_trainer_runs_grpo_for_cory_and_the_single_agent_baseline(tiny_run, algo
     assert type(trainer.exchange.seats["pioneer"].learner) is GRPOLearner
     assert np.isfinite(rows[-1]["pioneer/policy_loss"]) and "pioneer/kl_loss" in rows[-1]
     assert ("observer/kl_loss" in rows[-1]) == (algo == "cory")
+
+
+@pytest.mark.parametrize("kind, kl_in_loss", [("abs", False), ("mse", False), ("kl", True)])
+def test_logged_kl_is_the_penalised_estimator(grpo_parts, tiny_tok, kind, kl_in_loss):
+    """Issue #15.1: `kl` (and the controller) follow the penalised estimator: kl_penalty in the reward, k3 in the loss."""
+    agent, ref, env = grpo_parts
+    config = PPOConfig(batch_size=4, mini_batch_size=4, group_size=2, kl_in_loss=kl_in_loss, kl_penalty=kind,
+                       init_kl_coef=0.2, target=0.05, horizon=20.0)
+    learner = GRPOLearner(agent, ref, config)
+    transcript = run_episodes(env, {"pioneer": agent}, seed=0, generator=torch.Generator().manual_seed(0),
+                              group_size=2)
+    rollout = rollout_from_transcript(transcript, "pioneer", tiny_tok.pad_token_id)
+    with torch.no_grad():
+        next(iter(agent.trainable_parameters())).add_(0.05)
+        args = (rollout.query, rollout.query_mask, rollout.response, rollout.response_mask)
+        d = agent.evaluate(*args).logprobs - ref.evaluate(*args).logprobs
+    hand = {"abs": d.abs(), "mse": 0.5 * d * d, "kl": torch.exp(-d) - 1 + d}[kind]  # kl_in_loss: k3
+    expected = float((hand * rollout.response_mask).sum(-1).mean())
+    stats = learner.step(rollout, generator=torch.Generator().manual_seed(0))
+    assert stats["kl"] == pytest.approx(expected, abs=1e-5)
+    assert stats["kl_k1"] == pytest.approx(float((d * rollout.response_mask).sum(-1).mean()), abs=1e-5)
+    e = max(-0.2, min(0.2, expected / 0.05 - 1))
+    assert learner.kl_ctl.value == pytest.approx(0.2 * (1 + e * 4 / 20.0), rel=1e-6)

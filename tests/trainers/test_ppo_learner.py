@@ -141,3 +141,66 @@ def test_ratio_threshold_skips_and_counts(tiny_tok):
     assert stats["skipped_batches"] == 2.0
     # zero loss: Adam steps with zero gradients leave the weights unchanged
     assert all(torch.equal(a, b) for a, b in zip(before, learner._params))
+
+
+def _hand_kl(lp, ref, kind, logits=None, ref_logits=None):
+    """Per-token KL estimators written out by hand (Δ = logp − ref_logp)."""
+    d = lp - ref
+    if kind == "kl":
+        return d
+    if kind == "abs":
+        return d.abs()
+    if kind == "mse":
+        return 0.5 * d * d
+    if kind == "k3":
+        return torch.exp(-d) - 1 + d
+    p = torch.softmax(logits, -1)
+    return (p * (torch.log_softmax(logits, -1) - torch.log_softmax(ref_logits, -1))).sum(-1)
+
+
+@pytest.mark.parametrize("kind", ["kl", "abs", "mse", "k3", "full"])
+def test_logged_kl_and_controller_use_the_reward_estimator(tiny_tok, kind):
+    """Issue #15.1: `kl` and the adaptive controller read the estimator that shapes the reward, not always k1."""
+    learner = _learner(tiny_tok, kl_penalty=kind, init_kl_coef=0.2, target=0.05, horizon=20.0)
+    rollout = _rollout([1.0, 0.0, 0.5, -1.0])
+    mask = rollout.response_mask
+    a, r = rollout.query, rollout.response
+    with torch.no_grad():
+        old = learner.agent.evaluate(a, rollout.query_mask, r, mask, return_logits=True)
+        ref = learner.ref_model.evaluate(a, rollout.query_mask, r, mask, return_logits=True)
+    per_token = _hand_kl(old.logprobs, ref.logprobs, kind, old.logits, ref.logits)
+    expected_kl = float((per_token * mask).sum(-1).mean())
+    expected_k1 = float(((old.logprobs - ref.logprobs) * mask).sum(-1).mean())
+    expected = trl.AdaptiveKLController(0.2, 0.05, 20.0)
+    expected.update(expected_kl, 4)
+    stats = learner.step(rollout, generator=torch.Generator().manual_seed(0))
+    assert stats["kl"] == pytest.approx(expected_kl, abs=1e-5)
+    assert stats["kl_k1"] == pytest.approx(expected_k1, abs=1e-5)
+    assert stats["non_score_reward"] == pytest.approx(-0.2 * expected_kl, abs=1e-5)
+    assert learner.kl_ctl.value == pytest.approx(expected.value, rel=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["kl", "abs", "k3", "full"])
+def test_eval_kl_uses_the_run_estimator(tiny_tok, kind):
+    """Issue #15.1: `cory eval`'s kl sums the same estimator as the run's training `kl`."""
+    from trainers.evaluation import sequence_kl
+
+    learner = _learner(tiny_tok)
+    rollout = _rollout([0.0, 0.0, 0.0, 0.0])
+    args = (rollout.query, rollout.query_mask, rollout.response, rollout.response_mask)
+    with torch.no_grad():
+        old = learner.agent.evaluate(*args, return_logits=True)
+        ref = learner.ref_model.evaluate(*args, return_logits=True)
+    hand = (_hand_kl(old.logprobs, ref.logprobs, kind, old.logits, ref.logits) * rollout.response_mask).sum(-1)
+    torch.testing.assert_close(sequence_kl(learner.agent, learner.ref_model, rollout, kind), hand, atol=1e-5, rtol=0)
+
+
+def test_one_token_mini_batches_keep_the_logged_statistics_finite(tiny_tok):
+    """Issue #15.6: a mini-batch of one 1-token response has no variance; the logged per-update means skip it
+    instead of turning returns_var / values_var into NaN for the whole iteration."""
+    import math
+
+    learner = _learner(tiny_tok)
+    learner.config = PPOConfig(batch_size=4, mini_batch_size=1, ppo_epochs=1)  # row 1 has a 1-token response
+    stats = learner.step(_rollout([1.0, -0.5, 0.25, 2.0]), generator=torch.Generator().manual_seed(0))
+    assert all(math.isfinite(v) for v in stats.values()), {k: v for k, v in stats.items() if not math.isfinite(v)}

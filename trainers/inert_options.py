@@ -1,0 +1,95 @@
+"""Options that do nothing in a given combination, named at the start of a run instead of being ignored silently.
+
+`inert_options(config, ppo_config, env_config)` returns one message per option (or group) that cannot take effect,
+each naming the option, its value, why, and what to change. `CORYTrainer` logs them as warnings before training.
+An option only counts when it differs from its default (or is switched on), so defaults never warn.
+
+>>> from cory_env import EnvConfig
+>>> from trainers.config import CORYConfig, PPOConfig
+>>> inert_options(CORYConfig(num_iterations=3, role_exchange_period=5), PPOConfig(), EnvConfig())[0][:59]
+'role_exchange_period=5 > num_iterations=3: no role exchange'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from cory_env import EnvConfig
+from trainers.config import CORYConfig, PPOConfig
+
+__all__ = ["IGNORED_BY_LEARNER", "inert_options"]
+
+IGNORED_BY_LEARNER: dict[str, tuple[str, ...]] = {
+    "ppo": ("scale_rewards", "kl_in_loss"),
+    "grpo": ("gamma", "lam", "vf_coef", "cliprange_value", "whiten_rewards", "use_score_scaling", "use_score_norm",
+             "score_clip", "early_stopping", "target_kl", "ratio_threshold"),
+}
+"""`PPOConfig` fields each built-in learner never reads (GRPO has no value head, no GAE and no score scaling)."""
+
+IMDB_ONLY = ("reward", "min_review_chars", "heldout_fraction", "query_min_tokens", "query_max_tokens")
+"""`EnvConfig` fields only the IMDB task reads."""
+
+
+def _changed(config: Any, *names: str) -> list[str]:
+    """`name=value` for each of `names` whose value differs from the dataclass default."""
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    return [f"{n}={getattr(config, n)!r}" for n in names if getattr(config, n) != defaults[n]]
+
+
+def inert_options(config: CORYConfig, ppo_config: PPOConfig, env_config: EnvConfig) -> list[str]:
+    """Messages for the options that cannot take effect in this combination (empty when every option counts).
+
+    Args:
+        config, ppo_config, env_config: the run's three configs.
+
+    Returns:
+        One message per inert option or group of options, in config order.
+    """
+    out: list[str] = []
+    period, n = config.role_exchange_period, config.num_iterations
+    exchanges = config.algo == "cory" and 0 < period < n
+    if config.algo == "cory" and period > 0 and not exchanges:
+        when = ("no role exchange happens" if period > n
+                else "the only role exchange follows the last iteration, so no iteration runs with swapped roles")
+        out.append(f"role_exchange_period={period} {'>' if period > n else '=='} num_iterations={n}: {when}; "
+                   f"lower role_exchange_period below {n} (or 0 to disable role exchange on purpose)")
+    if config.reset_on_exchange and not exchanges:
+        out.append("reset_on_exchange=True does nothing: no role exchange happens in this run")
+    if config.algo == "ppo":
+        moot = _changed(config, "role_exchange_period") + _changed(env_config, "knowledge_transfer",
+                                                                      "partner_reward_coef")
+        if moot:
+            out.append(f"{', '.join(moot)} do(es) nothing with algo='ppo': the single-agent baseline has no "
+                       "observer and no role exchange")
+    if not config.use_lora:
+        moot = _changed(config, "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+        if moot:
+            out.append(f"{', '.join(moot)} do(es) nothing without use_lora=True")
+    ignored = _changed(ppo_config, *IGNORED_BY_LEARNER.get(config.learner, ()))
+    if config.learner == "grpo":
+        ignored += _changed(config, "value_head_dropout")
+        if ppo_config.kl_in_loss:
+            ignored += _changed(ppo_config, "kl_penalty")  # the loss term is always k3
+    if ignored:
+        out.append(f"{', '.join(ignored)} do(es) nothing with learner={config.learner!r}"
+                   + (" (no value head, no GAE, no score scaling; with kl_in_loss the KL term is k3)"
+                      if config.learner == "grpo" else " (GRPO options)"))
+    if config.learner == "ppo" and not ppo_config.early_stopping and _changed(ppo_config, "target_kl"):
+        out.append(f"target_kl={ppo_config.target_kl} does nothing without early_stopping=True")
+    if config.learner == "ppo" and ppo_config.use_score_norm and not ppo_config.use_score_scaling:
+        out.append("use_score_norm=True does nothing without use_score_scaling=True (as in TRL)")
+    if ppo_config.adap_kl_ctrl and ppo_config.init_kl_coef == 0:
+        out.append("adap_kl_ctrl=True with init_kl_coef=0: the adaptive controller scales β multiplicatively, so it "
+                   "stays 0 (target and horizon do nothing); set init_kl_coef > 0 or adap_kl_ctrl=False")
+    elif not ppo_config.adap_kl_ctrl and _changed(ppo_config, "target", "horizon"):
+        out.append(f"{', '.join(_changed(ppo_config, 'target', 'horizon'))} do(es) nothing with "
+                   "adap_kl_ctrl=False (β stays init_kl_coef)")
+    if env_config.task != "imdb":
+        moot = _changed(env_config, *IMDB_ONLY)
+        if moot:
+            out.append(f"{', '.join(moot)} do(es) nothing with task={env_config.task!r} (IMDB options)")
+    if config.checkpoint_every >= n:
+        out.append(f"checkpoint_every={config.checkpoint_every} >= num_iterations={n}: only the final checkpoint is "
+                   "written")
+    return out

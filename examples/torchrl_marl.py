@@ -262,8 +262,8 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, ep
                           auto_register_policy_transforms=False)
     used, next_eval = 0, episodes / num_evals
     for data in collector:
-        data = data[: int(torch.nonzero(data.get(("next", "done")).reshape(-1))[min(episodes - used,
-                                                                                    episodes_per_update) - 1]) + 1]
+        ends = data.get(("next", "done")).reshape(-1).nonzero().squeeze(-1)   # last step of each episode
+        data = data[: int(ends[min(episodes - used, ends.numel()) - 1]) + 1]    # never past the budget
         for learner in learners:
             learner.update(data)
         used += int(data.get(("next", "done")).sum())

@@ -21,6 +21,7 @@ def _run(script: str, *flags: str) -> tuple[str, dict]:
     return proc.stdout, json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_sb3_example_smallest_flags():
     pytest.importorskip("sb3_contrib")
     stdout, result = _run("sb3_baseline.py", "--episodes", "64", "--eval_episodes", "8", "--num_evals", "1",
@@ -29,6 +30,7 @@ def test_sb3_example_smallest_flags():
     assert "mean pioneer reward" in stdout and "before" in stdout
 
 
+@pytest.mark.slow
 def test_torchrl_example_smallest_flags():
     pytest.importorskip("torchrl")
     stdout, result = _run("torchrl_marl.py", "--episodes", "16", "--eval_episodes", "4", "--num_evals", "1",

@@ -1,6 +1,6 @@
 """TorchRL MARL on the CORY token env: one PPO (TorchRL's ``ClipPPOLoss`` + ``GAE``) per seat, tiny-vocabulary task.
 
-    python examples/torchrl_marl.py                         # collective reward ~0.4 -> well above (optimum 2)
+    python examples/torchrl_marl.py                         # 8000 episodes, ~170 CPU s: collective ~0.43 -> ~1.54
     python examples/torchrl_marl.py --episodes 32 --eval_episodes 8      # smoke test, seconds
 
 Needs the ``baselines`` extra (``pip install -e ".[baselines]"``: stable-baselines3, sb3-contrib, torchrl).

@@ -101,6 +101,8 @@ def test_train_and_evaluate_contract_and_determinism():
     assert again["curve"] == result["curve"]
     with pytest.raises(ValueError, match="episodes"):
         train_and_evaluate(0, episodes=0)
+    with pytest.raises(ValueError, match="smaller than one rollout"):
+        train_and_evaluate(0, episodes=100)  # default rollout: 8 envs x 64 steps
 
 
 def test_evaluate_is_seeded_and_leaves_the_global_rng_alone():

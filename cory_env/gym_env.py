@@ -25,7 +25,8 @@ Registered ids (``import cory_env`` registers them):
 
 As in the AEC env: the left-padded window of the pioneer's prompt and response so far, and the task's action mask
 (1 = allowed). The mask is advisory here, as in Gymnasium's ``Discrete.sample(mask=...)``: every action of the
-space is accepted, and a masked token is written like any other (the task reward scores it).
+space is accepted, and a masked token is written like any other (the task reward scores it). ``action_masks()``
+returns the same mask as bool (V,): the method name sb3-contrib's ``MaskablePPO`` looks for.
 
 ## Arguments
 
@@ -141,6 +142,14 @@ class PioneerEnv(gym.Env):
         info = {"task_reward": float(ep.task_reward[SEAT][0]), "response_text": ep.response_text[SEAT][0],
                 "response_len": len(ep.response[SEAT][0])}
         return self._obs(), float(ep.reward[SEAT][0]), True, False, info
+
+    def action_masks(self) -> np.ndarray:
+        """The current action mask as bool (V,) (True = allowed), a copy of the observation's ``action_mask``.
+
+        The name is sb3-contrib's convention (``MaskablePPO`` calls it through the vectorised env), so masked
+        policies need no wrapper. The task's mask does not change within an episode.
+        """
+        return self._episode.action_mask.astype(bool)
 
     def render(self) -> str | None:
         """The query and the response so far as text (render_mode "ansi")."""

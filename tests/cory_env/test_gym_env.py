@@ -49,3 +49,13 @@ def test_bad_actions_raise():
         env.step(1.5)
     _, reward, _, _, _ = env.step(VOCAB[":"])  # masked tokens are accepted (advisory mask) and score 0
     assert reward == 0.0
+
+
+def test_action_masks_is_the_observation_mask_as_bool():
+    env = PioneerEnv(task="tiny_vocab", context_len=12)
+    obs, _ = env.reset(seed=0)
+    mask = env.action_masks()
+    assert mask.dtype == bool and mask.shape == (20,)
+    np.testing.assert_array_equal(mask, obs["action_mask"].astype(bool))
+    mask[:] = False  # a copy: the env's mask is untouched
+    assert env.action_masks().sum() == 17

@@ -1,0 +1,116 @@
+"""Stable-Baselines3 on the Gymnasium views: SB3's `check_env`, MaskablePPO with the action mask, PPO/A2C without."""
+
+from __future__ import annotations
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("sb3_contrib")
+
+from sb3_contrib import MaskablePPO  # noqa: E402
+from stable_baselines3 import A2C, PPO  # noqa: E402
+from stable_baselines3.common.env_checker import check_env  # noqa: E402
+from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
+
+import cory_env  # noqa: E402,F401  (registers the ids)
+from cory_env.tasks.tiny_vocab import SYMBOLS, VOCAB  # noqa: E402
+from examples.sb3_baseline import TokenEmbedding, evaluate, train_and_evaluate  # noqa: E402
+
+POLICY_KWARGS = {"features_extractor_class": TokenEmbedding, "net_arch": [16]}
+
+
+def _params(model) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.policy.parameters()]
+
+
+def _changed(before, model) -> bool:
+    return any(not torch.equal(b, p) for b, p in zip(before, model.policy.parameters()))
+
+
+def test_sb3_check_env_passes_on_tiny_vocab():
+    env = gymnasium.make("cory/TinyVocab-v0")
+    check_env(env.unwrapped, warn=True, skip_render_check=True)
+    check_env(env, warn=True, skip_render_check=True)  # through Gymnasium's wrappers too
+
+
+def test_sb3_check_env_passes_on_pioneer_with_another_tokenizer(tiny_tok):
+    env = gymnasium.make("cory/Pioneer-v0", tokenizer=tiny_tok, task="imdb", context_len=16, min_new_tokens=2,
+                         max_new_tokens=3)
+    check_env(env.unwrapped, warn=True, skip_render_check=True)
+
+
+def test_maskable_ppo_trains_and_only_samples_allowed_tokens():
+    venv = DummyVecEnv([lambda: gymnasium.make("cory/TinyVocab-v0") for _ in range(2)])
+    model = MaskablePPO("MultiInputPolicy", venv, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu",
+                        policy_kwargs=POLICY_KWARGS)
+    before = _params(model)
+    model.learn(total_timesteps=64)
+    assert _changed(before, model)
+    allowed = {VOCAB[s] for s in SYMBOLS} | {VOCAB["<eos>"]}
+    env = gymnasium.make("cory/TinyVocab-v0")
+    obs, _ = env.reset(seed=1)
+    mask = env.unwrapped.action_masks()
+    assert mask.dtype == bool and set(np.flatnonzero(mask)) == allowed
+    actions = {int(model.predict(obs, deterministic=False, action_masks=mask)[0]) for _ in range(50)}
+    assert actions <= allowed
+
+
+def test_maskable_ppo_on_pioneer_with_a_larger_vocabulary(tiny_tok):
+    venv = DummyVecEnv([lambda: gymnasium.make("cory/Pioneer-v0", tokenizer=tiny_tok, task="imdb", context_len=16,
+                                               min_new_tokens=2, max_new_tokens=3)])
+    model = MaskablePPO("MultiInputPolicy", venv, n_steps=16, batch_size=16, n_epochs=1, seed=0, device="cpu",
+                        policy_kwargs=POLICY_KWARGS)
+    before = _params(model)
+    model.learn(total_timesteps=16)
+    assert _changed(before, model) and model.policy.action_net.out_features == len(tiny_tok)
+
+
+@pytest.mark.parametrize("algo", [PPO, A2C])
+def test_plain_ppo_and_a2c_train_without_the_mask(algo):
+    venv = DummyVecEnv([lambda: gymnasium.make("cory/TinyVocab-v0")])
+    kwargs = {"batch_size": 16, "n_epochs": 1} if algo is PPO else {}
+    model = algo("MultiInputPolicy", venv, n_steps=16, seed=0, device="cpu", policy_kwargs=POLICY_KWARGS, **kwargs)
+    before = _params(model)
+    model.learn(total_timesteps=32)
+    assert _changed(before, model)
+
+
+def test_token_embedding_treats_ids_as_tokens_not_magnitudes():
+    space = gymnasium.make("cory/TinyVocab-v0").observation_space
+    extractor = TokenEmbedding(space, embed_dim=4)
+    assert extractor.features_dim == 12 * 4 and extractor.embed.num_embeddings == 21  # V + padding id
+    ids = torch.tensor([[5.0] * 12])
+    padded = extractor({"input_ids": ids, "attention_mask": torch.zeros(1, 12)})
+    torch.testing.assert_close(padded, extractor.embed.weight[20].repeat(12).unsqueeze(0))
+    with pytest.raises(ValueError, match="input_ids"):
+        TokenEmbedding(gymnasium.spaces.Dict({"x": gymnasium.spaces.Box(0, 1, (3,))}))
+
+
+def test_train_and_evaluate_contract_and_determinism():
+    torch.set_num_threads(1)
+    result = train_and_evaluate(0, episodes=300, eval_episodes=16, num_evals=2, num_envs=2, n_steps=32,
+                                batch_size=32, n_epochs=1)
+    assert set(result) >= {"before", "after", "episodes", "curve"}
+    assert 0 < result["episodes"] <= 300 and result["curve"][0][0] == 0
+    assert result["curve"][-1] == [result["episodes"], result["after"]]
+    assert all(0.0 <= r <= 1.0 for _, r in result["curve"])
+    again = train_and_evaluate(0, episodes=300, eval_episodes=16, num_evals=2, num_envs=2, n_steps=32,
+                               batch_size=32, n_epochs=1)
+    assert again["curve"] == result["curve"]
+    with pytest.raises(ValueError, match="episodes"):
+        train_and_evaluate(0, episodes=0)
+    with pytest.raises(ValueError, match="smaller than one rollout"):
+        train_and_evaluate(0, episodes=100)  # default rollout: 8 envs x 64 steps
+
+
+def test_evaluate_is_seeded_and_leaves_the_global_rng_alone():
+    model = MaskablePPO("MultiInputPolicy", DummyVecEnv([lambda: gymnasium.make("cory/TinyVocab-v0")]), seed=0,
+                        device="cpu", policy_kwargs=POLICY_KWARGS)
+    torch.manual_seed(7)
+    expected = torch.rand(1)
+    torch.manual_seed(7)
+    first = evaluate(model, 8, seed=123)
+    assert torch.equal(torch.rand(1), expected)
+    assert evaluate(model, 8, seed=123) == first

@@ -1,0 +1,152 @@
+"""TorchRL over the CORY AEC env: `PettingZooWrapper` rollouts, the sequential reward, per-seat PPO (ClipPPOLoss)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("torchrl")
+
+from tensordict.nn import TensorDictSequential  # noqa: E402
+from torchrl.collectors import Collector  # noqa: E402
+
+from cory_env import SEATS  # noqa: E402
+from cory_env.tasks.tiny_vocab import SYMBOLS, VOCAB, tiny_vocab_reward  # noqa: E402
+from examples.torchrl_marl import (  # noqa: E402
+    SeatPPO,
+    evaluate,
+    make_actor_critic,
+    make_batched_env,
+    make_env,
+    seat_transitions,
+    train_and_evaluate,
+)
+
+ID_TO_TOKEN = {i: t for t, i in VOCAB.items()}
+ALLOWED = {VOCAB[s] for s in SYMBOLS} | {VOCAB["<eos>"]}
+
+
+def _random_rollout(steps=60, seed=0):
+    env = make_env(seed)
+    return env.rollout(steps, break_when_any_done=False)
+
+
+def _text(ids) -> str:
+    return " ".join(ID_TO_TOKEN[int(i)] for i in ids if int(i) != VOCAB["<eos>"])
+
+
+def _episodes(rollout):
+    """Split a flat rollout into episodes: lists of step indices."""
+    out, current = [], []
+    for t in range(rollout.shape[0]):
+        current.append(t)
+        if rollout["next", "done"][t].item():
+            out.append(current)
+            current = []
+    return out
+
+
+def _collective(rollout, episode) -> float:
+    """The env's collective reward recomputed from the episode's tokens with the task's reward (c = 1)."""
+    first = episode[0]
+    window = rollout["pioneer", "observation", "input_ids"][first, 0]
+    attended = rollout["pioneer", "observation", "attention_mask"][first, 0].bool()
+    query = _text(window[attended][:-1])  # the pioneer's prompt is "{query} ?"
+    answers = {seat: _text([rollout[seat, "action"][t, 0] for t in episode if rollout[seat, "mask"][t, 0]])
+               for seat in SEATS}
+    r1, r2 = tiny_vocab_reward([query] * 2, [answers["pioneer"], answers["observer"]],
+                               [{}, {"partner_response": answers["pioneer"]}])
+    return r1 + r2
+
+
+def test_random_rollout_is_turn_based_with_the_action_mask():
+    rollout = _random_rollout()
+    acting = torch.stack([rollout[seat, "mask"][:, 0] for seat in SEATS])
+    assert (acting.sum(0) == 1).all()                                   # exactly one seat acts per step
+    for seat in SEATS:
+        mine = rollout[seat, "mask"][:, 0]
+        assert {int(a) for a in rollout[seat, "action"][mine, 0]} <= ALLOWED
+        assert rollout[seat, "action_mask"][mine, 0].sum(-1).eq(17).all()
+    first = _episodes(rollout)[0]
+    assert rollout["pioneer", "mask"][first[0], 0] and rollout["observer", "mask"][first[-1], 0]
+
+
+def test_both_seats_terminal_rewards_arrive_and_equal_the_collective_reward():
+    rollout = _random_rollout(steps=120, seed=3)
+    episodes = _episodes(rollout)
+    assert len(episodes) >= 20
+    for episode in episodes:
+        end = episode[-1]
+        collective = _collective(rollout, episode)
+        for seat in SEATS:
+            rewards = rollout["next", seat, "reward"][episode, 0, 0]
+            assert rewards[-1].item() == pytest.approx(collective)     # the pioneer's too
+            assert (rewards[:-1] == 0).all()
+            assert rollout["next", seat, "done"][end].all()
+        assert not rollout["pioneer", "mask"][end, 0]                  # ...on a step the pioneer did not take
+
+
+def test_seat_transitions_credit_the_terminal_reward_to_each_seats_last_action():
+    rollout = _random_rollout(steps=120, seed=3)
+    episodes = _episodes(rollout)
+    whole = rollout[: episodes[-1][-1] + 1]
+    for seat in SEATS:
+        batch = seat_transitions(whole, seat)
+        mine = [[t for t in ep if rollout[seat, "mask"][t, 0]] for ep in episodes]
+        assert batch.shape[0] == sum(len(m) for m in mine)
+        k = 0
+        for episode, steps in zip(episodes, mine):
+            for j, t in enumerate(steps):
+                is_last = j == len(steps) - 1
+                expected = _collective(rollout, episode) if is_last else 0.0
+                assert batch["next", seat, "reward"][k, 0, 0].item() == pytest.approx(expected)
+                assert batch["next", seat, "terminated"][k, 0, 0].item() == is_last
+                assert torch.equal(batch[seat, "action"][k], rollout[seat, "action"][t])
+                if not is_last:  # the next observation is the seat's next decision point
+                    assert torch.equal(batch["next", seat, "observation", "input_ids"][k],
+                                       rollout[seat, "observation", "input_ids"][steps[j + 1]])
+                k += 1
+        # reward is moved, never created or lost
+        assert batch["next", seat, "reward"].sum().item() == pytest.approx(
+            whole["next", seat, "reward"].sum().item())
+    with pytest.raises(ValueError, match="flat"):
+        seat_transitions(whole.unsqueeze(0), "pioneer")
+
+
+def test_collector_and_clip_ppo_update_train_both_seats():
+    torch.manual_seed(0)
+    env = make_batched_env(2, seed=0)
+    pairs = {seat: make_actor_critic(seat, 20, 12) for seat in SEATS}
+    learners = [SeatPPO(seat, *pairs[seat], lr=1e-2, epochs=1, minibatch_size=16, entropy_coeff=0.01)
+                for seat in SEATS]
+    policy = TensorDictSequential(*(pairs[seat][0] for seat in SEATS))
+    collector = Collector(env, policy, frames_per_batch=32, trajs_per_batch=8, traj_format="cat",
+                          auto_register_policy_transforms=False)
+    data = next(iter(collector))
+    collector.shutdown()
+    assert int(data["next", "done"].sum()) == 8 and data["next", "done"][-1].item()  # whole episodes only
+    before = {seat: [p.detach().clone() for p in pairs[seat][0].parameters()] for seat in SEATS}
+    for learner in learners:
+        stats = learner.update(data)
+        assert all(torch.isfinite(torch.tensor(v)) for v in stats.values())
+        assert f"{learner.seat}/loss_objective" in stats
+    for seat in SEATS:
+        assert any(not torch.equal(b, p) for b, p in zip(before[seat], pairs[seat][0].parameters())), seat
+
+
+def test_evaluate_is_seeded():
+    torch.manual_seed(0)
+    policy = TensorDictSequential(*(make_actor_critic(seat, 20, 12)[0] for seat in SEATS))
+    env = make_batched_env(2, seed=5)
+    first = evaluate(env, policy, 6, seed=11)
+    assert 0.0 <= first <= 2.0 and evaluate(env, policy, 6, seed=11) == first
+
+
+def test_train_and_evaluate_contract():
+    torch.set_num_threads(1)
+    result = train_and_evaluate(0, episodes=24, eval_episodes=4, episodes_per_update=16, num_envs=2, num_evals=1)
+    assert result["episodes"] == 24 and [p[0] for p in result["curve"]] == [0, 24]  # 16 + the last 8
+    assert result["curve"][0][1] == result["before"] and result["curve"][-1][1] == result["after"]
+    assert all(0.0 <= r <= 2.0 for _, r in result["curve"])
+    with pytest.raises(ValueError, match="episodes"):
+        train_and_evaluate(0, episodes=0)

@@ -116,6 +116,8 @@ RUNGS: dict[str, Rung] = {
 #: Other libraries' arms: module with `train_and_evaluate(seed, episodes, eval_episodes) -> dict`.
 EXTERNAL_ARMS = {"tianshou": "examples.tianshou_marl", "sb3-maskable-ppo": "examples.sb3_baseline",
                  "torchrl": "examples.torchrl_marl"}
+#: What each external arm's reward is (the single-agent SB3 arm plays the pioneer seat alone).
+EXTERNAL_METRIC = {"tianshou": "collective", "sb3-maskable-ppo": "pioneer", "torchrl": "collective"}
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -124,27 +126,6 @@ def _mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 
 # ---------------------------------------------------------------------------------------------------- one run
-def _evaluate(trainer, rung: Rung, env_config, *, collective: bool, seed: int) -> dict:
-    """Held-out evaluation of the trained seats (sampling as in training)."""
-    from cory_env import BatchedCORYEnv
-    from trainers.evaluation import evaluate_collective, evaluate_pioneer
-
-    test_config = replace(env_config, query_split="test")
-    batch = min(rung.eval_episodes, 256)
-    env = BatchedCORYEnv(test_config, trainer.tokenizer, batch_size=batch, reward_fn=rung.reward_fn,
-                         single_agent=not collective)
-    seats = {seat: bundle.agent for seat, bundle in trainer.exchange.seats.items()}
-    batches = max(1, rung.eval_episodes // batch)
-    if collective:
-        out = evaluate_collective(seats, env, num_batches=batches, seed=seed)
-        out["reward"] = out["collective_reward"]
-        return out
-    out = evaluate_pioneer(seats["pioneer"], trainer.ref_model, env, num_batches=batches, seed=seed, eta=0.0)
-    out.pop("samples")
-    out["reward"] = out["task_reward"]
-    return out
-
-
 def run_own_arm(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str) -> dict:
     """Train one of this project's arms on one seed and evaluate it on held-out queries (in this process)."""
     import torch
@@ -165,15 +146,15 @@ def run_own_arm(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str
     collective = rung.collective and config.algo == "cory"
     points = sorted({round(iterations * k / rung.eval_points) for k in range(1, rung.eval_points + 1)})
     eval_seed = 10_000 + seed  # never a training seed's query stream
-    curves = [[0, _evaluate(trainer, rung, env_config, collective=collective, seed=eval_seed)]]
+    evaluate = lambda: trainer.evaluate(episodes=rung.eval_episodes, seed=eval_seed, collective=collective)  # noqa: E731
+    curves = [[0, evaluate()]]
     train_reward = []
     for it in range(iterations):
         metrics, _ = trainer.iteration(it)
         train_reward.append(metrics["cory/collective_reward" if collective else "pioneer/task_reward"])
         if it + 1 in points:
-            curves.append([(it + 1) * ppo_config.batch_size,
-                           _evaluate(trainer, rung, env_config, collective=collective, seed=eval_seed)])
-    final = curves[-1][1]
+            curves.append([(it + 1) * ppo_config.batch_size, evaluate()])
+    final = {k: v for k, v in curves[-1][1].items() if k != "samples"}
     return {"arm": arm, "seed": seed, "final": final["reward"], "before": curves[0][1]["reward"],
             "episodes": iterations * ppo_config.batch_size, "cpu_s": time.process_time() - start,
             "curve": [[n, e["reward"]] for n, e in curves], "final_eval": final,
@@ -190,7 +171,7 @@ def run_external_arm(arm: str, seed: int, episodes: int, eval_episodes: int) -> 
     out = module.train_and_evaluate(seed=seed, episodes=episodes, eval_episodes=eval_episodes)
     return {"arm": arm, "seed": seed, "final": out["after"], "before": out["before"], "episodes": out["episodes"],
             "cpu_s": time.process_time() - start, "curve": out.get("curve", []),
-            "metric": out.get("metric", "collective")}
+            "metric": EXTERNAL_METRIC[arm]}
 
 
 def _external_available(arm: str) -> str | None:

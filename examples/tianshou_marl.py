@@ -73,6 +73,60 @@ def evaluate(collector: Collector, episodes: int, seed: int) -> float:
     return float(np.mean(stats.returns))  # both seats' columns hold the collective reward
 
 
+STEPS_PER_EPISODE = 4  # tiny_vocab: 2 pioneer tokens + 2 observer tokens (EOS may end an answer earlier)
+
+
+def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, epochs: int = 8,
+                       episodes_per_update: int = 64, repeat: int = 4, batch_size: int = 64, lr: float = 3e-3,
+                       num_envs: int = 4) -> dict:
+    """Train one PPO per seat for about `episodes` training episodes and evaluate the collective reward.
+
+    The budget is spread over `epochs` Tianshou epochs of ``STEPS_PER_EPISODE * episodes / epochs`` env steps
+    (tokens); the test collector (seeds ``10_000 + seed + epoch``, never a training seed) plays `eval_episodes`
+    episodes before training and after every epoch, sampling from the policies.
+
+    Args:
+        seed: seeds torch, numpy and the training envs.
+        episodes: training budget in episodes (one episode = the pioneer's and the observer's answers), >= epochs.
+        eval_episodes: evaluation episodes per point.
+        epochs, episodes_per_update, repeat, batch_size, lr, num_envs: as the command-line flags.
+
+    Returns:
+        ``{"before", "after", "episodes", "curve": [[episodes_so_far, reward], ...], "metric": "collective"}``:
+        mean collective rewards in [0, 2] (random ≈ 0.42); ``episodes`` counts the finished training episodes.
+
+    Raises:
+        ValueError: if `episodes` < `epochs` or `eval_episodes` < 1.
+    """
+    if episodes < epochs or eval_episodes < 1:
+        raise ValueError(f"need episodes >= epochs ({episodes} < {epochs}?) and eval_episodes >= 1 "
+                         f"(got {eval_episodes})")
+    logging.getLogger("tianshou").setLevel(logging.WARNING)
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    env = make_env()
+    algorithm = build_algorithm(env, lr)
+    train_envs = DummyVectorEnv([make_env for _ in range(num_envs)])
+    test_envs = DummyVectorEnv([make_env])
+    train_envs.seed(seed)
+    buffer = VectorReplayBuffer(episodes_per_update * 5 + 10 * num_envs, num_envs)
+    train_collector = Collector(algorithm, train_envs, buffer)
+    test_collector = Collector(algorithm, test_envs)
+    curve = [[0, evaluate(test_collector, eval_episodes, 10_000 + seed)]]
+    train_collector.reset()
+    done = 0
+    for epoch in range(1, epochs + 1):
+        stats = algorithm.run_training(OnPolicyTrainerParams(
+            training_collector=train_collector, test_collector=None, max_epochs=1,
+            epoch_num_steps=STEPS_PER_EPISODE * episodes // epochs, collection_step_num_env_steps=None,
+            collection_step_num_episodes=episodes_per_update, update_step_num_repetitions=repeat,
+            batch_size=batch_size, show_progress=False, verbose=False,
+        ))
+        done += int(stats.train_episode)  # episodes this epoch's training run collected
+        curve.append([done, evaluate(test_collector, eval_episodes, 10_000 + seed + epoch)])
+    return {"before": curve[0][1], "after": curve[-1][1], "episodes": done, "curve": curve, "metric": "collective"}
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=10, help="Training epochs.")

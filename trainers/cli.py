@@ -214,7 +214,10 @@ def cmd_train(argv: Sequence[str]) -> int:
         logging.getLogger().setLevel(logging.ERROR)
     env_cfg, ppo_cfg, cory_cfg = parse_train_args(argv)
     trainer = CORYTrainer(cory_cfg, ppo_cfg, env_cfg)
+    before = heldout_eval(trainer, "before") if cory_cfg.eval_episodes and trainer.dist.is_main else None
     history = trainer.train()
+    if before is not None and not trainer.stopped_early:
+        report_before_after(trainer, before, heldout_eval(trainer, "after"))
     if history and trainer.dist.is_main:
         last = history[-1]
         summary = {k: round(v, 4) for k, v in last.items() if k.split("/")[0] in ("pioneer", "observer", "cory")
@@ -224,6 +227,33 @@ def cmd_train(argv: Sequence[str]) -> int:
                           "pioneer_model_last_iteration": pioneer,
                           "pioneer_model_now": trainer.exchange.seats["pioneer"].name, **summary}, indent=2))
     return 130 if trainer.stopped_early or trainer._stop_requested else 0
+
+
+#: Query/sampling seed of `cory train --eval_episodes` (training derives its streams from --seed; see derive_seed).
+EVAL_SEED = 2_000_003
+
+
+def heldout_eval(trainer, when: str) -> dict:
+    """The pioneer's held-out evaluation (`CORYTrainer.evaluate`) with the same queries and sampling seeds each
+    time, so that "before" and "after" differ only by training."""
+    logger.info("evaluating the pioneer on %d held-out queries (%s training)", trainer.config.eval_episodes, when)
+    out = trainer.evaluate(episodes=trainer.config.eval_episodes, seed=EVAL_SEED)
+    return {k: v for k, v in out.items() if k != "samples"} | {"iteration": trainer.start_iteration if when ==
+                                                               "before" else trainer.config.num_iterations}
+
+
+def report_before_after(trainer, before: dict, after: dict) -> None:
+    """Print and write (`eval.json`) the pioneer's held-out reward before and after training, with the noise of
+    the difference (standard error of the per-query reward difference on the same queries and seeds)."""
+    diffs = [a - b for a, b in zip(after["rewards"], before["rewards"])]
+    mean = sum(diffs) / len(diffs)
+    sem = (sum((d - mean) ** 2 for d in diffs) / max(1, len(diffs) - 1) / len(diffs)) ** 0.5
+    result = {"before": before, "after": after, "gain": mean, "gain_sem": sem}
+    (trainer.output_dir / "eval.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    print(f"pioneer held-out task reward ({before['num_queries']} {before['query_split']}-split queries, same "
+          f"queries and sampling seeds): before {before['reward']:.3f} -> after {after['reward']:.3f} "
+          f"(gain {mean:+.3f} ± {sem:.3f} s.e.; KL to the reference {after['kl']:.2f} nats, "
+          f"distinct-2 {before['distinct_2']:.2f} -> {after['distinct_2']:.2f})", flush=True)
 
 
 def cmd_eval(argv: Sequence[str]) -> int:

@@ -25,7 +25,7 @@ import resource
 import shutil
 import signal
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +35,14 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
-from cory_env import EnvConfig
+from cory_env import BatchedCORYEnv, EnvConfig
 from cory_env.rewards import reward_name
 from trainers import checkpoint as ckpt
 from trainers.build import build_agents, build_env, build_exchange, load_policy_model, seed_everything
 from trainers.config import CORYConfig, PPOConfig
 from trainers.distributed import DataParallel, check_device
 from trainers.inert_options import inert_options
-from trainers.learners import check_learner
+from trainers.learners import check_learner, kl_estimator
 from trainers.metrics import METRICS_FILE, SAMPLES_FILE, MetricsLogger, truncate_jsonl
 from trainers.role_exchange import SEATS
 from trainers.rollout import rollout_from_transcript, run_episodes
@@ -161,6 +161,7 @@ class CORYTrainer:
         self.agents, self.ref_model = build_agents(model, tokenizer, config)
         self.exchange = build_exchange(self.agents, self.ref_model, config, ppo_config, config.learner, self.dist)
         self.env = build_env(env_config, tokenizer, config, ppo_config, reward_fn=reward_fn)
+        self._reward_fn = reward_fn
         self.start_iteration = 0
         self.config_dict = resolved_config(config, ppo_config, env_config)
         if reward_fn is not None:  # what was really used, so `cory eval` and --resume do not fall back to a name
@@ -277,6 +278,49 @@ class CORYTrainer:
         metrics["sys/rss_gb"] = psutil.Process().memory_info().rss / 2**30
         metrics["sys/peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
         return self.dist.mean_stats(metrics), self._samples(transcript)
+
+    def evaluate(self, *, episodes: int, seed: int, collective: bool = False) -> dict:
+        """Evaluate the models in their current seats on held-out queries, sampling as in training (no update).
+
+        The queries come from the held-out slice (`EnvConfig.query_split="test"`) when the run has one
+        (`heldout_fraction` > 0), else from fresh-seed draws of the training queries (the result says which).
+
+        Args:
+            episodes: queries to answer (rounded up to whole batches of at most 64).
+            seed: query and sampling seed; use one training never uses (its query streams derive from
+                `CORYConfig.seed` through `derive_seed`).
+            collective: both seats (knowledge transfer included) and the collective reward (needs
+                ``algo="cory"``); False: the pioneer alone, as at inference.
+
+        Returns:
+            dict: ``reward`` (the collective reward, or the pioneer's task reward) and, for the pioneer alone,
+            kl (to the reference, the estimator of `PPOConfig.kl_penalty`, nats), distinct_1, distinct_2,
+            response_len, samples; ``query_split``, ``num_queries``.
+
+        Raises:
+            ValueError: `episodes` < 1, or `collective` without an observer seat.
+        """
+        from trainers.evaluation import evaluate_collective, evaluate_pioneer
+
+        if episodes < 1:
+            raise ValueError(f"episodes must be >= 1, got {episodes}")
+        seats = {seat: bundle.agent for seat, bundle in self.exchange.seats.items()}
+        if collective and "observer" not in seats:
+            raise ValueError("a collective evaluation needs both seats (algo='cory'); use collective=False")
+        split = "test" if self.env_config.heldout_fraction > 0 else "train"
+        batch = min(episodes, 64)
+        env = BatchedCORYEnv(replace(self.env_config, query_split=split), self.tokenizer, batch_size=batch,
+                             reward_fn=self._reward_fn, single_agent=not collective)
+        batches = -(-episodes // batch)
+        if collective:
+            out = evaluate_collective(seats, env, num_batches=batches, seed=seed)
+            out["reward"] = out["collective_reward"]
+        else:
+            out = evaluate_pioneer(seats["pioneer"], self.ref_model, env, num_batches=batches, seed=seed, eta=0.0,
+                                   kl_penalty=kl_estimator(self.config.learner, self.ppo_config))
+            out["reward"] = out["task_reward"]
+        out["query_split"] = split
+        return out
 
     def _samples(self, transcript) -> list[dict]:
         out = []

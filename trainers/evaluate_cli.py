@@ -35,7 +35,7 @@ from trainers import checkpoint as ckpt
 from trainers.build import build_agents, build_exchange, load_policy_model
 from trainers.config import CORYConfig, PPOConfig
 from trainers.evaluation import evaluate_pioneer
-from trainers.grpo import penalised_kl_kind
+from trainers.learners import kl_estimator
 from trainers.passk import PAPER_EVAL_SAMPLING, evaluate_pass_at_k
 
 logger = logging.getLogger(__name__)
@@ -191,7 +191,7 @@ def _load_checkpoint(args) -> _Loaded:
         raise ValueError(f"--model_name {name!r} is not in this checkpoint; choose one of {sorted(agents)}")
     exchange = build_exchange(agents, ref, cory_cfg, ppo_cfg, cory_cfg.learner)
     ckpt.load_bundle(path, exchange.bundles[name], with_learner=False)
-    kind = penalised_kl_kind(ppo_cfg) if cory_cfg.learner == "grpo" else ppo_cfg.kl_penalty
+    kind = kl_estimator(cory_cfg.learner, ppo_cfg)
     return _Loaded(agents[name], ref, name, path, env_cfg, f"{cory_cfg.model} ({path}, {name})", kind)
 
 

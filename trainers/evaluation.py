@@ -77,7 +77,8 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
         kl_penalty: KL estimator summed into `kl` (the one that shaped the run's reward, as its training `kl`).
 
     Returns:
-        dict: task_reward, kl, combined_reward (means), distinct_1, distinct_2, response_len, num_queries, samples.
+        dict: task_reward, kl, combined_reward (means), rewards (the per-query task rewards, in order),
+        distinct_1, distinct_2, response_len, num_queries, samples.
     """
     rewards, kls, lengths, texts, samples = [], [], [], [], []
     for b in range(num_batches):
@@ -94,7 +95,7 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
                 samples.append({"query": q, "response": r, "task_reward": float(s)})
     task_reward, kl = float(np.mean(rewards)), float(np.mean(kls))
     return {
-        "task_reward": task_reward, "kl": kl, "combined_reward": task_reward - eta * kl,
+        "task_reward": task_reward, "kl": kl, "combined_reward": task_reward - eta * kl, "rewards": rewards,
         "distinct_1": distinct_n(texts, 1), "distinct_2": distinct_n(texts, 2),
         "response_len": float(np.mean(lengths)), "num_queries": len(rewards), "samples": samples,
     }

@@ -145,3 +145,14 @@ def make_learner(name: str, agent, ref_model, config, *, dist=None) -> Learner:
         missing = [m for m in ("step", "reset_state", "state_dict", "load_state_dict") if not hasattr(learner, m)]
         raise TypeError(f"learner factory {name!r} returned {type(learner).__name__}, which lacks {missing}")
     return learner
+
+
+def kl_estimator(name: str, config) -> str:
+    """The per-token KL estimator learner `name` penalises and logs as ``kl`` (`ppo_math.kl_penalty` kind):
+    GRPO's (k3 when `kl_in_loss`, `trainers.grpo.penalised_kl_kind`), else `PPOConfig.kl_penalty`; evaluations
+    report the KL with the same estimator as training."""
+    if name == "grpo":
+        from trainers.grpo import penalised_kl_kind
+
+        return penalised_kl_kind(config)
+    return config.kl_penalty

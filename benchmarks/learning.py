@@ -154,6 +154,8 @@ def run_own_arm(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str
         train_reward.append(metrics["cory/collective_reward" if collective else "pioneer/task_reward"])
         if it + 1 in points:
             curves.append([(it + 1) * ppo_config.batch_size, evaluate()])
+            print(f"[ladder] {arm} seed {seed}: {curves[-1][0]} episodes, held-out reward "
+                  f"{curves[-1][1]['reward']:.3f} ({time.process_time() - start:.0f} CPU s)", flush=True)
     final = {k: v for k, v in curves[-1][1].items() if k != "samples"}
     return {"arm": arm, "seed": seed, "final": final["reward"], "before": curves[0][1]["reward"],
             "episodes": iterations * ppo_config.batch_size, "cpu_s": time.process_time() - start,

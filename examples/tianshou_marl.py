@@ -1,7 +1,7 @@
 """Tianshou MARL on the CORY token env: one PPO per seat on the tiny-vocabulary task, a few CPU minutes.
 
     python examples/tianshou_marl.py                       # ~2 CPU minutes: collective reward ~0.4 -> ~1.5+
-    python examples/tianshou_marl.py --epochs 1 --epoch_num_steps 200 --test_episodes 20   # smoke test
+    python examples/tianshou_marl.py --epochs 1 --episodes 50 --test_episodes 20   # smoke test
 
 Pipeline: `cory_env.env(task="tiny_vocab")` (PettingZoo AEC) → `cory_env.wrappers.TianshouObsWrapper` →
 `tianshou.env.PettingZooEnv` → `SequentialMultiAgentOnPolicyAlgorithm` (Tianshou's `MultiAgentOnPolicyAlgorithm`
@@ -129,41 +129,25 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, ep
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=10, help="Training epochs.")
-    parser.add_argument("--epoch_num_steps", type=int, default=3000, help="Env steps (tokens) per epoch.")
+    parser.add_argument("--seed", type=int, default=0, help="Seed for torch, numpy and the envs.")
+    parser.add_argument("--episodes", type=int, default=7500, help="Training budget in episodes (pioneer + observer).")
+    parser.add_argument("--epochs", type=int, default=10, help="Training epochs (an evaluation after each).")
     parser.add_argument("--episodes_per_update", type=int, default=64, help="Episodes collected per PPO update.")
     parser.add_argument("--repeat", type=int, default=4, help="PPO passes over each collected buffer.")
     parser.add_argument("--batch_size", type=int, default=64, help="PPO mini-batch size (transitions).")
     parser.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate.")
     parser.add_argument("--num_envs", type=int, default=4, help="Parallel (dummy) training envs.")
     parser.add_argument("--test_episodes", type=int, default=100, help="Episodes per evaluation.")
-    parser.add_argument("--seed", type=int, default=0, help="Seed for torch, numpy and the envs.")
     args = parser.parse_args(argv)
-    logging.getLogger("tianshou").setLevel(logging.WARNING)
-    torch.manual_seed(args.seed)
-    np.random.seed(args.seed)
     torch.set_num_threads(1)
-    env = make_env()
-    algorithm = build_algorithm(env, args.lr)
-    train_envs = DummyVectorEnv([make_env for _ in range(args.num_envs)])
-    test_envs = DummyVectorEnv([make_env])
-    train_envs.seed(args.seed)
-    buffer = VectorReplayBuffer(args.episodes_per_update * 5 + 10 * args.num_envs, args.num_envs)
-    train_collector = Collector(algorithm, train_envs, buffer)
-    test_collector = Collector(algorithm, test_envs)
-    returns = [evaluate(test_collector, args.test_episodes, 10_000)]
-    print(f"epoch 0 (before training): mean collective reward {returns[0]:.3f}", flush=True)
-    train_collector.reset()
-    for epoch in range(1, args.epochs + 1):
-        algorithm.run_training(OnPolicyTrainerParams(
-            training_collector=train_collector, test_collector=None, max_epochs=1,
-            epoch_num_steps=args.epoch_num_steps, collection_step_num_env_steps=None,
-            collection_step_num_episodes=args.episodes_per_update, update_step_num_repetitions=args.repeat,
-            batch_size=args.batch_size, show_progress=False, verbose=False,
-        ))
-        returns.append(evaluate(test_collector, args.test_episodes, 10_000 + epoch))
-        print(f"epoch {epoch}: mean collective reward {returns[-1]:.3f}", flush=True)
-    result = {"first": returns[0], "last": returns[-1], "returns": returns}
+    out = train_and_evaluate(args.seed, args.episodes, args.test_episodes, epochs=args.epochs,
+                             episodes_per_update=args.episodes_per_update, repeat=args.repeat,
+                             batch_size=args.batch_size, lr=args.lr, num_envs=args.num_envs)
+    for epoch, (episodes, value) in enumerate(out["curve"]):
+        label = "epoch 0 (before training)" if epoch == 0 else f"epoch {epoch} ({episodes} episodes)"
+        print(f"{label}: mean collective reward {value:.3f}", flush=True)
+    result = {"first": out["before"], "last": out["after"], "returns": [v for _, v in out["curve"]],
+              "episodes": out["episodes"]}
     print(json.dumps(result))
     return result
 

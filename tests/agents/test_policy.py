@@ -145,7 +145,7 @@ def test_sampling_logprobs_equal_evaluate_and_kl_is_zero(tiny_tok, tiny_model):
     assert abs(kl.item()) < 1e-5
 
 
-def test_sampling_logprob_is_raw_policy_even_with_penalties(tiny_tok, tiny_model):
+def test_sampling_logprob_is_the_tempered_policy_even_with_penalties(tiny_tok, tiny_model):
     sampling = SamplingConfig(temperature=0.7, top_k=20, top_p=0.9, repetition_penalty=1.3)
     agent = LLMAgent(tiny_model, tiny_tok, sampling=sampling, seed=0)
     query, qmask, response, rmask, step_lp = play(agent, PROMPTS, steps=5, context_len=12, pad_id=0,

@@ -18,8 +18,8 @@ pytest.importorskip("tianshou")
 def test_tianshou_example_smallest_flags():
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "examples" / "tianshou_marl.py"), "--epochs", "1", "--epoch_num_steps",
-         "100", "--episodes_per_update", "8", "--test_episodes", "8", "--num_envs", "2"],
+        [sys.executable, str(REPO_ROOT / "examples" / "tianshou_marl.py"), "--epochs", "1", "--episodes",
+         "25", "--episodes_per_update", "8", "--test_episodes", "8", "--num_envs", "2"],
         capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,0 +1,118 @@
+"""Actions are scored under the distribution they were sampled from: temperature and the task's action mask.
+
+Before this was so, the tiny-vocabulary task's action mask shaped sampling while PPO, the KL and the entropy read the
+raw softmax over every token: the k1 KL of sampled tokens went negative (−17 nats measured) and rewarded moving
+probability onto banned tokens, and single-agent PPO stalled at 0.5 (README "Does it learn?").
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from transformers import LogitsProcessorList
+
+from agents import LLMAgent, SamplingConfig
+from agents.reference import entropy_from_logits, logprobs_from_logits, policy_logits
+from agents.sampling import sample_step
+from agents.tiny import tiny_causal_lm
+from cory_env import BatchedCORYEnv, EnvConfig
+from cory_env.tasks.tiny_vocab import CONTEXT_LEN, tiny_vocab_tokenizer
+from trainers.build import build_agents, build_exchange
+from trainers.config import CORYConfig, PPOConfig
+from trainers.rollout import rollout_from_transcript, run_episodes, score_rollout
+
+
+def test_policy_logits_hand_values():
+    logits = torch.tensor([[2.0, 0.0, -2.0, 1.0]])
+    allowed = torch.tensor([True, True, False, True])
+    out = policy_logits(logits, temperature=0.5, allowed=allowed)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out[0, [0, 1, 3]], torch.tensor([4.0, 0.0, 2.0]))
+    assert out[0, 2] == torch.finfo(torch.float32).min
+    probs = torch.softmax(out, -1)[0]
+    z = math.exp(4) + 1 + math.exp(2)
+    torch.testing.assert_close(probs, torch.tensor([math.exp(4) / z, 1 / z, 0.0, math.exp(2) / z]))
+    entropy = entropy_from_logits(out)
+    assert torch.isfinite(entropy).all() and float(entropy) <= math.log(3)
+    torch.testing.assert_close(logprobs_from_logits(out[:, None], torch.tensor([[3]])), torch.log(probs[3]).view(1, 1))
+
+
+def test_gradient_through_masked_tempered_logits_matches_a_naive_log_softmax():
+    raw = torch.randn(3, 6, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    allowed = torch.tensor([True, False, True, True, False, True])
+    tokens = torch.tensor([[0], [2], [5]])
+    ours = logprobs_from_logits(policy_logits(raw, temperature=0.7, allowed=allowed)[:, None], tokens).sum()
+    (grad_ours,) = torch.autograd.grad(ours, raw)
+    naive = torch.log_softmax((raw / 0.7)[:, allowed], -1)  # the allowed columns only
+    index = torch.tensor([[0], [1], [3]])  # positions of tokens 0, 2, 5 among the allowed columns
+    (grad_naive,) = torch.autograd.grad(naive.gather(-1, index).sum(), raw)
+    torch.testing.assert_close(grad_ours, grad_naive)
+    assert grad_ours[:, ~allowed].abs().max() == 0
+
+
+def test_sampled_frequencies_match_the_reported_logprobs():
+    logits = torch.tensor([[1.5, 0.3, -0.2, 2.0, 0.0]]).repeat(20_000, 1)
+    allowed = torch.tensor([[True, True, False, True, True]])
+    sampling = SamplingConfig(temperature=0.6)
+    gen = torch.Generator().manual_seed(0)
+    tokens, logprobs = sample_step(logits, None, allowed, LogitsProcessorList(), sampling.warpers(), gen,
+                                   sampling.temperature)
+    freq = torch.bincount(tokens, minlength=5).float() / len(tokens)
+    reported = torch.zeros(5).index_put_((tokens,), logprobs.exp(), accumulate=False)
+    assert freq[2] == 0
+    torch.testing.assert_close(freq, reported, atol=0.012, rtol=0)
+
+
+def _tiny_vocab_run(temperature: float):
+    tok = tiny_vocab_tokenizer()
+    model = tiny_causal_lm(tok, seed=3)
+    config = CORYConfig(algo="cory", model="tiny", temperature=temperature, value_head_dropout=0.0)
+    ppo = PPOConfig(batch_size=16, mini_batch_size=16, ppo_epochs=1, learning_rate=1e-3)
+    agents, ref = build_agents(model, tok, config)
+    exchange = build_exchange(agents, ref, config, ppo)
+    env = BatchedCORYEnv(EnvConfig(task="tiny_vocab", context_len=CONTEXT_LEN), tok, batch_size=16)
+    return tok, agents, ref, exchange, env
+
+
+class _Recording:
+    """Wraps an agent and keeps the log-probabilities it reports for each sampled token."""
+
+    def __init__(self, agent):
+        self.agent, self.logprobs = agent, []
+
+    def act_batch(self, obs, generator=None):
+        tokens = self.agent.act_batch(obs, generator=generator)
+        self.logprobs.append(self.agent.last_logprobs.clone())
+        return tokens
+
+    def reset_cache(self):
+        self.agent.reset_cache()
+
+
+def test_rollout_logprobs_equal_what_the_learner_scores_under_temperature_and_mask():
+    tok, agents, ref, exchange, env = _tiny_vocab_run(temperature=0.5)
+    seats = {s: _Recording(b.agent) for s, b in exchange.seats.items()}
+    transcript = run_episodes(env, seats, seed=0, generator=torch.Generator().manual_seed(0))
+    assert transcript.allowed is not None and not transcript.allowed.all()
+    for seat, rec in seats.items():
+        rollout = rollout_from_transcript(transcript, seat, tok.pad_token_id)
+        old, ref_out = score_rollout(rec.agent, ref, rollout)
+        sampled = torch.stack(rec.logprobs, dim=1)  # (B, steps); the env ends every answer by step 2
+        mask = rollout.response_mask
+        torch.testing.assert_close(old.logprobs[mask], sampled[:, : mask.shape[1]][mask], atol=1e-5, rtol=0)
+        # the reference is scored the same way: at the start the policy is the reference, KL 0 token by token
+        torch.testing.assert_close(old.logprobs[mask], ref_out.logprobs[mask], atol=1e-5, rtol=0)
+        assert float(old.entropy[mask].max()) <= math.log(int(transcript.allowed.sum())) + 1e-5
+
+
+def test_first_ppo_epoch_ratio_is_one_and_kl_zero_under_temperature_and_mask():
+    tok, agents, ref, exchange, env = _tiny_vocab_run(temperature=0.5)
+    transcript = run_episodes(env, {s: b.agent for s, b in exchange.seats.items()}, seed=1,
+                              generator=torch.Generator().manual_seed(1))
+    stats = exchange.seats["pioneer"].learner.step(rollout_from_transcript(transcript, "pioneer", tok.pad_token_id),
+                                                   generator=torch.Generator().manual_seed(0))
+    # one epoch, one mini-batch: the ratio is evaluated before the only optimiser step
+    assert abs(stats["ratio"] - 1.0) < 1e-5 and stats["clipfrac"] == 0.0
+    assert abs(stats["kl"]) < 1e-5 and np.isfinite(stats["entropy"])

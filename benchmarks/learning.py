@@ -1,7 +1,8 @@
 """The learning ladder: does training make the reward go up? One command per rung, mean ± std over seeds.
 
     python benchmarks/learning.py --rung sanity                         # ≈ 1 CPU minute: a bandit through the stack
-    python benchmarks/learning.py --rung tiny_vocab --jobs 2            # every arm on the 20-token cooperative task
+    python benchmarks/learning.py --rung tiny_vocab --jobs 2            # this project's arms, 32,768 episodes each
+    python benchmarks/learning.py --rung tiny_vocab --episodes 8192 --arms ppo cory tianshou sb3-maskable-ppo torchrl
     python benchmarks/learning.py --rung imdb --seeds 0 1 2 --jobs 2    # SmolLM2-135M + LoRA on real IMDB reviews
     python benchmarks/learning.py --rung tiny_vocab --arms cory cory-wo-kt --seeds 0 --out /tmp/kt.json
 
@@ -95,8 +96,7 @@ RUNGS: dict[str, Rung] = {
     ),
     "tiny_vocab": Rung(
         flags=TINY, episodes=256 * 128,
-        arms=("ppo", "grpo", "cory", "cory-wo-kt", "cory-wo-rex", "cory-grpo", "tianshou", "sb3-maskable-ppo",
-              "torchrl"),
+        arms=("ppo", "grpo", "cory", "cory-wo-kt", "cory-wo-rex", "cory-grpo"),
         floors={"ppo": 0.9, "cory": 1.8},
         help="tiny model on the 20-token cooperative task",
     ),
@@ -126,7 +126,7 @@ def _mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 
 # ---------------------------------------------------------------------------------------------------- one run
-def run_own_arm(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str) -> dict:
+def run_own_arm(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = ()) -> dict:
     """Train one of this project's arms on one seed and evaluate it on held-out queries (in this process)."""
     import torch
 
@@ -137,7 +137,7 @@ def run_own_arm(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str
     torch.set_num_threads(1)
     rung = RUNGS[rung_name]
     env_config, ppo_config, config = parse_train_args(
-        [*rung.flags, *ARMS[arm], "--seed", str(seed), "--output_dir", run_dir, "--overwrite", "true",
+        [*rung.flags, *ARMS[arm], *flags, "--seed", str(seed), "--output_dir", run_dir, "--overwrite", "true",
          "--tensorboard", "false", "--log_samples", "0", "--torch_threads", "1", "--num_iterations", "1"])
     iterations = max(1, episodes // ppo_config.batch_size)
     config = replace(config, num_iterations=iterations)
@@ -185,12 +185,12 @@ def _external_available(arm: str) -> str | None:
     return None
 
 
-def run_one(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str) -> dict:
+def run_one(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = ()) -> dict:
     logging.disable(logging.WARNING)  # the ladder reports; per-iteration warnings would drown it
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if arm in EXTERNAL_ARMS:
         return run_external_arm(arm, seed, episodes, RUNGS[rung_name].eval_episodes)
-    return run_own_arm(rung_name, arm, seed, episodes, run_dir)
+    return run_own_arm(rung_name, arm, seed, episodes, run_dir, flags)
 
 
 # ---------------------------------------------------------------------------------------------------- report
@@ -275,6 +275,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--arms", nargs="+", default=None, help="Arms to run (default: the rung's).")
     parser.add_argument("--episodes", type=int, default=None, help="Episode budget per arm (default: the rung's).")
+    parser.add_argument("--flags", nargs=argparse.REMAINDER, default=[],
+                        help="Last: extra `cory train` flags for every arm of ours, after the rung's (probes).")
     parser.add_argument("--jobs", type=int, default=1, help="Runs in parallel (processes, one torch thread each).")
     parser.add_argument("--out", default=None, help="JSON path (default benchmarks/learning_<rung>.json).")
     args = parser.parse_args(argv)
@@ -298,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     out.parent.mkdir(parents=True, exist_ok=True)
     runs = []
     with tempfile.TemporaryDirectory(prefix="cory-ladder-") as tmp:
-        jobs = [(args.rung, arm, seed, episodes, str(Path(tmp) / f"{arm}-s{seed}")) for arm in arms
+        jobs = [(args.rung, arm, seed, episodes, str(Path(tmp) / f"{arm}-s{seed}"), args.flags) for arm in arms
                 for seed in args.seeds]
         with futures.ProcessPoolExecutor(max_workers=max(1, args.jobs),
                                          mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -309,6 +311,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
                 print(f"[ladder] {run['arm']} seed {run['seed']}: {run['before']:.3f} -> {run['final']:.3f} "
                       f"({run['episodes']} episodes, {run['cpu_s']:.0f} CPU s)", flush=True)
     result = summarise(args.rung, runs, skipped, argv)
+    result["shared_flags"] += list(args.flags)
     out.write_text(json.dumps(result, indent=1), encoding="utf-8")
     plot(result, out.with_suffix(".png"))
     print(table(result))

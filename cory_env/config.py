@@ -44,7 +44,8 @@ class EnvConfig:
     reward: str = field(
         default="vader",
         metadata={"help": "IMDB task reward by name: 'vader' (offline; VADER compound of query + response, in "
-                          "[-1, 1]) or 'distilbert-imdb' (the paper's: raw POSITIVE logit of "
+                          "[-1, 1]), 'vader-gain' (VADER(q + a) - VADER(q): the same ranking of a query's responses without "
+                          "the query's own sentiment) or 'distilbert-imdb' (the paper's: raw POSITIVE logit of "
                           "`lvwerra/distilbert-imdb`); or an importable 'module:function' taking (queries, responses). Tasks "
                           "with their own reward (gsm8k) ignore it; a callable goes to the env constructor as "
                           "`reward_fn` (a run records it as module:function when importable)."},

@@ -3,7 +3,7 @@
     python benchmarks/learning.py --rung sanity                         # ≈ 1 CPU minute: a bandit through the stack
     python benchmarks/learning.py --rung tiny_vocab --jobs 2            # this project's arms, 32,768 episodes each
     python benchmarks/learning.py --rung tiny_vocab --episodes 8192 --arms ppo cory tianshou sb3-maskable-ppo torchrl
-    python benchmarks/learning.py --rung imdb --seeds 0 1 2 --jobs 2    # SmolLM2-135M + LoRA on real IMDB reviews
+    python benchmarks/learning.py --rung imdb --arms grpo --jobs 2      # SmolLM2-135M + LoRA on real IMDB reviews
     python benchmarks/learning.py --rung tiny_vocab --arms cory cory-wo-kt --seeds 0 --out /tmp/kt.json
 
 Each rung fixes the task, the model, the settings every arm shares and the episode budget (the same for every arm;
@@ -107,7 +107,8 @@ RUNGS: dict[str, Rung] = {
                "--mini_batch_size", "8", "--ppo_epochs", "2", "--learning_rate", "5e-4", "--ent_coef", "0.0",
                "--adap_kl_ctrl", "false", "--init_kl_coef", "0.05", "--value_head_dropout", "0",
                "--min_new_tokens", "8", "--max_new_tokens", "12", "--context_len", "96", "--role_exchange_period", "5"),
-        episodes=16 * 40, arms=("ppo", "cory"), floors={"ppo": 0.2, "cory": 0.2}, eval_episodes=128,
+        episodes=400, arms=("grpo", "cory-grpo", "ppo", "cory"),
+        floors={"ppo": 0.2, "cory": 0.2, "grpo": 0.2, "cory-grpo": 0.2}, eval_episodes=128,
         eval_points=4, collective=False,
         help="SmolLM2-135M-Instruct + LoRA, VADER, real IMDB reviews; floors are gains over the base model",
     ),

@@ -12,14 +12,18 @@ PRESETS: dict[str, dict] = {
         "batch_size": 4, "mini_batch_size": 2, "ppo_epochs": 2, "learning_rate": 1e-3,
         "min_new_tokens": 3, "max_new_tokens": 6, "context_len": 64, "log_samples": 2,
     },
-    # The README's first command: real SmolLM2-135M-Instruct on CPU in a few minutes, LoRA, VADER reward,
-    # IMDB from the hub when reachable, else the built-in openings (or --data_path FILE).
+    # The README's first command: real SmolLM2-135M-Instruct on CPU in about 10 minutes, LoRA, VADER reward, IMDB
+    # from the hub when reachable, else the built-in openings (or --data_path FILE). It ends by printing the
+    # pioneer's held-out reward before and after training. CORY with GRPO learners: on this budget the critic-free
+    # group baseline learns where PPO's fresh value head does not (README "Does it learn?"); lr, beta and lengths
+    # from the IMDB rung of benchmarks/learning.py.
     "imdb-quick": {
         "model": "smollm2-135m-instruct", "output_dir": "runs/imdb-quick", "data_path": "hub",
-        "num_iterations": 8, "role_exchange_period": 4, "batch_size": 8, "mini_batch_size": 8, "ppo_epochs": 2,
-        "use_lora": True, "lora_r": 16, "lora_alpha": 32, "learning_rate": 2e-4,
-        "min_new_tokens": 4, "max_new_tokens": 12, "context_len": 96, "init_kl_coef": 0.2,
-        "torch_threads": 2,
+        "learner": "grpo", "group_size": 4,
+        "num_iterations": 16, "role_exchange_period": 8, "batch_size": 16, "mini_batch_size": 8, "ppo_epochs": 2,
+        "use_lora": True, "lora_r": 16, "lora_alpha": 32, "learning_rate": 1e-3,
+        "min_new_tokens": 8, "max_new_tokens": 12, "context_len": 96, "init_kl_coef": 0.05, "adap_kl_ctrl": False,
+        "heldout_fraction": 0.2, "eval_episodes": 64, "torch_threads": 2,
     },
     # GSM8K on CPU with SmolLM2-135M-Instruct and LoRA: 256-token answers (the paper's evaluation length), a
     # window of 800 tokens that holds the chat-template observer prompt (question + the pioneer's 256-token

@@ -41,7 +41,8 @@ def test_main_job_imdb_quick_real_smollm2(tmp_path):
     out = tmp_path / "quick"
     proc = run(["-m", "trainers.cli", "train", "--preset", "imdb-quick", "--data_path", str(IMDB_CSV),
                 "--num_iterations", "1", "--batch_size", "4", "--mini_batch_size", "4", "--ppo_epochs", "1",
-                "--max_new_tokens", "6", "--output_dir", str(out), "--tensorboard", "false"], timeout=900)
+                "--min_new_tokens", "4", "--max_new_tokens", "6", "--eval_episodes", "4",
+                "--output_dir", str(out), "--tensorboard", "false"], timeout=900)
     row = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
     assert abs(row["pioneer/kl"]) < 1e-3 and abs(row["observer/kl"]) < 1e-3  # nothing updated before the rollout
     assert -2.0 <= row["cory/collective_reward"] <= 2.0  # VADER: each seat in [-1, 1]
@@ -49,3 +50,7 @@ def test_main_job_imdb_quick_real_smollm2(tmp_path):
     assert sample["query"] and "observer_response" in sample
     assert "imdb_reviews_1000.csv" in proc.stderr  # the log names the data source
     assert (out / "checkpoints" / "latest").exists()
+    # it ends with the pioneer's held-out reward before and after training (README: the main job learns)
+    assert "pioneer held-out task reward (4 test-split queries" in proc.stdout
+    result = json.loads((out / "eval.json").read_text())
+    assert result["before"]["query_split"] == "test" and -1.0 <= result["after"]["reward"] <= 1.0

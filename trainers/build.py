@@ -83,6 +83,12 @@ def build_agents(model, tokenizer, config: CORYConfig) -> tuple[dict[str, LLMAge
     eval mode (the learners switch to train mode only inside their update)."""
     names = ("llm1", "llm2") if config.algo == "cory" else ("llm1",)
     sampling = sampling_from(config)
+    if not sampling.is_exact:
+        logger.warning("top_k=%s / top_p=%s / repetition_penalty=%s: tokens are drawn from a truncated or penalised "
+                       "softmax, while the learners score them under logits / temperature (the action mask "
+                       "included): the PPO ratio and the KL are then approximate (slightly off-policy); use top_k 0, "
+                       "top_p 1, repetition_penalty 1 for exact on-policy updates", config.top_k, config.top_p,
+                       config.repetition_penalty)
     head_dropout = config.value_head_dropout
     if config.gradient_checkpointing:
         enable_activation_checkpointing(model)

@@ -116,3 +116,13 @@ def test_first_ppo_epoch_ratio_is_one_and_kl_zero_under_temperature_and_mask():
     # one epoch, one mini-batch: the ratio is evaluated before the only optimiser step
     assert abs(stats["ratio"] - 1.0) < 1e-5 and stats["clipfrac"] == 0.0
     assert abs(stats["kl"]) < 1e-5 and np.isfinite(stats["entropy"])
+
+
+def test_truncated_sampling_warns_that_the_ratio_is_approximate(caplog):
+    tok = tiny_vocab_tokenizer()
+    with caplog.at_level("WARNING", logger="trainers.build"):
+        build_agents(tiny_causal_lm(tok, seed=0), tok, CORYConfig(algo="ppo", model="tiny", temperature=0.5))
+    assert not caplog.records  # temperature alone is exact
+    with caplog.at_level("WARNING", logger="trainers.build"):
+        build_agents(tiny_causal_lm(tok, seed=0), tok, CORYConfig(algo="ppo", model="tiny", top_k=5))
+    assert any("approximate (slightly off-policy)" in r.getMessage() for r in caplog.records)

@@ -27,8 +27,10 @@ IGNORED_BY_LEARNER: dict[str, tuple[str, ...]] = {
 }
 """`PPOConfig` fields each built-in learner never reads (GRPO has no value head, no GAE and no score scaling)."""
 
-IMDB_ONLY = ("reward", "min_review_chars", "heldout_fraction", "query_min_tokens", "query_max_tokens")
+IMDB_ONLY = ("reward", "min_review_chars", "query_min_tokens", "query_max_tokens")
 """`EnvConfig` fields only the IMDB task reads."""
+HELDOUT_TASKS = ("imdb", "tiny_vocab")
+"""Tasks that read `EnvConfig.heldout_fraction` (a fixed held-out slice of their queries)."""
 
 
 def _changed(config: Any, *names: str) -> list[str]:
@@ -86,9 +88,10 @@ def inert_options(config: CORYConfig, ppo_config: PPOConfig, env_config: EnvConf
         out.append(f"{', '.join(_changed(ppo_config, 'target', 'horizon'))} do(es) nothing with "
                    "adap_kl_ctrl=False (β stays init_kl_coef)")
     if env_config.task != "imdb":
-        moot = _changed(env_config, *IMDB_ONLY)
+        moot = _changed(env_config, *IMDB_ONLY) + (
+            _changed(env_config, "heldout_fraction") if env_config.task not in HELDOUT_TASKS else [])
         if moot:
-            out.append(f"{', '.join(moot)} do(es) nothing with task={env_config.task!r} (IMDB options)")
+            out.append(f"{', '.join(moot)} do(es) nothing with task={env_config.task!r} (IMDB options; heldout_fraction: IMDB and tiny_vocab)")
     if config.checkpoint_every >= n:
         out.append(f"checkpoint_every={config.checkpoint_every} >= num_iterations={n}: only the final checkpoint is "
                    "written")

@@ -231,13 +231,18 @@ def summarise(rung_name: str, runs: list[dict], skipped: dict[str, str], argv: S
 
 
 def table(result: dict) -> str:
-    lines = ["| arm | reward | seeds (final) | before | episodes | CPU s / run |", "|---|---|---|---|---|---|"]
+    """Markdown table of a ladder result (KL and distinct-n columns when the rung reports them)."""
+    extra = [k for k in ("kl", "distinct_1", "distinct_2") if any(k in e for e in result["arms"].values())]
+    head = ["arm", "held-out reward", "per seed", "before", *extra, "episodes", "CPU s / run"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for arm, e in result["arms"].items():
-        seeds = ", ".join(f"{v:.2f}" for v in e["per_seed"])
-        lines.append(f"| {arm} | {e['mean']:.3f} ± {e['std']:.3f} ({e['metric']}) | {seeds} | {e['before']:.3f} | "
-                     f"{e['episodes']} | {e['cpu_s']:.0f} |")
+        seeds = ", ".join(f"{v:.3f}" for v in e["per_seed"])
+        cells = [arm, f"{e['mean']:.3f} ± {e['std']:.3f} ({e['metric']})", seeds,
+                 f"{e['before']:.3f} ± {e['before_std']:.3f}", *(f"{e[k]:.3f}" if k in e else "—" for k in extra),
+                 str(e["episodes"]), f"{e['cpu_s']:.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
     for arm, why in result["skipped"].items():
-        lines.append(f"| {arm} | skipped: {why} | | | | |")
+        lines.append(f"| {arm} | skipped: {why} |" + " |" * (len(head) - 2))
     return "\n".join(lines)
 
 

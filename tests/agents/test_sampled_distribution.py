@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 from transformers import LogitsProcessorList
 
@@ -65,10 +66,10 @@ def test_sampled_frequencies_match_the_reported_logprobs():
     torch.testing.assert_close(freq, reported, atol=0.012, rtol=0)
 
 
-def _tiny_vocab_run(temperature: float):
+def _tiny_vocab_run(temperature: float, top_k: int = 0):
     tok = tiny_vocab_tokenizer()
     model = tiny_causal_lm(tok, seed=3)
-    config = CORYConfig(algo="cory", model="tiny", temperature=temperature, value_head_dropout=0.0)
+    config = CORYConfig(algo="cory", model="tiny", temperature=temperature, top_k=top_k, value_head_dropout=0.0)
     ppo = PPOConfig(batch_size=16, mini_batch_size=16, ppo_epochs=1, learning_rate=1e-3)
     agents, ref = build_agents(model, tok, config)
     exchange = build_exchange(agents, ref, config, ppo)
@@ -107,8 +108,9 @@ def test_rollout_logprobs_equal_what_the_learner_scores_under_temperature_and_ma
         assert float(old.entropy[mask].max()) <= math.log(int(transcript.allowed.sum())) + 1e-5
 
 
-def test_first_ppo_epoch_ratio_is_one_and_kl_zero_under_temperature_and_mask():
-    tok, agents, ref, exchange, env = _tiny_vocab_run(temperature=0.5)
+@pytest.mark.parametrize("top_k", [0, 5])
+def test_first_ppo_epoch_ratio_is_one_and_kl_zero_under_temperature_and_mask(top_k):
+    tok, agents, ref, exchange, env = _tiny_vocab_run(temperature=0.5, top_k=top_k)
     transcript = run_episodes(env, {s: b.agent for s, b in exchange.seats.items()}, seed=1,
                               generator=torch.Generator().manual_seed(1))
     stats = exchange.seats["pioneer"].learner.step(rollout_from_transcript(transcript, "pioneer", tok.pad_token_id),

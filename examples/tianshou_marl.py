@@ -144,8 +144,8 @@ def main(argv=None) -> dict:
                              episodes_per_update=args.episodes_per_update, repeat=args.repeat,
                              batch_size=args.batch_size, lr=args.lr, num_envs=args.num_envs)
     for epoch, (episodes, value) in enumerate(out["curve"]):
-        label = "epoch 0 (before training)" if epoch == 0 else f"epoch {epoch} ({episodes} episodes)"
-        print(f"{label}: mean collective reward {value:.3f}", flush=True)
+        label = "epoch 0 (before training)" if epoch == 0 else f"epoch {epoch}"
+        print(f"{label}: mean collective reward {value:.3f} after {episodes} training episodes", flush=True)
     result = {"first": out["before"], "last": out["after"], "returns": [v for _, v in out["curve"]],
               "episodes": out["episodes"]}
     print(json.dumps(result))

@@ -45,7 +45,7 @@ def test_the_metrics_glossary_names_every_logged_key(tmp_path):
 
     from trainers.cory import CORYTrainer
 
-    glossary = README[README.index("## Metrics glossary"):README.index("## Results")]
+    glossary = README[README.index("## Metrics glossary"):README.index("## Does it learn?")]
     documented = {name.split("/")[-1] for name in re.findall(r"`([a-z_0-9/]+)`", glossary)}
     logged = set()
     torch.set_num_threads(1)

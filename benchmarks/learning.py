@@ -75,6 +75,7 @@ class Rung:
     eval_points: int = 8
     reward_fn: Callable | None = None
     collective: bool = True  # CORY arms report the collective reward (False: the pioneer's task reward)
+    floor_on_gain: bool = False  # floors bound the gain over the untrained model (True) or the final reward
     help: str = ""
     extra_floor: dict = field(default_factory=dict)
 
@@ -109,7 +110,7 @@ RUNGS: dict[str, Rung] = {
                "--min_new_tokens", "8", "--max_new_tokens", "12", "--context_len", "96", "--role_exchange_period", "5"),
         episodes=400, arms=("grpo", "cory-grpo", "ppo", "cory"),
         floors={"ppo": 0.2, "cory": 0.2, "grpo": 0.2, "cory-grpo": 0.2}, eval_episodes=128,
-        eval_points=4, collective=False,
+        eval_points=4, collective=False, floor_on_gain=True,
         help="SmolLM2-135M-Instruct + LoRA, VADER, real IMDB reviews; floors are gains over the base model",
     ),
 }
@@ -218,7 +219,7 @@ def summarise(rung_name: str, runs: list[dict], skipped: dict[str, str], argv: S
     for arm, floor in rung.floors.items():
         if arm not in arms:
             continue
-        gain = rung_name == "imdb"
+        gain = rung.floor_on_gain
         values = arms[arm]["gain_per_seed"] if gain else arms[arm]["per_seed"]
         met = all(v >= floor for v in values)
         if "cpu_s" in rung.extra_floor:

@@ -39,6 +39,15 @@ def sequence_kl(agent, ref_model, rollout, kind: str = "kl") -> torch.Tensor:
     return (kl * rollout.response_mask).sum(dim=-1)
 
 
+def evaluation_batches(env, seats: dict, *, num_batches: int, seed: int):
+    """Yield the `EpisodeTranscript` of each of `num_batches` evaluation batches: batch b draws its queries from
+    ``seed + 1_000_003·b`` and samples with a generator seeded ``seed + 7919·b``, so the same seed gives the same
+    queries and sampling streams to every model evaluated."""
+    for b in range(num_batches):
+        gen = torch.Generator().manual_seed(seed + 7919 * b)
+        yield run_episodes(env, seats, seed=seed + 1_000_003 * b, generator=gen)
+
+
 def evaluate_collective(seats: dict, env, *, num_batches: int, seed: int) -> dict:
     """Run both seats (pioneer, then observer with knowledge transfer) on `num_batches` batches of a two-seat env.
 
@@ -52,9 +61,7 @@ def evaluate_collective(seats: dict, env, *, num_batches: int, seed: int) -> dic
         num_queries.
     """
     collective, pioneer, observer = [], [], []
-    for b in range(num_batches):
-        gen = torch.Generator().manual_seed(seed + 7919 * b)
-        transcript = run_episodes(env, seats, seed=seed + 1_000_003 * b, generator=gen)
+    for transcript in evaluation_batches(env, seats, num_batches=num_batches, seed=seed):
         collective.extend(np.asarray(transcript.seats["pioneer"].reward, dtype=float).tolist())
         pioneer.extend(np.asarray(transcript.seats["pioneer"].task_reward, dtype=float).tolist())
         observer.extend(np.asarray(transcript.seats["observer"].task_reward, dtype=float).tolist())
@@ -81,9 +88,7 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
         distinct_1, distinct_2, response_len, num_queries, samples.
     """
     rewards, kls, lengths, texts, samples = [], [], [], [], []
-    for b in range(num_batches):
-        gen = torch.Generator().manual_seed(seed + 7919 * b)
-        transcript = run_episodes(env, {"pioneer": agent}, seed=seed + 1_000_003 * b, generator=gen)
+    for transcript in evaluation_batches(env, {"pioneer": agent}, num_batches=num_batches, seed=seed):
         rollout = rollout_from_transcript(transcript, "pioneer", env.pad_token_id)
         seat = transcript.seats["pioneer"]
         rewards.extend(np.asarray(seat.task_reward, dtype=float).tolist())

@@ -16,16 +16,21 @@ queries, by a hash of their text, that training never draws: `EnvConfig.heldout_
 |---|---|---|---|
 | sanity | pioneer reward of a one-token bandit: 1 when the first answer symbol is one of ``a b c`` | 3/17 ≈ 0.18 | ppo ≥ 0.9 within 60 CPU s |
 | tiny_vocab | single-agent arms: pioneer reward (optimum 1); CORY arms: collective reward (optimum 2) | 0.23 / 0.42 | ppo ≥ 0.9, cory ≥ 1.8 |
+| relay | collective reward (optimum 2); the query is private to the pioneer (`cory_env.tasks.relay`) | ≈ 0.23 | cory ≥ 1.8; cory-wo-kt ≤ 1.25 (its optimum) |
 | imdb | the pioneer's held-out VADER reward (also KL to the reference and distinct-1/2) | the base model | ≥ base + 0.2 for ppo and cory |
 
 The JSON (``--out``, default ``benchmarks/learning_<rung>.json``) holds ``{"rung", "command", "episodes",
-"arms": {arm: {"per_seed", "mean", "std", "episodes", "cpu_s", "curves", ...}}, "floors"}``; a figure of the
-held-out reward against training episodes (mean ± std over seeds) is written beside it (``.png``).
+"arms": {arm: {"per_seed", "mean", "std", "episodes", "cpu_s", "train_cpu_s", "curves", ...}}, "floors",
+"ceilings"}``; a curve point is ``[episodes, held-out reward, training CPU s]`` (CPU seconds of this run's process
+with the evaluations' share left out, for comparisons at equal training time); a figure of the held-out reward
+against training episodes (mean ± std over seeds) is written beside it (``.png``).
 
 Arms: this project's (`trainers.bench.ARMS`: ``ppo``, ``grpo``, ``cory``, ``cory-wo-kt``, ``cory-wo-rex``,
-``cory-grpo``) and, on ``tiny_vocab``, other libraries on the same env and episode budget through their examples'
-``train_and_evaluate(seed, episodes, eval_episodes)``: ``tianshou`` (one PPO per seat, collective reward),
-``sb3-maskable-ppo`` (pioneer seat) and ``torchrl`` (one PPO per seat), skipped with a note when not installed.
+``cory-grpo``) and other libraries on the same env and episode budget through a module's
+``train_and_evaluate(seed, episodes, eval_episodes)``: on ``tiny_vocab`` ``tianshou`` (one PPO per seat, collective
+reward), ``sb3-maskable-ppo`` (pioneer seat) and ``torchrl`` (one PPO per seat); on ``imdb`` ``trl-grpo`` (TRL's
+`GRPOTrainer` with this project's model, queries, reward and evaluation: `benchmarks/trl_grpo.py`); skipped with a
+note when not installed.
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ class Rung:
     floor_on_gain: bool = False  # floors bound the gain over the untrained model (True) or the final reward
     help: str = ""
     extra_floor: dict = field(default_factory=dict)
+    ceilings: dict[str, float] = field(default_factory=dict)  # arm -> the final reward it must not exceed
 
 
 # Settings every tiny-model arm shares (chosen by the factor table in README "Does it learn?"): large batches
@@ -101,6 +107,12 @@ RUNGS: dict[str, Rung] = {
         floors={"ppo": 0.9, "cory": 1.8},
         help="tiny model on the 20-token cooperative task",
     ),
+    "relay": Rung(
+        flags=tuple("relay" if f == "tiny_vocab" else f for f in TINY), episodes=256 * 128,
+        arms=("cory", "cory-wo-kt"), floors={"cory": 1.8}, ceilings={"cory-wo-kt": 1.25},
+        help="tiny model on the relay task: the query is private to the pioneer, so knowledge transfer is necessary "
+             "(w/o KT optimum 1.25)",
+    ),
     "imdb": Rung(
         flags=("--model", "smollm2-135m-instruct", "--task", "imdb",
                "--data_path", str(DATA / "imdb_reviews_1000.csv"), "--heldout_fraction", "0.2",
@@ -117,9 +129,14 @@ RUNGS: dict[str, Rung] = {
 
 #: Other libraries' arms: module with `train_and_evaluate(seed, episodes, eval_episodes) -> dict`.
 EXTERNAL_ARMS = {"tianshou": "examples.tianshou_marl", "sb3-maskable-ppo": "examples.sb3_baseline",
-                 "torchrl": "examples.torchrl_marl"}
+                 "torchrl": "examples.torchrl_marl", "trl-grpo": "benchmarks.trl_grpo"}
 #: What each external arm's reward is (the single-agent SB3 arm plays the pioneer seat alone).
-EXTERNAL_METRIC = {"tianshou": "collective", "sb3-maskable-ppo": "pioneer", "torchrl": "collective"}
+EXTERNAL_METRIC = {"tianshou": "collective", "sb3-maskable-ppo": "pioneer", "torchrl": "collective",
+                   "trl-grpo": "pioneer"}
+#: The rung each external arm runs on, and the extra its library comes from.
+EXTERNAL_RUNG = {"tianshou": "tiny_vocab", "sb3-maskable-ppo": "tiny_vocab", "torchrl": "tiny_vocab",
+                 "trl-grpo": "imdb"}
+EXTERNAL_EXTRA = {"tianshou": "dev", "sb3-maskable-ppo": "baselines", "torchrl": "baselines", "trl-grpo": "trl"}
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -128,8 +145,52 @@ def _mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 
 # ---------------------------------------------------------------------------------------------------- one run
-def run_own_arm(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = ()) -> dict:
-    """Train one of this project's arms on one seed and evaluate it on held-out queries (in this process)."""
+#: Held-out evaluation seed of training seed s: EVAL_SEED_BASE + s (never a training seed's query stream).
+EVAL_SEED_BASE = 10_000
+
+
+class TrainingClock:
+    """CPU seconds of one run (this process), with the held-out evaluations' share kept apart, so curves can be
+    compared at equal *training* CPU time (evaluation cost is the same for every arm and is not training)."""
+
+    def __init__(self) -> None:
+        self.start = time.process_time()
+        self.eval_s = 0.0
+
+    def excluded(self, evaluate: Callable[[], dict]) -> Callable[[], dict]:
+        """`evaluate`, with its CPU seconds not counted as training."""
+        def timed() -> dict:
+            t0 = time.process_time()
+            try:
+                return evaluate()
+            finally:
+                self.eval_s += time.process_time() - t0
+        return timed
+
+    @property
+    def train_s(self) -> float:
+        return time.process_time() - self.start - self.eval_s
+
+    def point(self, arm: str, seed: int, episodes: int, evaluation: dict) -> list:
+        """A curve point ``[episodes, evaluation, training CPU s]`` (the evaluation ran just before), printed."""
+        out = [episodes, evaluation, self.train_s]
+        if episodes:
+            print(f"[ladder] {arm} seed {seed}: {episodes} episodes, held-out reward {evaluation['reward']:.3f} "
+                  f"({out[2]:.0f} training CPU s)", flush=True)
+        return out
+
+    def summary(self, curve: list) -> dict:
+        """The run's result fields: final/before reward, final evaluation, CPU s (all; training only), the curve
+        ``[[episodes, reward, training CPU s], ...]``."""
+        final = {k: v for k, v in curve[-1][1].items() if k != "samples"}
+        return {"final": final["reward"], "before": curve[0][1]["reward"], "final_eval": final,
+                "cpu_s": time.process_time() - self.start, "train_cpu_s": self.train_s,
+                "curve": [[n, e["reward"], round(t, 2)] for n, e, t in curve]}
+
+
+def build_arm_trainer(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = ()):
+    """(`CORYTrainer`, iterations) for one of this project's arms on a rung: the rung's flags, then the arm's, then
+    `flags`; one torch thread; ``iterations = episodes // batch_size`` (at least 1)."""
     import torch
 
     from trainers.bench import ARMS
@@ -143,25 +204,31 @@ def run_own_arm(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str
          "--tensorboard", "false", "--log_samples", "0", "--torch_threads", "1", "--num_iterations", "1"])
     iterations = max(1, episodes // ppo_config.batch_size)
     config = replace(config, num_iterations=iterations)
-    start = time.process_time()
-    trainer = CORYTrainer(config, ppo_config, env_config, reward_fn=rung.reward_fn)
-    collective = rung.collective and config.algo == "cory"
-    points = sorted({round(iterations * k / rung.eval_points) for k in range(1, rung.eval_points + 1)})
-    eval_seed = 10_000 + seed  # never a training seed's query stream
-    evaluate = lambda: trainer.evaluate(episodes=rung.eval_episodes, seed=eval_seed, collective=collective)  # noqa: E731
-    curves = [[0, evaluate()]]
+    return CORYTrainer(config, ppo_config, env_config, reward_fn=rung.reward_fn), iterations
+
+
+def eval_points(rung: Rung, iterations: int) -> list[int]:
+    """The iterations (1-based) after which a run is evaluated: `rung.eval_points` evenly spaced, the last one last."""
+    return sorted({round(iterations * k / rung.eval_points) for k in range(1, rung.eval_points + 1)})
+
+
+def run_own_arm(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = ()) -> dict:
+    """Train one of this project's arms on one seed and evaluate it on held-out queries (in this process)."""
+    clock = TrainingClock()
+    trainer, iterations = build_arm_trainer(rung_name, arm, seed, episodes, run_dir, flags)
+    rung, ppo_config = RUNGS[rung_name], trainer.ppo_config
+    collective = rung.collective and trainer.config.algo == "cory"
+    points = eval_points(rung, iterations)
+    evaluate = clock.excluded(lambda: trainer.evaluate(episodes=rung.eval_episodes, seed=EVAL_SEED_BASE + seed,
+                                                       collective=collective))
+    curve = [clock.point(arm, seed, 0, evaluate())]
     train_reward = []
     for it in range(iterations):
         metrics, _ = trainer.iteration(it)
         train_reward.append(metrics["cory/collective_reward" if collective else "pioneer/task_reward"])
         if it + 1 in points:
-            curves.append([(it + 1) * ppo_config.batch_size, evaluate()])
-            print(f"[ladder] {arm} seed {seed}: {curves[-1][0]} episodes, held-out reward "
-                  f"{curves[-1][1]['reward']:.3f} ({time.process_time() - start:.0f} CPU s)", flush=True)
-    final = {k: v for k, v in curves[-1][1].items() if k != "samples"}
-    return {"arm": arm, "seed": seed, "final": final["reward"], "before": curves[0][1]["reward"],
-            "episodes": iterations * ppo_config.batch_size, "cpu_s": time.process_time() - start,
-            "curve": [[n, e["reward"]] for n, e in curves], "final_eval": final,
+            curve.append(clock.point(arm, seed, (it + 1) * ppo_config.batch_size, evaluate()))
+    return {"arm": arm, "seed": seed, "episodes": iterations * ppo_config.batch_size, **clock.summary(curve),
             "train_reward": train_reward, "metric": "collective" if collective else "pioneer"}
 
 
@@ -173,17 +240,20 @@ def run_external_arm(arm: str, seed: int, episodes: int, eval_episodes: int) -> 
     module = importlib.import_module(EXTERNAL_ARMS[arm])
     start = time.process_time()
     out = module.train_and_evaluate(seed=seed, episodes=episodes, eval_episodes=eval_episodes)
-    return {"arm": arm, "seed": seed, "final": out["after"], "before": out["before"], "episodes": out["episodes"],
-            "cpu_s": time.process_time() - start, "curve": out.get("curve", []),
-            "metric": EXTERNAL_METRIC[arm]}
+    run = {"arm": arm, "seed": seed, "final": out["after"], "before": out["before"], "episodes": out["episodes"],
+           "cpu_s": time.process_time() - start, "curve": out.get("curve", []), "metric": EXTERNAL_METRIC[arm]}
+    run.update({key: out[key] for key in ("final_eval", "train_cpu_s") if key in out})
+    return run
 
 
 def _external_available(arm: str) -> str | None:
     """None when the arm can run, else why not."""
     try:
         importlib.import_module(EXTERNAL_ARMS[arm])
+        if arm == "trl-grpo":
+            importlib.import_module("trl")
     except ImportError as err:
-        return f"not installed ({err}); pip install -e \".[baselines]\""
+        return f"not installed ({err}); pip install -e \".[{EXTERNAL_EXTRA[arm]}]\""
     return None
 
 
@@ -210,6 +280,8 @@ def summarise(rung_name: str, runs: list[dict], skipped: dict[str, str], argv: S
                      before=before, before_std=before_std, gain_per_seed=gains,
                      episodes=rs[0]["episodes"], cpu_s=_mean_std(r["cpu_s"] for r in rs)[0], metric=rs[0]["metric"],
                      curves=[r["curve"] for r in rs])
+        if all("train_cpu_s" in r for r in rs):
+            entry["train_cpu_s"] = _mean_std(r["train_cpu_s"] for r in rs)[0]
         extra = [r["final_eval"] for r in rs if "final_eval" in r]
         for key in ("kl", "distinct_1", "distinct_2", "pioneer_task_reward", "observer_task_reward"):
             values = [e[key] for e in extra if key in e]
@@ -226,8 +298,11 @@ def summarise(rung_name: str, runs: list[dict], skipped: dict[str, str], argv: S
             met = met and arms[arm]["cpu_s"] <= rung.extra_floor["cpu_s"]
         floors[arm] = {"floor": floor, "on": "gain over the base model" if gain else "final reward",
                        "per_seed": values, "met_on_every_seed": met}
+    ceilings = {arm: {"ceiling": ceiling, "on": "final reward", "per_seed": arms[arm]["per_seed"],
+                      "met_on_every_seed": all(v <= ceiling for v in arms[arm]["per_seed"])}
+                for arm, ceiling in rung.ceilings.items() if arm in arms}
     return {"rung": rung_name, "help": rung.help, "command": "python benchmarks/learning.py " + " ".join(argv),
-            "episodes": rung.episodes, "arms": arms, "floors": floors, "skipped": skipped,
+            "episodes": rung.episodes, "arms": arms, "floors": floors, "ceilings": ceilings, "skipped": skipped,
             "shared_flags": list(rung.flags)}
 
 
@@ -259,8 +334,8 @@ def plot(result: dict, path: Path) -> Path:
         curves = [c for c in e["curves"] if c]
         if not curves:
             continue
-        xs = [n for n, _ in curves[0]]
-        ys = np.array([[v for _, v in c] for c in curves if len(c) == len(xs)])
+        xs = [point[0] for point in curves[0]]
+        ys = np.array([[point[1] for point in c] for c in curves if len(c) == len(xs)])
         mean, std = ys.mean(axis=0), ys.std(axis=0)
         ax.plot(xs, mean, marker="o", ms=3, label=f"{arm} ({e['metric']})")
         ax.fill_between(xs, mean - std, mean + std, alpha=0.2)
@@ -297,8 +372,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     skipped = {}
     for arm in arms:
         if arm in EXTERNAL_ARMS:
-            if args.rung != "tiny_vocab":
-                skipped[arm] = "only on the tiny_vocab rung"
+            if args.rung != EXTERNAL_RUNG[arm]:
+                skipped[arm] = f"only on the {EXTERNAL_RUNG[arm]} rung"
             elif (why := _external_available(arm)) is not None:
                 skipped[arm] = why
     arms = [a for a in arms if a not in skipped]
@@ -325,6 +400,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     for arm, f in result["floors"].items():
         print(f"floor {arm}: {f['on']} >= {f['floor']} on every seed: {'met' if f['met_on_every_seed'] else 'MISSED'} "
               f"({', '.join(f'{v:.2f}' for v in f['per_seed'])})")
+    for arm, c in result["ceilings"].items():
+        print(f"ceiling {arm}: {c['on']} <= {c['ceiling']} on every seed: "
+              f"{'met' if c['met_on_every_seed'] else 'MISSED'} ({', '.join(f'{v:.2f}' for v in c['per_seed'])})")
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return result
 

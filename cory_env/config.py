@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields, replace
 
-from cory_env.prompts import parse_template
+from cory_env.prompts import OBSERVER_REQUIRED, parse_template
 
 __all__ = ["EnvConfig", "resolve_config"]
 
@@ -33,7 +33,8 @@ class EnvConfig:
         default="imdb",
         metadata={"help": "Built-in task name: 'imdb' (sentiment continuation, the paper's IMDB setting) or "
                           "'gsm8k' (grade-school maths, exact-answer reward) or 'tiny_vocab' (20-token cooperative toy task, "
-                          "optimum 2). A `Task` object can be passed to the env instead."},
+                          "optimum 2) or 'relay' (tiny_vocab with the query private to the pioneer: knowledge "
+                          "transfer is necessary). A `Task` object can be passed to the env instead."},
     )
     data_path: str | None = field(
         default=None,
@@ -58,13 +59,13 @@ class EnvConfig:
     )
     heldout_fraction: float = field(
         default=0.0,
-        metadata={"help": "IMDB and tiny_vocab: fraction of the queries kept out of training for evaluation, chosen "
+        metadata={"help": "IMDB, tiny_vocab and relay: fraction of the queries kept out of training for evaluation, chosen "
                           "by a hash of each query's text (the same slice on every machine and run); 0 = none (eval "
                           "then draws fresh-seed queries from the training data)."},
     )
     query_split: str = field(
         default="train",
-        metadata={"help": "IMDB and tiny_vocab: which queries are drawn: 'train' (all but the held-out slice) or "
+        metadata={"help": "IMDB, tiny_vocab and relay: which queries are drawn: 'train' (all but the held-out slice) or "
                           "'test' (the held-out slice; needs heldout_fraction > 0). `cory eval` picks 'test' when "
                           "the run has a held-out slice."},
     )
@@ -150,7 +151,7 @@ class EnvConfig:
             raise ValueError(f"partner_reward_coef must be finite, got {self.partner_reward_coef}; use 1 "
                              "(cooperative), -1 (competitive) or 0 (independent)")
         if self.observer_template is not None:
-            parse_template(self.observer_template, required=("query", "response"), name="observer_template")
+            parse_template(self.observer_template, required=OBSERVER_REQUIRED, name="observer_template")
         if self.pioneer_template is not None:
             parse_template(self.pioneer_template, required=("query",), name="pioneer_template")
 

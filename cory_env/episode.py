@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from cory_env.config import EnvConfig
-from cory_env.prompts import PromptTemplate
+from cory_env.prompts import OBSERVER_REQUIRED, PromptTemplate
 from cory_env.rewards import collective_reward, make_reward_fn, score_texts
 from cory_env.tasks import Task, make_task
 
@@ -121,7 +121,8 @@ class EpisodeBatch:
         tokenizer: prepared tokenizer (`prepare_tokenizer`); V = ``len(tokenizer)``.
         batch_size: B.
         context_len: L, observation window length in tokens.
-        knowledge_transfer: False gives the observer the pioneer's prompt (the paper's w/o KT ablation).
+        knowledge_transfer: False gives the observer the task's `observer_template_without_kt`, by default the
+            pioneer's prompt (the paper's w/o KT ablation).
         partner_reward_coef: c in the collective reward r_i + c * r_j.
         truncate_query: truncate too-long queries from the left with a warning (True) or raise (False).
         single_agent: pioneer only (the PPO baseline and evaluation): the episode ends with the pioneer's
@@ -147,8 +148,14 @@ class EpisodeBatch:
         #: Seats that act in this batch, in order.
         self.seats = ("pioneer",) if single_agent else SEATS
         pioneer = PromptTemplate(task.pioneer_template, tokenizer, name="pioneer_template")
-        observer = (PromptTemplate(task.observer_template, tokenizer, required=("query", "response"),
-                                   name="observer_template") if knowledge_transfer else pioneer)
+        if knowledge_transfer:
+            observer = PromptTemplate(task.observer_template, tokenizer, required=OBSERVER_REQUIRED,
+                                      name="observer_template")
+        elif task.observer_template_without_kt is not None:
+            observer = PromptTemplate(task.observer_template_without_kt, tokenizer, required=(),
+                                      name="observer_template_without_kt")
+        else:
+            observer = pioneer
         self.prompts = {"pioneer": pioneer} if single_agent else {"pioneer": pioneer, "observer": observer}
         self.query_budget = self._query_budget()
         self.action_mask, self.allowed = self._action_mask(task.action_mask)
@@ -178,7 +185,9 @@ class EpisodeBatch:
     def _query_budget(self) -> int:
         """Most query tokens for which every seat's prompt + max_new_tokens fits in L."""
         L, T = self.context_len, self.max_new_tokens
-        budget = min((L - T - p.literal_len - p.response_count * T) // p.query_count for p in self.prompts.values())
+        room = [(L - T - p.literal_len - p.response_count * T, p.query_count) for p in self.prompts.values()]
+        # a prompt without {query} (a private query, `cory_env.tasks.relay`) only has to fit itself
+        budget = min(free // count if count else (L if free >= 0 else -1) for free, count in room)
         shortest = self.task.query_tokens[0] if self.task.query_tokens else 1
         if budget < shortest:
             need = max(p.prompt_len(shortest, T) for p in self.prompts.values()) + T

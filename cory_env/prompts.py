@@ -22,7 +22,8 @@ from __future__ import annotations
 import string
 from collections.abc import Sequence
 
-__all__ = ["IMDB_OBSERVER_TEMPLATE", "PIONEER_TEMPLATE", "PLACEHOLDERS", "PromptTemplate", "parse_template"]
+__all__ = ["IMDB_OBSERVER_TEMPLATE", "OBSERVER_REQUIRED", "PIONEER_TEMPLATE", "PLACEHOLDERS", "PromptTemplate",
+           "parse_template"]
 
 #: The official code's IMDB knowledge-transfer template (paper §1 step 3): it ends with q, so the observer writes
 #: its own continuation of q after reading the pioneer's.
@@ -31,6 +32,9 @@ IMDB_OBSERVER_TEMPLATE = 'I can make this sentence "{query}{response}" more posi
 PIONEER_TEMPLATE = "{query}"
 #: Placeholders a template may use.
 PLACEHOLDERS = ("query", "response")
+#: Placeholders a knowledge-transfer (observer) template must use: the pioneer's answer. The query is optional, so
+#: a task may keep it private to the pioneer (`cory_env.tasks.relay`).
+OBSERVER_REQUIRED = ("response",)
 
 
 def parse_template(template: str, *, required: Sequence[str], name: str = "template") -> list[tuple[str, str]]:

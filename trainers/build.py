@@ -26,6 +26,7 @@ from agents import (
 )
 from agents.tiny import tiny_causal_lm, tiny_tokenizer
 from cory_env import BatchedCORYEnv, EnvConfig
+from cory_env.tasks import task_tokenizer
 from trainers.config import DTYPES, CORYConfig, PPOConfig
 from trainers.learners import make_learner
 from trainers.role_exchange import Bundle, RoleExchange
@@ -48,14 +49,10 @@ def torch_dtype(name: str) -> torch.dtype:
 
 def load_policy_model(name: str, *, seed: int = 0, task: str | None = None, dtype: str = "float32"):
     """(model, tokenizer) for `CORYConfig.model` with parameters in `dtype`; `"tiny"` is a tiny random Llama with
-    the tiny BPE tokenizer, or with the task's own 20-token tokenizer when `task` is ``"tiny_vocab"``."""
+    the task's own tokenizer when it has one (`cory_env.tasks.task_tokenizer`: the 20-token toy vocabulary), else
+    the tiny BPE tokenizer."""
     if name == TINY_MODEL:
-        if task == "tiny_vocab":
-            from cory_env.tasks.tiny_vocab import tiny_vocab_tokenizer
-
-            tokenizer = tiny_vocab_tokenizer()
-        else:
-            tokenizer = tiny_tokenizer()
+        tokenizer = task_tokenizer(task) or tiny_tokenizer()
         return tiny_causal_lm(tokenizer, seed=seed).to(torch_dtype(dtype)), tokenizer
     return load_model_and_tokenizer(name, dtype=torch_dtype(dtype))
 

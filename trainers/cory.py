@@ -25,7 +25,7 @@ import resource
 import shutil
 import signal
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
-from cory_env import BatchedCORYEnv, EnvConfig
+from cory_env import EnvConfig
 from cory_env.rewards import reward_name
 from trainers import checkpoint as ckpt
 from trainers.build import build_agents, build_env, build_exchange, load_policy_model, seed_everything
@@ -280,10 +280,8 @@ class CORYTrainer:
         return self.dist.mean_stats(metrics), self._samples(transcript)
 
     def evaluate(self, *, episodes: int, seed: int, collective: bool = False) -> dict:
-        """Evaluate the models in their current seats on held-out queries, sampling as in training (no update).
-
-        The queries come from the held-out slice (`EnvConfig.query_split="test"`) when the run has one
-        (`heldout_fraction` > 0), else from fresh-seed draws of the training queries (the result says which).
+        """Evaluate the models in their current seats on held-out queries, sampling as in training (no update):
+        `trainers.evaluation.evaluate_heldout` with this run's env config, reward and KL estimator.
 
         Args:
             episodes: queries to answer (rounded up to whole batches of at most 64).
@@ -293,34 +291,17 @@ class CORYTrainer:
                 ``algo="cory"``); False: the pioneer alone, as at inference.
 
         Returns:
-            dict: ``reward`` (the collective reward, or the pioneer's task reward) and, for the pioneer alone,
-            kl (to the reference, the estimator of `PPOConfig.kl_penalty`, nats), distinct_1, distinct_2,
-            response_len, samples; ``query_split``, ``num_queries``.
+            dict: see `evaluate_heldout`.
 
         Raises:
             ValueError: `episodes` < 1, or `collective` without an observer seat.
         """
-        from trainers.evaluation import evaluate_collective, evaluate_pioneer
+        from trainers.evaluation import evaluate_heldout
 
-        if episodes < 1:
-            raise ValueError(f"episodes must be >= 1, got {episodes}")
         seats = {seat: bundle.agent for seat, bundle in self.exchange.seats.items()}
-        if collective and "observer" not in seats:
-            raise ValueError("a collective evaluation needs both seats (algo='cory'); use collective=False")
-        split = "test" if self.env_config.heldout_fraction > 0 else "train"
-        batch = min(episodes, 64)
-        env = BatchedCORYEnv(replace(self.env_config, query_split=split), self.tokenizer, batch_size=batch,
-                             reward_fn=self._reward_fn, single_agent=not collective)
-        batches = -(-episodes // batch)
-        if collective:
-            out = evaluate_collective(seats, env, num_batches=batches, seed=seed)
-            out["reward"] = out["collective_reward"]
-        else:
-            out = evaluate_pioneer(seats["pioneer"], self.ref_model, env, num_batches=batches, seed=seed, eta=0.0,
-                                   kl_penalty=kl_estimator(self.config.learner, self.ppo_config))
-            out["reward"] = out["task_reward"]
-        out["query_split"] = split
-        return out
+        return evaluate_heldout(seats, self.ref_model, self.env_config, self.tokenizer, reward_fn=self._reward_fn,
+                                kl_penalty=kl_estimator(self.config.learner, self.ppo_config), episodes=episodes,
+                                seed=seed, collective=collective)
 
     def _samples(self, transcript) -> list[dict]:
         out = []

@@ -6,11 +6,13 @@ collapse shows as low distinct-n, paper §3) and response length.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
 import torch
 
+from cory_env import BatchedCORYEnv, EnvConfig
 from trainers import ppo_math
 from trainers.rollout import rollout_from_transcript, run_episodes, score_rollout
 
@@ -104,3 +106,50 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
         "distinct_1": distinct_n(texts, 1), "distinct_2": distinct_n(texts, 2),
         "response_len": float(np.mean(lengths)), "num_queries": len(rewards), "samples": samples,
     }
+
+
+def evaluate_heldout(seats: dict, ref_model, env_config: EnvConfig, tokenizer, *, episodes: int, seed: int,
+                     collective: bool = False, reward_fn=None, kl_penalty: str = "kl") -> dict:
+    """Evaluate agents in their seats on held-out queries, sampling as in training (no update).
+
+    The queries come from the held-out slice (`EnvConfig.query_split="test"`) when `env_config` has one
+    (`heldout_fraction` > 0), else from fresh-seed draws of the training queries (the result says which). Any
+    model wrapped as an `agents.LLMAgent` can be evaluated this way, e.g. one trained by another library.
+
+    Args:
+        seats: seat id -> agent (``{"pioneer": ...}``, plus ``"observer"`` for a collective evaluation).
+        ref_model: the reference model (for the pioneer's KL).
+        env_config: the run's env config; tokenizer: the run's tokenizer.
+        episodes: queries to answer (rounded up to whole batches of at most 64).
+        seed: query and sampling seed; use one training never uses.
+        collective: both seats (knowledge transfer included) and the collective reward; False: the pioneer
+            alone, as at inference.
+        reward_fn: the run's reward callable (None: the config's reward).
+        kl_penalty: KL estimator reported as `kl` (the one that shaped the run's reward).
+
+    Returns:
+        dict: ``reward`` (the collective reward, or the pioneer's task reward) and, for the pioneer alone, the
+        fields of `evaluate_pioneer` (kl in nats, distinct_1, distinct_2, response_len, samples); for both seats
+        those of `evaluate_collective`; ``query_split``, ``num_queries``.
+
+    Raises:
+        ValueError: `episodes` < 1, or `collective` without an observer seat.
+    """
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    if collective and "observer" not in seats:
+        raise ValueError("a collective evaluation needs both seats (algo='cory'); use collective=False")
+    split = "test" if env_config.heldout_fraction > 0 else "train"
+    batch = min(episodes, 64)
+    env = BatchedCORYEnv(replace(env_config, query_split=split), tokenizer, batch_size=batch, reward_fn=reward_fn,
+                         single_agent=not collective)
+    batches = -(-episodes // batch)
+    if collective:
+        out = evaluate_collective(seats, env, num_batches=batches, seed=seed)
+        out["reward"] = out["collective_reward"]
+    else:
+        out = evaluate_pioneer(seats["pioneer"], ref_model, env, num_batches=batches, seed=seed, eta=0.0,
+                               kl_penalty=kl_penalty)
+        out["reward"] = out["task_reward"]
+    out["query_split"] = split
+    return out

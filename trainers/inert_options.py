@@ -29,7 +29,7 @@ IGNORED_BY_LEARNER: dict[str, tuple[str, ...]] = {
 
 IMDB_ONLY = ("reward", "min_review_chars", "query_min_tokens", "query_max_tokens")
 """`EnvConfig` fields only the IMDB task reads."""
-HELDOUT_TASKS = ("imdb", "tiny_vocab")
+HELDOUT_TASKS = ("imdb", "tiny_vocab", "relay")
 """Tasks that read `EnvConfig.heldout_fraction` (a fixed held-out slice of their queries)."""
 
 
@@ -91,7 +91,7 @@ def inert_options(config: CORYConfig, ppo_config: PPOConfig, env_config: EnvConf
         moot = _changed(env_config, *IMDB_ONLY) + (
             _changed(env_config, "heldout_fraction") if env_config.task not in HELDOUT_TASKS else [])
         if moot:
-            out.append(f"{', '.join(moot)} do(es) nothing with task={env_config.task!r} (IMDB options; heldout_fraction: IMDB and tiny_vocab)")
+            out.append(f"{', '.join(moot)} do(es) nothing with task={env_config.task!r} (IMDB options; heldout_fraction: IMDB, tiny_vocab and relay)")
     if config.checkpoint_every >= n:
         out.append(f"checkpoint_every={config.checkpoint_every} >= num_iterations={n}: only the final checkpoint is "
                    "written")

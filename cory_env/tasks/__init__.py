@@ -8,6 +8,10 @@ module is missing or needs extra data costs nothing until it is asked for.
 | ``"imdb"`` | `cory_env.tasks.imdb.make_imdb_task` | IMDB review openings (2-7 tokens) | `EnvConfig.reward` |
 | ``"gsm8k"`` | `cory_env.tasks.gsm8k.make_gsm8k_task` | GSM8K questions (whole) | answer correctness |
 | ``"tiny_vocab"`` | `cory_env.tasks.tiny_vocab.make_tiny_vocab_task` | 4 of 16 symbols | split them with the partner |
+| ``"relay"`` | `cory_env.tasks.relay.make_relay_task` | 4 of 16 symbols, seen by the pioneer only | the observer repeats the pioneer's valid symbols |
+
+`task_tokenizer(name)` gives a task's own tokenizer (the toy tasks' 20-token vocabulary), None for tasks that use
+the model's.
 """
 
 from __future__ import annotations
@@ -16,14 +20,28 @@ import importlib
 
 from cory_env.tasks.base import Task
 
-__all__ = ["TASK_BUILDERS", "Task", "make_task"]
+__all__ = ["TASK_BUILDERS", "TASK_TOKENIZERS", "Task", "make_task", "task_tokenizer"]
 
 #: Task name -> "module:function" of its builder ``builder(config, tokenizer) -> Task``.
 TASK_BUILDERS: dict[str, str] = {
     "imdb": "cory_env.tasks.imdb:make_imdb_task",
     "gsm8k": "cory_env.tasks.gsm8k:make_gsm8k_task",
     "tiny_vocab": "cory_env.tasks.tiny_vocab:make_tiny_vocab_task",
+    "relay": "cory_env.tasks.relay:make_relay_task",
 }
+#: Task name -> "module:function" of the task's own tokenizer (tasks absent here use the model's tokenizer).
+TASK_TOKENIZERS: dict[str, str] = {
+    "tiny_vocab": "cory_env.tasks.tiny_vocab:tiny_vocab_tokenizer",
+    "relay": "cory_env.tasks.tiny_vocab:tiny_vocab_tokenizer",
+}
+
+
+def task_tokenizer(name: str | None):
+    """The task's own tokenizer (a new instance), or None when the task `name` uses the model's tokenizer."""
+    if name not in TASK_TOKENIZERS:
+        return None
+    module_name, func_name = TASK_TOKENIZERS[name].split(":")
+    return getattr(importlib.import_module(module_name), func_name)()
 
 
 def make_task(name: str, config, tokenizer) -> Task:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cory_env.prompts import PIONEER_TEMPLATE, parse_template
+from cory_env.prompts import OBSERVER_REQUIRED, PIONEER_TEMPLATE, parse_template
 from cory_env.rewards import make_reward_fn
 
 __all__ = ["Task"]
@@ -25,8 +25,11 @@ class Task:
         reward_fn: ``reward_fn(query_texts, response_texts, records) -> sequence of floats``, one per pair,
             scoring query text + response text; a reward name or a 2-argument ``(queries, responses)`` callable
             is accepted and normalised to that form (`cory_env.rewards.make_reward_fn`).
-        observer_template: knowledge-transfer template with ``{query}`` and ``{response}`` placeholders.
+        observer_template: knowledge-transfer template with a ``{response}`` placeholder (the pioneer's answer)
+            and usually ``{query}`` (a task may keep the query private to the pioneer: `cory_env.tasks.relay`).
         pioneer_template: pioneer template with a ``{query}`` placeholder.
+        observer_template_without_kt: the observer's prompt when knowledge transfer is off (the w/o KT ablation);
+            no ``{response}``. None: the pioneer's template (the paper's ablation: the observer answers q alone).
         query_tokens: ``(min, max)``: keep the first k tokens of the query text, k drawn per episode from
             [min, max] (IMDB: (2, 7)); None keeps the whole query.
         min_new_tokens, max_new_tokens: per-episode response length range in tokens (shared by both seats).
@@ -43,6 +46,7 @@ class Task:
     reward_fn: Callable[[list[str], list[str], list[dict]], Sequence[float]] | str
     observer_template: str
     pioneer_template: str = PIONEER_TEMPLATE
+    observer_template_without_kt: str | None = None
     query_tokens: tuple[int, int] | None = None
     min_new_tokens: int = 4
     max_new_tokens: int = 15
@@ -58,8 +62,15 @@ class Task:
             raise ValueError(f"task {self.name!r}: records must be dicts with a 'query' text, got {first!r}")
         # frozen dataclass: normalise the reward to the 3-argument form once, here
         object.__setattr__(self, "reward_fn", make_reward_fn(self.reward_fn))
-        parse_template(self.observer_template, required=("query", "response"), name="observer_template")
+        parse_template(self.observer_template, required=OBSERVER_REQUIRED, name="observer_template")
         parse_template(self.pioneer_template, required=("query",), name="pioneer_template")
+        if self.observer_template_without_kt is not None:
+            pairs = parse_template(self.observer_template_without_kt, required=(),
+                                   name="observer_template_without_kt")
+            if any(placeholder == "response" for _, placeholder in pairs):
+                raise ValueError(f"task {self.name!r}: observer_template_without_kt "
+                                 f"{self.observer_template_without_kt!r} shows the pioneer's answer {{response}}, "
+                                 "which is knowledge transfer; remove it, or use observer_template")
         if self.query_tokens is not None:
             lo, hi = self.query_tokens
             if not 1 <= lo <= hi:

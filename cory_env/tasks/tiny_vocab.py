@@ -49,6 +49,7 @@ __all__ = [
     "SYMBOLS",
     "VOCAB",
     "make_tiny_vocab_task",
+    "symbol_action_mask",
     "tiny_vocab_records",
     "tiny_vocab_reward",
     "tiny_vocab_tokenizer",
@@ -82,6 +83,17 @@ def tiny_vocab_tokenizer():
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>", unk_token="<unk>")
     fast.padding_side = "left"
     return fast
+
+
+def symbol_action_mask(tokenizer) -> np.ndarray | None:
+    """int8 (V,) mask allowing the 16 symbols and EOS when `tokenizer` is the task's own (`tiny_vocab_tokenizer`),
+    else None (every token allowed; rewards score whitespace-separated text)."""
+    if tokenizer is None or dict(tokenizer.get_vocab()) != VOCAB:
+        return None
+    mask = np.zeros(len(VOCAB), dtype=np.int8)
+    mask[[VOCAB[s] for s in SYMBOLS]] = 1
+    mask[VOCAB["<eos>"]] = 1
+    return mask
 
 
 def tiny_vocab_records(seed: int = 0) -> list[dict]:
@@ -129,11 +141,6 @@ def make_tiny_vocab_task(config=None, tokenizer=None) -> Task:
     Returns:
         ``Task(name="tiny_vocab", ...)``.
     """
-    mask = None
-    if tokenizer is not None and dict(tokenizer.get_vocab()) == VOCAB:
-        mask = np.zeros(len(VOCAB), dtype=np.int8)
-        mask[[VOCAB[s] for s in SYMBOLS]] = 1
-        mask[VOCAB["<eos>"]] = 1
     return Task(
         name="tiny_vocab",
         records=(tiny_vocab_records() if config is None
@@ -144,5 +151,5 @@ def make_tiny_vocab_task(config=None, tokenizer=None) -> Task:
         query_tokens=None,
         min_new_tokens=ANSWER_LEN,
         max_new_tokens=ANSWER_LEN,
-        action_mask=mask,
+        action_mask=symbol_action_mask(tokenizer),
     )

@@ -44,3 +44,57 @@ def test_short_tiny_vocab_cory_run_beats_random(tmp_path):
     assert cory["metric"] == "collective" and cory["episodes"] == 6144
     assert cory["per_seed"][0] > TINY_VOCAB_RANDOM + 0.2, cory
     assert cory["per_seed"][0] > cory["before"] + 0.2, cory
+
+
+def _run(arm: str, seed: int, final: float, before: float = 0.2) -> dict:
+    return {"arm": arm, "seed": seed, "final": final, "before": before, "episodes": 64, "cpu_s": 1.0,
+            "train_cpu_s": 0.5, "curve": [[0, before, 0.1], [64, final, 0.5]], "metric": "collective"}
+
+
+def test_ceilings_hold_only_when_every_seed_stays_below():
+    from benchmarks.learning import RUNGS, summarise
+
+    ceiling = RUNGS["relay"].ceilings["cory-wo-kt"]
+    runs = [_run("cory", 0, 1.9), _run("cory", 1, 1.85), _run("cory-wo-kt", 0, ceiling - 0.1),
+            _run("cory-wo-kt", 1, ceiling + 0.01)]
+    result = summarise("relay", runs, {}, ["--rung", "relay"])
+    assert result["floors"]["cory"]["met_on_every_seed"]
+    assert not result["ceilings"]["cory-wo-kt"]["met_on_every_seed"]
+    assert result["ceilings"]["cory-wo-kt"]["per_seed"] == [ceiling - 0.1, ceiling + 0.01]
+    result = summarise("relay", runs[:3], {}, ["--rung", "relay"])
+    assert result["ceilings"]["cory-wo-kt"]["met_on_every_seed"]
+    assert result["arms"]["cory"]["train_cpu_s"] == 0.5
+
+
+def test_external_arms_run_on_their_own_rung_only(tmp_path):
+    from benchmarks import learning
+
+    for arm, rung in learning.EXTERNAL_RUNG.items():
+        assert rung in learning.RUNGS and arm in learning.EXTERNAL_ARMS and arm in learning.EXTERNAL_METRIC
+    with pytest.raises(SystemExit):  # an unknown arm is refused before anything runs
+        learning.main(["--rung", "sanity", "--arms", "no-such-arm", "--out", str(tmp_path / "x.json")])
+    result = learning.main(["--rung", "sanity", "--arms", "trl-grpo", "tianshou", "--out", str(tmp_path / "x.json")])
+    assert result["skipped"] == {"trl-grpo": "only on the imdb rung", "tianshou": "only on the tiny_vocab rung"}
+    assert result["arms"] == {} and json.loads((tmp_path / "x.json").read_text())["skipped"] == result["skipped"]
+
+
+def test_training_clock_leaves_evaluation_out():
+    import time
+
+    from benchmarks.learning import TrainingClock
+
+    def busy(seconds: float) -> dict:
+        end = time.process_time() + seconds
+        while time.process_time() < end:
+            pass
+        return {"reward": 1.0}
+
+    clock = TrainingClock()
+    evaluate = clock.excluded(lambda: busy(0.3))
+    first = clock.point("arm", 0, 0, evaluate())
+    busy(0.2)  # "training"
+    last = clock.point("arm", 0, 8, evaluate())
+    summary = clock.summary([first, last])
+    assert 0.15 < last[2] - first[2] < 0.3  # only the training share between the two points
+    assert summary["cpu_s"] - summary["train_cpu_s"] >= 0.6  # two evaluations of 0.3 s
+    assert summary["curve"][1][:2] == [8, 1.0] and summary["final"] == 1.0

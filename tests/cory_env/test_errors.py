@@ -175,7 +175,7 @@ def test_reward_function_wrong_count(tiny_tok):
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
-    ({"observer_template": "no placeholders"}, r"observer_template .* lacks the placeholder\(s\) \{query\}, "
+    ({"observer_template": "no placeholders"}, r"observer_template 'no placeholders' lacks the placeholder\(s\) "
                                                r"\{response\}"),
     ({"observer_template": "{query} only"}, r"lacks the placeholder\(s\) \{response\}"),
     ({"pioneer_template": "Review:"}, r"pioneer_template 'Review:' lacks the placeholder\(s\) \{query\}"),

@@ -1,0 +1,125 @@
+"""The ladder's `trl-grpo` arm: TRL's `GRPOTrainer` on the IMDB rung, an outside anchor for this project's GRPO.
+
+    pip install -e ".[trl]"        # trl 1.16 (works with the project's transformers 5 / torch 2.13 CPU)
+    python benchmarks/learning.py --rung imdb --arms grpo trl-grpo --jobs 2
+
+Everything but the trainer is shared with the `grpo` arm, so the two arms differ only in the learner's code:
+
+* **model**: the same SmolLM2-135M-Instruct + LoRA (r, alpha, dropout, target modules), built by the same
+  `CORYTrainer` constructor the `grpo` arm uses (`learning.build_arm_trainer`); TRL trains that PEFT model in
+  place, and its reference model is the base with the adapter disabled, as ours.
+* **queries**: the exact query stream of the `grpo` arm: iteration i's group heads from
+  ``env.reset(seed=derive_seed(seed, i, 2), group_size=k)`` (training slice only), in order (TRL's dataset shuffle
+  off), each answered k times.
+* **reward**: the env's task reward (VADER of query + response), called on (query, completion) texts.
+* **budget and update**: per 16 episodes (4 queries × k = 4 samples), 2 passes (`num_iterations`) of mini-batches
+  of 8 (`per_device_train_batch_size` 8, `steps_per_generation` 2), lr 5e-4 constant (TRL's default linear decay
+  turned off, as ours), β 0.05 with a k3 KL term in the loss (TRL's and ours), clip 0.2, std-scaled group
+  advantages, no gradient clipping (ours: `max_grad_norm` None), temperature 1, 8-12 new tokens (TRL: up to 12
+  with ``min_new_tokens`` 8; ours draws each row's length in [8, 12]).
+* **evaluation**: the same `CORYTrainer.evaluate` on the same held-out queries and seed (`EVAL_SEED_BASE + seed`),
+  at the same points, with the model in eval mode.
+
+Left at TRL's defaults (documented differences): loss aggregation ``loss_type="dapo"`` (token mean over the
+generation batch; ours: token mean per mini-batch), AdamW with weight decay 0 (ours: Adam), prompt tokenisation of
+the decoded query text (ours: the query's token ids).
+"""
+
+from __future__ import annotations
+
+def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_name: str = "imdb",
+                       run_dir: str | None = None) -> dict:
+    """Train the pioneer's LoRA adapter with TRL `GRPOTrainer` for `episodes` completions; evaluate on held-out
+    queries before training and at the rung's evaluation points.
+
+    Returns:
+        dict: before, after (held-out pioneer reward), episodes, curve [[episodes, reward], ...], final_eval (KL,
+        distinct-n of the last evaluation), trl_version.
+
+    Raises:
+        ImportError: trl is not installed (``pip install -e ".[trl]"``).
+    """
+    import tempfile
+
+    import torch
+    import trl
+    from datasets import Dataset
+    from transformers import TrainerCallback
+
+    from peft import LoraConfig
+
+    from agents import LLMAgent, ReferenceModel
+    from benchmarks.learning import EVAL_SEED_BASE, RUNGS, TrainingClock, build_arm_trainer, eval_points
+    from trainers.build import load_policy_model
+    from trainers.cory import derive_seed
+    from trainers.evaluation import evaluate_heldout
+    from trainers.learners import kl_estimator
+
+    rung = RUNGS[rung_name]
+    tmp = tempfile.TemporaryDirectory(prefix="cory-trl-grpo-")
+    run_dir = run_dir or tmp.name
+    ours, iterations = build_arm_trainer(rung_name, "grpo", seed, episodes, f"{run_dir}/ours")
+    ppo, cfg = ours.ppo_config, ours.config
+    k, env = ppo.group_size, ours.env
+    sampling = ours.exchange.seats["pioneer"].agent.sampling
+    model = None  # TRL's PEFT model, once built
+
+    def evaluate() -> dict:
+        was_training = model.training
+        model.eval()
+        try:
+            seats = {"pioneer": LLMAgent(model, ours.tokenizer, sampling=sampling, adapter_name="default")}
+            return evaluate_heldout(seats, ReferenceModel(model, disable_adapters=True), ours.env_config,
+                                    ours.tokenizer, episodes=eval_episodes, seed=EVAL_SEED_BASE + seed,
+                                    reward_fn=rung.reward_fn, kl_penalty=kl_estimator("grpo", ppo))
+        finally:
+            model.train(was_training)
+
+    # the grpo arm's query stream: one group head per k rows, iteration by iteration
+    prompts = []
+    for it in range(iterations):
+        _, info = env.reset(seed=derive_seed(cfg.seed, it, 2), options={"group_size": k})
+        prompts += info["query_text"][::k]
+    dataset = Dataset.from_dict({"prompt": prompts})
+    task_reward = env.task.reward_fn
+
+    def reward(prompts, completions, **_):
+        return [float(r) for r in task_reward(list(prompts), list(completions), [{} for _ in prompts])]
+
+    steps_per_generation = ppo.batch_size // ppo.mini_batch_size
+    args = trl.GRPOConfig(
+        output_dir=f"{run_dir}/trl", use_cpu=True, seed=seed, report_to="none", save_strategy="no", logging_steps=16,
+        learning_rate=ppo.learning_rate, lr_scheduler_type="constant", max_grad_norm=ppo.max_grad_norm or 0.0,
+        optim="adamw_torch",
+        per_device_train_batch_size=ppo.mini_batch_size, gradient_accumulation_steps=1,
+        steps_per_generation=steps_per_generation, num_generations=k, num_iterations=ppo.ppo_epochs,
+        max_steps=iterations * steps_per_generation * ppo.ppo_epochs, beta=ppo.init_kl_coef,
+        epsilon=ppo.cliprange, scale_rewards="group", temperature=cfg.temperature, top_k=0, top_p=1.0,
+        max_completion_length=ours.env_config.max_new_tokens,
+        generation_kwargs={"min_new_tokens": ours.env_config.min_new_tokens}, shuffle_dataset=False,
+        gradient_checkpointing=False, disable_dropout=False, bf16=False, disable_tqdm=True,
+    )
+    updates_per_iteration = steps_per_generation * ppo.ppo_epochs
+    points = {p * updates_per_iteration: p * ppo.batch_size for p in eval_points(rung, iterations)}
+    clock = TrainingClock()
+    evaluate = clock.excluded(evaluate)
+    curve = []
+
+    class HeldOut(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):  # noqa: ARG002 - transformers' callback signature
+            if state.global_step in points:
+                curve.append(clock.point("trl-grpo", seed, points[state.global_step], evaluate()))
+
+    torch.manual_seed(seed)
+    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, bias="none",
+                      target_modules=[m.strip() for m in cfg.lora_target_modules.split(",") if m.strip()],
+                      task_type="CAUSAL_LM")
+    base, _ = load_policy_model(cfg.model, seed=cfg.seed, task=ours.env_config.task, dtype=cfg.dtype)
+    trainer = trl.GRPOTrainer(model=base, reward_funcs=reward, args=args, train_dataset=dataset,
+                              processing_class=ours.tokenizer, callbacks=[HeldOut()], peft_config=lora)
+    model = trainer.model
+    curve.append(clock.point("trl-grpo", seed, 0, evaluate()))
+    trainer.train()
+    tmp.cleanup()
+    out = clock.summary(curve)
+    return {**out, "after": out["final"], "episodes": iterations * ppo.batch_size, "trl_version": trl.__version__}

@@ -301,9 +301,39 @@ def summarise(rung_name: str, runs: list[dict], skipped: dict[str, str], argv: S
     ceilings = {arm: {"ceiling": ceiling, "on": "final reward", "per_seed": arms[arm]["per_seed"],
                       "met_on_every_seed": all(v <= ceiling for v in arms[arm]["per_seed"])}
                 for arm, ceiling in rung.ceilings.items() if arm in arms}
+    kept = [{**run, "final_eval": {k: v for k, v in run["final_eval"].items() if k != "rewards"}}
+            if "final_eval" in run else run for run in runs]
     return {"rung": rung_name, "help": rung.help, "command": "python benchmarks/learning.py " + " ".join(argv),
+            "runs": kept,
             "episodes": rung.episodes, "arms": arms, "floors": floors, "ceilings": ceilings, "skipped": skipped,
             "shared_flags": list(rung.flags)}
+
+
+def reward_at_cpu(curve: Sequence[Sequence[float]], cpu_s: float) -> float | None:
+    """The held-out reward of one run's curve ``[[episodes, reward, training CPU s], ...]`` after `cpu_s` training
+    CPU seconds, linearly interpolated between evaluation points (None: the curve has no CPU times, or ends
+    before `cpu_s`)."""
+    points = [(p[2], p[1]) for p in curve if len(p) > 2]
+    for (t0, r0), (t1, r1) in zip(points, points[1:]):
+        if t0 <= cpu_s <= t1:
+            return r0 if t1 == t0 else r0 + (r1 - r0) * (cpu_s - t0) / (t1 - t0)
+    return None
+
+
+def equal_time(result: dict) -> dict | None:
+    """Every arm's held-out reward at the same training CPU time: the shortest arm's (mean over seeds of each
+    seed's interpolated curve; None when fewer than two arms have CPU times on their curves)."""
+    arms = {arm: e for arm, e in result["arms"].items() if e.get("train_cpu_s")}
+    if len(arms) < 2:
+        return None
+    budget = min(min(c[-1][2] for c in e["curves"]) for e in arms.values())
+    out = {}
+    for arm, e in arms.items():
+        values = [reward_at_cpu(c, budget) for c in e["curves"]]
+        values = [v for v in values if v is not None]
+        if values:
+            out[arm] = {"mean": _mean_std(values)[0], "std": _mean_std(values)[1], "per_seed": values}
+    return {"train_cpu_s": budget, "arms": out}
 
 
 def table(result: dict) -> str:
@@ -361,8 +391,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
                         help="Last: extra `cory train` flags for every arm of ours, after the rung's (probes).")
     parser.add_argument("--jobs", type=int, default=1, help="Runs in parallel (processes, one torch thread each).")
     parser.add_argument("--out", default=None, help="JSON path (default benchmarks/learning_<rung>.json).")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                        help="Instead of running: summarise these ladder JSONs of --rung together into --out.")
     args = parser.parse_args(argv)
     rung = RUNGS[args.rung]
+    out = Path(args.out) if args.out else ROOT / "benchmarks" / f"learning_{args.rung}.json"
+    if args.merge:
+        return merge(args.merge, out, argv)
     arms = args.arms or list(rung.arms)
     from trainers.bench import ARMS
 
@@ -378,7 +413,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
                 skipped[arm] = why
     arms = [a for a in arms if a not in skipped]
     episodes = args.episodes or rung.episodes
-    out = Path(args.out) if args.out else ROOT / "benchmarks" / f"learning_{args.rung}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     runs = []
     with tempfile.TemporaryDirectory(prefix="cory-ladder-") as tmp:
@@ -394,18 +428,43 @@ def main(argv: Sequence[str] | None = None) -> dict:
                       f"({run['episodes']} episodes, {run['cpu_s']:.0f} CPU s)", flush=True)
     result = summarise(args.rung, runs, skipped, argv)
     result["shared_flags"] += list(args.flags)
+    return report(result, out)
+
+
+def merge(paths: Sequence[str], out: Path, argv: Sequence[str]) -> dict:
+    """One result from several ladder JSONs of the same rung (runs made apart, e.g. one arm at a time): their runs
+    are summarised together; each arm keeps the command that produced it (``commands``)."""
+    parts = [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
+    rungs = {part["rung"] for part in parts}
+    missing = [p for p, part in zip(paths, parts) if "runs" not in part]
+    if len(rungs) != 1 or missing:
+        raise SystemExit(f"--merge needs JSONs of one rung written with their runs; rungs {sorted(rungs)}, without "
+                         f"runs: {missing} (rerun them with this version of the script)")
+    runs = [run for part in parts for run in part["runs"]]
+    skipped = {arm: why for part in parts for arm, why in part["skipped"].items()}
+    result = summarise(rungs.pop(), runs, skipped, argv)
+    result["commands"] = {arm: part["command"] for part in parts for arm in part["arms"]}
+    return report(result, out)
+
+
+def report(result: dict, out: Path) -> dict:
+    """Add the equal-time comparison, write the JSON and the figure, print the table, floors and ceilings."""
+    result["equal_time"] = equal_time(result)
     out.write_text(json.dumps(result, indent=1), encoding="utf-8")
     plot(result, out.with_suffix(".png"))
     print(table(result))
     for arm, f in result["floors"].items():
         print(f"floor {arm}: {f['on']} >= {f['floor']} on every seed: {'met' if f['met_on_every_seed'] else 'MISSED'} "
               f"({', '.join(f'{v:.2f}' for v in f['per_seed'])})")
+    if result["equal_time"]:
+        same = result["equal_time"]
+        print(f"at equal training time ({same['train_cpu_s']:.0f} CPU s, the shortest arm's): " + ", ".join(
+            f"{arm} {e['mean']:.3f} ± {e['std']:.3f}" for arm, e in same["arms"].items()))
     for arm, c in result["ceilings"].items():
         print(f"ceiling {arm}: {c['on']} <= {c['ceiling']} on every seed: "
               f"{'met' if c['met_on_every_seed'] else 'MISSED'} ({', '.join(f'{v:.2f}' for v in c['per_seed'])})")
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return result
-
 
 if __name__ == "__main__":
     main()

@@ -98,3 +98,42 @@ def test_training_clock_leaves_evaluation_out():
     assert 0.15 < last[2] - first[2] < 0.3  # only the training share between the two points
     assert summary["cpu_s"] - summary["train_cpu_s"] >= 0.6  # two evaluations of 0.3 s
     assert summary["curve"][1][:2] == [8, 1.0] and summary["final"] == 1.0
+
+
+def test_equal_time_interpolates_each_seed_at_the_shortest_arms_training_time():
+    from benchmarks.learning import equal_time, reward_at_cpu
+
+    curve = [[0, 0.0, 0.0], [10, 1.0, 10.0], [20, 3.0, 20.0]]
+    assert reward_at_cpu(curve, 5.0) == 0.5 and reward_at_cpu(curve, 15.0) == 2.0
+    assert reward_at_cpu(curve, 25.0) is None and reward_at_cpu([[0, 0.0], [10, 1.0]], 5.0) is None
+    result = {"arms": {
+        "fast": {"train_cpu_s": 10.0, "curves": [[[0, 0.0, 0.0], [10, 1.0, 10.0]], [[0, 0.0, 0.0], [10, 0.5, 8.0]]]},
+        "slow": {"train_cpu_s": 20.0, "curves": [curve, curve]},
+    }}
+    same = equal_time(result)
+    assert same["train_cpu_s"] == 8.0  # the shortest seed of the shortest arm
+    assert same["arms"]["slow"]["per_seed"] == [0.8, 0.8]
+    assert same["arms"]["fast"]["per_seed"] == [0.8, 0.5]
+    assert equal_time({"arms": {"fast": result["arms"]["fast"]}}) is None
+
+
+def test_merge_summarises_runs_made_apart(tmp_path):
+    from benchmarks.learning import merge, summarise
+
+    a = summarise("relay", [_run("cory", 0, 1.9), _run("cory", 1, 1.7)], {}, ["--rung", "relay", "--arms", "cory"])
+    b = summarise("relay", [_run("cory-wo-kt", 0, 1.0)], {}, ["--rung", "relay", "--arms", "cory-wo-kt"])
+    paths = []
+    for name, part in (("a", a), ("b", b)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(part), encoding="utf-8")
+    merged = merge([str(p) for p in paths], tmp_path / "m.json", ["--merge"])
+    assert set(merged["arms"]) == {"cory", "cory-wo-kt"}
+    assert merged["arms"]["cory"]["per_seed"] == [1.9, 1.7]
+    assert not merged["floors"]["cory"]["met_on_every_seed"] and merged["ceilings"]["cory-wo-kt"]["met_on_every_seed"]
+    assert merged["commands"]["cory-wo-kt"].endswith("--arms cory-wo-kt")
+    assert json.loads((tmp_path / "m.json").read_text())["arms"]["cory"]["mean"] == pytest.approx(1.8)
+    old = dict(a)
+    del old["runs"]
+    (tmp_path / "old.json").write_text(json.dumps(old), encoding="utf-8")
+    with pytest.raises(SystemExit, match="without runs"):
+        merge([str(tmp_path / "old.json")], tmp_path / "m2.json", [])

@@ -86,13 +86,14 @@ class Rung:
     ceilings: dict[str, float] = field(default_factory=dict)  # arm -> the final reward it must not exceed
 
 
-# Settings every tiny-model arm shares (chosen by the factor table in README "Does it learn?"): large batches
-# (the tiny model's step costs the same for 32 or 256 rows), an entropy bonus against early collapse, a small
-# fixed KL coefficient, value-head dropout off, T_REx 5 as in the official code.
+# Settings every tiny-model arm shares (chosen by the factor table, docs/results/learning_factors.md): large
+# batches (the tiny model's step costs about the same for 32 or 512 rows), an entropy bonus against early collapse,
+# a value-loss weight of 0.5 (TRL's 0.1 left CORY's value heads behind), a small fixed KL coefficient, value-head
+# dropout off, T_REx 5 as in the official code.
 TINY = ("--model", "tiny", "--task", "tiny_vocab", "--context_len", "12", "--heldout_fraction", "0.2",
-        "--batch_size", "256", "--mini_batch_size", "64", "--ppo_epochs", "4", "--learning_rate", "1e-3",
-        "--ent_coef", "0.01", "--adap_kl_ctrl", "false", "--init_kl_coef", "0.01", "--value_head_dropout", "0",
-        "--role_exchange_period", "5")
+        "--batch_size", "512", "--mini_batch_size", "128", "--ppo_epochs", "4", "--learning_rate", "1e-3",
+        "--ent_coef", "0.01", "--vf_coef", "0.5", "--adap_kl_ctrl", "false", "--init_kl_coef", "0.01",
+        "--value_head_dropout", "0", "--role_exchange_period", "5")
 
 RUNGS: dict[str, Rung] = {
     "sanity": Rung(
@@ -102,13 +103,13 @@ RUNGS: dict[str, Rung] = {
         help="tiny model, tiny_vocab queries, reward 1 for a first symbol in {a, b, c}",
     ),
     "tiny_vocab": Rung(
-        flags=TINY, episodes=256 * 128,
+        flags=TINY, episodes=512 * 128,
         arms=("ppo", "grpo", "cory", "cory-wo-kt", "cory-wo-rex", "cory-grpo"),
         floors={"ppo": 0.9, "cory": 1.8},
         help="tiny model on the 20-token cooperative task",
     ),
     "relay": Rung(
-        flags=tuple("relay" if f == "tiny_vocab" else f for f in TINY), episodes=256 * 128,
+        flags=tuple("relay" if f == "tiny_vocab" else f for f in TINY), episodes=512 * 128,
         arms=("cory", "cory-wo-kt"), floors={"cory": 1.8}, ceilings={"cory-wo-kt": 1.25},
         help="tiny model on the relay task: the query is private to the pioneer, so knowledge transfer is necessary "
              "(w/o KT optimum 1.25)",

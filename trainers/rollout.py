@@ -70,7 +70,7 @@ class Rollout:
 def score_rollout(agent, ref_model, rollout: Rollout, *, return_logits: bool = False):
     """The agent's and the reference model's scores of the rollout's responses, without gradients.
 
-    Both score under the distribution the tokens were sampled from (`agents.reference.policy_logits`: the agent's
+    Both score under the distribution the tokens were sampled from (`agents.forward.policy_logits`: the agent's
     temperature, the task's allowed tokens), so old log-probabilities, the KL to the reference and the ratios of the
     update all describe the same policy. The agent is put in eval mode first (no dropout in old values and
     log-probabilities).

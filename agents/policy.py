@@ -22,11 +22,12 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from agents.loading import load_model_and_tokenizer, prepare_tokenizer
 from agents.forward import entropy_from_logits, logprobs_from_logits, policy_logits, response_forward
+from agents.loading import load_model_and_tokenizer
 from agents.reference import activate_adapter, is_peft_model, preserved_requires_grad
 from agents.sampling import KVCachedSampler, SamplingConfig
 from agents.value_head import ValueHead
+from cory_env.tokenizer import prepare_tokenizer
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
-KL_PENALTIES = ("kl", "abs", "mse", "full", "k3")
+from trainers.ppo_math import KL_PENALTY_KINDS
+
 ALGOS = ("cory", "ppo")
 # CORYConfig.dtype names -> torch dtype names (trainers.build.torch_dtype)
 DTYPES = ("float32", "bfloat16", "float16")
@@ -76,7 +77,7 @@ class PPOConfig:
                 f"batch_size={self.batch_size} is not divisible by group_size={self.group_size}; "
                 "choose batch_size as a multiple of group_size (each query fills one group of rows)"
             )
-        _check(self.kl_penalty in KL_PENALTIES, "kl_penalty", self.kl_penalty, f"use one of {KL_PENALTIES}")
+        _check(self.kl_penalty in KL_PENALTY_KINDS, "kl_penalty", self.kl_penalty, f"use one of {KL_PENALTY_KINDS}")
         _check(self.learning_rate > 0, "learning_rate", self.learning_rate, "use a positive learning rate")
         for name in ("init_kl_coef", "vf_coef", "ent_coef", "cliprange", "cliprange_value"):
             _check(getattr(self, name) >= 0, name, getattr(self, name), "use a value >= 0")

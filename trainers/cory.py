@@ -35,7 +35,7 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
-from cory_env import BatchedCORYEnv, EnvConfig
+from cory_env import SEATS, BatchedCORYEnv, EnvConfig
 from cory_env.rewards import reward_name
 from trainers import checkpoint as ckpt
 from trainers.build import build_agents, build_env, build_exchange, load_policy_model, seed_everything
@@ -44,7 +44,6 @@ from trainers.distributed import DataParallel, check_device
 from trainers.inert_options import inert_options
 from trainers.learners import check_learner, kl_estimator
 from trainers.metrics import METRICS_FILE, SAMPLES_FILE, MetricsLogger, truncate_jsonl
-from trainers.role_exchange import SEATS
 from trainers.rollout import rollout_from_transcript, run_episodes
 
 logger = logging.getLogger(__name__)

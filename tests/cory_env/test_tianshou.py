@@ -13,10 +13,9 @@ from tianshou.algorithm.multiagent.marl import MultiAgentOnPolicyAlgorithm  # no
 from tianshou.data import Collector, VectorReplayBuffer  # noqa: E402
 from tianshou.env import DummyVectorEnv  # noqa: E402
 
+from cory_env import SEATS  # noqa: E402
 from cory_env.wrappers import SequentialMultiAgentOnPolicyAlgorithm  # noqa: E402
 from examples.tianshou_marl import build_algorithm, make_env  # noqa: E402
-
-SEATS = ("pioneer", "observer")
 
 
 @pytest.fixture()

@@ -42,7 +42,8 @@ class SamplingConfig:
     )
     top_k: int = field(
         default=0,
-        metadata={"help": "Keep only the k most likely tokens; 0 disables (paper IMDB: 0; GSM8K eval: 10)."},
+        metadata={"help": "Keep only the k most likely tokens; 0 disables (paper IMDB: 0; GSM8K eval: 10). Passed "
+                  "explicitly: transformers' generate would default to 50."},
     )
     top_p: float = field(
         default=1.0,

@@ -22,7 +22,7 @@ The JSON (``--out``, default ``benchmarks/learning_<rung>.json``) holds ``{"rung
 "arms": {arm: {"per_seed", "mean", "std", "episodes", "cpu_s", "curves", ...}}, "floors"}``; a figure of the
 held-out reward against training episodes (mean ± std over seeds) is written beside it (``.png``).
 
-Arms: this project's (`trainers.bench.ARMS`: ``ppo``, ``grpo``, ``cory``, ``cory-wo-kt``, ``cory-wo-rex``,
+Arms: this project's (`trainers.cli.bench.ARMS`: ``ppo``, ``grpo``, ``cory``, ``cory-wo-kt``, ``cory-wo-rex``,
 ``cory-grpo``) and, on ``tiny_vocab``, other libraries on the same env and episode budget through their examples'
 ``train_and_evaluate(seed, episodes, eval_episodes)``: ``tianshou`` (one PPO per seat, collective reward),
 ``sb3-maskable-ppo`` (pioneer seat) and ``torchrl`` (one PPO per seat), skipped with a note when not installed.
@@ -132,19 +132,20 @@ def run_own_arm(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str
     """Train one of this project's arms on one seed and evaluate it on held-out queries (in this process)."""
     import torch
 
-    from trainers.bench import ARMS
-    from trainers.cli import parse_train_args
-    from trainers.cory import CORYTrainer
+    from trainers.cli.bench import ARMS
+    from trainers.cli.train import parse_train_args
+    from trainers.loop.cory import CORYTrainer
 
     torch.set_num_threads(1)
     rung = RUNGS[rung_name]
-    env_config, ppo_config, config = parse_train_args(
+    configs = parse_train_args(
         [*rung.flags, *ARMS[arm], *flags, "--seed", str(seed), "--output_dir", run_dir, "--overwrite", "true",
          "--tensorboard", "false", "--log_samples", "0", "--torch_threads", "1", "--num_iterations", "1"])
+    ppo_config = configs.ppo
     iterations = max(1, episodes // ppo_config.batch_size)
-    config = replace(config, num_iterations=iterations)
+    config = replace(configs.run, num_iterations=iterations)
     start = time.process_time()
-    trainer = CORYTrainer(config, ppo_config, env_config, reward_fn=rung.reward_fn)
+    trainer = CORYTrainer(*configs._replace(run=config), reward_fn=rung.reward_fn)
     collective = rung.collective and config.algo == "cory"
     points = sorted({round(iterations * k / rung.eval_points) for k in range(1, rung.eval_points + 1)})
     eval_seed = 10_000 + seed  # never a training seed's query stream
@@ -289,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     rung = RUNGS[args.rung]
     arms = args.arms or list(rung.arms)
-    from trainers.bench import ARMS
+    from trainers.cli.bench import ARMS
 
     unknown = [a for a in arms if a not in ARMS and a not in EXTERNAL_ARMS]
     if unknown:

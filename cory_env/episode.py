@@ -29,7 +29,7 @@ import numpy as np
 
 from cory_env.config import EnvConfig
 from cory_env.prompts import PromptTemplate
-from cory_env.rewards import collective_reward, make_reward_fn, score_texts
+from cory_env.rewards import collective_reward, score_texts
 from cory_env.tasks import Task, make_task
 from cory_env.tokenizer import prepare_tokenizer
 
@@ -126,15 +126,22 @@ class EpisodeBatch:
     @classmethod
     def from_config(cls, config: EnvConfig, tokenizer, *, batch_size: int = 1, task: Task | str | None = None,
                     reward_fn=None, single_agent: bool = False) -> EpisodeBatch:
-        """Build from an `EnvConfig`: resolve the tokenizer, the task (name or object; config templates override
-        when set) and an optional reward override (name or callable)."""
+        """Build from an `EnvConfig`: resolve the tokenizer (`prepare_tokenizer`), the task and an optional reward
+        override (name or callable).
+
+        A task given by name (or None: ``config.task``) is built from `config` by its builder, which reads the
+        config's templates and reward; a `Task` object gets the config's templates when they are set. `reward_fn`
+        replaces the task's reward either way. Each is resolved once, by `Task` (`cory_env.rewards.make_reward_fn`).
+        """
         tokenizer = prepare_tokenizer(tokenizer)
+        overrides = {}
         if task is None or isinstance(task, str):
             task = make_task(task or config.task, config, tokenizer)
-        elif not isinstance(task, Task):
+        elif isinstance(task, Task):
+            overrides = {"observer_template": config.observer_template, "pioneer_template": config.pioneer_template}
+        else:
             raise TypeError(f"task must be a task name or a Task, got {type(task).__name__}")
-        overrides = {"observer_template": config.observer_template, "pioneer_template": config.pioneer_template,
-                     "reward_fn": None if reward_fn is None else make_reward_fn(reward_fn)}
+        overrides["reward_fn"] = reward_fn
         overrides = {k: v for k, v in overrides.items() if v is not None}
         task = replace(task, **overrides) if overrides else task
         return cls(task, tokenizer, batch_size=batch_size, context_len=config.context_len,

@@ -49,6 +49,7 @@ from gymnasium import spaces
 
 from cory_env.config import resolve_config
 from cory_env.episode import EpisodeBatch
+from cory_env.tasks import task_tokenizer
 
 __all__ = ["PioneerEnv", "register_envs"]
 
@@ -60,7 +61,8 @@ class PioneerEnv(gym.Env):
 
     Args:
         config: an `EnvConfig`; keyword fields override it (or build one when it is None).
-        tokenizer: tokenizer object or name; None for the ``"tiny_vocab"`` task uses its own tokenizer.
+        tokenizer: tokenizer object or name; None for a task with its own tokenizer (``"tiny_vocab"``,
+            `cory_env.tasks.task_tokenizer`).
         reward_fn: reward name or callable overriding the task's.
         task: a task name or `Task` object (default: ``config.task``).
         render_mode: None or "ansi".
@@ -79,10 +81,8 @@ class PioneerEnv(gym.Env):
         if isinstance(task, str):
             kwargs["task"], task = task, None
         self.config = resolve_config(config, **kwargs)
-        if tokenizer is None and task is None and self.config.task == "tiny_vocab":
-            from cory_env.tasks.tiny_vocab import tiny_vocab_tokenizer
-
-            tokenizer = tiny_vocab_tokenizer()
+        if tokenizer is None and task is None:  # a task with its own vocabulary (tiny_vocab) brings its tokenizer
+            tokenizer = task_tokenizer(self.config.task)
         self.render_mode = render_mode
         self._episode = EpisodeBatch.from_config(self.config, tokenizer, batch_size=1, task=task,
                                                  reward_fn=reward_fn, single_agent=True)

@@ -10,7 +10,7 @@ reference (knowledge transfer). Each answer earns a correctness reward; both sea
 | reward | `gsm8k_answers`: `correct_reward` (1.0) if the extracted number equals the gold, else `wrong_reward` |
 | prompts | `gsm8k_prompts`: pioneer: instruction, optional 1-shot, question; observer: question, pioneer's answer |
 | lengths | `EnvConfig.min_new_tokens` / `max_new_tokens` (paper evaluation: 256 new tokens; preset `gsm8k-quick`) |
-| eval | `trainers.passk` (pass@k estimators) and `cory eval --task gsm8k` |
+| eval | `trainers.evaluation.passk` (pass@k estimators) and `cory eval --task gsm8k` |
 
 `extract_answer`, `gsm8k_reward` and the other answer and prompt helpers are re-exported here.
 

@@ -20,9 +20,9 @@ from agents.sampling import sample_step
 from agents.tiny import tiny_causal_lm
 from cory_env import BatchedCORYEnv, EnvConfig
 from cory_env.tasks.tiny_vocab import CONTEXT_LEN, tiny_vocab_tokenizer
-from trainers.build import build_agents, build_exchange
-from trainers.config import CORYConfig, PPOConfig
-from trainers.rollout import rollout_from_transcript, run_episodes, score_rollout
+from trainers.config import CORYConfig, ModelConfig, PPOConfig
+from trainers.loop.build import build_agents, build_exchange
+from trainers.loop.rollout import rollout_from_transcript, run_episodes, score_rollout
 
 
 def test_sampled_frequencies_match_the_reported_logprobs():
@@ -41,9 +41,10 @@ def test_sampled_frequencies_match_the_reported_logprobs():
 def _tiny_vocab_run(temperature: float, top_k: int = 0):
     tok = tiny_vocab_tokenizer()
     model = tiny_causal_lm(tok, seed=3)
-    config = CORYConfig(algo="cory", model="tiny", temperature=temperature, top_k=top_k, value_head_dropout=0.0)
+    config = CORYConfig(algo="cory")
     ppo = PPOConfig(batch_size=16, mini_batch_size=16, ppo_epochs=1, learning_rate=1e-3)
-    agents, ref = build_agents(model, tok, config)
+    agents, ref = build_agents(model, tok, ModelConfig(model="tiny", value_head_dropout=0.0),
+                               SamplingConfig(temperature=temperature, top_k=top_k), algo=config.algo)
     exchange = build_exchange(agents, ref, config, ppo)
     env = BatchedCORYEnv(EnvConfig(task="tiny_vocab", context_len=CONTEXT_LEN), tok, batch_size=16)
     return tok, agents, ref, exchange, env
@@ -94,9 +95,10 @@ def test_first_ppo_epoch_ratio_is_one_and_kl_zero_under_temperature_and_mask(top
 
 def test_truncated_sampling_warns_that_the_ratio_is_approximate(caplog):
     tok = tiny_vocab_tokenizer()
-    with caplog.at_level("WARNING", logger="trainers.build"):
-        build_agents(tiny_causal_lm(tok, seed=0), tok, CORYConfig(algo="ppo", model="tiny", temperature=0.5))
+    with caplog.at_level("WARNING", logger="trainers.loop.build"):
+        build_agents(tiny_causal_lm(tok, seed=0), tok, ModelConfig(model="tiny"), SamplingConfig(temperature=0.5),
+                     algo="ppo")
     assert not caplog.records  # temperature alone is exact
-    with caplog.at_level("WARNING", logger="trainers.build"):
-        build_agents(tiny_causal_lm(tok, seed=0), tok, CORYConfig(algo="ppo", model="tiny", top_k=5))
+    with caplog.at_level("WARNING", logger="trainers.loop.build"):
+        build_agents(tiny_causal_lm(tok, seed=0), tok, ModelConfig(model="tiny"), SamplingConfig(top_k=5), algo="ppo")
     assert any("approximate (slightly off-policy)" in r.getMessage() for r in caplog.records)

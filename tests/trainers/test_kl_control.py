@@ -1,4 +1,4 @@
-"""Tests for `trainers.kl_control`: TRL's adaptive update rule, the fixed controller, state round trips."""
+"""Tests for `trainers.learning.kl_control`: TRL's adaptive update rule, the fixed controller, state round trips."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.trainers import trl_reference as trl
-from trainers.kl_control import AdaptiveKLController, FixedKLController, KLController, make_kl_controller
+from trainers.learning.kl_control import AdaptiveKLController, FixedKLController, KLController, make_kl_controller
 
 
 def test_adaptive_update_hand_computed():

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from trainers.evaluation import distinct_n
-from trainers.metrics import MetricsLogger, read_jsonl, truncate_jsonl
+from trainers.evaluation.episodes import distinct_n
+from trainers.loop.metrics import MetricsLogger, read_jsonl, truncate_jsonl
 
 
 def test_distinct_n_hand_computed():

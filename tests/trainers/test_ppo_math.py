@@ -1,4 +1,4 @@
-"""Tests for `trainers.ppo_math`: hand-computed cases, naive forms, and parity with the TRL 0.11 oracle.
+"""Tests for `trainers.learning.ppo_math`: hand-computed cases, naive forms, and parity with the TRL 0.11 oracle.
 
 The log-probabilities and entropies these functions read are tested with their one implementation,
 `agents.forward` (tests/agents/test_forward.py)."""
@@ -15,8 +15,7 @@ from hypothesis import strategies as st
 
 from agents.forward import entropy_from_logits, logprobs_from_logits
 from tests.trainers import trl_reference as trl
-from trainers.score_scaling import RunningMoments, scale_scores
-from trainers.ppo_math import (
+from trainers.learning.ppo_math import (
     KL_PENALTY_KINDS,
     approx_kl,
     compute_rewards,
@@ -30,6 +29,7 @@ from trainers.ppo_math import (
     ppo_loss,
     value_loss,
 )
+from trainers.learning.score_scaling import RunningMoments, scale_scores
 
 TOL = dict(rtol=1e-6, atol=1e-6)
 
@@ -381,7 +381,7 @@ def test_ppo_loss_skips_batch_above_ratio_threshold(caplog):
     mask = torch.ones(1, 3, dtype=torch.bool)
     logp = torch.full((1, 3), math.log(20.0), requires_grad=True)
     args = (logp, torch.zeros(1, 3), torch.zeros(1, 3), torch.zeros(1, 3), torch.ones(1, 3), torch.ones(1, 3), mask)
-    with caplog.at_level(logging.WARNING, logger="trainers.ppo_math"):
+    with caplog.at_level(logging.WARNING, logger="trainers.learning.ppo_math"):
         loss, stats = ppo_loss(*args, ratio_threshold=10.0)
     assert loss.item() == 0.0 and stats["policy_loss"] == 0.0 and stats["skipped"] == 1.0
     assert stats["ratio"] == pytest.approx(20.0)

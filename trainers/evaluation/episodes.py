@@ -11,8 +11,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from trainers import ppo_math
-from trainers.rollout import rollout_from_transcript, run_episodes, score_rollout
+from trainers.learning import ppo_math
+from trainers.loop.rollout import rollout_from_transcript, run_episodes, score_rollout
 
 
 def distinct_n(texts: Sequence[str], n: int) -> float:

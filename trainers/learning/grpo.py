@@ -1,6 +1,6 @@
 """`GRPOLearner`: critic-free Group Relative Policy Optimization for one seat's agent (DeepSeekMath §4.1).
 
-The rollout holds k = `group_size` responses per query in consecutive rows (`trainers.rollout.run_episodes` with
+The rollout holds k = `group_size` responses per query in consecutive rows (`trainers.loop.rollout.run_episodes` with
 ``group_size=k``). One `step(rollout)`:
 
 1. one no-grad forward of the policy (old logprobs) and of the shared reference model (ref logprobs);
@@ -8,7 +8,8 @@ The rollout holds k = `group_size` responses per query in consecutive rows (`tra
 3. group-relative advantages (`group_advantages`): reward minus its group's mean, divided by the group's std when
    ``scale_rewards``; every token of a response gets its sequence's advantage (outcome supervision);
 4. `ppo_epochs` passes of shuffled mini-batches of the PPO clipped surrogate (`ppo_math.policy_loss`), plus
-   β·k3-KL to the reference model when ``kl_in_loss`` (DeepSeekMath eq. 3), with gradient accumulation;
+   β·k3-KL to the reference model when ``kl_in_loss`` (DeepSeekMath eq. 3), with gradient accumulation
+   (`trainers.learning.update.run_epochs`, PPO's loop);
 5. the KL controller update with the batch-mean sequence KL of the penalised estimator (β is fixed unless
    `adap_kl_ctrl`).
 
@@ -22,28 +23,24 @@ supervision advantages Â_{i,t} = (r_i − mean(r)) / std(r)).
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import torch
 
-from trainers import ppo_math
 from trainers.config import PPOConfig
-from trainers.distributed import DataParallel
-from trainers.kl_control import make_kl_controller
-from trainers.ppo import (
-    backward_batches,
+from trainers.learning import ppo_math
+from trainers.learning.kl_control import make_kl_controller
+from trainers.learning.update import (
     checked_rollout,
     checked_trainable_parameters,
     global_sequence_kl,
     make_adam,
     mean_over_minibatches,
-    optimizer_step,
     pooled_minibatch_loss,
+    run_epochs,
 )
-from trainers.rollout import Rollout, score_rollout
-
-logger = logging.getLogger(__name__)
+from trainers.loop.distributed import DataParallel
+from trainers.loop.rollout import Rollout, score_rollout
 
 STD_EPS = 1e-4
 """Added to the group std before dividing (TRL `GRPOTrainer`'s constant); a zero-std group gets advantage 0."""
@@ -240,15 +237,8 @@ class GRPOLearner:
         data = self.prepare(rollout)
         beta = float(self.kl_ctl.value)
         self.agent.train()
-        stats: list[dict[str, float]] = []
-        self.optimizer.zero_grad(set_to_none=True)
-        for _ in range(cfg.ppo_epochs):
-            for minibatches in backward_batches(cfg, generator):
-                for idx in minibatches:
-                    loss, mb_stats = self._minibatch_loss(rollout, data, idx, beta)
-                    (loss / cfg.gradient_accumulation_steps).backward()
-                    stats.append(mb_stats)
-                optimizer_step(self.optimizer, self._params, cfg.max_grad_norm, self.dist)
+        stats, _, _ = run_epochs(cfg, self.optimizer, self._params, self.dist, generator,
+                                 lambda idx: self._minibatch_loss(rollout, data, idx, beta))
         self.agent.eval()
         seq_kl, seq_k1 = global_sequence_kl(data["kl"], data["logprobs"], data["ref_logprobs"], mask, self.dist)
         self.kl_ctl.update(seq_kl, cfg.batch_size * self.dist.world_size)

@@ -12,7 +12,7 @@ The pipeline one PPO learner runs per iteration:
 2. `gae_advantages`: GAE over the response tokens, then masked whitening of the advantages.
 3. `ppo_loss` (`policy_loss` + `vf_coef` · `value_loss`) on each mini-batch, with its statistics.
 
-Score scaling / normalisation / clipping (TRL's `RunningMoments`) lives in `trainers.score_scaling`.
+Score scaling / normalisation / clipping (TRL's `RunningMoments`) lives in `trainers.learning.score_scaling`.
 
 Padding: every (B, T) output of this module is 0 where `mask` is False. TRL 0.11 leaves whatever the arithmetic
 gives at padding positions and masks them in every consumer, so all masked results agree with TRL.
@@ -58,7 +58,7 @@ WHITEN_EPS = 1e-8
 """Added to the variance before the reciprocal square root in `masked_whiten` (TRL's constant)."""
 
 SumFn = Callable[[torch.Tensor], torch.Tensor]
-"""Sums a tensor over the data-parallel processes (`trainers.distributed.DataParallel.sum`)."""
+"""Sums a tensor over the data-parallel processes (`trainers.loop.distributed.DataParallel.sum`)."""
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -189,7 +189,7 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, 
         mask: bool (B, T).
         shift_mean: if False, keep the original mean (used by TRL's `whiten_rewards`).
         reduce_sum: data-parallel training: a function summing a tensor over processes
-            (`trainers.distributed.DataParallel.sum`); μ and σ² then pool the masked elements of every process
+            (`trainers.loop.distributed.DataParallel.sum`); μ and σ² then pool the masked elements of every process
             (two-pass: the global mean, then the global sum of squared deviations). None: this process only.
 
     Returns:

@@ -7,9 +7,11 @@ One `step(rollout)`:
 3. shaped per-token rewards: −β·KL_t on every response token plus the score on the last one (β from the KL
    controller), then GAE (γ, λ) → advantages (whitened) and returns;
 4. `ppo_epochs` passes of shuffled mini-batches with gradient accumulation, optional gradient clipping, the
-   ratio-threshold guard (skipped mini-batches are counted) and optional early stopping on the policy KL
-   (`trainers.learning.update.run_epochs`, the loop GRPO runs too);
+   ratio-threshold guard (skipped mini-batches are counted) and optional early stopping on the policy KL;
 5. the KL controller update with the batch-mean sequence KL and n_steps = batch size.
+
+Steps 4 and 5 and the statistics are the step every learner shares (`trainers.learning.update.PolicyLearner`); this
+module holds what is PPO's: steps 1–3 (`prepare`), the mini-batch loss, early stopping and its statistics.
 
 The learner owns everything that travels with a model at role exchange: the optimizer state, the KL controller and
 the score statistics (`state_dict` / `load_state_dict`, `reset_state` for the official code's reset-on-swap).
@@ -21,25 +23,15 @@ from typing import Any
 
 import torch
 
-from trainers.config import PPOConfig
 from trainers.learning import ppo_math
-from trainers.learning.kl_control import make_kl_controller
 from trainers.learning.score_scaling import RunningMoments, scale_scores
-from trainers.learning.update import (
-    checked_rollout,
-    checked_trainable_parameters,
-    global_sequence_kl,
-    make_adam,
-    mean_over_minibatches,
-    pooled_minibatch_loss,
-    run_epochs,
-)
-from trainers.loop.distributed import DataParallel
+from trainers.learning.update import PolicyLearner, pooled_minibatch_loss
 from trainers.loop.rollout import Rollout, score_rollout
 
 
-class PPOLearner:
-    """PPO for one seat's agent against the shared frozen reference model.
+class PPOLearner(PolicyLearner):
+    """PPO for one seat's agent against the shared frozen reference model (`PolicyLearner.step` with PPO's rewards,
+    advantages and loss).
 
     Args:
         agent: an `agents.LLMAgent` (policy + value head) with `evaluate(...)` and `trainable_parameters()`.
@@ -49,39 +41,29 @@ class PPOLearner:
             processes every statistic that steers the update (score moments, advantage whitening, the ratio guard,
             early stopping, the KL controller) is global and gradients are averaged, so the replicas stay equal.
 
+    `step(rollout, generator=)` returns flat stats (python floats): the mini-batch means policy_loss, value_loss,
+    entropy, approx_kl, policy_kl, clipfrac, value_clipfrac, ratio, ...; task_reward, score, kl (sequence KL to the
+    reference: token sum of the `kl_penalty` estimator that shapes the reward, batch mean, nats; TRL objective/kl;
+    the KL controller reads it), kl_k1 (the same with the k1 estimate logp − ref_logp), kl_coef (β used this step);
+    non_score_reward (= −β·kl), response_len, skipped_batches, epochs, early_stopped.
+
     Raises:
         ValueError: if the reference model shares a trainable parameter with the agent.
     """
 
     name = "ppo"
 
-    def __init__(self, agent, ref_model, config: PPOConfig, *, dist: DataParallel | None = None) -> None:
-        self.agent = agent
-        self.ref_model = ref_model
-        self.config = config
-        self.dist = DataParallel() if dist is None else dist
-        self._reduce_sum = self.dist.sum if self.dist.enabled else None
-        self._params = checked_trainable_parameters(agent, ref_model)
-        self.reset_state()
-
     # ------------------------------------------------------------------ state that travels with the model
     def reset_state(self) -> None:
         """Fresh Adam state, KL controller and score statistics (what the official code's disk swap does)."""
-        cfg = self.config
-        self.optimizer = make_adam(self._params, cfg.learning_rate)
-        self.kl_ctl = make_kl_controller(cfg.adap_kl_ctrl, cfg.init_kl_coef, cfg.target, cfg.horizon)
+        super().reset_state()
         self.score_moments = RunningMoments()
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "optimizer": self.optimizer.state_dict(),
-            "kl_ctl": self.kl_ctl.state_dict(),
-            "score_moments": self.score_moments.state_dict(),
-        }
+        return {**super().state_dict(), "score_moments": self.score_moments.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.kl_ctl.load_state_dict(state["kl_ctl"])
+        super().load_state_dict(state)
         self.score_moments.load_state_dict(state["score_moments"])
 
     # ------------------------------------------------------------------ the update
@@ -113,54 +95,18 @@ class PPOLearner:
             "advantages": advantages, "returns": returns,
         }
 
-    def step(self, rollout: Rollout, *, generator: torch.Generator | None = None) -> dict[str, float]:
-        """One PPO update on `rollout`.
-
-        Args:
-            rollout: this seat's experience (B must equal `config.batch_size`).
-            generator: torch generator for the mini-batch order (seeded by the trainer).
-
-        Returns:
-            Flat stats (python floats): task_reward, score, kl (sequence KL to the reference: token sum of the
-            `kl_penalty` estimator that shapes the reward, batch mean, nats; TRL objective/kl; the KL controller
-            reads it), kl_k1 (the same with the k1 estimate logp − ref_logp), kl_coef (β used this step),
-            non_score_reward (= −β·kl),
-            policy_loss, value_loss, entropy, approx_kl, policy_kl, clipfrac, value_clipfrac, ratio,
-            response_len, skipped_batches, epochs.
-
-        Raises:
-            ValueError: if the rollout batch size differs from `config.batch_size`.
-            NonFiniteLossError: if a loss becomes NaN/inf.
-        """
+    def _stop_after_epoch(self):
+        """PPO's early stopping: after an epoch whose last mini-batch's policy KL (over every process) exceeds
+        1.5 · `target_kl` (TRL)."""
         cfg = self.config
-        rollout = checked_rollout(rollout, cfg, self.agent.device)
+        return (lambda last: self._global_policy_kl(last) > 1.5 * cfg.target_kl) if cfg.early_stopping else None
+
+    def _update_stats(self, rollout, data, stats, epochs, stopped) -> dict[str, float]:
         mask = rollout.response_mask
-        data = self.prepare(rollout)
-        kl_coef = float(self.kl_ctl.value)
-        self.agent.train()
-        early = (lambda last: self._global_policy_kl(last) > 1.5 * cfg.target_kl) if cfg.early_stopping else None
-        train_stats, epochs_done, early_stop = run_epochs(
-            cfg, self.optimizer, self._params, self.dist, generator,
-            lambda idx: self._minibatch_loss(rollout, data, idx), stop_after_epoch=early)
-        skipped = sum(int(stats.pop("skipped")) for stats in train_stats)
-        self.agent.eval()
-        # TRL objective/kl: the estimator that shapes the reward (kl_penalty), summed over the response
-        mean_kl, mean_k1 = global_sequence_kl(data["kl"], data["logprobs"], data["ref_logprobs"], mask, self.dist)
-        self.kl_ctl.update(mean_kl, cfg.batch_size * self.dist.world_size)
-        out = mean_over_minibatches(train_stats)
-        out.update(
-            task_reward=float(rollout.task_reward.mean()),
-            score=float(rollout.scores.mean()),
-            kl=mean_kl,
-            kl_k1=mean_k1,
-            kl_coef=kl_coef,
-            non_score_reward=float((data["non_score_reward"] * mask).sum(dim=-1).mean()),
-            response_len=float(mask.sum(dim=-1).float().mean()),
-            skipped_batches=float(skipped),
-            epochs=float(epochs_done),
-            early_stopped=float(early_stop),
-        )
-        return self.dist.mean_stats(out)
+        skipped = sum(int(mb.pop("skipped")) for mb in stats)  # the ratio guard's skips, counted not averaged
+        return {"non_score_reward": float((data["non_score_reward"] * mask).sum(dim=-1).mean()),
+                "response_len": float(mask.sum(dim=-1).float().mean()), "skipped_batches": float(skipped),
+                "epochs": float(epochs), "early_stopped": float(stopped)}
 
     def _global_policy_kl(self, stats: dict[str, float]) -> float:
         return self.dist.mean_stats({"policy_kl": stats["policy_kl"]})["policy_kl"]

@@ -10,17 +10,20 @@ per mini-batch (their loss) and before it (advantages); one `step` of either rea
    process), then `optimizer_step` (gradient averaging, optional clipping, Adam from `make_adam`);
 3. `global_sequence_kl` for the KL controller and the logged ``kl``; `mean_over_minibatches` for the statistics.
 
-A custom learner can reuse them (docs/learners.md).
+`PolicyLearner` is that step, with the learner-specific parts (`prepare`, the mini-batch loss, extra statistics)
+left to `PPOLearner` and `GRPOLearner`. A custom learner can reuse any of these (docs/learners.md).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 import torch
 
 from trainers.config import PPOConfig
+from trainers.learning.kl_control import make_kl_controller
 from trainers.loop.distributed import DataParallel
 from trainers.loop.rollout import Rollout
 
@@ -28,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "NonFiniteLossError",
+    "PolicyLearner",
     "backward_batches",
     "checked_rollout",
     "checked_trainable_parameters",
@@ -36,6 +40,7 @@ __all__ = [
     "mean_over_minibatches",
     "optimizer_step",
     "pooled_minibatch_loss",
+    "run_epochs",
 ]
 
 _FUSED_ADAM_DEVICES = ("cpu", "cuda")
@@ -227,3 +232,117 @@ def run_epochs(config: PPOConfig, optimizer: torch.optim.Optimizer, params: list
         if stop_after_epoch is not None and stop_after_epoch(stats[-1]):
             return stats, epochs, True
     return stats, epochs, False
+
+
+class PolicyLearner:
+    """The step both built-in learners take, around what differs between them (a template method).
+
+    A subclass implements `prepare` (no-grad scores of the rollout: old and reference log-probabilities, the
+    per-token KL it penalises, advantages, ...) and `_minibatch_loss` (its loss on some rows), and may add
+    `_stop_after_epoch` and `_update_stats`. `step` then runs the same sequence for every learner:
+
+    1. `checked_rollout`; `prepare`; β = the KL controller's value;
+    2. `run_epochs` over `_minibatch_loss` in train mode (eval mode again after it);
+    3. the KL controller's update with the batch-mean sequence KL (`global_sequence_kl` of ``prepare``'s ``kl``,
+       n_steps = the global batch size);
+    4. statistics: the mini-batch means, then task_reward, score, kl, kl_k1, kl_coef (β of this step), then the
+       learner's own (`_update_stats`), averaged over processes.
+
+    It owns what travels with a model at role exchange: the Adam state and the KL controller (`state_dict`,
+    `load_state_dict`, `reset_state`). Not required by the `Learner` protocol (`trainers.learning.learners`): a
+    custom learner may start from it or from nothing.
+
+    Args:
+        agent: an `agents.LLMAgent` with `evaluate(...)` and `trainable_parameters()`.
+        ref_model: the shared frozen `agents.ReferenceModel` (never optimised).
+        config: `PPOConfig` (sizes count this process's rows).
+        dist: the data-parallel group (`trainers.loop.distributed.DataParallel`); default single process.
+
+    Raises:
+        ValueError: settings the learner refuses (`check_config`), or a reference model that shares a trainable
+            parameter with the agent.
+    """
+
+    name = "policy"
+
+    def __init__(self, agent, ref_model, config: PPOConfig, *, dist: DataParallel | None = None) -> None:
+        self.check_config(config)
+        self.agent, self.ref_model, self.config = agent, ref_model, config
+        self.dist = DataParallel() if dist is None else dist
+        self._reduce_sum = self.dist.sum if self.dist.enabled else None
+        self._params = checked_trainable_parameters(agent, ref_model)
+        self.reset_state()
+
+    @staticmethod
+    def check_config(config: PPOConfig) -> None:
+        """Raise `ValueError` for settings this learner cannot run (none here)."""
+
+    # ------------------------------------------------------------------ state that travels with the model
+    def reset_state(self) -> None:
+        """Fresh Adam state and KL controller (what the official code's disk swap does)."""
+        cfg = self.config
+        self.optimizer = make_adam(self._params, cfg.learning_rate)
+        self.kl_ctl = make_kl_controller(cfg.adap_kl_ctrl, cfg.init_kl_coef, cfg.target, cfg.horizon)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "kl_ctl": self.kl_ctl.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.kl_ctl.load_state_dict(state["kl_ctl"])
+
+    # ------------------------------------------------------------------ what a learner defines
+    def prepare(self, rollout: Rollout) -> dict[str, torch.Tensor]:
+        """No-grad tensors of the rollout; must hold ``logprobs``, ``ref_logprobs`` and ``kl`` (B, T)."""
+        raise NotImplementedError
+
+    def _minibatch_loss(self, rollout: Rollout, data: dict[str, torch.Tensor],
+                        idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """(loss, stats) on rows `idx`, through `pooled_minibatch_loss`."""
+        raise NotImplementedError
+
+    def _stop_after_epoch(self):
+        """`run_epochs`' ``stop_after_epoch`` (None: never stop early)."""
+        return None
+
+    def _update_stats(self, rollout: Rollout, data: dict[str, torch.Tensor], stats: list[dict[str, float]],
+                      epochs: int, stopped: bool) -> dict[str, float]:
+        """The learner's own statistics of this step (may pop per-mini-batch counters from `stats`)."""
+        return {}
+
+    # ------------------------------------------------------------------ the update
+    def step(self, rollout: Rollout, *, generator: torch.Generator | None = None) -> dict[str, float]:
+        """One update on `rollout` (see the class docstring).
+
+        Args:
+            rollout: this seat's experience (B must equal `config.batch_size`).
+            generator: torch generator for the mini-batch order (seeded by the trainer).
+
+        Returns:
+            Flat stats (python floats), averaged over processes: the mini-batch loss statistics; task_reward,
+            score; kl (sequence KL to the reference: token sum of the penalised estimator, batch mean, nats; the KL
+            controller reads it), kl_k1 (the same with the k1 estimate logp − ref_logp), kl_coef (β used this
+            step); then the learner's own (see its class docstring).
+
+        Raises:
+            ValueError: if the rollout batch size differs from `config.batch_size`.
+            NonFiniteLossError: if a loss becomes NaN/inf.
+        """
+        cfg = self.config
+        rollout = checked_rollout(rollout, cfg, self.agent.device)
+        mask = rollout.response_mask
+        data = self.prepare(rollout)
+        kl_coef = float(self.kl_ctl.value)
+        self.agent.train()
+        stats, epochs, stopped = run_epochs(cfg, self.optimizer, self._params, self.dist, generator,
+                                            lambda idx: self._minibatch_loss(rollout, data, idx),
+                                            stop_after_epoch=self._stop_after_epoch())
+        self.agent.eval()
+        # TRL objective/kl: the estimator that shapes the reward (or the loss), summed over the response
+        seq_kl, seq_k1 = global_sequence_kl(data["kl"], data["logprobs"], data["ref_logprobs"], mask, self.dist)
+        self.kl_ctl.update(seq_kl, cfg.batch_size * self.dist.world_size)
+        own = self._update_stats(rollout, data, stats, epochs, stopped)
+        out = mean_over_minibatches(stats)
+        out.update(task_reward=float(rollout.task_reward.mean()), score=float(rollout.scores.mean()), kl=seq_kl,
+                   kl_k1=seq_k1, kl_coef=kl_coef, **own)
+        return self.dist.mean_stats(out)

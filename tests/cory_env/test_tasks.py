@@ -56,3 +56,11 @@ def test_task_checks():
         Task(**{**base, "action_mask": np.zeros(5, dtype=np.int8)})
     with pytest.raises(TypeError, match="a name or a callable"):
         Task(**{**base, "reward_fn": 1})
+
+
+def test_a_task_with_its_own_vocabulary_brings_its_tokenizer():
+    from cory_env.tasks import task_tokenizer
+    from cory_env.tasks.tiny_vocab import VOCAB
+
+    assert dict(task_tokenizer("tiny_vocab").get_vocab()) == VOCAB
+    assert task_tokenizer("imdb") is None and task_tokenizer("gsm8k") is None

@@ -272,3 +272,39 @@ def test_a_reward_callable_is_recorded_and_eval_never_substitutes_another(tiny_r
     run_eval([str(tmp_path / "lambda"), "--num_batches", "1", "--batch_size", "2", "--out", str(out),
               "--reward", "tests.trainers.test_cory_trainer:constant_ten_reward"])
     assert json.loads(out.read_text())["task_reward"] == 10.0
+
+
+def test_cory_eval_loads_the_agent_only(tiny_run, monkeypatch, capsys):
+    """`cory eval` rebuilds the agents from the run's ModelConfig / SamplingConfig and loads the trained weights with
+    `checkpoint.load_agent`: no learner or optimizer is built, and a checkpoint without optimizer state evaluates."""
+    from trainers.cli.eval import run_eval
+    from trainers.learning.update import PolicyLearner
+    from trainers.loop import build
+    from trainers.loop import checkpoint as ckpt
+
+    configs = tiny_run("evalonly", num_iterations=1, temperature=0.7, lora_r=4, use_lora=True)
+    trainer = CORYTrainer(*configs)
+    trainer.train()
+    path = latest_checkpoint(configs.run.output_dir)
+    for optimizer_state in path.glob("*/learner.pt"):
+        optimizer_state.unlink()
+
+    def no_learner(*args, **kwargs):
+        raise AssertionError("cory eval must not build a learner")
+
+    monkeypatch.setattr(build, "make_learner", no_learner)
+    monkeypatch.setattr(PolicyLearner, "__init__", no_learner)
+    loaded = []
+    real_load_agent = ckpt.load_agent
+    monkeypatch.setattr(ckpt, "load_agent", lambda p, name, agent: loaded.append((name, agent)) or
+                        real_load_agent(p, name, agent))
+    out = path / "eval.json"
+    assert run_eval([str(path), "--num_batches", "1", "--batch_size", "2", "--out", str(out)]) == 0
+    (name, agent), = loaded
+    assert name == trainer.exchange.seats["pioneer"].name and agent.sampling.temperature == 0.7
+    trained = dict(trainer.agents[name].named_parameters())
+    for key, param in ckpt.trainable_state(agent).items():  # the trained adapter and value head, not fresh ones
+        torch.testing.assert_close(param, trained[key].detach().cpu())
+    result = json.loads(out.read_text())
+    learner_state = ckpt.read_learner_state(path, name, with_optimizer=False)
+    assert result["eta"] == learner_state["kl_ctl"]["value"] and result["num_queries"] == 2

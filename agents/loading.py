@@ -27,9 +27,9 @@ from cory_env.hub import (  # noqa: F401 - re-exported: the loading API of `agen
     load_pretrained,
     load_tokenizer,
     offline_error,
-    prepare_tokenizer,
     resolve_local_dir,
 )
+from cory_env.tokenizer import prepare_tokenizer  # noqa: F401 - re-exported: the loading API of `agents`
 
 
 def load_model_and_tokenizer(

@@ -22,18 +22,12 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from agents.loading import load_model_and_tokenizer, prepare_tokenizer
-from agents.reference import (
-    activate_adapter,
-    entropy_from_logits,
-    is_peft_model,
-    logprobs_from_logits,
-    policy_logits,
-    preserved_requires_grad,
-    response_forward,
-)
+from agents.forward import entropy_from_logits, logprobs_from_logits, policy_logits, response_forward
+from agents.loading import load_model_and_tokenizer
+from agents.reference import activate_adapter, is_peft_model, preserved_requires_grad
 from agents.sampling import KVCachedSampler, SamplingConfig
 from agents.value_head import ValueHead
+from cory_env.tokenizer import prepare_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -264,7 +258,7 @@ class LLMAgent(nn.Module):
             allowed: bool (V,) tokens the task allows (`Rollout.allowed`), or None for all.
 
         Log-probabilities, entropies and logits are those of the distribution `act_batch` samples from
-        (`agents.reference.policy_logits`: the logits divided by this agent's temperature, banned tokens at
+        (`agents.forward.policy_logits`: the logits divided by this agent's temperature, banned tokens at
         probability 0), so the rollout's log-probabilities and PPO's agree.
 
         Returns:

@@ -28,7 +28,8 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from agents.reference import is_peft_model, policy_logits, position_ids_from_mask
+from agents.forward import policy_logits, position_ids_from_mask
+from agents.reference import is_peft_model
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,8 @@ class SamplingConfig:
     )
     top_k: int = field(
         default=0,
-        metadata={"help": "Keep only the k most likely tokens; 0 disables (paper IMDB: 0; GSM8K eval: 10)."},
+        metadata={"help": "Keep only the k most likely tokens; 0 disables (paper IMDB: 0; GSM8K eval: 10). Passed "
+                  "explicitly: transformers' generate would default to 50."},
     )
     top_p: float = field(
         default=1.0,
@@ -65,7 +67,7 @@ class SamplingConfig:
 
     @property
     def is_exact(self) -> bool:
-        """True when the tokens are drawn from exactly the distribution PPO scores (`agents.reference.policy_logits`:
+        """True when the tokens are drawn from exactly the distribution PPO scores (`agents.forward.policy_logits`:
         temperature and action mask); top-k, top-p and the repetition penalty depend on the sampled context and make
         the learner's importance ratio inexact (the update is then slightly off-policy)."""
         return self.top_k == 0 and self.top_p == 1.0 and self.repetition_penalty == 1.0

@@ -25,7 +25,7 @@ The JSON (``--out``, default ``benchmarks/learning_<rung>.json``) holds ``{"rung
 with the evaluations' share left out, for comparisons at equal training time); a figure of the held-out reward
 against training episodes (mean ± std over seeds) is written beside it (``.png``).
 
-Arms: this project's (`trainers.bench.ARMS`: ``ppo``, ``grpo``, ``cory``, ``cory-wo-kt``, ``cory-wo-rex``,
+Arms: this project's (`trainers.cli.bench.ARMS`: ``ppo``, ``grpo``, ``cory``, ``cory-wo-kt``, ``cory-wo-rex``,
 ``cory-grpo``) and other libraries on the same env and episode budget through a module's
 ``train_and_evaluate(seed, episodes, eval_episodes)``: on ``tiny_vocab`` ``tianshou`` (one PPO per seat, collective
 reward), ``sb3-maskable-ppo`` (pioneer seat) and ``torchrl`` (one PPO per seat); on ``imdb`` ``trl-grpo`` (TRL's
@@ -194,18 +194,18 @@ def build_arm_trainer(rung_name: str, arm: str, seed: int, episodes: int, run_di
     `flags`; one torch thread; ``iterations = episodes // batch_size`` (at least 1)."""
     import torch
 
-    from trainers.bench import ARMS
-    from trainers.cli import parse_train_args
-    from trainers.cory import CORYTrainer
+    from trainers.cli.bench import ARMS
+    from trainers.cli.train import parse_train_args
+    from trainers.loop.cory import CORYTrainer
 
     torch.set_num_threads(1)
     rung = RUNGS[rung_name]
-    env_config, ppo_config, config = parse_train_args(
+    configs = parse_train_args(
         [*rung.flags, *ARMS[arm], *flags, "--seed", str(seed), "--output_dir", run_dir, "--overwrite", "true",
          "--tensorboard", "false", "--log_samples", "0", "--torch_threads", "1", "--num_iterations", "1"])
-    iterations = max(1, episodes // ppo_config.batch_size)
-    config = replace(config, num_iterations=iterations)
-    return CORYTrainer(config, ppo_config, env_config, reward_fn=rung.reward_fn), iterations
+    iterations = max(1, episodes // configs.ppo.batch_size)
+    configs = configs._replace(run=replace(configs.run, num_iterations=iterations))
+    return CORYTrainer(*configs, reward_fn=rung.reward_fn), iterations
 
 
 def eval_points(rung: Rung, iterations: int) -> list[int]:
@@ -400,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if args.merge:
         return merge(args.merge, out, argv)
     arms = args.arms or list(rung.arms)
-    from trainers.bench import ARMS
+    from trainers.cli.bench import ARMS
 
     unknown = [a for a in arms if a not in ARMS and a not in EXTERNAL_ARMS]
     if unknown:

@@ -49,9 +49,9 @@ from agents.value_head import ValueHead
 from cory_env import BatchedCORYEnv, EnvConfig, make_task
 from cory_env.data import load_imdb_records
 from trainers import CORYTrainer
-from trainers.config import CORYConfig, PPOConfig
-from trainers.ppo import PPOLearner
-from trainers.rollout import Rollout
+from trainers.config import CORYConfig, ModelConfig, PPOConfig
+from trainers.learning.ppo import PPOLearner
+from trainers.loop.rollout import Rollout
 
 REPO = Path(__file__).resolve().parents[1]
 IMDB_CSV = REPO.parent / "shared" / "data" / "imdb_reviews_1000.csv"
@@ -178,9 +178,10 @@ def time_cory_vs_ppo(model, tokenizer, args: argparse.Namespace) -> dict:
     key = "cpu_seconds" if args.threads == 1 else "seconds"  # see ppo_update_vs_trl
     for algo in ("ppo", "cory"):
         with tempfile.TemporaryDirectory() as tmp:
-            config = CORYConfig(algo=algo, model=args.model, output_dir=tmp, seed=args.seed, tensorboard=False,
+            config = CORYConfig(algo=algo, output_dir=tmp, seed=args.seed, tensorboard=False,
                                 log_samples=0, torch_threads=args.threads, role_exchange_period=0)
-            trainer = CORYTrainer(config, ppo_config(args), env_config, model=model, tokenizer=tokenizer)
+            trainer = CORYTrainer(config, ppo_config(args), env_config, ModelConfig(model=args.model),
+                                  model=model, tokenizer=tokenizer)
             trainer.env = BatchedCORYEnv(env_config, tokenizer, batch_size=args.batch_size, task=task,
                                          single_agent=algo == "ppo")
             runs = []

@@ -50,16 +50,17 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
 
     from agents import LLMAgent, ReferenceModel
     from benchmarks.learning import EVAL_SEED_BASE, RUNGS, TrainingClock, build_arm_trainer, eval_points
-    from trainers.build import load_policy_model
-    from trainers.cory import derive_seed
-    from trainers.evaluation import evaluate_heldout
-    from trainers.learners import kl_estimator
+    from cory_env.tasks import task_tokenizer
+    from trainers.evaluation.episodes import evaluate_heldout
+    from trainers.learning.learners import kl_estimator
+    from trainers.loop.build import load_policy_model
+    from trainers.loop.cory import derive_seed
 
     rung = RUNGS[rung_name]
     tmp = tempfile.TemporaryDirectory(prefix="cory-trl-grpo-")
     run_dir = run_dir or tmp.name
     ours, iterations = build_arm_trainer(rung_name, "grpo", seed, episodes, f"{run_dir}/ours")
-    ppo, cfg = ours.ppo_config, ours.config
+    ppo, cfg, model_cfg = ours.ppo_config, ours.config, ours.configs.model
     k, env = ppo.group_size, ours.env
     sampling = ours.exchange.seats["pioneer"].agent.sampling
     model = None  # TRL's PEFT model, once built
@@ -94,7 +95,8 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
         per_device_train_batch_size=ppo.mini_batch_size, gradient_accumulation_steps=1,
         steps_per_generation=steps_per_generation, num_generations=k, num_iterations=ppo.ppo_epochs,
         max_steps=iterations * steps_per_generation * ppo.ppo_epochs, beta=ppo.init_kl_coef,
-        epsilon=ppo.cliprange, scale_rewards="group", temperature=cfg.temperature, top_k=0, top_p=1.0,
+        epsilon=ppo.cliprange, scale_rewards="group", temperature=ours.configs.sampling.temperature, top_k=0,
+        top_p=1.0,
         max_completion_length=ours.env_config.max_new_tokens,
         generation_kwargs={"min_new_tokens": ours.env_config.min_new_tokens}, shuffle_dataset=False,
         gradient_checkpointing=False, disable_dropout=False, bf16=False, disable_tqdm=True,
@@ -111,10 +113,12 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
                 curve.append(clock.point("trl-grpo", seed, points[state.global_step], evaluate()))
 
     torch.manual_seed(seed)
-    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, bias="none",
-                      target_modules=[m.strip() for m in cfg.lora_target_modules.split(",") if m.strip()],
+    lora = LoraConfig(r=model_cfg.lora_r, lora_alpha=model_cfg.lora_alpha, lora_dropout=model_cfg.lora_dropout,
+                      bias="none",
+                      target_modules=[m.strip() for m in model_cfg.lora_target_modules.split(",") if m.strip()],
                       task_type="CAUSAL_LM")
-    base, _ = load_policy_model(cfg.model, seed=cfg.seed, task=ours.env_config.task, dtype=cfg.dtype)
+    base, _ = load_policy_model(model_cfg.model, seed=cfg.seed, dtype=model_cfg.dtype,
+                                task_tokenizer=task_tokenizer(ours.env_config.task))
     trainer = trl.GRPOTrainer(model=base, reward_funcs=reward, args=args, train_dataset=dataset,
                               processing_class=ours.tokenizer, callbacks=[HeldOut()], peft_config=lora)
     model = trainer.model

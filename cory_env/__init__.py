@@ -1,7 +1,7 @@
 """Token-level CORY environment: a PettingZoo AEC env (`env`, `raw_env`), a batched view (`BatchedCORYEnv`) and
 the pioneer seat as a Gymnasium env (`PioneerEnv`; ids ``cory/Pioneer-v0``, ``cory/TinyVocab-v0``, registered on
-import) over one pure episode core (`EpisodeBatch`). See `cory_env.token_env` for the user doc; the Tianshou
-adapter is `cory_env.wrappers`."""
+import) over one pure episode core (`EpisodeBatch`). See `cory_env.token_env` for the user doc; Tianshou's
+observation adapter is `cory_env.wrappers`."""
 
 from cory_env.batched_env import BatchedCORYEnv
 from cory_env.config import EnvConfig

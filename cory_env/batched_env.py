@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from cory_env.config import EnvConfig, resolve_config
-from cory_env.episode import SEATS, EpisodeBatch, EpisodeTranscript
+from cory_env.episode import SEATS, EpisodeBatch, EpisodeTranscript, readonly_view
 
 __all__ = ["BatchedCORYEnv"]
 
@@ -56,9 +56,9 @@ class BatchedCORYEnv:
         self.vocab_size = self._episode.vocab_size
         self.context_len = self.config.context_len
         self.action_mask = np.broadcast_to(self._episode.action_mask, (batch_size, self.vocab_size))
-        self._zeros = _readonly(np.zeros(batch_size, dtype=np.float64))
-        self._false = _readonly(np.zeros(batch_size, dtype=bool))
-        self._true = _readonly(np.ones(batch_size, dtype=bool))
+        self._zeros = readonly_view(np.zeros(batch_size, dtype=np.float64))
+        self._false = readonly_view(np.zeros(batch_size, dtype=bool))
+        self._true = readonly_view(np.ones(batch_size, dtype=bool))
 
     @property
     def task(self):
@@ -129,8 +129,8 @@ class BatchedCORYEnv:
             return (self.observe(), dict.fromkeys(seats, self._zeros), dict.fromkeys(seats, self._false),
                     truncations, {s: {} for s in seats})
         ep = self._episode
-        rewards = {s: _readonly(ep.reward[s]) for s in seats}
-        infos = {s: {"task_reward": _readonly(ep.task_reward[s]), "response_text": list(ep.response_text[s]),
+        rewards = {s: readonly_view(ep.reward[s]) for s in seats}
+        infos = {s: {"task_reward": readonly_view(ep.task_reward[s]), "response_text": list(ep.response_text[s]),
                      "response_len": np.array([len(r) for r in ep.response[s]], dtype=np.int64)} for s in seats}
         return self.observe(), rewards, dict.fromkeys(seats, self._true), truncations, infos
 
@@ -140,9 +140,3 @@ class BatchedCORYEnv:
 
     def close(self) -> None:
         """Nothing to release."""
-
-
-def _readonly(a: np.ndarray) -> np.ndarray:
-    view = a.view()
-    view.flags.writeable = False
-    return view

@@ -9,8 +9,8 @@ IMDB sources (`load_imdb_records`):
 * a local file with a ``text`` (Hugging Face `stanfordnlp/imdb`) or ``review`` (50k CSV export) column;
   ``<br />`` tags are replaced by spaces, reviews shorter than `min_review_chars` are dropped.
 * ``"hub"`` (or ``"stanfordnlp/imdb"``): the hub's train split when reachable. The decision is made fast: with
-  ``HF_HUB_OFFLINE=1`` or a failed 3 s connection probe to huggingface.co the loader falls back to the built-in
-  openings. The source used is logged at INFO.
+  ``HF_HUB_OFFLINE=1`` / ``HF_DATASETS_OFFLINE=1`` or a failed 3 s connection probe (`cory_env.hub.hub_reachable`)
+  the loader falls back to the built-in openings. The source used is logged at INFO.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ import importlib.resources
 import logging
 import os
 import re
-import socket
 from pathlib import Path
+
+from cory_env.hub import hub_reachable
 
 __all__ = [
     "HUB_IMDB",
     "heldout_split",
-    "hub_reachable",
     "load_builtin_openings",
     "load_imdb_records",
     "load_table",
@@ -36,7 +36,6 @@ logger = logging.getLogger(__name__)
 
 #: Hugging Face dataset id of IMDB (columns text, label).
 HUB_IMDB = "stanfordnlp/imdb"
-_HUB_HOST = ("huggingface.co", 443)
 _BR = re.compile(r"(?:\s*<br\s*/?>\s*)+", flags=re.IGNORECASE)
 _BUILDERS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
@@ -117,19 +116,6 @@ def load_builtin_openings() -> list[dict]:
     return [{"query": line} for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the Hugging Face hub can be used: False under ``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE`` or when
-    a TCP connection to huggingface.co:443 fails within `timeout` seconds."""
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-        if os.environ.get(var, "").strip().lower() in {"1", "true", "yes", "on"}:
-            return False
-    try:
-        with socket.create_connection(_HUB_HOST, timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
 def load_imdb_records(data_path: str | os.PathLike | None = None, *, min_review_chars: int = 200,
                       probe_timeout: float = 3.0) -> list[dict]:
     """IMDB reviews (or the built-in openings) as query records.
@@ -152,7 +138,7 @@ def load_imdb_records(data_path: str | os.PathLike | None = None, *, min_review_
         logger.info("IMDB queries: %d built-in review openings", len(records))
         return records
     if str(data_path) in {"hub", HUB_IMDB}:
-        if not hub_reachable(probe_timeout):
+        if not hub_reachable(probe_timeout, datasets=True):
             records = load_builtin_openings()
             logger.info("IMDB queries: hub %s unreachable (offline or probe failed); using %d built-in review "
                         "openings", HUB_IMDB, len(records))

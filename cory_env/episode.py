@@ -22,7 +22,6 @@ The AEC env (`cory_env.token_env`) is the B = 1 view, `cory_env.BatchedCORYEnv` 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -30,10 +29,11 @@ import numpy as np
 
 from cory_env.config import EnvConfig
 from cory_env.prompts import OBSERVER_REQUIRED, PromptTemplate
-from cory_env.rewards import collective_reward, make_reward_fn, score_texts
+from cory_env.rewards import collective_reward, score_texts
 from cory_env.tasks import Task, make_task
+from cory_env.tokenizer import prepare_tokenizer
 
-__all__ = ["SEATS", "EpisodeBatch", "EpisodeTranscript", "SeatTranscript", "prepare_tokenizer"]
+__all__ = ["SEATS", "EpisodeBatch", "EpisodeTranscript", "SeatTranscript", "readonly_view"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,40 +64,6 @@ class EpisodeTranscript:
     records: list[dict]
     seats: dict[str, SeatTranscript] = field(default_factory=dict)
     allowed: np.ndarray | None = None
-
-
-def prepare_tokenizer(tokenizer):
-    """Resolve and check the env's tokenizer.
-
-    Args:
-        tokenizer: a Hugging Face tokenizer object, or a name that `cory_env.hub.load_tokenizer` resolves (the
-            names `--model` takes: an alias such as ``"smollm2-135m-instruct"``, a ``.gguf`` file, a local folder
-            or a hub id; offline-first).
-
-    Returns:
-        The tokenizer; one without a pad token gets pad = EOS and left padding (it is modified in place).
-
-    Raises:
-        ValueError: if it is missing, has no EOS token, or its EOS id is outside [0, len(tokenizer)).
-    """
-    if tokenizer is None:
-        raise ValueError("the env needs a tokenizer: pass a tokenizer object or a name (alias such as "
-                         "'smollm2-135m-instruct', .gguf file, local folder or hub id)")
-    if isinstance(tokenizer, (str, os.PathLike)):
-        from cory_env.hub import load_tokenizer  # imports torch/transformers: only when a name is given
-
-        tokenizer = load_tokenizer(os.fspath(tokenizer))
-    eos, vocab = tokenizer.eos_token_id, len(tokenizer)
-    if eos is None:
-        raise ValueError(f"tokenizer {type(tokenizer).__name__} has no EOS token; set tokenizer.eos_token")
-    if not 0 <= eos < vocab:
-        raise ValueError(f"tokenizer EOS id {eos} is outside the vocabulary [0, {vocab}); use a tokenizer whose "
-                         "eos_token is one of its tokens")
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-        tokenizer.padding_side = "left"
-        logger.info("tokenizer has no pad token: using EOS (%r, id %d) with left padding", tokenizer.eos_token, eos)
-    return tokenizer
 
 
 MAX_TOKENS_PER_CHAR = 4
@@ -167,15 +133,22 @@ class EpisodeBatch:
     @classmethod
     def from_config(cls, config: EnvConfig, tokenizer, *, batch_size: int = 1, task: Task | str | None = None,
                     reward_fn=None, single_agent: bool = False) -> EpisodeBatch:
-        """Build from an `EnvConfig`: resolve the tokenizer, the task (name or object; config templates override
-        when set) and an optional reward override (name or callable)."""
+        """Build from an `EnvConfig`: resolve the tokenizer (`prepare_tokenizer`), the task and an optional reward
+        override (name or callable).
+
+        A task given by name (or None: ``config.task``) is built from `config` by its builder, which reads the
+        config's templates and reward; a `Task` object gets the config's templates when they are set. `reward_fn`
+        replaces the task's reward either way. Each is resolved once, by `Task` (`cory_env.rewards.make_reward_fn`).
+        """
         tokenizer = prepare_tokenizer(tokenizer)
+        overrides = {}
         if task is None or isinstance(task, str):
             task = make_task(task or config.task, config, tokenizer)
-        elif not isinstance(task, Task):
+        elif isinstance(task, Task):
+            overrides = {"observer_template": config.observer_template, "pioneer_template": config.pioneer_template}
+        else:
             raise TypeError(f"task must be a task name or a Task, got {type(task).__name__}")
-        overrides = {"observer_template": config.observer_template, "pioneer_template": config.pioneer_template,
-                     "reward_fn": None if reward_fn is None else make_reward_fn(reward_fn)}
+        overrides["reward_fn"] = reward_fn
         overrides = {k: v for k, v in overrides.items() if v is not None}
         task = replace(task, **overrides) if overrides else task
         return cls(task, tokenizer, batch_size=batch_size, context_len=config.context_len,
@@ -256,7 +229,7 @@ class EpisodeBatch:
         W = self.context_len + self.max_new_tokens
         self._ids = {s: np.full((B, W), self.pad_id, dtype=np.int64) for s in SEATS}
         self._mask = {s: np.zeros((B, W), dtype=np.int64) for s in SEATS}
-        self._views = {s: (_readonly(self._ids[s]), _readonly(self._mask[s])) for s in SEATS}
+        self._views = {s: (readonly_view(self._ids[s]), readonly_view(self._mask[s])) for s in SEATS}
         self._k = dict.fromkeys(SEATS, 0)
         self.prompt_ids: dict[str, list[list[int]]] = {}
         self._start_phase("pioneer", [self.prompts["pioneer"].build(q) for q in query_ids])
@@ -468,7 +441,8 @@ class EpisodeBatch:
                                  records=self.records, seats=seats, allowed=self.allowed)
 
 
-def _readonly(a: np.ndarray) -> np.ndarray:
+def readonly_view(a: np.ndarray) -> np.ndarray:
+    """A read-only view of `a` (what the env hands out: callers cannot edit the episode state through it)."""
     view = a.view()
     view.flags.writeable = False
     return view

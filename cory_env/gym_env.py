@@ -61,7 +61,8 @@ class PioneerEnv(gym.Env):
 
     Args:
         config: an `EnvConfig`; keyword fields override it (or build one when it is None).
-        tokenizer: tokenizer object or name; None for a task with its own tokenizer (``"tiny_vocab"``, ``"relay"``) uses it.
+        tokenizer: tokenizer object or name; None for a task with its own tokenizer (``"tiny_vocab"``, ``"relay"``;
+            `cory_env.tasks.task_tokenizer`).
         reward_fn: reward name or callable overriding the task's.
         task: a task name or `Task` object (default: ``config.task``).
         render_mode: None or "ansi".
@@ -80,7 +81,7 @@ class PioneerEnv(gym.Env):
         if isinstance(task, str):
             kwargs["task"], task = task, None
         self.config = resolve_config(config, **kwargs)
-        if tokenizer is None and task is None:
+        if tokenizer is None and task is None:  # a task with its own vocabulary (tiny_vocab) brings its tokenizer
             tokenizer = task_tokenizer(self.config.task)
         self.render_mode = render_mode
         self._episode = EpisodeBatch.from_config(self.config, tokenizer, batch_size=1, task=task,

@@ -11,9 +11,11 @@ Every place in `cory` that takes a model or tokenizer name accepts the same name
 
 GGUF weights are dequantised by transformers' GGUF support once (about 30 s for SmolLM2) and written as a
 safetensors folder under the cache root (``$CORY_CACHE_DIR`` or ``~/.cache/cory/models``), atomically (temporary
-folder, then rename); later loads read that folder in seconds. Tokenizers come back with pad = EOS when they had no
-pad token, ``padding_side="left"`` and their chat template. `load_tokenizer` is what the env uses for a tokenizer
-given by name; `agents.loading.load_model_and_tokenizer` adds the model.
+folder, then rename); later loads read that folder in seconds. Tokenizers come back prepared by
+`cory_env.tokenizer.prepare_tokenizer` (pad = EOS when they had no pad token, ``padding_side="left"``) with their
+chat template. `load_tokenizer` is what the env uses for a tokenizer given by name;
+`agents.loading.load_model_and_tokenizer` adds the model. `hub_reachable` is the one connection probe behind every
+hub fallback (models, tokenizers and the IMDB / GSM8K data loaders).
 """
 
 from __future__ import annotations
@@ -27,16 +29,13 @@ import shutil
 import socket
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-import torch
-from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-)
+from cory_env.tokenizer import prepare_tokenizer
+
+if TYPE_CHECKING:  # torch and transformers are imported where a model or tokenizer is loaded, not with the env
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +120,9 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike) -> Pa
     Raises:
         FileNotFoundError: if `gguf_path` does not exist.
     """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
     gguf_path = Path(gguf_path)
     out_dir = Path(out_dir)
     if not gguf_path.is_file():
@@ -190,10 +192,22 @@ def resolve_local_dir(name_or_path: str, *, cache_dir: str | os.PathLike | None 
     return None
 
 
-def hub_reachable(timeout_s: float = HUB_PROBE_TIMEOUT_S) -> bool:
-    """False when ``HF_HUB_OFFLINE`` is set or a TCP connection to the hub endpoint fails within `timeout_s`."""
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}:
-        return False
+def hub_reachable(timeout_s: float = HUB_PROBE_TIMEOUT_S, *, datasets: bool = False) -> bool:
+    """Whether the Hugging Face hub can be used: the one probe behind every hub fallback (models, tokenizers, IMDB,
+    GSM8K).
+
+    Args:
+        timeout_s: seconds allowed for the TCP connection to the hub endpoint (``$HF_ENDPOINT``, default
+            huggingface.co:443).
+        datasets: a dataset download: ``HF_DATASETS_OFFLINE`` also counts as offline.
+
+    Returns:
+        False when ``HF_HUB_OFFLINE`` (or, with `datasets`, ``HF_DATASETS_OFFLINE``) is set to 1/true/yes/on, or the
+        connection fails within `timeout_s`; else True.
+    """
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if datasets else ("HF_HUB_OFFLINE",):
+        if os.environ.get(var, "").strip().lower() in {"1", "true", "yes", "on"}:
+            return False
     url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
@@ -219,20 +233,6 @@ def offline_error(name: str, err: Exception) -> OSError:
     )
 
 
-def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
-    """Set pad = EOS when the tokenizer has no pad token, and left padding (for batched prompts).
-
-    Raises:
-        ValueError: if the tokenizer has neither a pad nor an EOS token.
-    """
-    if tokenizer.pad_token is None:
-        if tokenizer.eos_token is None:
-            raise ValueError(f"tokenizer {tokenizer.name_or_path!r} has neither a pad nor an EOS token")
-        tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"
-    return tokenizer
-
-
 def load_tokenizer(
     name_or_path: str,
     *,
@@ -247,12 +247,14 @@ def load_tokenizer(
         cache_dir: cache root for converted GGUF models, or the hub cache for hub ids.
 
     Returns:
-        The tokenizer with pad = EOS when it had none and ``padding_side="left"``.
+        The tokenizer, prepared (`cory_env.tokenizer.prepare_tokenizer`).
 
     Raises:
         FileNotFoundError: missing alias package or ``.gguf`` file.
         OSError: hub id while the hub is unreachable and the id is not cached.
     """
+    from transformers import AutoTokenizer
+
     local = resolve_local_dir(name_or_path, cache_dir=cache_dir)
     hub = {} if local is not None else hub_kwargs(cache_dir)
     return prepare_tokenizer(load_pretrained(AutoTokenizer, name_or_path, local, hub,

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from agents import SamplingConfig
 from cory_env import EnvConfig
-from trainers.config import CORYConfig, PPOConfig
+from trainers.config import CORYConfig, ModelConfig, PPOConfig
 
 
 def table(cls) -> str:
@@ -21,4 +22,4 @@ def table(cls) -> str:
 
 
 if __name__ == "__main__":
-    print("\n\n".join(table(c) for c in (CORYConfig, PPOConfig, EnvConfig)))
+    print("\n\n".join(table(c) for c in (CORYConfig, ModelConfig, SamplingConfig, PPOConfig, EnvConfig)))

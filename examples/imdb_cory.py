@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 from cory_env import EnvConfig
-from trainers import CORYConfig, CORYTrainer, PPOConfig
+from trainers import CORYConfig, CORYTrainer, ModelConfig, PPOConfig
 
 
 def parse_args(algo: str = "cory") -> argparse.Namespace:
@@ -30,24 +30,24 @@ def parse_args(algo: str = "cory") -> argparse.Namespace:
     return p.parse_args()
 
 
-def build_configs(args: argparse.Namespace, algo: str) -> tuple[CORYConfig, PPOConfig, EnvConfig]:
+def build_configs(args: argparse.Namespace, algo: str) -> tuple[CORYConfig, PPOConfig, EnvConfig, ModelConfig]:
     tiny = args.model == "tiny"
     cory = CORYConfig(
-        algo=algo, model=args.model, output_dir=args.output_dir, num_iterations=args.num_iterations,
-        seed=args.seed, role_exchange_period=args.role_exchange_period, use_lora=not tiny, overwrite=True,
-        torch_threads=args.torch_threads,
+        algo=algo, output_dir=args.output_dir, num_iterations=args.num_iterations, seed=args.seed,
+        role_exchange_period=args.role_exchange_period, overwrite=True, torch_threads=args.torch_threads,
     )
     ppo = PPOConfig(batch_size=args.batch_size, mini_batch_size=args.batch_size, ppo_epochs=2,
                     learning_rate=1e-3 if tiny else 2e-4)
     env = EnvConfig(task="imdb", data_path=args.data_path, reward="vader", min_new_tokens=4, max_new_tokens=12,
                     context_len=96)
-    return cory, ppo, env
+    model = ModelConfig(model=args.model, use_lora=not tiny)
+    return cory, ppo, env, model
 
 
 def main(algo: str = "cory") -> None:
     args = parse_args(algo)
-    cory, ppo, env = build_configs(args, algo)
-    history = CORYTrainer(cory, ppo, env).train()
+    cory, ppo, env, model = build_configs(args, algo)
+    history = CORYTrainer(cory, ppo, env, model).train()
     for row in history:
         print(f"iter {row['iteration']:3d}  pioneer task_reward {row['pioneer/task_reward']:+.3f}  "
               f"kl {row['pioneer/kl']:.3f}  pioneer={'llm1' if row['cory/pioneer_is_llm1'] else 'llm2'}")

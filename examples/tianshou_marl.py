@@ -4,8 +4,8 @@
     python examples/tianshou_marl.py --epochs 1 --episodes 50 --test_episodes 20   # smoke test
 
 Pipeline: `cory_env.env(task="tiny_vocab")` (PettingZoo AEC) → `cory_env.wrappers.TianshouObsWrapper` →
-`tianshou.env.PettingZooEnv` → `SequentialMultiAgentOnPolicyAlgorithm` (Tianshou's `MultiAgentOnPolicyAlgorithm`
-plus the terminal-reward fix of Tianshou issue #399) with one `tianshou.algorithm.PPO` per seat, each an MLP over
+`tianshou.env.PettingZooEnv` → `trainers.learning.sequential_marl.SequentialMultiAgentOnPolicyAlgorithm` (Tianshou's
+`MultiAgentOnPolicyAlgorithm` plus the terminal-reward fix of Tianshou issue #399) with one `tianshou.algorithm.PPO` per seat, each an MLP over
 the embedded token window, trained by Tianshou's `Collector` and `OnPolicyTrainer`.
 
 The task (see `cory_env.tasks.tiny_vocab`): the query is 4 of 16 symbols; the pioneer names 2 of them, the observer
@@ -30,7 +30,8 @@ from tianshou.trainer import OnPolicyTrainerParams
 
 from cory_env.tasks.tiny_vocab import CONTEXT_LEN, tiny_vocab_tokenizer
 from cory_env.token_env import env as cory_aec_env
-from cory_env.wrappers import SequentialMultiAgentOnPolicyAlgorithm, TianshouObsWrapper
+from cory_env.wrappers import TianshouObsWrapper
+from trainers.learning.sequential_marl import SequentialMultiAgentOnPolicyAlgorithm
 
 
 class TokenMLP(torch.nn.Module):

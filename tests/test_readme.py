@@ -7,8 +7,8 @@ import re
 
 from cory_env import EnvConfig
 from tests.conftest import REPO_ROOT
-from trainers.config import CORYConfig, PPOConfig
-from trainers.presets import PRESETS
+from trainers.cli.presets import PRESETS
+from trainers.config import CONFIG_CLASSES, CORYConfig, ModelConfig, PPOConfig
 
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
 CI = (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8")
@@ -33,7 +33,7 @@ def test_ci_installs_like_the_readme_and_runs_its_test_command():
 
 
 def test_every_option_is_documented_with_its_help():
-    for cls in (CORYConfig, PPOConfig, EnvConfig):
+    for cls in CONFIG_CLASSES:
         for f in dataclasses.fields(cls):
             assert f"`--{f.name}`" in README, f"README options table lacks --{f.name}: run docs/options_table.py"
             assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help"
@@ -43,7 +43,7 @@ def test_the_metrics_glossary_names_every_logged_key(tmp_path):
     """Issue #15: the glossary matches what is logged: every key of a CORY iteration, PPO and GRPO learners."""
     import torch
 
-    from trainers.cory import CORYTrainer
+    from trainers.loop.cory import CORYTrainer
 
     glossary = README[README.index("## Metrics glossary"):README.index("## Does it learn?")]
     documented = {name.split("/")[-1] for name in re.findall(r"`([a-z_0-9/]+)`", glossary)}
@@ -51,10 +51,10 @@ def test_the_metrics_glossary_names_every_logged_key(tmp_path):
     torch.set_num_threads(1)
     for learner, group in (("ppo", 1), ("grpo", 2)):
         trainer = CORYTrainer(
-            CORYConfig(model="tiny", output_dir=str(tmp_path / learner), num_iterations=2, role_exchange_period=1,
+            CORYConfig(output_dir=str(tmp_path / learner), num_iterations=2, role_exchange_period=1,
                        tensorboard=False, learner=learner),
             PPOConfig(batch_size=4, mini_batch_size=2, ppo_epochs=1, group_size=group),
-            EnvConfig(min_new_tokens=2, max_new_tokens=4, context_len=64))
+            EnvConfig(min_new_tokens=2, max_new_tokens=4, context_len=64), ModelConfig(model="tiny"))
         logged |= {key for row in trainer.train() for key in row if key != "iteration"}
     missing = sorted({key.split("/")[-1] for key in logged} - documented)
     assert not missing, f"logged but not in the README glossary: {missing}"

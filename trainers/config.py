@@ -1,18 +1,35 @@
-"""Configuration dataclasses for the trainer layer: `PPOConfig` (one learner) and `CORYConfig` (the run).
+"""The configs of a run and the flat dict that joins them.
+
+| dataclass | what | package |
+|---|---|---|
+| `cory_env.EnvConfig` | task, data, episode lengths, reward, knowledge transfer | env |
+| `PPOConfig` | one learner's update (TRL names), GRPO's group options | here |
+| `ModelConfig` | the policy model: name, dtype, LoRA, value head, activation checkpointing | here |
+| `agents.SamplingConfig` | how the agents sample (temperature, top-k, top-p, repetition penalty) | agents |
+| `CORYConfig` | the run: algorithm, learner, iterations, seeds, role exchange, logging, checkpoints | here |
 
 Each field carries its meaning, unit, range and the origin of its default in `metadata["help"]`; that help is the
 only copy (the CLI reads it through `transformers.HfArgumentParser`, the README table is built from it). PPO knob
 names and defaults are TRL 0.7–0.11 `PPOConfig`'s, so the paper's settings (official code: TRL 0.7.10) copy over.
+
+Field names are unique across the five classes, so a run's settings are also one flat ``{field: value}`` dict: the
+CLI flags (``--batch_size``), presets, ``--config FILE.yaml``, a run's ``config.yaml`` and a checkpoint's
+``trainer_state.json``. `RunConfigs.to_flat` / `RunConfigs.from_flat` are the one conversion between the two forms.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Optional
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Optional
 
-KL_PENALTIES = ("kl", "abs", "mse", "full", "k3")
+from agents.sampling import SamplingConfig
+from cory_env import EnvConfig
+from trainers.learning.ppo_math import KL_PENALTY_KINDS
+
 ALGOS = ("cory", "ppo")
-# CORYConfig.dtype names -> torch dtype names (trainers.build.torch_dtype)
+#: `ModelConfig.dtype` names (torch dtype names; `trainers.loop.build.torch_dtype`).
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -76,7 +93,7 @@ class PPOConfig:
                 f"batch_size={self.batch_size} is not divisible by group_size={self.group_size}; "
                 "choose batch_size as a multiple of group_size (each query fills one group of rows)"
             )
-        _check(self.kl_penalty in KL_PENALTIES, "kl_penalty", self.kl_penalty, f"use one of {KL_PENALTIES}")
+        _check(self.kl_penalty in KL_PENALTY_KINDS, "kl_penalty", self.kl_penalty, f"use one of {KL_PENALTY_KINDS}")
         _check(self.learning_rate > 0, "learning_rate", self.learning_rate, "use a positive learning rate")
         for name in ("init_kl_coef", "vf_coef", "ent_coef", "cliprange", "cliprange_value"):
             _check(getattr(self, name) >= 0, name, getattr(self, name), "use a value >= 0")
@@ -95,27 +112,44 @@ class PPOConfig:
 
 
 @dataclass
+class ModelConfig:
+    """The policy model the agents are built from (loading, dtype, LoRA layout, value heads); TRL's `ModelConfig`
+    plays this part there."""
+
+    model: str = field(default="smollm2-135m-instruct", metadata={"help": "Policy model: hub id, local directory, .gguf file, or alias (smollm2-135m-instruct = offline default; tiny = tiny random model for tests)."})
+    dtype: str = field(default="float32", metadata={"help": "Parameter dtype of the loaded model: float32 (CPU default), bfloat16 or float16. Value heads and LoRA adapters stay float32."})
+    use_lora: bool = field(default=False, metadata={"help": "Memory-shared LoRA: one frozen base, one adapter per model, reference = adapters off."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
+    lora_target_modules: str = field(default="q_proj,v_proj", metadata={"help": "Comma-separated module names to adapt (Llama: q_proj,v_proj; GPT-2: c_attn)."})
+    value_head_dropout: float = field(default=0.1, metadata={"help": "Dropout on the hidden state before each value head (TRL summary_dropout_prob, 0.1); 0 makes updates independent of how the batch is split across processes."})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute activations in the backward pass (transformers' activation checkpointing, every decoder layer): less memory for long observer prompts, about one extra forward of time."})
+
+    def __post_init__(self) -> None:
+        _check(self.dtype in DTYPES, "dtype", self.dtype, f"use one of {tuple(DTYPES)}")
+        _check(self.lora_r >= 1, "lora_r", self.lora_r, "use a rank >= 1")
+        _check(0.0 <= self.value_head_dropout < 1.0, "value_head_dropout", self.value_head_dropout, "use a value in [0, 1)")
+
+    @property
+    def lora_modules(self) -> list[str]:
+        """`lora_target_modules` as a list of module names."""
+        return [m.strip() for m in self.lora_target_modules.split(",") if m.strip()]
+
+
+@dataclass
 class CORYConfig:
-    """The run: algorithm, model, role exchange, logging and checkpoints."""
+    """The run: algorithm, learner, iterations, seeds, role exchange, logging and checkpoints (the model is
+    `ModelConfig`, sampling `agents.SamplingConfig`)."""
 
     algo: str = field(default="cory", metadata={"help": "cory (two agents, paper) or ppo (single-agent baseline on the pioneer seat, same env and settings)."})
-    learner: str = field(default="ppo", metadata={"help": "Learner for each model, by registry name (trainers.learners): ppo (PPO with a value head, TRL semantics) or grpo (critic-free GRPO; set group_size >= 2). Other registered names work too."})
-    model: str = field(default="smollm2-135m-instruct", metadata={"help": "Policy model: hub id, local directory, .gguf file, or alias (smollm2-135m-instruct = offline default; tiny = tiny random model for tests)."})
+    learner: str = field(default="ppo", metadata={"help": "Learner for each model, by registry name (trainers.learning.learners): ppo (PPO with a value head, TRL semantics) or grpo (critic-free GRPO; set group_size >= 2). Other registered names work too."})
     output_dir: str = field(default="runs/cory", metadata={"help": "Run directory: config.yaml, metrics.jsonl, samples.jsonl, TensorBoard events, checkpoints/."})
     num_iterations: int = field(default=10, metadata={"help": "CORY iterations (rollout + one update per seat). Paper IMDB: about 102."})
     seed: int = field(default=0, metadata={"help": "Seed for queries, sampling, mini-batch order and dropout."})
     role_exchange_period: int = field(default=5, metadata={"help": "T_REx: iterations between role exchanges (official code: swap_freq=5). 0 disables (ablation w/o REx)."})
     reset_on_exchange: bool = field(default=False, metadata={"help": "Replicate the official code: fresh Adam state, KL controller and score statistics at every role exchange."})
     eta: Optional[float] = field(default=None, metadata={"help": "eta in the logged combined reward = task reward - eta * KL; None = the seat's current KL coefficient."})
-    use_lora: bool = field(default=False, metadata={"help": "Memory-shared LoRA: one frozen base, one adapter per model, reference = adapters off."})
-    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
-    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
-    lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
-    lora_target_modules: str = field(default="q_proj,v_proj", metadata={"help": "Comma-separated module names to adapt (Llama: q_proj,v_proj; GPT-2: c_attn)."})
-    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (> 0)."})
-    top_k: int = field(default=0, metadata={"help": "Top-k sampling; 0 = off (paper). Passed explicitly: transformers defaults to 50."})
-    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass in (0, 1]; 1 = off (paper)."})
-    repetition_penalty: float = field(default=1.0, metadata={"help": "CTRL repetition penalty (> 0); 1 = off. Paper IMDB sampling: 1.1."})
     checkpoint_every: int = field(default=0, metadata={"help": "Save a checkpoint every N iterations (always at the end); 0 = only at the end."})
     keep_checkpoints: int = field(default=2, metadata={"help": "How many most recent checkpoints to keep (>= 1)."})
     resume: bool = field(default=False, metadata={"help": "Continue the run in output_dir from its latest checkpoint."})
@@ -126,9 +160,6 @@ class CORYConfig:
     torch_threads: int = field(default=0, metadata={"help": "torch.set_num_threads; 0 = leave torch's default."})
     deterministic: bool = field(default=True, metadata={"help": "torch.use_deterministic_algorithms(True, warn_only=True) so same seed => same metrics on CPU."})
     device: str = field(default="auto", metadata={"help": "Where the models live: auto (this process's GPU under a multi-GPU launch or when CUDA is available, else CPU), cpu, or a torch device such as cuda:0."})
-    dtype: str = field(default="float32", metadata={"help": "Parameter dtype of the loaded model: float32 (CPU default), bfloat16 or float16. Value heads and LoRA adapters stay float32."})
-    value_head_dropout: float = field(default=0.1, metadata={"help": "Dropout on the hidden state before each value head (TRL summary_dropout_prob, 0.1); 0 makes updates independent of how the batch is split across processes."})
-    gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute activations in the backward pass (transformers' activation checkpointing, every decoder layer): less memory for long observer prompts, about one extra forward of time."})
 
     def __post_init__(self) -> None:
         _check(self.algo in ALGOS, "algo", self.algo, f"use one of {ALGOS}")
@@ -137,20 +168,72 @@ class CORYConfig:
         _check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "use >= 0 (0 = only at the end)")
         _check(self.keep_checkpoints >= 1, "keep_checkpoints", self.keep_checkpoints, "keep at least 1 checkpoint")
         _check(self.eta is None or self.eta >= 0, "eta", self.eta, "use eta >= 0, or None for the KL coefficient")
-        _check(self.temperature > 0, "temperature", self.temperature, "use a temperature > 0")
-        _check(self.top_k >= 0, "top_k", self.top_k, "use top_k >= 0 (0 disables)")
-        _check(0 < self.top_p <= 1, "top_p", self.top_p, "use top_p in (0, 1]")
-        _check(self.repetition_penalty > 0, "repetition_penalty", self.repetition_penalty, "use a value > 0 (1 disables)")
-        _check(self.lora_r >= 1, "lora_r", self.lora_r, "use a rank >= 1")
         _check(self.log_samples >= 0, "log_samples", self.log_samples, "use >= 0")
         _check(self.eval_episodes >= 0, "eval_episodes", self.eval_episodes, "use >= 0 (0 = no evaluation)")
         _check(not (self.resume and self.overwrite), "resume", self.resume, "pass either --resume or --overwrite, not both")
-        _check(self.dtype in DTYPES, "dtype", self.dtype, f"use one of {tuple(DTYPES)}")
-        _check(0.0 <= self.value_head_dropout < 1.0, "value_head_dropout", self.value_head_dropout, "use a value in [0, 1)")
         _check(self.device == "auto" or self.device == "cpu" or self.device.startswith(("cuda", "mps", "xpu")),
                "device", self.device, "use auto, cpu or a torch device such as cuda:0")
 
 
-def config_to_dict(config) -> dict:
-    """A dataclass config as a plain dict of its fields (for YAML and checkpoints)."""
-    return {f.name: getattr(config, f.name) for f in fields(config)}
+#: The config classes of a run in flat-dict (and ``cory train --help``) order.
+CONFIG_CLASSES = (EnvConfig, PPOConfig, ModelConfig, SamplingConfig, CORYConfig)
+
+
+class RunConfigs(NamedTuple):
+    """The five configs of a run, in `trainers.CORYTrainer`'s argument order (``CORYTrainer(*configs)``)."""
+
+    run: CORYConfig
+    ppo: PPOConfig
+    env: EnvConfig
+    model: ModelConfig
+    sampling: SamplingConfig
+
+    @classmethod
+    def of(cls, configs) -> RunConfigs:
+        """The five config objects, given in any order (e.g. `CONFIG_CLASSES` order, as the CLI parses them).
+
+        Raises:
+            TypeError: unless `configs` holds exactly one object of each class in `CONFIG_CLASSES`.
+        """
+        by_class = {type(config): config for config in configs}
+        if len(by_class) != len(configs) or set(by_class) != set(CONFIG_CLASSES):
+            raise TypeError(f"expected one object of each of {[c.__name__ for c in CONFIG_CLASSES]}, got "
+                            f"{[type(c).__name__ for c in configs]}")
+        return cls(run=by_class[CORYConfig], ppo=by_class[PPOConfig], env=by_class[EnvConfig],
+                   model=by_class[ModelConfig], sampling=by_class[SamplingConfig])
+
+    def to_flat(self) -> dict[str, Any]:
+        """The flat ``{field: value}`` dict (what ``config.yaml`` and checkpoints record), in `CONFIG_CLASSES`
+        order."""
+        by_class = {type(config): config for config in self}
+        return {name: value for cls in CONFIG_CLASSES for name, value in dataclasses.asdict(by_class[cls]).items()}
+
+    @classmethod
+    def from_flat(cls, flat: dict[str, Any], *, strict: bool = False) -> RunConfigs:
+        """The configs from a flat dict; missing fields take their defaults (a run recorded before a field was
+        added reads as it ran).
+
+        Args:
+            flat: ``{field: value}``, e.g. a run's ``config.yaml``, a checkpoint's ``trainer_state["config"]``, a
+                preset.
+            strict: raise on keys that are no config field (else they are ignored).
+
+        Raises:
+            ValueError: an unknown key with `strict` (the valid ones are listed), or a value a config refuses.
+        """
+        if strict:
+            unknown = sorted(set(flat) - set(flat_field_types()))
+            if unknown:
+                raise ValueError(f"unknown option(s) {unknown}; valid options: {', '.join(sorted(flat_field_types()))}")
+        return cls.of([c(**{f.name: flat[f.name] for f in dataclasses.fields(c) if f.name in flat})
+                       for c in CONFIG_CLASSES])
+
+
+def flat_field_types() -> dict[str, Any]:
+    """Every flat field name -> its type hint (e.g. ``Optional[float]``), for checking YAML files and presets."""
+    out = {}
+    for config_cls in CONFIG_CLASSES:
+        hints = typing.get_type_hints(config_cls)
+        for f in dataclasses.fields(config_cls):
+            out[f.name] = hints[f.name]
+    return out

@@ -29,19 +29,23 @@ TASK_BUILDERS: dict[str, str] = {
     "tiny_vocab": "cory_env.tasks.tiny_vocab:make_tiny_vocab_task",
     "relay": "cory_env.tasks.relay:make_relay_task",
 }
-#: Task name -> "module:function" of the task's own tokenizer (tasks absent here use the model's tokenizer).
+#: Task name -> "module:function" of the tokenizer the task brings with it (its own vocabulary): what a tiny random
+#: model is built for, and the Gymnasium view's default tokenizer. Tasks not listed use the model's tokenizer.
 TASK_TOKENIZERS: dict[str, str] = {
     "tiny_vocab": "cory_env.tasks.tiny_vocab:tiny_vocab_tokenizer",
     "relay": "cory_env.tasks.tiny_vocab:tiny_vocab_tokenizer",
 }
 
 
-def task_tokenizer(name: str | None):
-    """The task's own tokenizer (a new instance), or None when the task `name` uses the model's tokenizer."""
-    if name not in TASK_TOKENIZERS:
-        return None
-    module_name, func_name = TASK_TOKENIZERS[name].split(":")
-    return getattr(importlib.import_module(module_name), func_name)()
+def _load(spec: str):
+    module_name, func_name = spec.split(":")
+    return getattr(importlib.import_module(module_name), func_name)
+
+
+def task_tokenizer(name: str):
+    """A fresh copy of the tokenizer task `name` brings with it (`TASK_TOKENIZERS`), or None when the task works
+    with any tokenizer."""
+    return _load(TASK_TOKENIZERS[name])() if name in TASK_TOKENIZERS else None
 
 
 def make_task(name: str, config, tokenizer) -> Task:
@@ -61,6 +65,4 @@ def make_task(name: str, config, tokenizer) -> Task:
     """
     if name not in TASK_BUILDERS:
         raise ValueError(f"unknown task {name!r}; use one of {sorted(TASK_BUILDERS)} or pass a Task object")
-    module_name, func_name = TASK_BUILDERS[name].split(":")
-    builder = getattr(importlib.import_module(module_name), func_name)
-    return builder(config, tokenizer)
+    return _load(TASK_BUILDERS[name])(config, tokenizer)

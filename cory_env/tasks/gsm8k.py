@@ -10,7 +10,7 @@ reference (knowledge transfer). Each answer earns a correctness reward; both sea
 | reward | `gsm8k_answers`: `correct_reward` (1.0) if the extracted number equals the gold, else `wrong_reward` |
 | prompts | `gsm8k_prompts`: pioneer: instruction, optional 1-shot, question; observer: question, pioneer's answer |
 | lengths | `EnvConfig.min_new_tokens` / `max_new_tokens` (paper evaluation: 256 new tokens; preset `gsm8k-quick`) |
-| eval | `trainers.passk` (pass@k estimators) and `cory eval --task gsm8k` |
+| eval | `trainers.evaluation.passk` (pass@k estimators) and `cory eval --task gsm8k` |
 
 `extract_answer`, `gsm8k_reward` and the other answer and prompt helpers are re-exported here.
 
@@ -30,7 +30,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cory_env.data import hub_reachable
+from cory_env.hub import hub_reachable
 from cory_env.tasks.base import Task
 from cory_env.tasks.gsm8k_answers import (
     answers_match,
@@ -129,7 +129,7 @@ def load_gsm8k(path_or_split: str | os.PathLike[str], *, limit: int | None = Non
 def _load_hub(split: str, limit: int | None) -> list[dict[str, str]]:
     if split not in ("train", "test"):
         raise ValueError(f"GSM8K hub split must be 'train' or 'test', got {split!r} (use 'hub:train' or 'hub:test')")
-    if not hub_reachable():
+    if not hub_reachable(datasets=True):
         raise ConnectionError(
             f"GSM8K: the Hugging Face hub is unreachable (offline, HF_HUB_OFFLINE set, or the connection probe "
             f"failed), so {HUB_DATASET!r} split {split!r} cannot be loaded; pass a local JSONL instead, e.g. "

@@ -133,9 +133,9 @@ def make_tiny_vocab_task(config=None, tokenizer=None) -> Task:
 
     Args:
         config: `EnvConfig`; ``heldout_fraction`` / ``query_split`` pick a side of a fixed held-out slice of the
-            1820 queries (`cory_env.data.heldout_split`, by a hash of the query text); the ``observer_template`` /
-            ``pioneer_template`` overrides are read by the env. The response length is the task's (`ANSWER_LEN`),
-            not ``min/max_new_tokens``.
+            1820 queries (`cory_env.data.heldout_split`, by a hash of the query text); ``observer_template`` /
+            ``pioneer_template``, when set, replace the task's templates. The response length is the task's
+            (`ANSWER_LEN`), not ``min/max_new_tokens``.
         tokenizer: with the task's own tokenizer, the action mask allows only the 16 symbols and EOS.
 
     Returns:
@@ -146,8 +146,10 @@ def make_tiny_vocab_task(config=None, tokenizer=None) -> Task:
         records=(tiny_vocab_records() if config is None
                  else heldout_split(tiny_vocab_records(), config.query_split, config.heldout_fraction)),
         reward_fn=tiny_vocab_reward,
-        observer_template=OBSERVER_TEMPLATE,
-        pioneer_template=PIONEER_TEMPLATE,
+        observer_template=OBSERVER_TEMPLATE if config is None or config.observer_template is None
+        else config.observer_template,
+        pioneer_template=PIONEER_TEMPLATE if config is None or config.pioneer_template is None
+        else config.pioneer_template,
         query_tokens=None,
         min_new_tokens=ANSWER_LEN,
         max_new_tokens=ANSWER_LEN,

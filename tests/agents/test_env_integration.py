@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agents import LLMAgent, ReferenceModel
-from agents.reference import position_ids_from_mask
+from agents.forward import position_ids_from_mask
 from cory_env import BatchedCORYEnv, raw_env
 
 

@@ -11,7 +11,7 @@ import torch
 
 from agents import DEFAULT_MODEL, LLMAgent, load_model_and_tokenizer, load_tokenizer
 from agents import loading
-from agents.reference import position_ids_from_mask
+from agents.forward import position_ids_from_mask
 from cory_env import hub
 from tests.agents.window import left_pad
 

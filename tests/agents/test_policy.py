@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agents import LLMAgent, ReferenceModel, SamplingConfig, ValueHead
-from agents.reference import position_ids_from_mask
+from agents.forward import position_ids_from_mask
 from agents.tiny import tiny_causal_lm
 from tests.agents.window import left_pad, play
 

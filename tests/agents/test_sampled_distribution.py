@@ -2,7 +2,8 @@
 
 Before this was so, the tiny-vocabulary task's action mask shaped sampling while PPO, the KL and the entropy read the
 raw softmax over every token: the k1 KL of sampled tokens went negative (−17 nats measured) and rewarded moving
-probability onto banned tokens, and single-agent PPO stalled at 0.5 (README "Does it learn?").
+probability onto banned tokens, and single-agent PPO stalled at 0.5 (README "Does it learn?"). The maths of that
+distribution (`agents.forward.policy_logits`, its log-probabilities and gradients) is tested in test_forward.py.
 """
 
 from __future__ import annotations
@@ -15,42 +16,13 @@ import torch
 from transformers import LogitsProcessorList
 
 from agents import LLMAgent, SamplingConfig
-from agents.reference import entropy_from_logits, logprobs_from_logits, policy_logits
 from agents.sampling import sample_step
 from agents.tiny import tiny_causal_lm
 from cory_env import BatchedCORYEnv, EnvConfig
 from cory_env.tasks.tiny_vocab import CONTEXT_LEN, tiny_vocab_tokenizer
-from trainers.build import build_agents, build_exchange
-from trainers.config import CORYConfig, PPOConfig
-from trainers.rollout import rollout_from_transcript, run_episodes, score_rollout
-
-
-def test_policy_logits_hand_values():
-    logits = torch.tensor([[2.0, 0.0, -2.0, 1.0]])
-    allowed = torch.tensor([True, True, False, True])
-    out = policy_logits(logits, temperature=0.5, allowed=allowed)
-    assert out.dtype == torch.float32
-    torch.testing.assert_close(out[0, [0, 1, 3]], torch.tensor([4.0, 0.0, 2.0]))
-    assert out[0, 2] == torch.finfo(torch.float32).min
-    probs = torch.softmax(out, -1)[0]
-    z = math.exp(4) + 1 + math.exp(2)
-    torch.testing.assert_close(probs, torch.tensor([math.exp(4) / z, 1 / z, 0.0, math.exp(2) / z]))
-    entropy = entropy_from_logits(out)
-    assert torch.isfinite(entropy).all() and float(entropy) <= math.log(3)
-    torch.testing.assert_close(logprobs_from_logits(out[:, None], torch.tensor([[3]])), torch.log(probs[3]).view(1, 1))
-
-
-def test_gradient_through_masked_tempered_logits_matches_a_naive_log_softmax():
-    raw = torch.randn(3, 6, generator=torch.Generator().manual_seed(0), requires_grad=True)
-    allowed = torch.tensor([True, False, True, True, False, True])
-    tokens = torch.tensor([[0], [2], [5]])
-    ours = logprobs_from_logits(policy_logits(raw, temperature=0.7, allowed=allowed)[:, None], tokens).sum()
-    (grad_ours,) = torch.autograd.grad(ours, raw)
-    naive = torch.log_softmax((raw / 0.7)[:, allowed], -1)  # the allowed columns only
-    index = torch.tensor([[0], [1], [3]])  # positions of tokens 0, 2, 5 among the allowed columns
-    (grad_naive,) = torch.autograd.grad(naive.gather(-1, index).sum(), raw)
-    torch.testing.assert_close(grad_ours, grad_naive)
-    assert grad_ours[:, ~allowed].abs().max() == 0
+from trainers.config import CORYConfig, ModelConfig, PPOConfig
+from trainers.loop.build import build_agents, build_exchange
+from trainers.loop.rollout import rollout_from_transcript, run_episodes, score_rollout
 
 
 def test_sampled_frequencies_match_the_reported_logprobs():
@@ -69,9 +41,10 @@ def test_sampled_frequencies_match_the_reported_logprobs():
 def _tiny_vocab_run(temperature: float, top_k: int = 0):
     tok = tiny_vocab_tokenizer()
     model = tiny_causal_lm(tok, seed=3)
-    config = CORYConfig(algo="cory", model="tiny", temperature=temperature, top_k=top_k, value_head_dropout=0.0)
+    config = CORYConfig(algo="cory")
     ppo = PPOConfig(batch_size=16, mini_batch_size=16, ppo_epochs=1, learning_rate=1e-3)
-    agents, ref = build_agents(model, tok, config)
+    agents, ref = build_agents(model, tok, ModelConfig(model="tiny", value_head_dropout=0.0),
+                               SamplingConfig(temperature=temperature, top_k=top_k), algo=config.algo)
     exchange = build_exchange(agents, ref, config, ppo)
     env = BatchedCORYEnv(EnvConfig(task="tiny_vocab", context_len=CONTEXT_LEN), tok, batch_size=16)
     return tok, agents, ref, exchange, env
@@ -122,9 +95,10 @@ def test_first_ppo_epoch_ratio_is_one_and_kl_zero_under_temperature_and_mask(top
 
 def test_truncated_sampling_warns_that_the_ratio_is_approximate(caplog):
     tok = tiny_vocab_tokenizer()
-    with caplog.at_level("WARNING", logger="trainers.build"):
-        build_agents(tiny_causal_lm(tok, seed=0), tok, CORYConfig(algo="ppo", model="tiny", temperature=0.5))
+    with caplog.at_level("WARNING", logger="trainers.loop.build"):
+        build_agents(tiny_causal_lm(tok, seed=0), tok, ModelConfig(model="tiny"), SamplingConfig(temperature=0.5),
+                     algo="ppo")
     assert not caplog.records  # temperature alone is exact
-    with caplog.at_level("WARNING", logger="trainers.build"):
-        build_agents(tiny_causal_lm(tok, seed=0), tok, CORYConfig(algo="ppo", model="tiny", top_k=5))
+    with caplog.at_level("WARNING", logger="trainers.loop.build"):
+        build_agents(tiny_causal_lm(tok, seed=0), tok, ModelConfig(model="tiny"), SamplingConfig(top_k=5), algo="ppo")
     assert any("approximate (slightly off-policy)" in r.getMessage() for r in caplog.records)

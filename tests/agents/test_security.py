@@ -19,11 +19,11 @@ import pytest
 import torch
 
 from agents import LLMAgent, loading
-from cory_env import EnvConfig, raw_env
+from cory_env import raw_env
 from cory_env.tasks.base import Task
-from trainers.checkpoint import CheckpointError, latest_checkpoint
-from trainers.config import CORYConfig, PPOConfig
-from trainers.cory import CORYTrainer
+from trainers.config import RunConfigs
+from trainers.loop.checkpoint import CheckpointError, latest_checkpoint
+from trainers.loop.cory import CORYTrainer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("cory_env", "agents", "trainers")
@@ -39,12 +39,11 @@ class _Payload:
         return os.mkdir, (str(self.marker),)
 
 
-def _tiny_configs(output_dir: Path, **cory_overrides):
-    fields = {"model": "tiny", "output_dir": str(output_dir), "num_iterations": 1, "role_exchange_period": 1,
-              "tensorboard": False, "log_samples": 1, "torch_threads": 1, **cory_overrides}
-    cory = CORYConfig(**fields)
-    return cory, PPOConfig(batch_size=2, mini_batch_size=2, ppo_epochs=1), EnvConfig(min_new_tokens=1,
-                                                                                     max_new_tokens=2)
+def _tiny_configs(output_dir: Path, **overrides) -> RunConfigs:
+    return RunConfigs.from_flat({"model": "tiny", "output_dir": str(output_dir), "num_iterations": 1,
+                                 "role_exchange_period": 1, "tensorboard": False, "log_samples": 1, "torch_threads": 1,
+                                 "batch_size": 2, "mini_batch_size": 2, "ppo_epochs": 1, "min_new_tokens": 1,
+                                 "max_new_tokens": 2, **overrides}, strict=True)
 
 
 def test_payload_is_live_when_unpickled_unsafely(tmp_path):

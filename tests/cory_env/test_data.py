@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 
 import pytest
 
-from cory_env import data
+from cory_env import data, hub
 from cory_env.data import load_builtin_openings, load_imdb_records
 from cory_env.tasks.gsm8k import load_gsm8k
 
@@ -72,9 +73,18 @@ def test_hub_probe_failure_falls_back(monkeypatch):
     def refuse(*args, **kwargs):
         raise OSError("no network")
 
-    monkeypatch.setattr(data.socket, "create_connection", refuse)
-    assert data.hub_reachable() is False
+    monkeypatch.setattr(hub.socket, "create_connection", refuse)  # the one hub probe (cory_env.hub)
+    assert data.hub_reachable is hub.hub_reachable and hub.hub_reachable(datasets=True) is False
     assert load_imdb_records("stanfordnlp/imdb") == load_builtin_openings()
+
+
+def test_datasets_offline_counts_for_data_only(monkeypatch):
+    """HF_DATASETS_OFFLINE stops dataset downloads (IMDB, GSM8K), not model loading."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setattr(hub.socket, "create_connection", lambda *a, **k: contextlib.nullcontext())
+    assert hub.hub_reachable(datasets=True) is False and hub.hub_reachable() is True
+    assert load_imdb_records("hub") == load_builtin_openings()
 
 
 def test_gsm8k_records(gsm8k_paths, tmp_path):

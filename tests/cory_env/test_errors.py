@@ -214,16 +214,6 @@ def test_tokenizer_eos_outside_vocabulary():
         raw_env()
 
 
-def test_tokenizer_without_pad_gets_eos_and_left_padding(tiny_tok):
-    import copy
-
-    tok = copy.deepcopy(tiny_tok)
-    tok.pad_token = None
-    tok.padding_side = "right"
-    aec = raw_env(tokenizer=tok)
-    assert (aec.tokenizer.pad_token_id, aec.tokenizer.padding_side) == (tok.eos_token_id, "left")
-
-
 def test_render_mode_must_be_ansi(tiny_tok):
     with pytest.raises(ValueError, match="render_mode must be None or 'ansi'"):
         raw_env(tokenizer=tiny_tok, render_mode="human")

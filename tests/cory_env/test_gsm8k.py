@@ -118,7 +118,7 @@ def test_registry_task_lengths_come_from_the_config(tmp_path, tiny_tok):
 
 
 def test_gsm8k_quick_preset_drives_the_task(tmp_path, tiny_tok):
-    from trainers.presets import preset
+    from trainers.cli.presets import preset
 
     settings = preset("gsm8k-quick")
     env_fields = {k: v for k, v in settings.items() if k in EnvConfig.__dataclass_fields__}
@@ -134,7 +134,7 @@ def test_hub_split_fails_fast_offline(monkeypatch, tiny_tok):
         raise AssertionError("load_dataset called although the hub is unreachable")
 
     monkeypatch.setattr(datasets, "load_dataset", must_not_run)
-    monkeypatch.setattr(gsm8k, "hub_reachable", lambda: False)
+    monkeypatch.setattr(gsm8k, "hub_reachable", lambda **_: False)
     with pytest.raises(ConnectionError, match=r"--data_path ../shared/data/gsm8k_test.jsonl"):
         load_gsm8k("hub:test")
     with pytest.raises(ConnectionError, match=r"gsm8k_train.jsonl"):
@@ -186,7 +186,7 @@ def test_hub_loader_calls_datasets(monkeypatch):
         return [{"question": "Q?", "answer": "#### 1,000"}]
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    monkeypatch.setattr(gsm8k, "hub_reachable", lambda: True)
+    monkeypatch.setattr(gsm8k, "hub_reachable", lambda **_: True)
     assert load_gsm8k("hub:test", limit=5) == [{"query": "Q?", "answer": "#### 1,000", "gold": "1000"}]
     load_gsm8k("hub:train")
     assert calls == [("openai/gsm8k", "main", "test[:5]"), ("openai/gsm8k", "main", "train")]

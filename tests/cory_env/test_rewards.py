@@ -36,6 +36,19 @@ def test_vader_scores_query_plus_response():
     good, bad, neutral = vader(["This movie", "This movie", "This movie"], [" is wonderful", " is awful", " is"], [])
     assert good > 0.3 and bad < -0.3 and neutral == 0.0
     assert -1.0 <= bad < good <= 1.0
+    # neutral responses after opinionated queries: scored on the response alone they would all be 0.0
+    queries = ["I loved this film, it was wonderful.", "This movie was terrible."]
+    scores = vader(queries, [" The end.", " I went home."], [{}, {}])
+    assert scores == pytest.approx([0.8225, -0.4767], abs=1e-4)  # VADER compound of the whole texts, by hand
+    assert vader([""], [" The end."], [{}]) == [0.0]
+
+
+def test_vader_gain_subtracts_the_query_score():
+    gain = make_reward_fn("vader-gain")
+    vader = make_reward_fn("vader")
+    queries, responses = ["I loved this film, it was wonderful.", "This movie"], [" The end.", " is wonderful"]
+    expected = [v - q for v, q in zip(vader(queries, responses, [{}, {}]), vader(queries, ["", ""], [{}, {}]))]
+    assert gain(queries, responses, [{}, {}]) == pytest.approx(expected) and expected[0] == 0.0 and expected[1] > 0.3
 
 
 def test_distilbert_reward_is_lazy():

@@ -8,7 +8,7 @@ import pytest
 from cory_env import EnvConfig, Task, make_task
 from cory_env.prompts import IMDB_OBSERVER_TEMPLATE
 from cory_env.rewards import VaderReward
-from cory_env.tasks import TASK_BUILDERS
+from tests.conftest import REPO_ROOT
 
 
 def test_imdb_task_from_config(tiny_tok, imdb_csv):
@@ -21,8 +21,17 @@ def test_imdb_task_from_config(tiny_tok, imdb_csv):
     assert custom.observer_template == "Q {query} A {response} Q {query}"
 
 
-def test_registry():
-    assert TASK_BUILDERS["gsm8k"] == "cory_env.tasks.gsm8k:make_gsm8k_task"  # imported lazily
+def test_registry_builds_by_name_and_imports_builders_lazily():
+    import subprocess
+    import sys
+
+    code = ("import sys, cory_env; from cory_env.tasks import TASK_BUILDERS; "
+            "print(sorted(TASK_BUILDERS), 'cory_env.tasks.gsm8k' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=REPO_ROOT).stdout
+    assert out.strip() == "['gsm8k', 'imdb', 'relay', 'tiny_vocab'] False"  # a task's module loads when it is asked for
+    task = make_task("tiny_vocab", EnvConfig(task="tiny_vocab"), None)
+    assert task.name == "tiny_vocab" and task.max_new_tokens == 2
     with pytest.raises(ValueError, match=r"unknown task 'chess'; use one of \[.*'gsm8k', 'imdb'.*\]"):
         make_task("chess", EnvConfig(), None)
 
@@ -47,3 +56,11 @@ def test_task_checks():
         Task(**{**base, "action_mask": np.zeros(5, dtype=np.int8)})
     with pytest.raises(TypeError, match="a name or a callable"):
         Task(**{**base, "reward_fn": 1})
+
+
+def test_a_task_with_its_own_vocabulary_brings_its_tokenizer():
+    from cory_env.tasks import task_tokenizer
+    from cory_env.tasks.tiny_vocab import VOCAB
+
+    assert dict(task_tokenizer("tiny_vocab").get_vocab()) == VOCAB
+    assert task_tokenizer("imdb") is None and task_tokenizer("gsm8k") is None

@@ -14,8 +14,8 @@ import argparse
 import json
 import sys
 
-from trainers.cli import parse_train_args
-from trainers.cory import CORYTrainer
+from trainers.cli.train import parse_train_args
+from trainers.loop.cory import CORYTrainer
 
 
 def main(argv: list[str]) -> int:
@@ -26,8 +26,7 @@ def main(argv: list[str]) -> int:
     args, train_argv = parser.parse_known_args(argv)
     if train_argv and train_argv[0] == "--":
         train_argv = train_argv[1:]
-    env_cfg, ppo_cfg, cory_cfg = parse_train_args(train_argv)
-    trainer = CORYTrainer(cory_cfg, ppo_cfg, env_cfg)
+    trainer = CORYTrainer(*parse_train_args(train_argv))
     diffs: list[float] = []
     for bundle in trainer.exchange.bundles.values():
         step = bundle.learner.step
@@ -39,7 +38,7 @@ def main(argv: list[str]) -> int:
 
         bundle.learner.step = checked_step
     if args.nan_rank is not None and trainer.dist.rank == args.nan_rank:
-        from trainers import ppo_math
+        from trainers.learning import ppo_math
 
         real, original_iteration = ppo_math.ppo_loss, trainer.iteration
 

@@ -10,7 +10,8 @@ import sys
 import pytest
 import yaml
 
-from trainers.cli import launch_command, load_yaml_config, parse_train_args, split_num_processes
+from trainers.cli.launch import launch_command, split_num_processes
+from trainers.cli.train import load_yaml_config, parse_train_args
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
@@ -60,13 +61,14 @@ def test_existing_run_refused_then_resumed(tmp_path):
 def test_precedence_flag_over_yaml_over_preset(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({"num_iterations": 7, "learning_rate": 0.01, "batch_size": 8}))
-    env, ppo, run = parse_train_args(["--preset", "tiny", "--config", str(cfg), "--learning_rate", "0.02"])
-    assert run.model == "tiny"  # preset
-    assert run.num_iterations == 7 and ppo.batch_size == 8  # YAML over preset
-    assert ppo.learning_rate == 0.02  # flag over YAML
-    assert env.max_new_tokens == 6  # preset value kept
-    env, ppo, run = parse_train_args(["--role_exchange_period", "3", "--knowledge_transfer", "false"])
-    assert run.role_exchange_period == 3 and env.knowledge_transfer is False
+    configs = parse_train_args(["--preset", "tiny", "--config", str(cfg), "--learning_rate", "0.02"])
+    assert configs.model.model == "tiny"  # preset
+    assert configs.run.num_iterations == 7 and configs.ppo.batch_size == 8  # YAML over preset
+    assert configs.ppo.learning_rate == 0.02  # flag over YAML
+    assert configs.env.max_new_tokens == 6  # preset value kept
+    configs = parse_train_args(["--role_exchange_period", "3", "--knowledge_transfer", "false", "--temperature", "0.5"])
+    assert configs.run.role_exchange_period == 3 and configs.env.knowledge_transfer is False
+    assert configs.sampling.temperature == 0.5 and configs.model.model == "smollm2-135m-instruct"
 
 
 @pytest.mark.parametrize(
@@ -92,7 +94,7 @@ def test_num_processes_must_be_a_positive_integer(value):
 def test_parse_train_args_refuses_num_processes_it_cannot_honour():
     with pytest.raises(ValueError, match="--num_processes 2 is handled by `cory train`"):
         parse_train_args(["--preset", "tiny", "--num_processes", "2"])
-    assert parse_train_args(["--preset", "tiny", "--num_processes", "1"])[2].model == "tiny"
+    assert parse_train_args(["--preset", "tiny", "--num_processes", "1"]).model.model == "tiny"
 
 
 def test_num_processes_inside_a_launch_of_another_size_is_refused():

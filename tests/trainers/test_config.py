@@ -1,6 +1,12 @@
+"""The run's configs and the flat dict that joins them."""
+
+from __future__ import annotations
+
+import dataclasses
+
 import pytest
 
-from trainers.config import CORYConfig, PPOConfig
+from trainers.config import CONFIG_CLASSES, CORYConfig, PPOConfig, RunConfigs, flat_field_types
 
 
 def test_defaults_are_trl_defaults():
@@ -41,17 +47,46 @@ def test_ppo_config_rejects(kwargs, field):
         ({"role_exchange_period": -1}, "role_exchange_period"),
         ({"algo": "mappo"}, "algo"),
         ({"checkpoint_every": -2}, "checkpoint_every"),
-        ({"top_p": 0.0}, "top_p"),
-        ({"temperature": 0.0}, "temperature"),
         ({"eta": -1.0}, "eta"),
         ({"resume": True, "overwrite": True}, "resume"),
-        ({"dtype": "float8"}, "dtype"),
         ({"device": "gpu0"}, "device"),
     ],
 )
 def test_cory_config_rejects(kwargs, field):
     with pytest.raises(ValueError, match=field):
         CORYConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "flat, field",
+    [
+        ({"dtype": "float8"}, "dtype"),
+        ({"lora_r": 0}, "lora_r"),
+        ({"value_head_dropout": 1.0}, "value_head_dropout"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"temperature": 0.0}, "temperature"),
+    ],
+)
+def test_model_and_sampling_configs_reject(flat, field):
+    with pytest.raises(ValueError, match=field):
+        RunConfigs.from_flat(flat)
+
+
+def test_flat_dict_round_trip_and_the_run_before_the_split():
+    """One flat dict <-> the five configs; a config.yaml written before ModelConfig / SamplingConfig existed (the
+    same flat keys) reads into the same configs."""
+    configs = RunConfigs.from_flat({"model": "tiny", "use_lora": True, "temperature": 0.7, "batch_size": 8,
+                                    "mini_batch_size": 4, "task": "tiny_vocab", "num_iterations": 3})
+    assert (configs.model.model, configs.model.use_lora, configs.sampling.temperature) == ("tiny", True, 0.7)
+    assert (configs.ppo.batch_size, configs.env.task, configs.run.num_iterations) == (8, "tiny_vocab", 3)
+    flat = configs.to_flat()
+    assert RunConfigs.from_flat(flat) == configs and RunConfigs.of(list(configs)[::-1]) == configs
+    assert len(flat) == sum(len(dataclasses.fields(c)) for c in CONFIG_CLASSES)  # field names are unique
+    old_run = {**flat, "obsolete_key": 1}  # unknown keys: ignored when reading a run, refused when strict
+    assert RunConfigs.from_flat(old_run) == configs
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['obsolete_key'\]"):
+        RunConfigs.from_flat(old_run, strict=True)
+    assert set(flat_field_types()) == set(flat)
 
 
 def test_batch_size_one_is_refused_with_the_real_reason():

@@ -9,11 +9,11 @@ import pytest
 import torch
 import yaml
 
-from trainers import ppo_math
-from trainers.checkpoint import latest_checkpoint
-from trainers.cory import CORYTrainer
-from trainers.metrics import read_jsonl
-from trainers.ppo import NonFiniteLossError
+from trainers.learning import ppo_math
+from trainers.learning.update import NonFiniteLossError
+from trainers.loop.checkpoint import latest_checkpoint
+from trainers.loop.cory import CORYTrainer
+from trainers.loop.metrics import read_jsonl
 
 
 def _params(agent):
@@ -30,8 +30,8 @@ def _strip_time(rows):
 
 
 def test_both_seats_update_and_bundles_swap_in_memory(tiny_run):
-    cory, ppo, env = tiny_run(num_iterations=1, role_exchange_period=1)
-    trainer = CORYTrainer(cory, ppo, env)
+    configs = tiny_run(num_iterations=1, role_exchange_period=1)
+    trainer = CORYTrainer(*configs)
     llm1, llm2 = trainer.exchange.bundles["llm1"], trainer.exchange.bundles["llm2"]
     before1, before2 = _params(llm1.agent), _params(llm2.agent)
     opt1 = llm1.learner.optimizer
@@ -47,14 +47,14 @@ def test_both_seats_update_and_bundles_swap_in_memory(tiny_run):
 
 
 def test_kl_is_zero_before_any_update(tiny_run):
-    cory, ppo, env = tiny_run(num_iterations=1)
-    row = CORYTrainer(cory, ppo, env).train()[0]
+    configs = tiny_run(num_iterations=1)
+    row = CORYTrainer(*configs).train()[0]
     assert abs(row["pioneer/kl"]) < 1e-5 and abs(row["observer/kl"]) < 1e-5
 
 
 def test_reset_on_exchange_gives_fresh_optimizer_and_kl_controller(tiny_run):
-    cory, ppo, env = tiny_run(num_iterations=1, reset_on_exchange=True, init_kl_coef=0.3)
-    trainer = CORYTrainer(cory, ppo, env)
+    configs = tiny_run(num_iterations=1, reset_on_exchange=True, init_kl_coef=0.3)
+    trainer = CORYTrainer(*configs)
     trainer.train()
     for bundle in trainer.exchange.seats.values():
         assert len(bundle.learner.optimizer.state) == 0
@@ -62,8 +62,8 @@ def test_reset_on_exchange_gives_fresh_optimizer_and_kl_controller(tiny_run):
 
 
 def test_without_reset_state_is_kept(tiny_run):
-    cory, ppo, env = tiny_run(num_iterations=1, init_kl_coef=0.3)
-    trainer = CORYTrainer(cory, ppo, env)
+    configs = tiny_run(num_iterations=1, init_kl_coef=0.3)
+    trainer = CORYTrainer(*configs)
     trainer.train()
     for bundle in trainer.exchange.seats.values():
         assert len(bundle.learner.optimizer.state) > 0
@@ -80,10 +80,10 @@ def test_same_seed_same_metrics(tiny_run):
 
 def test_resume_equals_uninterrupted(tiny_run, tmp_path):
     full = CORYTrainer(*tiny_run("full", num_iterations=4, role_exchange_period=3)).train()
-    cory, ppo, env = tiny_run("part", num_iterations=2, role_exchange_period=3)
-    CORYTrainer(cory, ppo, env).train()
-    cory, ppo, env = tiny_run("part", num_iterations=4, role_exchange_period=3, resume=True)
-    resumed = CORYTrainer(cory, ppo, env)
+    configs = tiny_run("part", num_iterations=2, role_exchange_period=3)
+    CORYTrainer(*configs).train()
+    configs = tiny_run("part", num_iterations=4, role_exchange_period=3, resume=True)
+    resumed = CORYTrainer(*configs)
     assert resumed.start_iteration == 2
     rest = resumed.train()
     assert _strip_time(rest) == _strip_time(full[2:])
@@ -106,8 +106,8 @@ def test_lora_resume_equals_uninterrupted(tiny_run, learner):
 
 
 def test_ppo_baseline_logs_under_pioneer_only(tiny_run):
-    cory, ppo, env = tiny_run(algo="ppo", num_iterations=2)
-    trainer = CORYTrainer(cory, ppo, env)
+    configs = tiny_run(algo="ppo", num_iterations=2)
+    trainer = CORYTrainer(*configs)
     rows = trainer.train()
     assert list(trainer.exchange.seats) == ["pioneer"]
     assert "pioneer/task_reward" in rows[0] and "llm1/kl" in rows[0]
@@ -117,8 +117,8 @@ def test_ppo_baseline_logs_under_pioneer_only(tiny_run):
 
 
 def test_ablation_flags_reach_the_env(tiny_run):
-    cory, ppo, env = tiny_run(num_iterations=1, knowledge_transfer=False, partner_reward_coef=0.0)
-    trainer = CORYTrainer(cory, ppo, env)
+    configs = tiny_run(num_iterations=1, knowledge_transfer=False, partner_reward_coef=0.0)
+    trainer = CORYTrainer(*configs)
     trainer.train()
     t = trainer.env.transcript()
     assert t.seats["observer"].prompt_ids == t.seats["pioneer"].prompt_ids  # w/o KT: observer sees the query only
@@ -163,8 +163,8 @@ def test_resume_with_different_config_names_fields(tiny_run):
 
 
 def test_nan_loss_stops_and_keeps_last_checkpoint(tiny_run, monkeypatch, tmp_path):
-    cory, ppo, env = tiny_run("nan", num_iterations=3, checkpoint_every=1)
-    trainer = CORYTrainer(cory, ppo, env)
+    configs = tiny_run("nan", num_iterations=3, checkpoint_every=1)
+    trainer = CORYTrainer(*configs)
     real = ppo_math.ppo_loss
     calls = {"n": 0}
 
@@ -189,8 +189,8 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(tiny_run, monkeypatch, tmp_pat
 
 def test_memory_shared_lora_run(tiny_run):
     """One frozen base, two adapters: both adapters train, the base (= reference) never moves, resume works."""
-    cory, ppo, env = tiny_run("lora", num_iterations=2, use_lora=True, lora_r=4)
-    trainer = CORYTrainer(cory, ppo, env)
+    configs = tiny_run("lora", num_iterations=2, use_lora=True, lora_r=4)
+    trainer = CORYTrainer(*configs)
     shared = trainer.agents["llm1"].model
     assert trainer.agents["llm2"].model is shared  # no second copy of the weights
     base_before = {n: p.detach().clone() for n, p in shared.named_parameters() if "lora_" not in n}
@@ -203,8 +203,8 @@ def test_memory_shared_lora_run(tiny_run):
         assert moved, f"adapter {name} did not train"
     assert abs(rows[0]["pioneer/kl"]) < 1e-5  # reference = base with adapters off = initial policy
     # the checkpoint holds adapters + value heads only, and a resume continues from it
-    cory2, ppo2, env2 = tiny_run("lora", num_iterations=3, use_lora=True, lora_r=4, resume=True)
-    resumed = CORYTrainer(cory2, ppo2, env2)
+    resumed_configs = tiny_run("lora", num_iterations=3, use_lora=True, lora_r=4, resume=True)
+    resumed = CORYTrainer(*resumed_configs)
     assert resumed.start_iteration == 2 and len(resumed.train()) == 1
 
 
@@ -217,9 +217,9 @@ def test_gradient_checkpointing_gives_the_same_update(tiny_run, use_lora):
     """Recomputing activations in backward changes memory, not the maths: same weights after an iteration."""
     runs = []
     for flag in (False, True):
-        cory, ppo, env = tiny_run(f"gc-{flag}", num_iterations=1, use_lora=use_lora, lora_r=4,
-                                  gradient_checkpointing=flag)
-        trainer = CORYTrainer(cory, ppo, env)
+        configs = tiny_run(f"gc-{flag}", num_iterations=1, use_lora=use_lora, lora_r=4,
+                           gradient_checkpointing=flag)
+        trainer = CORYTrainer(*configs)
         base = trainer.agents["llm1"].model
         base = base.get_base_model() if use_lora else base
         assert getattr(base, "is_activation_checkpointing", None) is flag
@@ -235,8 +235,8 @@ def test_gradient_checkpointing_gives_the_same_update(tiny_run, use_lora):
 
 def test_bfloat16_model_with_lora_trains(tiny_run):
     """--dtype bfloat16: the LM weights are bf16, LoRA adapters and value heads stay fp32, metrics are finite."""
-    cory, ppo, env = tiny_run("bf16", num_iterations=2, use_lora=True, lora_r=4, dtype="bfloat16")
-    trainer = CORYTrainer(cory, ppo, env)
+    configs = tiny_run("bf16", num_iterations=2, use_lora=True, lora_r=4, dtype="bfloat16")
+    trainer = CORYTrainer(*configs)
     agent = trainer.agents["llm1"]
     lora = [p for n, p in agent.model.named_parameters() if "lora_" in n]
     base = [p for n, p in agent.model.named_parameters() if "lora_" not in n]
@@ -255,7 +255,7 @@ def constant_ten_reward(queries, responses):
 def test_a_reward_callable_is_recorded_and_eval_never_substitutes_another(tiny_run, tmp_path):
     """Issue #15.4: config.yaml names the callable (module:function); `cory eval` scores with it, and refuses a
     callable it cannot rebuild unless --reward says which reward to use."""
-    from trainers.evaluate_cli import run_eval
+    from trainers.cli.eval import run_eval
 
     CORYTrainer(*tiny_run("named", num_iterations=1), reward_fn=constant_ten_reward).train()
     saved = yaml.safe_load((tmp_path / "named" / "config.yaml").read_text())
@@ -272,3 +272,39 @@ def test_a_reward_callable_is_recorded_and_eval_never_substitutes_another(tiny_r
     run_eval([str(tmp_path / "lambda"), "--num_batches", "1", "--batch_size", "2", "--out", str(out),
               "--reward", "tests.trainers.test_cory_trainer:constant_ten_reward"])
     assert json.loads(out.read_text())["task_reward"] == 10.0
+
+
+def test_cory_eval_loads_the_agent_only(tiny_run, monkeypatch, capsys):
+    """`cory eval` rebuilds the agents from the run's ModelConfig / SamplingConfig and loads the trained weights with
+    `checkpoint.load_agent`: no learner or optimizer is built, and a checkpoint without optimizer state evaluates."""
+    from trainers.cli.eval import run_eval
+    from trainers.learning.update import PolicyLearner
+    from trainers.loop import build
+    from trainers.loop import checkpoint as ckpt
+
+    configs = tiny_run("evalonly", num_iterations=1, temperature=0.7, lora_r=4, use_lora=True)
+    trainer = CORYTrainer(*configs)
+    trainer.train()
+    path = latest_checkpoint(configs.run.output_dir)
+    for optimizer_state in path.glob("*/learner.pt"):
+        optimizer_state.unlink()
+
+    def no_learner(*args, **kwargs):
+        raise AssertionError("cory eval must not build a learner")
+
+    monkeypatch.setattr(build, "make_learner", no_learner)
+    monkeypatch.setattr(PolicyLearner, "__init__", no_learner)
+    loaded = []
+    real_load_agent = ckpt.load_agent
+    monkeypatch.setattr(ckpt, "load_agent", lambda p, name, agent: loaded.append((name, agent)) or
+                        real_load_agent(p, name, agent))
+    out = path / "eval.json"
+    assert run_eval([str(path), "--num_batches", "1", "--batch_size", "2", "--out", str(out)]) == 0
+    (name, agent), = loaded
+    assert name == trainer.exchange.seats["pioneer"].name and agent.sampling.temperature == 0.7
+    trained = dict(trainer.agents[name].named_parameters())
+    for key, param in ckpt.trainable_state(agent).items():  # the trained adapter and value head, not fresh ones
+        torch.testing.assert_close(param, trained[key].detach().cpu())
+    result = json.loads(out.read_text())
+    learner_state = ckpt.read_learner_state(path, name, with_optimizer=False)
+    assert result["eta"] == learner_state["kl_ctl"]["value"] and result["num_queries"] == 2

@@ -1,6 +1,6 @@
 """Data-parallel training (accelerate, gloo on CPU): identical replicas, the same numbers as one process, main-only IO.
 
-The multi-process tests launch real processes with `accelerate launch` (trainers.cli.launch_command) on a tiny
+The multi-process tests launch real processes with `accelerate launch` (trainers.cli.launch.launch_command) on a tiny
 model and the 20-token `tiny_vocab` task, with greedy sampling (``top_k 1``) so that rollouts do not depend on how
 the batch is split. Tolerance for "the same metrics": |a - b| <= 1e-4 + 1e-4 |a| (float32 round-off of the
 all-reduce; measured differences are ~2e-7).
@@ -22,14 +22,14 @@ import psutil
 import pytest
 import torch
 
-from trainers import ppo_math
-from trainers.checkpoint import latest_checkpoint
-from trainers.cli import launch_command
-from trainers.cory import CORYTrainer
-from trainers.distributed import DataParallel, launched_world_size
-from trainers.learners import make_learner, register_learner, LEARNERS
-from trainers.metrics import read_jsonl
-from trainers.score_scaling import RunningMoments
+from trainers.cli.launch import launch_command
+from trainers.learning import ppo_math
+from trainers.learning.learners import make_learner, register_learner, LEARNERS
+from trainers.learning.score_scaling import RunningMoments
+from trainers.loop.checkpoint import latest_checkpoint
+from trainers.loop.cory import CORYTrainer
+from trainers.loop.distributed import DataParallel, launched_world_size
+from trainers.loop.metrics import read_jsonl
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
 COMMON = ["--preset", "tiny", "--task", "tiny_vocab", "--num_iterations", "3", "--top_k", "1", "--value_head_dropout",
@@ -147,9 +147,9 @@ def test_a_learner_without_dist_is_refused_in_a_multi_process_run(tiny_run):
 
 
 def test_resume_with_another_process_count_is_refused(tiny_run):
-    cory, ppo, env = tiny_run(num_iterations=1)
-    CORYTrainer(cory, ppo, env).train()
-    state_path = next((Path(cory.output_dir) / "checkpoints").glob("iter-*")) / "trainer_state.json"
+    configs = tiny_run(num_iterations=1)
+    CORYTrainer(*configs).train()
+    state_path = next((Path(configs.run.output_dir) / "checkpoints").glob("iter-*")) / "trainer_state.json"
     state = json.loads(state_path.read_text())
     assert state["num_processes"] == 1
     state["num_processes"] = 2
@@ -157,7 +157,7 @@ def test_resume_with_another_process_count_is_refused(tiny_run):
     import dataclasses
 
     with pytest.raises(ValueError, match="trained with 2.*--num_processes 2"):
-        CORYTrainer(dataclasses.replace(cory, resume=True, num_iterations=2), ppo, env)
+        CORYTrainer(*configs._replace(run=dataclasses.replace(configs.run, resume=True, num_iterations=2)))
 
 
 # ---------------------------------------------------------------------------------------------------- two processes

@@ -12,8 +12,8 @@ import pytest
 from cory_env import EnvConfig
 from cory_env.tasks.gsm8k import make_gsm8k_task
 from trainers.cli import main as cory_main
-from trainers.evaluate_cli import run_eval
-from trainers.passk import PAPER_EVAL_SAMPLING, evaluate_pass_at_k, pass_at_k_table
+from trainers.cli.eval import run_eval
+from trainers.evaluation.passk import PAPER_EVAL_SAMPLING, evaluate_pass_at_k, pass_at_k_table
 
 GOLDS = ["2", "7", "1000", "5", "9"]
 
@@ -110,12 +110,12 @@ def test_cory_eval_gsm8k_base_model_end_to_end(tmp_path, capsys):
 
 
 def test_cory_eval_gsm8k_on_a_checkpoint(tmp_path, tiny_run):
-    from trainers.cory import CORYTrainer
+    from trainers.loop.cory import CORYTrainer
 
-    cory_cfg, ppo_cfg, env_cfg = tiny_run(num_iterations=1)
-    CORYTrainer(cory_cfg, ppo_cfg, env_cfg).train()  # an IMDB run; its pioneer is then evaluated on GSM8K
+    configs = tiny_run(num_iterations=1)
+    CORYTrainer(*configs).train()  # an IMDB run; its pioneer is then evaluated on GSM8K
     path = _write_problems(tmp_path / "test.jsonl")
-    assert run_eval([cory_cfg.output_dir, "--task", "gsm8k", "--data_path", str(path), "--limit", "2",
+    assert run_eval([configs.run.output_dir, "--task", "gsm8k", "--data_path", str(path), "--limit", "2",
                      "--num_samples", "3", "--max_k", "3", "--max_new_tokens", "6"]) == 0
     outs = list((tmp_path / "run" / "checkpoints").glob("iter-*/eval-llm*-gsm8k.json"))
     assert len(outs) == 1

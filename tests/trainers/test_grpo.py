@@ -10,9 +10,9 @@ import torch
 
 from cory_env import BatchedCORYEnv, EnvConfig
 from trainers.config import PPOConfig
-from trainers.cory import CORYTrainer
-from trainers.grpo import STD_EPS, GRPOLearner, group_advantages, grpo_loss
-from trainers.rollout import rollout_from_transcript, run_episodes
+from trainers.learning.grpo import STD_EPS, GRPOLearner, group_advantages, grpo_loss
+from trainers.loop.cory import CORYTrainer
+from trainers.loop.rollout import rollout_from_transcript, run_episodes
 
 
 def test_group_advantages_std_normalised_and_zero_std_group():
@@ -129,8 +129,8 @@ def test_group_size_one_is_rejected(grpo_parts):
 
 @pytest.mark.parametrize("algo", ["cory", "ppo"])
 def test_trainer_runs_grpo_for_cory_and_the_single_agent_baseline(tiny_run, algo):
-    cory, ppo, env = tiny_run(algo=algo, learner="grpo", group_size=2, num_iterations=2)
-    trainer = CORYTrainer(cory, ppo, env)
+    configs = tiny_run(algo=algo, learner="grpo", group_size=2, num_iterations=2)
+    trainer = CORYTrainer(*configs)
     rows = trainer.train()
     assert type(trainer.exchange.seats["pioneer"].learner) is GRPOLearner
     assert np.isfinite(rows[-1]["pioneer/policy_loss"]) and "pioneer/kl_loss" in rows[-1]

@@ -6,10 +6,9 @@ import logging
 
 import pytest
 
-from cory_env import EnvConfig
-from trainers.config import CORYConfig, PPOConfig
-from trainers.cory import CORYTrainer
-from trainers.inert_options import inert_options
+from trainers.config import RunConfigs
+from trainers.loop.cory import CORYTrainer
+from trainers.loop.inert_options import inert_options
 
 
 @pytest.mark.parametrize(
@@ -33,29 +32,25 @@ from trainers.inert_options import inert_options
     ],
 )
 def test_each_inert_combination_is_named(cory, ppo, env, expected):
-    messages = inert_options(CORYConfig(**cory), PPOConfig(**ppo), EnvConfig(**env))
+    messages = inert_options(RunConfigs.from_flat({**cory, **ppo, **env}, strict=True))
     assert any(expected in m for m in messages), messages
 
 
 def test_defaults_and_the_presets_are_quiet():
-    from trainers.presets import PRESETS
+    from trainers.cli.presets import PRESETS
 
-    assert inert_options(CORYConfig(), PPOConfig(), EnvConfig()) == []
+    assert inert_options(RunConfigs.from_flat({})) == []
     for name, preset in PRESETS.items():
-        configs = []
-        for cls in (CORYConfig, PPOConfig, EnvConfig):
-            names = {f for f in cls.__dataclass_fields__}
-            configs.append(cls(**{k: v for k, v in preset.items() if k in names}))
-        assert inert_options(*configs) == [], name
+        assert inert_options(RunConfigs.from_flat(preset, strict=True)) == [], name
 
 
 def test_the_trainer_says_so_at_start(tiny_run, caplog):
     """role_exchange_period > num_iterations used to run without a single exchange and say nothing."""
-    with caplog.at_level(logging.WARNING, logger="trainers.cory"):
+    with caplog.at_level(logging.WARNING, logger="trainers.loop.cory"):
         trainer = CORYTrainer(*tiny_run("few", num_iterations=2, role_exchange_period=5))
     assert "role_exchange_period=5 > num_iterations=2: no role exchange happens" in caplog.text
     trainer.train()
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="trainers.cory"):
+    with caplog.at_level(logging.WARNING, logger="trainers.loop.cory"):
         CORYTrainer(*tiny_run("few", num_iterations=2, role_exchange_period=5, resume=True)).train()
     assert "nothing to train" in caplog.text

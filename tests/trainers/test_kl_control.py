@@ -1,4 +1,4 @@
-"""Tests for `trainers.kl_control`: TRL's adaptive update rule, the fixed controller, state round trips."""
+"""Tests for `trainers.learning.kl_control`: TRL's adaptive update rule, the fixed controller, state round trips."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.trainers import trl_reference as trl
-from trainers.kl_control import AdaptiveKLController, FixedKLController, KLController, make_kl_controller
+from trainers.learning.kl_control import AdaptiveKLController, FixedKLController, KLController, make_kl_controller
 
 
 def test_adaptive_update_hand_computed():
@@ -31,9 +31,15 @@ def test_adaptive_error_is_clipped_both_ways():
 
 def test_adaptive_accepts_tensor_and_numpy_kl():
     ctl = AdaptiveKLController(0.2, 6.0, 10000)
-    ctl.update(torch.tensor(7.0), 16)
-    ctl.update(np.float32(5.0), 16)
-    assert isinstance(ctl.value, float)
+    ctl.update(torch.tensor(7.0), 16)  # error 1/6 -> mult 1 + (1/6) * 16 / 10000
+    assert type(ctl.value) is float and ctl.value == pytest.approx(0.2 * (1 + (1 / 6) * 16 / 10000), rel=1e-12)
+    ctl.update(np.float32(5.0), 16)  # error -1/6 -> mult 1 - (1/6) * 16 / 10000
+    assert type(ctl.value) is float
+    assert ctl.value == pytest.approx(0.2 * (1 + (1 / 6) * 16 / 10000) * (1 - (1 / 6) * 16 / 10000), rel=1e-12)
+    same = AdaptiveKLController(0.2, 6.0, 10000)
+    same.update(7.0, 16)
+    same.update(5.0, 16)
+    assert ctl.value == same.value  # a tensor or numpy KL updates exactly as the float does
 
 
 def test_adaptive_matches_trl_over_a_run():

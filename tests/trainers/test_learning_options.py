@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from trainers import ppo_math
 from trainers.cli import main as cli_main
 from trainers.config import CORYConfig, PPOConfig
-from trainers.grpo import grpo_loss
+from trainers.learning import ppo_math
+from trainers.learning.grpo import grpo_loss
 
 
 def test_bad_learning_options_are_refused():
@@ -57,12 +57,11 @@ def test_evaluate_and_entropy_bonus_refuse_bad_calls(tmp_path):
         ppo_math.ppo_loss(logprobs, logprobs.detach(), zeros, zeros, zeros, zeros, mask, ent_coef=0.1)
     with pytest.raises(ValueError, match="ent_coef > 0 needs the per-token entropy"):
         grpo_loss(logprobs, logprobs.detach(), logprobs.detach(), torch.ones(2), mask, ent_coef=0.1)
-    from trainers.cli import parse_train_args
-    from trainers.cory import CORYTrainer
+    from trainers.cli.train import parse_train_args
+    from trainers.loop.cory import CORYTrainer
 
-    env, ppo, cfg = parse_train_args(["--preset", "tiny", "--algo", "ppo", "--output_dir", str(tmp_path / "r"),
-                                      "--tensorboard", "false"])
-    trainer = CORYTrainer(cfg, ppo, env)
+    trainer = CORYTrainer(*parse_train_args(["--preset", "tiny", "--algo", "ppo", "--output_dir", str(tmp_path / "r"),
+                                             "--tensorboard", "false"]))
     with pytest.raises(ValueError, match="episodes must be >= 1"):
         trainer.evaluate(episodes=0, seed=0)
     with pytest.raises(ValueError, match="a collective evaluation needs both seats"):

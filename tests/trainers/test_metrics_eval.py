@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from trainers.evaluation import distinct_n
-from trainers.metrics import MetricsLogger, read_jsonl, truncate_jsonl
+from trainers.evaluation.episodes import distinct_n
+from trainers.loop.metrics import MetricsLogger, read_jsonl, truncate_jsonl
 
 
 def test_distinct_n_hand_computed():
@@ -36,3 +36,24 @@ def test_read_jsonl_ignores_torn_last_line(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_text('{"iteration": 0}\n{"iteration": 1, "x"', encoding="utf-8")
     assert read_jsonl(path) == [{"iteration": 0}]
+
+
+def test_plots_never_switch_matplotlibs_backend(tmp_path):
+    """Importing the CLI (plots and bench included) or writing the PNGs leaves an interactive session's backend."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    MetricsLogger(tmp_path / "run", tensorboard=False).log(0, {"pioneer/task_reward": 0.5, "pioneer/kl": 0.1,
+                                                               "pioneer/combined_reward": 0.4})
+    code = ("import matplotlib; matplotlib.use('svg'); "
+            "import trainers.cli, trainers.cli.plot, trainers.cli.bench; "
+            "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend(); "
+            f"paths = trainers.cli.plot.plot_runs([{str(tmp_path / 'run')!r}], {str(tmp_path)!r}); "
+            "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend(); "
+            "print(*[p.name for p in paths])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["curves.png", "pareto.png"]
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from trainers.passk import pass_at_k, pass_at_k_first, pass_at_k_table
+from trainers.evaluation.passk import pass_at_k, pass_at_k_first, pass_at_k_table
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ from agents import LLMAgent, ReferenceModel, ValueHead
 from agents.tiny import tiny_causal_lm
 from tests.trainers import trl_reference as trl
 from trainers.config import PPOConfig
-from trainers.ppo import PPOLearner
-from trainers.rollout import Rollout, pad_sequences
+from trainers.learning.ppo import PPOLearner
+from trainers.loop.rollout import Rollout, pad_sequences
 
 QUERIES = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14], [15]]
 RESPONSES = [[20, 21, 22, 23], [24], [25, 26], [27, 28, 29]]
@@ -77,7 +77,7 @@ def test_one_step_matches_trl_equations(tiny_tok, kind):
     torch.testing.assert_close(data["returns"][m], returns[m], atol=1e-5, rtol=0)
 
     # the first mini-batch loss (all rows, ratio = 1) against TRL's loss on the same forward
-    stats, loss = learner._minibatch_loss(rollout, data, torch.arange(4))
+    loss, stats = learner._minibatch_loss(rollout, data, torch.arange(4))
     new_lp, new_v = _trl_forward(learner.agent.model, learner.agent.value_head)
     total, trl_stats = trl.loss(data["logprobs"], data["values"], None, new_v, new_lp, mask.float(),
                                 data["advantages"], data["returns"], 0.2, 0.2, 0.1)
@@ -183,7 +183,7 @@ def test_logged_kl_and_controller_use_the_reward_estimator(tiny_tok, kind):
 @pytest.mark.parametrize("kind", ["kl", "abs", "k3", "full"])
 def test_eval_kl_uses_the_run_estimator(tiny_tok, kind):
     """Issue #15.1: `cory eval`'s kl sums the same estimator as the run's training `kl`."""
-    from trainers.evaluation import sequence_kl
+    from trainers.evaluation.episodes import sequence_kl
 
     learner = _learner(tiny_tok)
     rollout = _rollout([0.0, 0.0, 0.0, 0.0])

@@ -1,4 +1,7 @@
-"""Tests for `trainers.ppo_math`: hand-computed cases, naive forms, and parity with the TRL 0.11 oracle."""
+"""Tests for `trainers.learning.ppo_math`: hand-computed cases, naive forms, and parity with the TRL 0.11 oracle.
+
+The log-probabilities and entropies these functions read are tested with their one implementation,
+`agents.forward` (tests/agents/test_forward.py)."""
 
 from __future__ import annotations
 
@@ -10,16 +13,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agents.forward import entropy_from_logits, logprobs_from_logits
 from tests.trainers import trl_reference as trl
-from trainers.score_scaling import RunningMoments, scale_scores
-from trainers.ppo_math import (
+from trainers.learning.ppo_math import (
     KL_PENALTY_KINDS,
     approx_kl,
     compute_rewards,
-    entropy_from_logits,
     gae_advantages,
     kl_penalty,
-    logprobs_from_logits,
     masked_mean,
     masked_var,
     masked_whiten,
@@ -28,6 +29,7 @@ from trainers.ppo_math import (
     ppo_loss,
     value_loss,
 )
+from trainers.learning.score_scaling import RunningMoments, scale_scores
 
 TOL = dict(rtol=1e-6, atol=1e-6)
 
@@ -58,50 +60,6 @@ def masked_close(ours: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor) -> N
 
 
 PATTERNS = ["full", "right", "holes"]
-
-
-# ---- logprobs and entropy ------------------------------------------------------------------------------------------
-
-
-def test_logprobs_from_logits_hand_computed():
-    # softmax([0, ln 3]) = [1/4, 3/4]
-    logits = torch.tensor([[[0.0, math.log(3.0)], [0.0, math.log(3.0)]]])
-    labels = torch.tensor([[1, 0]])
-    torch.testing.assert_close(logprobs_from_logits(logits, labels), torch.tensor([[math.log(0.75), math.log(0.25)]]))
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-def test_logprobs_from_logits_matches_log_softmax_gather(dtype):
-    gen = torch.Generator().manual_seed(0)
-    logits = (3 * torch.randn(3, 5, 17, generator=gen)).to(dtype)
-    labels = torch.randint(0, 17, (3, 5), generator=gen)
-    ours = logprobs_from_logits(logits, labels)
-    assert ours.shape == (3, 5) and ours.dtype == dtype
-    tol = TOL if dtype != torch.bfloat16 else dict(rtol=2e-2, atol=2e-2)
-    torch.testing.assert_close(ours, trl.logprobs_from_logits(logits, labels), **tol)
-
-
-def test_logprobs_from_logits_rejects_bad_input():
-    with pytest.raises(TypeError, match="int64"):
-        logprobs_from_logits(torch.zeros(1, 2, 3), torch.zeros(1, 2))
-    with pytest.raises(ValueError, match="does not fit"):
-        logprobs_from_logits(torch.zeros(1, 2, 3), torch.zeros(1, 3, dtype=torch.long))
-
-
-def test_entropy_hand_computed_and_masked_vocab():
-    uniform = torch.zeros(1, 1, 4)
-    torch.testing.assert_close(entropy_from_logits(uniform), torch.tensor([[math.log(4.0)]]))
-    # two allowed tokens of four, equally likely: log 2; -inf entries give 0 and a finite gradient
-    logits = torch.tensor([[[0.0, 0.0, -math.inf, -math.inf]]], requires_grad=True)
-    ent = entropy_from_logits(logits)
-    torch.testing.assert_close(ent.detach(), torch.tensor([[math.log(2.0)]]))
-    ent.sum().backward()
-    assert torch.isfinite(logits.grad).all()
-
-
-def test_entropy_matches_trl_form():
-    logits = 2 * torch.randn(4, 6, 13, generator=torch.Generator().manual_seed(1))
-    torch.testing.assert_close(entropy_from_logits(logits), trl.entropy_from_logits(logits), **TOL)
 
 
 # ---- masked statistics ---------------------------------------------------------------------------------------------
@@ -423,7 +381,7 @@ def test_ppo_loss_skips_batch_above_ratio_threshold(caplog):
     mask = torch.ones(1, 3, dtype=torch.bool)
     logp = torch.full((1, 3), math.log(20.0), requires_grad=True)
     args = (logp, torch.zeros(1, 3), torch.zeros(1, 3), torch.zeros(1, 3), torch.ones(1, 3), torch.ones(1, 3), mask)
-    with caplog.at_level(logging.WARNING, logger="trainers.ppo_math"):
+    with caplog.at_level(logging.WARNING, logger="trainers.learning.ppo_math"):
         loss, stats = ppo_loss(*args, ratio_threshold=10.0)
     assert loss.item() == 0.0 and stats["policy_loss"] == 0.0 and stats["skipped"] == 1.0
     assert stats["ratio"] == pytest.approx(20.0)

@@ -27,11 +27,12 @@ from agents.tiny import tiny_causal_lm, tiny_tokenizer
 from cory_env import BatchedCORYEnv, raw_env
 from cory_env.rewards import RewardFunctionError
 from cory_env.tasks.base import Task
-from trainers import checkpoint as ckpt
-from trainers.checkpoint import CheckpointError, latest_checkpoint
-from trainers.cli import load_yaml_config, main, parse_train_args
-from trainers.cory import CORYTrainer
-from trainers.metrics import METRICS_FILE, read_jsonl
+from trainers.cli import main
+from trainers.cli.train import load_yaml_config, parse_train_args
+from trainers.loop import checkpoint as ckpt
+from trainers.loop.checkpoint import CheckpointError, latest_checkpoint
+from trainers.loop.cory import CORYTrainer
+from trainers.loop.metrics import METRICS_FILE, read_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -187,9 +188,9 @@ def test_act_refuses_observations_it_cannot_have_come_from_its_env(tiny_tok, tin
 
 
 def test_checkpoint_of_another_model_is_refused_before_any_weight_changes(tiny_run):
-    cory, ppo, env = tiny_run("m", num_iterations=1)
-    CORYTrainer(cory, ppo, env).train()
-    path = latest_checkpoint(cory.output_dir)
+    configs = tiny_run("m", num_iterations=1)
+    CORYTrainer(*configs).train()
+    path = latest_checkpoint(configs.run.output_dir)
     tok = tiny_tokenizer()
     other = CORYTrainer(*tiny_run("other", num_iterations=1), model=tiny_causal_lm(tok, hidden_size=48),
                         tokenizer=tok)
@@ -202,9 +203,9 @@ def test_checkpoint_of_another_model_is_refused_before_any_weight_changes(tiny_r
 
 @pytest.mark.parametrize("damage", ["torn_state", "torn_weights", "missing_learner", "not_a_checkpoint"])
 def test_damaged_checkpoint_raises_checkpoint_error(tiny_run, damage):
-    cory, ppo, env = tiny_run("d", num_iterations=1)
-    CORYTrainer(cory, ppo, env).train()
-    path = latest_checkpoint(cory.output_dir)
+    configs = tiny_run("d", num_iterations=1)
+    CORYTrainer(*configs).train()
+    path = latest_checkpoint(configs.run.output_dir)
     if damage == "torn_state":
         text = (path / "trainer_state.json").read_text()
         (path / "trainer_state.json").write_text(text[: len(text) // 2])
@@ -224,8 +225,8 @@ def test_damaged_checkpoint_raises_checkpoint_error(tiny_run, damage):
 
 
 def test_broken_latest_pointer_falls_back_to_newest_complete_checkpoint(tiny_run, tmp_path):
-    cory, ppo, env = tiny_run("p", num_iterations=3, checkpoint_every=1, keep_checkpoints=3)
-    CORYTrainer(cory, ppo, env).train()
+    configs = tiny_run("p", num_iterations=3, checkpoint_every=1, keep_checkpoints=3)
+    CORYTrainer(*configs).train()
     root = tmp_path / "p" / "checkpoints"
     (root / "latest").write_text("iter-000099")
     assert latest_checkpoint(tmp_path / "p") == root / "iter-000002"
@@ -237,8 +238,8 @@ def test_broken_latest_pointer_falls_back_to_newest_complete_checkpoint(tiny_run
 # ---------------------------------------------------------------------------------------------- crash safety
 @pytest.mark.parametrize("where", ["weights", "optimizer", "rename"])
 def test_disk_full_keeps_previous_checkpoint_and_leaves_no_temp(tiny_run, tmp_path, monkeypatch, where):
-    cory, ppo, env = tiny_run("full", num_iterations=3, checkpoint_every=1)
-    trainer = CORYTrainer(cory, ppo, env)
+    configs = tiny_run("full", num_iterations=3, checkpoint_every=1)
+    trainer = CORYTrainer(*configs)
     calls = {"n": 0}
     target = {"weights": (ckpt, "save_file"), "optimizer": (ckpt.torch, "save"), "rename": (ckpt.os, "replace")}
     module, name = target[where]
@@ -277,7 +278,7 @@ def test_cli_disk_full_is_a_one_line_error(tmp_path, monkeypatch, capsys):
 
 KILL_WRAPPER = '''
 import os, sys, time
-import trainers.checkpoint as ckpt
+import trainers.loop.checkpoint as ckpt
 real, calls = ckpt.save_file, [0]
 
 def slow_save_file(tensors, path, *args, **kwargs):
@@ -316,15 +317,13 @@ def test_sigkill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path):
     assert [p.name for p in root.glob(".tmp-iter-000003-*")], "the killed write left its temporary folder"
     assert latest_checkpoint(run) == root / "iter-000001"
     # the previous checkpoint loads and resumes exactly: same metrics as a run never interrupted
-    env_cfg, ppo_cfg, cory_cfg = parse_train_args(["--config", str(run / "config.yaml"), "--resume",
-                                                   "--num_iterations", "4"])
-    resumed = CORYTrainer(cory_cfg, ppo_cfg, env_cfg)
+    resumed = CORYTrainer(*parse_train_args(["--config", str(run / "config.yaml"), "--resume",
+                                             "--num_iterations", "4"]))
     assert resumed.start_iteration == 2
     rest = resumed.train()
     assert not list(root.glob(".tmp-*")), "the next save removes the killed write's temporary folder"
-    env_cfg, ppo_cfg, cory_cfg = parse_train_args(["--config", str(run / "config.yaml"), "--num_iterations", "4",
-                                                   "--output_dir", str(tmp_path / "full")])
-    full = CORYTrainer(cory_cfg, ppo_cfg, env_cfg).train()
+    full = CORYTrainer(*parse_train_args(["--config", str(run / "config.yaml"), "--num_iterations", "4",
+                                          "--output_dir", str(tmp_path / "full")])).train()
     assert _strip(rest) == _strip(full[2:])
     assert [r["iteration"] for r in read_jsonl(run / METRICS_FILE)] == [0, 1, 2, 3]
 
@@ -350,12 +349,10 @@ def test_ctrl_c_saves_exits_130_and_resumes_exactly(tmp_path):
     assert [r["iteration"] for r in read_jsonl(run / METRICS_FILE)] == list(range(last + 1))
     # resume (as `cory train --config RUN/config.yaml --resume` does) and compare with a run never interrupted
     total = last + 3
-    env_cfg, ppo_cfg, cory_cfg = parse_train_args(["--config", str(run / "config.yaml"), "--resume",
-                                                   "--num_iterations", str(total)])
-    CORYTrainer(cory_cfg, ppo_cfg, env_cfg).train()
-    env_cfg, ppo_cfg, cory_cfg = parse_train_args(["--config", str(run / "config.yaml"), "--num_iterations",
-                                                   str(total), "--output_dir", str(tmp_path / "full")])
-    CORYTrainer(cory_cfg, ppo_cfg, env_cfg).train()
+    CORYTrainer(*parse_train_args(["--config", str(run / "config.yaml"), "--resume",
+                                   "--num_iterations", str(total)])).train()
+    CORYTrainer(*parse_train_args(["--config", str(run / "config.yaml"), "--num_iterations",
+                                   str(total), "--output_dir", str(tmp_path / "full")])).train()
     assert _strip(read_jsonl(run / METRICS_FILE)) == _strip(read_jsonl(tmp_path / "full" / METRICS_FILE))
 
 
@@ -396,12 +393,12 @@ class _Probe(CORYTrainer):
 
 @pytest.mark.slow
 def test_soak_200_iterations_no_growth(tiny_run, tmp_path):
-    cory, ppo, env = tiny_run("soak", num_iterations=200, role_exchange_period=5, checkpoint_every=25,
-                              tensorboard=True, log_samples=1, batch_size=2, mini_batch_size=2, ppo_epochs=1,
-                              min_new_tokens=2, max_new_tokens=3)
+    configs = tiny_run("soak", num_iterations=200, role_exchange_period=5, checkpoint_every=25,
+                       tensorboard=True, log_samples=1, batch_size=2, mini_batch_size=2, ppo_epochs=1,
+                       min_new_tokens=2, max_new_tokens=3)
     proc = psutil.Process()
     fds_before = proc.num_fds()
-    trainer = _Probe(cory, ppo, env)
+    trainer = _Probe(*configs)
     trainer.probe = []
     start = time.perf_counter()
     rows = trainer.train()
@@ -433,8 +430,8 @@ def test_soak_200_iterations_no_growth(tiny_run, tmp_path):
 def test_resume_purges_tensorboard_steps_after_the_checkpoint(tiny_run, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    cory, ppo, env = tiny_run("tb", num_iterations=3, checkpoint_every=2, keep_checkpoints=2, tensorboard=True)
-    CORYTrainer(cory, ppo, env).train()
+    configs = tiny_run("tb", num_iterations=3, checkpoint_every=2, keep_checkpoints=2, tensorboard=True)
+    CORYTrainer(*configs).train()
     root = tmp_path / "tb" / "checkpoints"
     (root / "latest").write_text("iter-000001")  # as if killed after logging iteration 2, before its checkpoint
     resumed = CORYTrainer(*tiny_run("tb", num_iterations=3, checkpoint_every=2, tensorboard=True, resume=True))
@@ -447,7 +444,7 @@ def test_resume_purges_tensorboard_steps_after_the_checkpoint(tiny_run, tmp_path
 
 
 def test_metrics_logger_survives_odd_text_and_double_close(tmp_path):
-    from trainers.metrics import SAMPLES_FILE, MetricsLogger
+    from trainers.loop.metrics import SAMPLES_FILE, MetricsLogger
 
     with MetricsLogger(tmp_path, tensorboard=False) as log:
         log.log(0, {"a/b": float("nan"), "c/d": 1.0})

@@ -1,6 +1,6 @@
 import pytest
 
-from trainers.role_exchange import Bundle, RoleExchange
+from trainers.loop.role_exchange import Bundle, RoleExchange
 
 
 class FakeLearner:

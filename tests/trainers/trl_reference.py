@@ -5,7 +5,7 @@ entropy_from_logits, clip_by_value) and `trl/trainer/ppo_trainer.py` (`_kl_penal
 `compute_advantages`, `loss`, the score block of `step`) and `trl/trainer/utils.py` (RunningMoments,
 AdaptiveKLController), keeping TRL's order of operations: float masks, per-row loops in `compute_rewards`, a reverse
 Python loop in `compute_advantages`, whitening before masking. No input validation, no padding clean-up: exactly the
-numbers TRL would produce, so `trainers.ppo_math` can be compared with it.
+numbers TRL would produce, so `trainers.learning.ppo_math` can be compared with it.
 """
 
 from __future__ import annotations

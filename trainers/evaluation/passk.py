@@ -33,6 +33,7 @@ from agents.sampling import SamplingConfig
 from cory_env import BatchedCORYEnv, EnvConfig
 from cory_env.prompts import PromptTemplate
 from cory_env.tasks.gsm8k_answers import answers_match, extract_answer, has_answer_format
+from trainers.loop.rollout import run_episodes
 
 __all__ = ["PAPER_EVAL_SAMPLING", "evaluate_pass_at_k", "pass_at_k", "pass_at_k_first", "pass_at_k_table"]
 
@@ -216,7 +217,8 @@ def evaluate_pass_at_k(
             envs[rows] = BatchedCORYEnv(env_config, tokenizer, batch_size=rows, task=task, reward_fn=_unscored,
                                         single_agent=True)
         queries = [record["query"] for record in batch for _ in range(num_samples)]
-        transcript = _play(envs[rows], agent, queries, seed=seed + b)
+        transcript = run_episodes(envs[rows], {"pioneer": agent}, seed=seed + b,
+                                  generator=torch.Generator().manual_seed(seed + b), queries=queries)
         seat = transcript.seats["pioneer"]
         for p, record in enumerate(batch):
             texts = seat.response_text[p * num_samples:(p + 1) * num_samples]
@@ -238,17 +240,6 @@ def evaluate_pass_at_k(
             callback(result)
     result["finished"] = True
     return result
-
-
-def _play(env: BatchedCORYEnv, agent, queries: list[str], *, seed: int):
-    """One batch of single-agent episodes on explicit queries; the finished `EpisodeTranscript`."""
-    generator = torch.Generator().manual_seed(seed)
-    obs, _ = env.reset(seed=seed, options={"queries": queries})
-    agent.reset_cache()
-    while not env.done:
-        obs, *_ = env.step(agent.act_batch(obs, generator=generator))
-    agent.reset_cache()
-    return env.transcript()
 
 
 def _summary(correct, predictions, records, ks, lengths, formatted, examples, num_samples, max_new_tokens,

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from cory_env import BatchedCORYEnv, EnvConfig
-from trainers import ppo_math
-from trainers.rollout import rollout_from_transcript, run_episodes, score_rollout
+from trainers.learning import ppo_math
+from trainers.loop.rollout import rollout_from_transcript, run_episodes, score_rollout
 
 
 def distinct_n(texts: Sequence[str], n: int) -> float:

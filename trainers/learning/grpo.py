@@ -1,6 +1,6 @@
 """`GRPOLearner`: critic-free Group Relative Policy Optimization for one seat's agent (DeepSeekMath §4.1).
 
-The rollout holds k = `group_size` responses per query in consecutive rows (`trainers.rollout.run_episodes` with
+The rollout holds k = `group_size` responses per query in consecutive rows (`trainers.loop.rollout.run_episodes` with
 ``group_size=k``). One `step(rollout)`:
 
 1. one no-grad forward of the policy (old logprobs) and of the shared reference model (ref logprobs);
@@ -12,6 +12,9 @@ The rollout holds k = `group_size` responses per query in consecutive rows (`tra
 5. the KL controller update with the batch-mean sequence KL of the penalised estimator (β is fixed unless
    `adap_kl_ctrl`).
 
+Steps 4 and 5 are the step every learner shares (`trainers.learning.update.PolicyLearner`, as PPO); this module
+holds what is GRPO's: steps 1–3 (`prepare`), the loss and its statistics.
+
 No value head is trained (the agent's value head is ignored). For the CORY observer a group shares the query q
 but not the prompt (each row saw a different pioneer answer a1); the baseline is still the group mean, i.e. the
 expected collective reward for q under the current pair of policies.
@@ -22,28 +25,12 @@ supervision advantages Â_{i,t} = (r_i − mean(r)) / std(r)).
 
 from __future__ import annotations
 
-import logging
-from typing import Any
-
 import torch
 
-from trainers import ppo_math
 from trainers.config import PPOConfig
-from trainers.distributed import DataParallel
-from trainers.kl_control import make_kl_controller
-from trainers.ppo import (
-    backward_batches,
-    checked_rollout,
-    checked_trainable_parameters,
-    global_sequence_kl,
-    make_adam,
-    mean_over_minibatches,
-    optimizer_step,
-    pooled_minibatch_loss,
-)
-from trainers.rollout import Rollout, score_rollout
-
-logger = logging.getLogger(__name__)
+from trainers.learning import ppo_math
+from trainers.learning.update import PolicyLearner, pooled_minibatch_loss
+from trainers.loop.rollout import Rollout, score_rollout
 
 STD_EPS = 1e-4
 """Added to the group std before dividing (TRL `GRPOTrainer`'s constant); a zero-std group gets advantage 0."""
@@ -154,8 +141,9 @@ def penalised_kl_kind(config: PPOConfig) -> str:
     return "k3" if config.kl_in_loss else config.kl_penalty
 
 
-class GRPOLearner:
-    """GRPO for one seat's agent against the shared frozen reference model (see the module docstring).
+class GRPOLearner(PolicyLearner):
+    """GRPO for one seat's agent against the shared frozen reference model (see the module docstring;
+    `PolicyLearner.step` with GRPO's advantages and loss).
 
     Args:
         agent: an `agents.LLMAgent` with `evaluate(...)` and `trainable_parameters()` (its value head is unused).
@@ -166,18 +154,18 @@ class GRPOLearner:
         dist: the data-parallel group (default single process): gradients averaged, the loss a global token mean,
             the KL controller on the global KL (groups never span processes: rows of one query stay together).
 
+    `step(rollout, generator=)` returns flat stats: the mini-batch means policy_loss, kl_loss (k3 to the reference,
+    token mean; logged also when the KL is in the reward), approx_kl, policy_kl, clipfrac, ratio, entropy;
+    task_reward, score, kl (sequence KL to the reference, batch mean, nats, with the penalised estimator: k3 when
+    `kl_in_loss`, else `kl_penalty`; the KL controller reads it), kl_k1 (the same with the k1 estimate
+    logp − ref_logp), kl_coef (β); reward_std (mean within-group std of the sequence rewards), zero_std_groups
+    (fraction of groups with equal rewards: no signal), response_len, epochs.
+
     Raises:
         ValueError: if `config.group_size` < 2, or the reference model shares a trainable parameter with the agent.
     """
 
     name = "grpo"
-
-    def __init__(self, agent, ref_model, config: PPOConfig, *, dist: DataParallel | None = None) -> None:
-        self.check_config(config)
-        self.agent, self.ref_model, self.config = agent, ref_model, config
-        self.dist = DataParallel() if dist is None else dist
-        self._params = checked_trainable_parameters(agent, ref_model)
-        self.reset_state()
 
     @staticmethod
     def check_config(config: PPOConfig) -> None:
@@ -187,20 +175,6 @@ class GRPOLearner:
                              "pass --group_size 4 (batch_size must be a multiple of it)")
         if config.kl_penalty == "full" and not config.kl_in_loss:
             raise ValueError("kl_penalty='full' is not supported by GRPO's reward penalty; use kl, abs, mse or k3")
-
-    # ------------------------------------------------------------------ state that travels with the model
-    def reset_state(self) -> None:
-        """Fresh Adam state and KL controller."""
-        cfg = self.config
-        self.optimizer = make_adam(self._params, cfg.learning_rate)
-        self.kl_ctl = make_kl_controller(cfg.adap_kl_ctrl, cfg.init_kl_coef, cfg.target, cfg.horizon)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "kl_ctl": self.kl_ctl.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.kl_ctl.load_state_dict(state["kl_ctl"])
 
     # ------------------------------------------------------------------ the update
     def prepare(self, rollout: Rollout) -> dict[str, torch.Tensor]:
@@ -219,55 +193,15 @@ class GRPOLearner:
         return {"logprobs": old.logprobs, "ref_logprobs": ref.logprobs, "kl": kl, "rewards": rewards,
                 "advantages": advantages}
 
-    def step(self, rollout: Rollout, *, generator: torch.Generator | None = None) -> dict[str, float]:
-        """One GRPO update on `rollout` (B = `config.batch_size`, groups of `group_size` consecutive rows).
+    def _update_stats(self, rollout, data, stats, epochs, stopped) -> dict[str, float]:
+        grouped = data["rewards"].view(-1, self.config.group_size)
+        return {"reward_std": float(grouped.std(dim=-1).mean()),
+                "zero_std_groups": float((grouped.max(dim=-1).values == grouped.min(dim=-1).values).float().mean()),
+                "response_len": float(rollout.response_mask.sum(dim=-1).float().mean()),
+                "epochs": float(self.config.ppo_epochs)}
 
-        Returns:
-            Flat stats: task_reward, score, kl (sequence KL to the reference, batch mean, nats, with the penalised
-            estimator: k3 when `kl_in_loss`, else `kl_penalty`; the KL controller reads it), kl_k1 (the same with
-            the k1 estimate logp − ref_logp), kl_coef (β),
-            policy_loss, kl_loss (k3 to the reference, token mean; logged also when the KL is in the reward),
-            approx_kl, policy_kl, clipfrac, ratio, entropy, reward_std (mean within-group std of the sequence
-            rewards), zero_std_groups (fraction of groups with equal rewards: no signal), response_len, epochs.
-
-        Raises:
-            ValueError: if the rollout batch size differs from `config.batch_size`.
-            NonFiniteLossError: if a loss becomes NaN/inf.
-        """
-        cfg = self.config
-        rollout = checked_rollout(rollout, cfg, self.agent.device)
-        mask = rollout.response_mask
-        data = self.prepare(rollout)
-        beta = float(self.kl_ctl.value)
-        self.agent.train()
-        stats: list[dict[str, float]] = []
-        self.optimizer.zero_grad(set_to_none=True)
-        for _ in range(cfg.ppo_epochs):
-            for minibatches in backward_batches(cfg, generator):
-                for idx in minibatches:
-                    loss, mb_stats = self._minibatch_loss(rollout, data, idx, beta)
-                    (loss / cfg.gradient_accumulation_steps).backward()
-                    stats.append(mb_stats)
-                optimizer_step(self.optimizer, self._params, cfg.max_grad_norm, self.dist)
-        self.agent.eval()
-        seq_kl, seq_k1 = global_sequence_kl(data["kl"], data["logprobs"], data["ref_logprobs"], mask, self.dist)
-        self.kl_ctl.update(seq_kl, cfg.batch_size * self.dist.world_size)
-        grouped = data["rewards"].view(-1, cfg.group_size)
-        out = mean_over_minibatches(stats)
-        out.update(
-            task_reward=float(rollout.task_reward.mean()),
-            score=float(rollout.scores.mean()),
-            kl=seq_kl,
-            kl_k1=seq_k1,
-            kl_coef=beta,
-            reward_std=float(grouped.std(dim=-1).mean()),
-            zero_std_groups=float((grouped.max(dim=-1).values == grouped.min(dim=-1).values).float().mean()),
-            response_len=float(mask.sum(dim=-1).float().mean()),
-            epochs=float(cfg.ppo_epochs),
-        )
-        return self.dist.mean_stats(out)
-
-    def _minibatch_loss(self, rollout: Rollout, data: dict[str, torch.Tensor], idx: torch.Tensor, beta: float):
+    def _minibatch_loss(self, rollout: Rollout, data: dict[str, torch.Tensor], idx: torch.Tensor):
+        beta = float(self.kl_ctl.value)  # β of this step: the controller moves only after the epochs
         mb = rollout.select(idx)
         width = mb.response.shape[1]
         new = self.agent.evaluate(mb.query, mb.query_mask, mb.response, mb.response_mask, allowed=mb.allowed)

@@ -17,6 +17,10 @@ full disk mid-write therefore leaves the previous checkpoint and `latest` untouc
 temporary folder, and a temporary folder left by a killed process is removed by the next save. When `latest` is
 missing or points nowhere, `latest_checkpoint` falls back to the newest complete `iter-*` folder.
 
+Loading: `load_checkpoint` restores a whole run (every bundle, the seats, the RNG) for ``--resume``; `load_agent`
+restores one model's trained weights into an agent for inference (`cory eval`), with no learner or optimizer state;
+`read_learner_state` reads a model's KL controller and score statistics without a model.
+
 Safe loading: only safetensors and `torch.load(weights_only=True)` are used to read, so a checkpoint cannot execute
 code; anything else (a pickle with a code-running payload, a torn or foreign file) raises `CheckpointError`.
 """
@@ -256,26 +260,50 @@ def _safe_load_file(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path} is not a readable safetensors file ({type(exc).__name__}: {exc})") from exc
 
 
-def load_bundle(checkpoint: str | os.PathLike, bundle, *, with_learner: bool = True) -> None:
-    """Restore one bundle (agent weights, and optionally the learner's state) from `checkpoint/<bundle.name>`.
+def read_learner_state(checkpoint: str | os.PathLike, name: str, *, with_optimizer: bool = True) -> dict[str, Any]:
+    """Model `name`'s learner state in `checkpoint` (KL controller, score statistics; the optimizer state under
+    ``"optimizer"`` with `with_optimizer`), without touching any model.
+
+    Raises:
+        CheckpointError: a missing, damaged or unsafe file (named).
+    """
+    sub = Path(checkpoint) / name
+    state = _read_json(sub / "learner.json", "incomplete checkpoint")
+    if with_optimizer:
+        state["optimizer"] = _safe_torch_load(sub / "learner.pt")
+    return state
+
+
+def load_agent(checkpoint: str | os.PathLike, name: str, agent) -> None:
+    """Copy model `name`'s trained weights (its full model or LoRA adapter, and its value head) from `checkpoint`
+    into `agent` in place: what inference and `cory eval` need (no learner, no optimizer state).
 
     Raises:
         CheckpointError: a missing, damaged, unsafe or mismatched file (named).
     """
-    sub = Path(checkpoint) / bundle.name
-    weights = sub / "trainable.safetensors"
-    state = _safe_load_file(weights)
-    learner_state = None
-    if with_learner:  # read everything before changing anything
-        learner_state = _read_json(sub / "learner.json", "incomplete checkpoint")
-        learner_state["optimizer"] = _safe_torch_load(sub / "learner.pt")
-    load_trainable_state(bundle.agent, state, where=str(weights))
-    if learner_state is not None:
-        try:
-            bundle.learner.load_state_dict(learner_state)
-        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-            raise CheckpointError(f"{sub}: the learner state does not fit this learner ({type(exc).__name__}: "
-                                  f"{exc})") from exc
+    state, where = _read_agent_state(checkpoint, name)
+    load_trainable_state(agent, state, where=where)
+
+
+def _read_agent_state(checkpoint: str | os.PathLike, name: str) -> tuple[dict[str, torch.Tensor], str]:
+    weights = Path(checkpoint) / name / "trainable.safetensors"
+    return _safe_load_file(weights), str(weights)
+
+
+def load_bundle(checkpoint: str | os.PathLike, bundle) -> None:
+    """Restore one bundle (agent weights and the learner's state) from `checkpoint/<bundle.name>` (resume).
+
+    Raises:
+        CheckpointError: a missing, damaged, unsafe or mismatched file (named).
+    """
+    agent_state, where = _read_agent_state(checkpoint, bundle.name)  # read everything before changing anything
+    learner_state = read_learner_state(checkpoint, bundle.name)
+    load_trainable_state(bundle.agent, agent_state, where=where)
+    try:
+        bundle.learner.load_state_dict(learner_state)
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(f"{Path(checkpoint) / bundle.name}: the learner state does not fit this learner "
+                              f"({type(exc).__name__}: {exc})") from exc
 
 
 def load_checkpoint(checkpoint: str | os.PathLike, *, bundles: dict, exchange) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 Small functions, tensors in and tensors out: no config, no `self`, inputs never edited in place, reductions on an
 explicit `dim=-1`, masks are `torch.bool` (False marks padding after EOS). Shapes: B batch, T response tokens,
-V vocabulary. KL values are in nats.
+V vocabulary. KL values are in nats. The log-probabilities and entropies these functions read come from
+`agents.forward` (the response forward an agent scores with).
 
 The pipeline one PPO learner runs per iteration:
 
@@ -11,7 +12,7 @@ The pipeline one PPO learner runs per iteration:
 2. `gae_advantages`: GAE over the response tokens, then masked whitening of the advantages.
 3. `ppo_loss` (`policy_loss` + `vf_coef` · `value_loss`) on each mini-batch, with its statistics.
 
-Score scaling / normalisation / clipping (TRL's `RunningMoments`) lives in `trainers.score_scaling`.
+Score scaling / normalisation / clipping (TRL's `RunningMoments`) lives in `trainers.learning.score_scaling`.
 
 Padding: every (B, T) output of this module is 0 where `mask` is False. TRL 0.11 leaves whatever the arithmetic
 gives at padding positions and masks them in every consumer, so all masked results agree with TRL.
@@ -39,10 +40,8 @@ __all__ = [
     "KL_PENALTY_KINDS",
     "approx_kl",
     "compute_rewards",
-    "entropy_from_logits",
     "gae_advantages",
     "kl_penalty",
-    "logprobs_from_logits",
     "masked_mean",
     "masked_var",
     "masked_whiten",
@@ -59,7 +58,7 @@ WHITEN_EPS = 1e-8
 """Added to the variance before the reciprocal square root in `masked_whiten` (TRL's constant)."""
 
 SumFn = Callable[[torch.Tensor], torch.Tensor]
-"""Sums a tensor over the data-parallel processes (`trainers.distributed.DataParallel.sum`)."""
+"""Sums a tensor over the data-parallel processes (`trainers.loop.distributed.DataParallel.sum`)."""
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -96,64 +95,6 @@ def _check_rows_nonempty(mask: torch.Tensor) -> None:
             f"mask selects no token in row(s) {empty.tolist()}; every response needs at least one real token "
             "(EOS is kept as the last response token)"
         )
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Log-probabilities and entropy
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Log-probability of each label token under the softmax of `logits`.
-
-    Equals `log_softmax(logits, dim=-1).gather(-1, labels[..., None])[..., 0]`; for float32/float64 it is computed
-    as `logits[label] − logsumexp(logits)` so no second (B, T, V) tensor is allocated.
-
-    Args:
-        logits: float (B, T, V), the logits that predict each response token (already shifted by one position).
-        labels: int64 (B, T), the response token ids, in [0, V).
-
-    Returns:
-        float (B, T) in nats, dtype of `logits` (≤ 0).
-
-    Raises:
-        TypeError: if `labels` is not an integer tensor.
-        ValueError: if the leading shapes of `logits` and `labels` differ.
-
-    Source:
-        TRL 0.11.4 `trl.core.logprobs_from_logits` (gather=True), reducing on dim=-1 instead of dim=2.
-    """
-    if labels.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"labels must be int64 token ids, got {labels.dtype}; pass `labels.long()`")
-    if logits.shape[:-1] != labels.shape:
-        raise ValueError(
-            f"logits shape {tuple(logits.shape)} does not fit labels shape {tuple(labels.shape)}; "
-            "logits must be (B, T, V) for labels (B, T)"
-        )
-    index = labels.long().unsqueeze(-1)
-    if logits.dtype in (torch.float32, torch.float64):
-        return logits.gather(-1, index).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-    return F.log_softmax(logits, dim=-1).gather(-1, index).squeeze(-1)
-
-
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of the softmax distribution at each position.
-
-    H = logsumexp(z) − Σ_v softmax(z)_v · z_v = −Σ_v p_v log p_v. Logits of −inf (masked vocabulary entries)
-    contribute 0, and their gradient is 0 rather than NaN.
-
-    Args:
-        logits: float (B, T, V).
-
-    Returns:
-        float (B, T) in nats, in [0, log V].
-
-    Source:
-        TRL 0.11.4 `trl.core.entropy_from_logits`.
-    """
-    logp = F.log_softmax(logits, dim=-1)
-    p = logp.exp()
-    return -(p * logp.clamp(min=torch.finfo(logp.dtype).min)).sum(dim=-1)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -248,7 +189,7 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, 
         mask: bool (B, T).
         shift_mean: if False, keep the original mean (used by TRL's `whiten_rewards`).
         reduce_sum: data-parallel training: a function summing a tensor over processes
-            (`trainers.distributed.DataParallel.sum`); μ and σ² then pool the masked elements of every process
+            (`trainers.loop.distributed.DataParallel.sum`); μ and σ² then pool the masked elements of every process
             (two-pass: the global mean, then the global sum of squared deviations). None: this process only.
 
     Returns:
@@ -619,8 +560,8 @@ def ppo_loss(
         cliprange: policy ratio clip ε (default 0.2).
         cliprange_value: value clip c (default 0.2).
         vf_coef: value loss coefficient (default 0.1).
-        entropy: float (B, T), optional per-token policy entropy (`entropy_from_logits`, nats): logged, and with
-            `ent_coef` > 0 its token mean is a bonus in the loss (needs its gradient).
+        entropy: float (B, T), optional per-token policy entropy (nats; `agents.forward.entropy_from_logits`):
+            logged, and with `ent_coef` > 0 its token mean is a bonus in the loss (needs its gradient).
         ent_coef: entropy bonus coefficient (`PPOConfig.ent_coef`; TRL: none, 0; CleanRL PPO: 0.01).
         ratio_threshold: skip threshold on the mean ratio (`PPOConfig.ratio_threshold`; TRL uses 10.0);
             None (default) never skips.

@@ -14,18 +14,15 @@ continues exactly as an uninterrupted one. Ctrl-C finishes the current iteration
 Data-parallel (``accelerate launch --multi_gpu --num_processes N -m trainers.cli train ...`` or
 ``cory train --num_processes N``): every process rolls out its own ``batch_size`` episodes (rank r plays the rows
 r·B .. (r+1)·B − 1 of a one-process run with batch N·B, same queries) and the learners keep the replicas equal
-(`trainers.distributed`); only the main process writes config, logs and checkpoints.
+(`trainers.loop.distributed`); only the main process writes config, logs and checkpoints.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import resource
-import shutil
 import signal
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -35,24 +32,22 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
-from cory_env import EnvConfig
+from agents import SamplingConfig
+from cory_env import SEATS, EnvConfig
 from cory_env.rewards import reward_name
-from trainers import checkpoint as ckpt
-from trainers.build import build_agents, build_env, build_exchange, load_policy_model, seed_everything
-from trainers.config import CORYConfig, PPOConfig
-from trainers.distributed import DataParallel, check_device
-from trainers.inert_options import inert_options
-from trainers.learners import check_learner, kl_estimator
-from trainers.metrics import METRICS_FILE, SAMPLES_FILE, MetricsLogger, truncate_jsonl
-from trainers.role_exchange import SEATS
-from trainers.rollout import rollout_from_transcript, run_episodes
+from cory_env.tasks import task_tokenizer
+from trainers.config import CORYConfig, ModelConfig, PPOConfig, RunConfigs
+from trainers.learning.learners import kl_estimator
+from trainers.loop import checkpoint as ckpt
+from trainers.loop.build import build_agents, build_env, build_exchange, load_policy_model, seed_everything
+from trainers.loop.distributed import DataParallel
+from trainers.loop.inert_options import inert_options
+from trainers.loop.metrics import METRICS_FILE, SAMPLES_FILE, MetricsLogger, truncate_jsonl
+from trainers.loop.rollout import rollout_from_transcript, run_episodes
+from trainers.loop.run_dir import check_output_dir, check_resumable, latest_checkpoint_or_raise, start_output_dir
 
 logger = logging.getLogger(__name__)
 
-CONFIG_FILE = "config.yaml"
-# fields that may change between a run and its resume
-RESUMABLE_CHANGES = {"resume", "overwrite", "num_iterations", "checkpoint_every", "keep_checkpoints",
-                     "log_samples", "tensorboard", "torch_threads", "output_dir", "device"}
 # signals that stop training cleanly: finish the iteration, write a checkpoint, return (Ctrl-C; a scheduler's TERM)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 PROGRESS_KEYS = ("pioneer/task_reward", "observer/task_reward", "pioneer/kl", "cory/collective_reward")
@@ -64,64 +59,6 @@ def derive_seed(seed: int, iteration: int, stream: int, rank: int = 0) -> int:
     return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
-def resolved_config(config: CORYConfig, ppo_config: PPOConfig, env_config: EnvConfig) -> dict[str, Any]:
-    """The flat dict written to `config.yaml` (loadable again with `cory train --config`)."""
-    return {**asdict(env_config), **asdict(ppo_config), **asdict(config)}
-
-
-def latest_checkpoint_or_raise(output_dir: Path) -> Path:
-    """The run's newest checkpoint; FileNotFoundError (naming the fix) when it has none."""
-    path = ckpt.latest_checkpoint(output_dir)
-    if path is None:
-        raise FileNotFoundError(f"--resume: {output_dir} has no checkpoint; drop --resume or --overwrite")
-    return path
-
-
-def check_process_count(state: dict[str, Any], num_processes: int, output_dir: Path) -> None:
-    """Raise `ValueError` unless a checkpoint's `trainer_state` was written by a run of `num_processes` processes."""
-    saved = int(state.get("num_processes", 1))
-    if saved != num_processes:
-        raise ValueError(
-            f"cannot resume {output_dir} with {num_processes} process(es): it was trained with {saved} "
-            f"(batch_size counts one process's episodes, so the global batch would change). "
-            f"Resume with --num_processes {saved}"
-        )
-
-
-def check_output_dir(config: CORYConfig, num_processes: int = 1) -> bool:
-    """Check `config.output_dir` against `resume` / `overwrite` without changing anything; True if it holds a run.
-
-    Raises:
-        FileExistsError: it holds a run and neither `resume` nor `overwrite` is set.
-        FileNotFoundError: `resume` without a run or without a checkpoint.
-        ValueError: `resume` of a run trained with another number of processes.
-    """
-    out = Path(config.output_dir)
-    has_run = out.exists() and any((out / f).exists() for f in (CONFIG_FILE, METRICS_FILE, ckpt.CHECKPOINT_DIR))
-    if has_run and not config.resume and not config.overwrite:
-        raise FileExistsError(
-            f"{out} already holds a run (config.yaml / metrics.jsonl / checkpoints); nothing was changed. "
-            "Pass --resume to continue it, --overwrite to replace it, or choose another --output_dir"
-        )
-    if config.resume and not has_run:
-        raise FileNotFoundError(f"--resume: {out} holds no run to resume; drop --resume to start one")
-    if config.resume:
-        check_process_count(ckpt.read_trainer_state(latest_checkpoint_or_raise(out)), num_processes, out)
-    return has_run
-
-
-def preflight(config: CORYConfig, ppo_config: PPOConfig, num_processes: int) -> None:
-    """The checks a launcher runs once before starting `num_processes` training processes, so that a mistake is one
-    error line and not one traceback per process: the device, the learner and its settings, the run directory.
-
-    Raises:
-        ValueError / FileExistsError / FileNotFoundError: as `check_device`, `check_learner`, `check_output_dir`.
-    """
-    check_device(config.device, num_processes)
-    check_learner(config.learner, ppo_config)
-    check_output_dir(config, num_processes)
-
-
 class CORYTrainer:
     """Trains two LLM agents with CORY (or one with PPO) on a CORY env.
 
@@ -129,7 +66,10 @@ class CORYTrainer:
         config: the run (`CORYConfig`).
         ppo_config: each learner's PPO settings (`batch_size` = episodes per iteration).
         env_config: the task and episode settings.
-        model, tokenizer: an already loaded policy model and tokenizer (else loaded from `config.model`).
+        model_config: the policy model (`ModelConfig`: name, dtype, LoRA, value heads); default `ModelConfig()`.
+        sampling: how the agents sample (`agents.SamplingConfig`); default `SamplingConfig()`. The five configs
+            are a `trainers.config.RunConfigs` in this order: ``CORYTrainer(*configs)``.
+        model, tokenizer: an already loaded policy model and tokenizer (else loaded from `model_config.model`).
         reward_fn: optional reward callable overriding `env_config.reward`; config.yaml records it as
             ``module:function`` when it is importable by that name (`cory_env.rewards.reward_name`).
         dist: the data-parallel group; default `DataParallel.from_launcher(config.device)` (one process unless
@@ -141,9 +81,14 @@ class CORYTrainer:
         ValueError: `resume` into a run whose config or process count differs (names the fields).
     """
 
-    def __init__(self, config: CORYConfig, ppo_config: PPOConfig, env_config: EnvConfig, *,
+    def __init__(self, config: CORYConfig, ppo_config: PPOConfig, env_config: EnvConfig,
+                 model_config: ModelConfig | None = None, sampling: SamplingConfig | None = None, *,
                  model=None, tokenizer=None, reward_fn=None, dist: DataParallel | None = None) -> None:
+        model_config = ModelConfig() if model_config is None else model_config
+        sampling = SamplingConfig() if sampling is None else sampling
+        self.configs = RunConfigs(config, ppo_config, env_config, model_config, sampling)
         self.config, self.ppo_config, self.env_config = config, ppo_config, env_config
+        self.model_config, self.sampling = model_config, sampling
         self.dist = DataParallel.from_launcher(config.device) if dist is None else dist
         self.output_dir = Path(config.output_dir)
         has_run = check_output_dir(config, self.dist.world_size)
@@ -153,21 +98,22 @@ class CORYTrainer:
         seed_everything(config.seed, config.deterministic)
         if model is None or tokenizer is None:
             with self.dist.main_process_first():  # the first load may convert a GGUF file into the shared cache
-                model, tokenizer = load_policy_model(config.model, seed=config.seed, task=env_config.task,
-                                                     dtype=config.dtype)
+                model, tokenizer = load_policy_model(model_config.model, seed=config.seed, dtype=model_config.dtype,
+                                                     task_tokenizer=task_tokenizer(env_config.task))
         model.to(self.dist.device)
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
-        self.agents, self.ref_model = build_agents(model, tokenizer, config)
+        self.agents, self.ref_model = build_agents(model, tokenizer, model_config, sampling, algo=config.algo)
         self.exchange = build_exchange(self.agents, self.ref_model, config, ppo_config, config.learner, self.dist)
-        self.env = build_env(env_config, tokenizer, config, ppo_config, reward_fn=reward_fn)
+        self.env = build_env(env_config, tokenizer, batch_size=ppo_config.batch_size,
+                             single_agent=config.algo == "ppo", reward_fn=reward_fn)
         self._reward_fn = reward_fn
         self.start_iteration = 0
-        self.config_dict = resolved_config(config, ppo_config, env_config)
+        self.config_dict = self.configs.to_flat()
         if reward_fn is not None:  # what was really used, so `cory eval` and --resume do not fall back to a name
             self.config_dict["reward"] = reward_name(reward_fn)
         if self.dist.is_main:
-            for message in inert_options(config, ppo_config, env_config):
+            for message in inert_options(self.configs):
                 logger.warning("%s", message)
         # model, tokenizer, data, reward and configs are all checked: only now is the run folder changed
         if config.resume:
@@ -177,7 +123,7 @@ class CORYTrainer:
                                "--num_iterations to continue it", self.output_dir, self.start_iteration,
                                config.num_iterations)
         elif self.dist.is_main:
-            self._start_output_dir(replace=has_run)
+            start_output_dir(self.output_dir, self.config_dict, replace=has_run)
         self.dist.barrier()
         for bundle in self.exchange.bundles.values():  # identical replicas from the first step on (a collective,
             self.dist.broadcast_parameters(bundle.agent.trainable_parameters())  # so also the start-up barrier)
@@ -185,40 +131,16 @@ class CORYTrainer:
         self.stopped_early = False  # set when a stop signal ended train() before num_iterations
 
     # ------------------------------------------------------------------ run directory
-    def _start_output_dir(self, *, replace: bool) -> None:
-        """Create the run folder with its config.yaml. With `replace` (``--overwrite`` of a run) the old run is moved
-        aside first and deleted only once the new folder is written; if writing fails, the old run is put back."""
-        out = self.output_dir
-        aside = out.with_name(f".{out.name}.replaced-{os.getpid()}") if replace else None
-        if aside is not None:
-            os.rename(out, aside)
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            (out / CONFIG_FILE).write_text(yaml.safe_dump(self.config_dict, sort_keys=False))
-        except BaseException:
-            if aside is not None:
-                shutil.rmtree(out, ignore_errors=True)
-                os.rename(aside, out)
-            raise
-        if aside is not None:
-            shutil.rmtree(aside)
-
     def _run_state(self) -> dict[str, Any]:
-        return {"config": self.config_dict, "model": self.config.model, "vocab_size": self.vocab_size,
-                "reference": {"model": self.config.model, "layout": "lora-shared" if self.config.use_lora else "copy"},
+        model = self.model_config
+        return {"config": self.config_dict, "model": model.model, "vocab_size": self.vocab_size,
+                "reference": {"model": model.model, "layout": "lora-shared" if model.use_lora else "copy"},
                 "num_processes": self.dist.world_size}
 
     def _resume(self) -> None:
         path = latest_checkpoint_or_raise(self.output_dir)  # its process count was checked with the folder
         state = ckpt.read_trainer_state(path)
-        # a field added to the configs after the run started reads as its default
-        saved = {**resolved_config(CORYConfig(), PPOConfig(), EnvConfig()), **state.get("config", {})}
-        diff = sorted(k for k in set(saved) | set(self.config_dict)
-                      if k not in RESUMABLE_CHANGES and saved.get(k) != self.config_dict.get(k))
-        if diff:
-            details = ", ".join(f"{k}: {saved.get(k)!r} -> {self.config_dict.get(k)!r}" for k in diff)
-            raise ValueError(f"cannot resume {self.output_dir}: the config differs in {details}. "
-                             "Resume with the run's config.yaml (--config), or start a new --output_dir")
+        check_resumable(state.get("config", {}), self.config_dict, self.output_dir)
         if state.get("vocab_size") != self.vocab_size:
             raise ckpt.CheckpointError(
                 f"{path} was written for vocabulary size {state.get('vocab_size')}, this model has {self.vocab_size}")
@@ -280,8 +202,10 @@ class CORYTrainer:
         return self.dist.mean_stats(metrics), self._samples(transcript)
 
     def evaluate(self, *, episodes: int, seed: int, collective: bool = False) -> dict:
-        """Evaluate the models in their current seats on held-out queries, sampling as in training (no update):
-        `trainers.evaluation.evaluate_heldout` with this run's env config, reward and KL estimator.
+        """Evaluate the models in their current seats on held-out queries, sampling as in training (no update).
+
+        The queries come from the held-out slice (`EnvConfig.query_split="test"`) when the run has one
+        (`heldout_fraction` > 0), else from fresh-seed draws of the training queries (the result says which).
 
         Args:
             episodes: queries to answer (rounded up to whole batches of at most 64).
@@ -291,12 +215,14 @@ class CORYTrainer:
                 ``algo="cory"``); False: the pioneer alone, as at inference.
 
         Returns:
-            dict: see `evaluate_heldout`.
+            dict: ``reward`` (the collective reward, or the pioneer's task reward) and, for the pioneer alone,
+            kl (to the reference, the estimator of `PPOConfig.kl_penalty`, nats), distinct_1, distinct_2,
+            response_len, samples; ``query_split``, ``num_queries``.
 
         Raises:
             ValueError: `episodes` < 1, or `collective` without an observer seat.
         """
-        from trainers.evaluation import evaluate_heldout
+        from trainers.evaluation.episodes import evaluate_heldout
 
         seats = {seat: bundle.agent for seat, bundle in self.exchange.seats.items()}
         return evaluate_heldout(seats, self.ref_model, self.env_config, self.tokenizer, reward_fn=self._reward_fn,
@@ -326,7 +252,7 @@ class CORYTrainer:
         """Run iterations `start_iteration .. num_iterations-1`; returns their metrics.
 
         Raises:
-            trainers.ppo.NonFiniteLossError: a NaN/inf loss; the last checkpoint on disk is untouched.
+            trainers.learning.update.NonFiniteLossError: a NaN/inf loss; the last checkpoint on disk is untouched.
         """
         cfg = self.config
         main = self.dist.is_main

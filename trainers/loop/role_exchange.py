@@ -13,9 +13,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-logger = logging.getLogger(__name__)
+from cory_env import SEATS
 
-SEATS = ("pioneer", "observer")
+logger = logging.getLogger(__name__)
 
 
 @dataclass

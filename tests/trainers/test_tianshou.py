@@ -1,4 +1,5 @@
-"""Tianshou 2.0.1 over the CORY AEC env: observation adapter, the issue #399 credit fix, a collect-update cycle."""
+"""Tianshou 2.0.1 over the CORY AEC env: the observation adapter (`cory_env.wrappers`), the issue #399 credit fix
+(`trainers.learning.sequential_marl`), a collect-update cycle."""
 
 from __future__ import annotations
 
@@ -13,10 +14,9 @@ from tianshou.algorithm.multiagent.marl import MultiAgentOnPolicyAlgorithm  # no
 from tianshou.data import Collector, VectorReplayBuffer  # noqa: E402
 from tianshou.env import DummyVectorEnv  # noqa: E402
 
-from cory_env.wrappers import SequentialMultiAgentOnPolicyAlgorithm  # noqa: E402
+from cory_env import SEATS  # noqa: E402
 from examples.tianshou_marl import build_algorithm, make_env  # noqa: E402
-
-SEATS = ("pioneer", "observer")
+from trainers.learning.sequential_marl import SequentialMultiAgentOnPolicyAlgorithm  # noqa: E402
 
 
 @pytest.fixture()

@@ -1,19 +1,22 @@
-"""PNG figures from run directories: learning curves (per seat and per model identity) and a Pareto scatter.
+"""`cory plot RUN_DIR...`: PNG figures from run directories: learning curves (per seat and per model identity) and
+a Pareto scatter; also the arm means of `cory bench`.
 
-matplotlib with the non-interactive Agg backend: no display needed.
+Figures are `matplotlib.figure.Figure` objects saved straight to PNG (matplotlib's Agg renderer), without pyplot:
+no display is needed and matplotlib's global backend is never changed, so importing this module leaves an
+interactive session's plotting alone.
 """
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Sequence
 
 import matplotlib
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from trainers.metrics import METRICS_FILE, read_jsonl  # noqa: E402
+from trainers.loop.metrics import METRICS_FILE, read_jsonl
 
 QUANTITIES = ("task_reward", "kl", "combined_reward")
 SCOPES = ("pioneer", "observer", "llm1", "llm2")
@@ -48,14 +51,14 @@ def final_point(records: list[dict], scope: str = "pioneer", last: int = 3) -> t
 
 def _run_colors(runs: dict[str, list[dict]]) -> dict[str, tuple]:
     """One fixed colour per run, so a run has the same colour in every panel (even where it has no data)."""
-    cmap = plt.get_cmap("tab10" if len(runs) <= 10 else "tab20")
+    cmap = matplotlib.colormaps["tab10" if len(runs) <= 10 else "tab20"]
     return {label: cmap(i % cmap.N) for i, label in enumerate(runs)}
 
 
 def plot_curves(runs: dict[str, list[dict]], out: Path) -> Path:
     """A grid: rows = task_reward, kl, combined_reward; columns = pioneer, observer, llm1, llm2."""
-    fig, axes = plt.subplots(len(QUANTITIES), len(SCOPES), figsize=(4 * len(SCOPES), 2.8 * len(QUANTITIES)),
-                             squeeze=False, sharex=True)
+    fig = Figure(figsize=(4 * len(SCOPES), 2.8 * len(QUANTITIES)))
+    axes = fig.subplots(len(QUANTITIES), len(SCOPES), squeeze=False, sharex=True)
     colors = _run_colors(runs)
     for i, qty in enumerate(QUANTITIES):
         for j, scope in enumerate(SCOPES):
@@ -70,18 +73,18 @@ def plot_curves(runs: dict[str, list[dict]], out: Path) -> Path:
             ax.grid(alpha=0.3)
             if i == len(QUANTITIES) - 1:
                 ax.set_xlabel("iteration")
-    handles = [plt.Line2D([], [], color=colors[label], label=label) for label in runs]
+    handles = [Line2D([], [], color=colors[label], label=label) for label in runs]
     if handles:
         fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 6), fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
     fig.savefig(out, dpi=70)
-    plt.close(fig)
     return out
 
 
 def plot_pareto(runs: dict[str, list[dict]], out: Path) -> Path:
     """Final task reward vs KL per run (pioneer seat; llm1 and llm2 too where present)."""
-    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    fig = Figure(figsize=(5.5, 4.2))
+    ax = fig.subplots()
     colors = _run_colors(runs)
     for label, records in runs.items():
         for scope, marker in (("pioneer", "o"), ("llm1", "^"), ("llm2", "v")):
@@ -95,7 +98,6 @@ def plot_pareto(runs: dict[str, list[dict]], out: Path) -> Path:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=90)
-    plt.close(fig)
     return out
 
 
@@ -112,8 +114,9 @@ def plot_arm_means(arms: dict[str, list[list[dict]]], out: Path, *, scope: str =
     with a trailing moving average of `window` iterations (shaded: ± one std over seeds, same smoothing)."""
     import numpy as np
 
-    fig, axes = plt.subplots(1, len(QUANTITIES), figsize=(4.2 * len(QUANTITIES), 3.0), squeeze=False)
-    cmap = plt.get_cmap("tab10")
+    fig = Figure(figsize=(4.2 * len(QUANTITIES), 3.0))
+    axes = fig.subplots(1, len(QUANTITIES), squeeze=False)
+    cmap = matplotlib.colormaps["tab10"]
     kernel = np.ones(window) / window
     for i, (arm, runs) in enumerate(arms.items()):
         for ax, qty in zip(axes[0], QUANTITIES):
@@ -136,5 +139,16 @@ def plot_arm_means(arms: dict[str, list[list[dict]]], out: Path, *, scope: str =
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=80)
-    plt.close(fig)
     return out
+
+
+def run_plot(argv: Sequence[str]) -> int:
+    """``cory plot RUN_DIR... [--out DIR]``: print the paths of the PNGs written."""
+    parser = argparse.ArgumentParser(prog="cory plot", description="PNG curves and a Pareto scatter of runs.")
+    parser.add_argument("run_dirs", nargs="+", help="Run directories (each with metrics.jsonl).")
+    parser.add_argument("--out", default=None, help="Output folder (default: the first run directory).")
+    args = parser.parse_args(argv)
+    for path in plot_runs(args.run_dirs, args.out or args.run_dirs[0]):
+        print(path)
+    return 0
+

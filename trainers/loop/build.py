@@ -26,10 +26,9 @@ from agents import (
 )
 from agents.tiny import tiny_causal_lm, tiny_tokenizer
 from cory_env import BatchedCORYEnv, EnvConfig
-from cory_env.tasks import task_tokenizer
-from trainers.config import DTYPES, CORYConfig, PPOConfig
-from trainers.learners import make_learner
-from trainers.role_exchange import Bundle, RoleExchange
+from trainers.config import DTYPES, CORYConfig, ModelConfig, PPOConfig
+from trainers.learning.learners import make_learner
+from trainers.loop.role_exchange import Bundle, RoleExchange
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +36,7 @@ TINY_MODEL = "tiny"
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    """The torch dtype for `CORYConfig.dtype` ("float32", "bfloat16", "float16").
+    """The torch dtype for `ModelConfig.dtype` ("float32", "bfloat16", "float16").
 
     Raises:
         ValueError: for another name (lists the valid ones).
@@ -47,21 +46,21 @@ def torch_dtype(name: str) -> torch.dtype:
     return getattr(torch, name)
 
 
-def load_policy_model(name: str, *, seed: int = 0, task: str | None = None, dtype: str = "float32"):
-    """(model, tokenizer) for `CORYConfig.model` with parameters in `dtype`; `"tiny"` is a tiny random Llama with
-    the task's own tokenizer when it has one (`cory_env.tasks.task_tokenizer`: the 20-token toy vocabulary), else
-    the tiny BPE tokenizer."""
+def load_policy_model(name: str, *, seed: int = 0, dtype: str = "float32", task_tokenizer=None):
+    """(model, tokenizer) for `ModelConfig.model` with parameters in `dtype`.
+
+    Args:
+        name: hub id, local folder, ``.gguf`` file or alias (`agents.load_model_and_tokenizer`), or ``"tiny"``: a
+            tiny random Llama built for `task_tokenizer` when given (a task with its own vocabulary,
+            `cory_env.tasks.task_tokenizer`), else for the tiny BPE tokenizer. A pretrained model keeps its own
+            tokenizer.
+        seed: the tiny model's initialisation seed.
+        dtype: `ModelConfig.dtype`.
+    """
     if name == TINY_MODEL:
-        tokenizer = task_tokenizer(task) or tiny_tokenizer()
+        tokenizer = tiny_tokenizer() if task_tokenizer is None else task_tokenizer
         return tiny_causal_lm(tokenizer, seed=seed).to(torch_dtype(dtype)), tokenizer
     return load_model_and_tokenizer(name, dtype=torch_dtype(dtype))
-
-
-def sampling_from(config: CORYConfig) -> SamplingConfig:
-    return SamplingConfig(
-        temperature=config.temperature, top_k=config.top_k, top_p=config.top_p,
-        repetition_penalty=config.repetition_penalty,
-    )
 
 
 def enable_activation_checkpointing(model) -> None:
@@ -75,31 +74,32 @@ def enable_activation_checkpointing(model) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
-def build_agents(model, tokenizer, config: CORYConfig) -> tuple[dict[str, LLMAgent], ReferenceModel]:
-    """Two agents (`llm1`, `llm2`; one for the PPO baseline) and the shared frozen reference model; the agents are in
-    eval mode (the learners switch to train mode only inside their update)."""
-    names = ("llm1", "llm2") if config.algo == "cory" else ("llm1",)
-    sampling = sampling_from(config)
+def build_agents(model, tokenizer, model_config: ModelConfig, sampling: SamplingConfig, *,
+                 algo: str = "cory") -> tuple[dict[str, LLMAgent], ReferenceModel]:
+    """Two agents (`llm1`, `llm2`; one for the single-agent baseline ``algo="ppo"``) and the shared frozen reference
+    model, in `model_config`'s layout (full fine-tuning copies, or memory-shared LoRA), sampling with `sampling`;
+    the agents are in eval mode (the learners switch to train mode only inside their update)."""
+    names = ("llm1", "llm2") if algo == "cory" else ("llm1",)
     if not sampling.is_exact:
         logger.warning("top_k=%s / top_p=%s / repetition_penalty=%s: tokens are drawn from a truncated or penalised "
                        "softmax, while the learners score them under logits / temperature (the action mask "
                        "included): the PPO ratio and the KL are then approximate (slightly off-policy); use top_k 0, "
-                       "top_p 1, repetition_penalty 1 for exact on-policy updates", config.top_k, config.top_p,
-                       config.repetition_penalty)
-    head_dropout = config.value_head_dropout
-    if config.gradient_checkpointing:
+                       "top_p 1, repetition_penalty 1 for exact on-policy updates", sampling.top_k, sampling.top_p,
+                       sampling.repetition_penalty)
+    head_dropout = model_config.value_head_dropout
+    if model_config.gradient_checkpointing:
         enable_activation_checkpointing(model)
-    if config.dtype != "float32" and not config.use_lora:
+    if model_config.dtype != "float32" and not model_config.use_lora:
         logger.warning("dtype=%s with full fine-tuning: Adam updates the %s weights directly (no float32 master "
                        "copy), so updates smaller than the weights' rounding step are lost; prefer float32 for full "
-                       "fine-tuning, or --use_lora true (adapters stay float32)", config.dtype, config.dtype)
-    if config.use_lora:
+                       "fine-tuning, or --use_lora true (adapters stay float32)", model_config.dtype,
+                       model_config.dtype)
+    if model_config.use_lora:
         from peft import LoraConfig
 
         lora = LoraConfig(
-            r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-            target_modules=[m.strip() for m in config.lora_target_modules.split(",") if m.strip()],
-            bias="none", task_type="CAUSAL_LM",
+            r=model_config.lora_r, lora_alpha=model_config.lora_alpha, lora_dropout=model_config.lora_dropout,
+            target_modules=model_config.lora_modules, bias="none", task_type="CAUSAL_LM",
         )
         shared = build_shared_lora(model, adapter_names=names, lora_config=lora)
         agents = {n: LLMAgent(shared, tokenizer, sampling=sampling, adapter_name=n, value_head_dropout=head_dropout)
@@ -128,16 +128,15 @@ def build_exchange(agents: dict[str, LLMAgent], ref: ReferenceModel, config: COR
                         reset_on_exchange=config.reset_on_exchange)
 
 
-def build_env(env_config: EnvConfig, tokenizer, config: CORYConfig, ppo_config: PPOConfig,
+def build_env(env_config: EnvConfig, tokenizer, *, batch_size: int, single_agent: bool = False,
               reward_fn=None) -> BatchedCORYEnv:
-    """The batched env with B = `ppo_config.batch_size` rows (the pioneer seat only for the PPO baseline)."""
-    return BatchedCORYEnv(
-        env_config, tokenizer, batch_size=ppo_config.batch_size, reward_fn=reward_fn,
-        single_agent=config.algo == "ppo",
-    )
+    """The batched env of `batch_size` rows (`PPOConfig.batch_size` in training); `single_agent`: the pioneer seat
+    only (single-agent baselines, the pioneer's evaluation); `reward_fn` overrides `env_config.reward`."""
+    return BatchedCORYEnv(env_config, tokenizer, batch_size=batch_size, reward_fn=reward_fn, single_agent=single_agent)
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
+    """Seed torch's global RNG; with `deterministic`, ``torch.use_deterministic_algorithms(True, warn_only=True)``."""
     torch.manual_seed(seed)
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)

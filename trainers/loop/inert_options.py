@@ -1,12 +1,11 @@
 """Options that do nothing in a given combination, named at the start of a run instead of being ignored silently.
 
-`inert_options(config, ppo_config, env_config)` returns one message per option (or group) that cannot take effect,
-each naming the option, its value, why, and what to change. `CORYTrainer` logs them as warnings before training.
-An option only counts when it differs from its default (or is switched on), so defaults never warn.
+`inert_options(configs)` returns one message per option (or group) that cannot take effect, each naming the
+option, its value, why, and what to change. `CORYTrainer` logs them as warnings before training. An option only
+counts when it differs from its default (or is switched on), so defaults never warn.
 
->>> from cory_env import EnvConfig
->>> from trainers.config import CORYConfig, PPOConfig
->>> inert_options(CORYConfig(num_iterations=3, role_exchange_period=5), PPOConfig(), EnvConfig())[0][:59]
+>>> from trainers.config import RunConfigs
+>>> inert_options(RunConfigs.from_flat({"num_iterations": 3, "role_exchange_period": 5}))[0][:59]
 'role_exchange_period=5 > num_iterations=3: no role exchange'
 """
 
@@ -15,8 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from cory_env import EnvConfig
-from trainers.config import CORYConfig, PPOConfig
+from trainers.config import RunConfigs
 
 __all__ = ["IGNORED_BY_LEARNER", "inert_options"]
 
@@ -39,15 +37,16 @@ def _changed(config: Any, *names: str) -> list[str]:
     return [f"{n}={getattr(config, n)!r}" for n in names if getattr(config, n) != defaults[n]]
 
 
-def inert_options(config: CORYConfig, ppo_config: PPOConfig, env_config: EnvConfig) -> list[str]:
+def inert_options(configs: RunConfigs) -> list[str]:
     """Messages for the options that cannot take effect in this combination (empty when every option counts).
 
     Args:
-        config, ppo_config, env_config: the run's three configs.
+        configs: the run's configs.
 
     Returns:
         One message per inert option or group of options, in config order.
     """
+    config, ppo_config, env_config, model_config = configs.run, configs.ppo, configs.env, configs.model
     out: list[str] = []
     period, n = config.role_exchange_period, config.num_iterations
     exchanges = config.algo == "cory" and 0 < period < n
@@ -64,13 +63,13 @@ def inert_options(config: CORYConfig, ppo_config: PPOConfig, env_config: EnvConf
         if moot:
             out.append(f"{', '.join(moot)} do(es) nothing with algo='ppo': the single-agent baseline has no "
                        "observer and no role exchange")
-    if not config.use_lora:
-        moot = _changed(config, "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+    if not model_config.use_lora:
+        moot = _changed(model_config, "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
         if moot:
             out.append(f"{', '.join(moot)} do(es) nothing without use_lora=True")
     ignored = _changed(ppo_config, *IGNORED_BY_LEARNER.get(config.learner, ()))
     if config.learner == "grpo":
-        ignored += _changed(config, "value_head_dropout")
+        ignored += _changed(model_config, "value_head_dropout")
         if ppo_config.kl_in_loss:
             ignored += _changed(ppo_config, "kl_penalty")  # the loss term is always k3
     if ignored:

@@ -3,13 +3,17 @@
 Two evaluations:
 
 * IMDB (default for IMDB checkpoints): task reward, KL to the reference, combined reward, distinct-1/2, mean
-  length and samples (`trainers.evaluation.evaluate_pioneer`).
+  length and samples (`trainers.evaluation.episodes.evaluate_pioneer`).
 * GSM8K (`--task gsm8k`): pass@1..5 on the test split (or its first `--limit N` problems) from `--num_samples`
   answers per problem, with the unbiased estimator and the paper's "any of the first k" form
-  (`trainers.passk.evaluate_pass_at_k`), sampled like the authors' script (top_k 10, top_p 0.7, temperature 1.0,
+  (`trainers.evaluation.passk.evaluate_pass_at_k`), sampled like the authors' script (top_k 10, top_p 0.7, temperature 1.0,
   repetition penalty 1.1, 256 new tokens). A checkpoint, or a base model without training (`--model`).
 
-Prints a short table and the JSON, and writes the JSON next to the checkpoint (or to `--out`).
+Prints a short table and the JSON, and writes the JSON next to the checkpoint (or to `--out`). The model is rebuilt
+from the run's recorded configs (`trainers.config.RunConfigs.from_flat`) and its trained weights are loaded with
+`trainers.loop.checkpoint.load_agent`: no learner or optimizer is built. The sampling options (`--temperature`,
+`--top_k`, `--top_p`, `--repetition_penalty`: `agents.SamplingConfig`) apply to GSM8K; an IMDB evaluation samples
+as the run trained.
 
 Examples:
     cory eval runs/imdb-quick
@@ -19,7 +23,6 @@ Examples:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -28,28 +31,21 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+from transformers import HfArgumentParser
 
 from agents import LLMAgent, SamplingConfig
-from cory_env import BatchedCORYEnv, EnvConfig, make_reward_fn
-from trainers import checkpoint as ckpt
-from trainers.build import build_agents, build_exchange, load_policy_model
-from trainers.config import CORYConfig, PPOConfig
-from trainers.evaluation import evaluate_pioneer
-from trainers.learners import kl_estimator
-from trainers.passk import PAPER_EVAL_SAMPLING, evaluate_pass_at_k
+from cory_env import EnvConfig, make_reward_fn
+from cory_env.tasks import task_tokenizer
+from trainers.config import RunConfigs
+from trainers.evaluation.episodes import evaluate_pioneer
+from trainers.evaluation.passk import PAPER_EVAL_SAMPLING, evaluate_pass_at_k
+from trainers.learning.learners import kl_estimator
+from trainers.loop import checkpoint as ckpt
+from trainers.loop.build import build_agents, build_env, load_policy_model
 
 logger = logging.getLogger(__name__)
 
 TASKS = ("imdb", "gsm8k")
-
-
-def configs_from_dict(flat: dict) -> tuple[EnvConfig, PPOConfig, CORYConfig]:
-    """Rebuild the three configs from a flat dict (a run's config.yaml or a checkpoint's trainer_state)."""
-    out = []
-    for cls in (EnvConfig, PPOConfig, CORYConfig):
-        names = {f.name for f in dataclasses.fields(cls)}
-        out.append(cls(**{k: v for k, v in flat.items() if k in names}))
-    return tuple(out)  # type: ignore[return-value]
 
 
 def format_table(result: dict) -> str:
@@ -72,8 +68,11 @@ def format_passk_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cory eval", description=__doc__.splitlines()[0])
+def build_parser() -> HfArgumentParser:
+    """The `cory eval` parser: the sampling options are `agents.SamplingConfig`'s fields, with the authors' GSM8K
+    evaluation sampling (`PAPER_EVAL_SAMPLING`) as defaults."""
+    parser = HfArgumentParser(SamplingConfig, prog="cory eval", description=__doc__.splitlines()[0])
+    parser.set_defaults(**dataclasses.asdict(PAPER_EVAL_SAMPLING))
     parser.add_argument("checkpoint", nargs="?", default=None,
                         help="A checkpoint folder (runs/X/checkpoints/iter-000009) or a run directory (its latest "
                              "checkpoint). Omit it with --task gsm8k --model NAME to evaluate a base model.")
@@ -108,11 +107,6 @@ def build_parser() -> argparse.ArgumentParser:
     gsm.add_argument("--problems_per_batch", type=int, default=8,
                      help="Problems sampled together; one batch is problems_per_batch * num_samples answers.")
     gsm.add_argument("--max_new_tokens", type=int, default=256, help="Tokens per answer (paper: 256).")
-    gsm.add_argument("--temperature", type=float, default=PAPER_EVAL_SAMPLING.temperature, help="Paper: 1.0.")
-    gsm.add_argument("--top_k", type=int, default=PAPER_EVAL_SAMPLING.top_k, help="Paper: 10; 0 = off.")
-    gsm.add_argument("--top_p", type=float, default=PAPER_EVAL_SAMPLING.top_p, help="Paper: 0.7; 1 = off.")
-    gsm.add_argument("--repetition_penalty", type=float, default=PAPER_EVAL_SAMPLING.repetition_penalty,
-                     help="Paper: 1.1; 1 = off.")
     gsm.add_argument("--prompt", choices=("auto", "chat", "plain"), default="auto",
                      help="auto: the tokenizer's chat template when it has one; plain: the authors' "
                           "'Question: ... Answer:' text.")
@@ -120,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_eval(argv: Sequence[str]) -> int:
-    args = build_parser().parse_args(argv)
+    """``cory eval ...``; returns the exit status."""
+    sampling, args = build_parser().parse_args_into_dataclasses(args=list(argv))
+    args.sampling = sampling
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     if args.checkpoint is None and args.model is None:
@@ -175,7 +171,8 @@ class _Loaded:
 
 
 def _load_checkpoint(args) -> _Loaded:
-    """The checkpoint's model in the evaluated seat (the pioneer's unless --model_name)."""
+    """The checkpoint's model in the evaluated seat (the pioneer's unless --model_name), with the run's layout and
+    sampling, its trained weights loaded (`checkpoint.load_agent`)."""
     path = Path(args.checkpoint)
     if not (path / "trainer_state.json").exists():
         latest = ckpt.latest_checkpoint(path)
@@ -183,16 +180,16 @@ def _load_checkpoint(args) -> _Loaded:
             raise FileNotFoundError(f"{path} is neither a checkpoint folder nor a run directory with checkpoints")
         path = latest
     state = ckpt.read_trainer_state(path)
-    env_cfg, ppo_cfg, cory_cfg = configs_from_dict(state["config"])
+    configs = RunConfigs.from_flat(state["config"])
     name = args.model_name or state["exchange"]["seats"]["pioneer"]
-    model, tokenizer = load_policy_model(cory_cfg.model, seed=cory_cfg.seed, task=env_cfg.task)
-    agents, ref = build_agents(model, tokenizer, cory_cfg)
+    model, tokenizer = load_policy_model(configs.model.model, seed=configs.run.seed,
+                                         task_tokenizer=task_tokenizer(configs.env.task))
+    agents, ref = build_agents(model, tokenizer, configs.model, configs.sampling, algo=configs.run.algo)
     if name not in agents:
         raise ValueError(f"--model_name {name!r} is not in this checkpoint; choose one of {sorted(agents)}")
-    exchange = build_exchange(agents, ref, cory_cfg, ppo_cfg, cory_cfg.learner)
-    ckpt.load_bundle(path, exchange.bundles[name], with_learner=False)
-    kind = kl_estimator(cory_cfg.learner, ppo_cfg)
-    return _Loaded(agents[name], ref, name, path, env_cfg, f"{cory_cfg.model} ({path}, {name})", kind)
+    ckpt.load_agent(path, name, agents[name])
+    kind = kl_estimator(configs.run.learner, configs.ppo)
+    return _Loaded(agents[name], ref, name, path, configs.env, f"{configs.model.model} ({path}, {name})", kind)
 
 
 def _eval_imdb(loaded: _Loaded, args) -> dict[str, Any]:
@@ -205,11 +202,10 @@ def _eval_imdb(loaded: _Loaded, args) -> dict[str, Any]:
         logger.warning("this run has no held-out slice (heldout_fraction=0): the evaluation queries are fresh-seed "
                        "draws from its training data; train with --heldout_fraction 0.1 for a held-out evaluation")
     eta = args.eta
-    if eta is None:
-        learner_json = json.loads((where / model_name / "learner.json").read_text(encoding="utf-8"))
-        eta = float(learner_json["kl_ctl"]["value"])
+    if eta is None:  # the model's final KL coefficient
+        eta = float(ckpt.read_learner_state(where, model_name, with_optimizer=False)["kl_ctl"]["value"])
     env_cfg = dataclasses.replace(env_cfg, reward=_run_reward(env_cfg.reward, args.reward))
-    env = BatchedCORYEnv(env_cfg, agent.tokenizer, batch_size=args.batch_size, single_agent=True)
+    env = build_env(env_cfg, agent.tokenizer, batch_size=args.batch_size, single_agent=True)
     result = evaluate_pioneer(agent, loaded.ref_model, env, num_batches=args.num_batches, seed=args.seed, eta=eta,
                               kl_penalty=loaded.kl_penalty)
     result = {"checkpoint": str(where), "model_name": model_name, "eta": eta,
@@ -251,8 +247,7 @@ def _eval_gsm8k(loaded: _Loaded, args) -> dict[str, Any]:
     task = make_gsm8k_task(env_cfg, agent.tokenizer, split="test", limit=args.limit,
                            max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens,
                            use_chat_template={"auto": None, "chat": True, "plain": False}[args.prompt])
-    agent.sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                                    repetition_penalty=args.repetition_penalty)
+    agent.sampling = args.sampling
     if args.out:
         out = Path(args.out)
     elif where is not None:

@@ -70,7 +70,7 @@ class Rollout:
 def score_rollout(agent, ref_model, rollout: Rollout, *, return_logits: bool = False):
     """The agent's and the reference model's scores of the rollout's responses, without gradients.
 
-    Both score under the distribution the tokens were sampled from (`agents.reference.policy_logits`: the agent's
+    Both score under the distribution the tokens were sampled from (`agents.forward.policy_logits`: the agent's
     temperature, the task's allowed tokens), so old log-probabilities, the KL to the reference and the ratios of the
     update all describe the same policy. The agent is put in eval mode first (no dropout in old values and
     log-probabilities).
@@ -118,8 +118,8 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int, *, side: str) -> t
 
 
 def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: torch.Generator | None = None,
-                 group_size: int = 1):
-    """Play one batch of episodes to the end.
+                 group_size: int = 1, queries: Sequence[str] | None = None):
+    """Play one batch of episodes to the end: the one rollout loop (training, evaluation, pass@k).
 
     Args:
         env: a `cory_env.BatchedCORYEnv`.
@@ -129,6 +129,8 @@ def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: tor
         generator: torch generator for sampling.
         group_size: k; rows [g·k, (g+1)·k) play the same query (record, query length and response length), so a
             group-relative learner (GRPO) compares k samples per query. 1 = every row its own query.
+        queries: B explicit query texts (``env.reset`` option ``"queries"``: used whole, records ``{"query": q}``)
+            instead of drawing them from the task's records; None draws.
 
     Returns:
         The env's `EpisodeTranscript`.
@@ -136,7 +138,12 @@ def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: tor
     Raises:
         KeyError: if the env selects a seat with no agent.
     """
-    obs, _ = env.reset(seed=seed, options={"group_size": group_size} if group_size > 1 else None)
+    options = {}
+    if group_size > 1:
+        options["group_size"] = group_size
+    if queries is not None:
+        options["queries"] = list(queries)
+    obs, _ = env.reset(seed=seed, options=options or None)
     for agent in agents.values():
         agent.reset_cache()
     while not env.done:

@@ -1,17 +1,17 @@
-"""`PPOLearner`: one agent's PPO update on a `Rollout` (TRL 0.11.4 `PPOTrainer.step` semantics).
+"""The update loop every learner shares: Adam, mini-batch order, gradient accumulation and clipping, data-parallel
+pooling, the batch-mean sequence KL and the checks around them.
 
-One `step(rollout)`:
+`PPOLearner` (`trainers.learning.ppo`) and `GRPOLearner` (`trainers.learning.grpo`) differ only in what they compute
+per mini-batch (their loss) and before it (advantages); one `step` of either reads, in order:
 
-1. score scaling / normalisation / clipping (`use_score_scaling`, `use_score_norm`, `score_clip`);
-2. one no-grad forward of the policy (old logprobs, values) and of the shared reference model (ref logprobs);
-3. shaped per-token rewards: −β·KL_t on every response token plus the score on the last one (β from the KL
-   controller), then GAE (γ, λ) → advantages (whitened) and returns;
-4. `ppo_epochs` passes of shuffled mini-batches with gradient accumulation, optional gradient clipping, the
-   ratio-threshold guard (skipped mini-batches are counted) and optional early stopping on the policy KL;
-5. the KL controller update with the batch-mean sequence KL and n_steps = batch size.
+1. `checked_rollout`: the seat's `Rollout` on the learner's device, exactly `batch_size` rows;
+2. per epoch, `backward_batches`: shuffled mini-batch indices grouped per optimiser step; each mini-batch's loss goes
+   through `pooled_minibatch_loss` (data-parallel token means, a non-finite loss raises `NonFiniteLossError` on every
+   process), then `optimizer_step` (gradient averaging, optional clipping, Adam from `make_adam`);
+3. `global_sequence_kl` for the KL controller and the logged ``kl``; `mean_over_minibatches` for the statistics.
 
-The learner owns everything that travels with a model at role exchange: the optimizer state, the KL controller and
-the score statistics (`state_dict` / `load_state_dict`, `reset_state` for the official code's reset-on-swap).
+`PolicyLearner` is that step, with the learner-specific parts (`prepare`, the mini-batch loss, extra statistics)
+left to `PPOLearner` and `GRPOLearner`. A custom learner can reuse any of these (docs/learners.md).
 """
 
 from __future__ import annotations
@@ -22,15 +22,26 @@ from typing import Any
 
 import torch
 
-from trainers import ppo_math
 from trainers.config import PPOConfig
-from trainers.distributed import DataParallel
-from trainers.kl_control import make_kl_controller
-from trainers.rollout import Rollout, score_rollout
-from trainers.score_scaling import RunningMoments, scale_scores
+from trainers.learning.kl_control import make_kl_controller
+from trainers.loop.distributed import DataParallel
+from trainers.loop.rollout import Rollout
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "NonFiniteLossError",
+    "PolicyLearner",
+    "backward_batches",
+    "checked_rollout",
+    "checked_trainable_parameters",
+    "global_sequence_kl",
+    "make_adam",
+    "mean_over_minibatches",
+    "optimizer_step",
+    "pooled_minibatch_loss",
+    "run_epochs",
+]
 
 _FUSED_ADAM_DEVICES = ("cpu", "cuda")
 _FUSED_ADAM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -185,95 +196,133 @@ def pooled_minibatch_loss(dist: DataParallel, loss: torch.Tensor, stats: dict[st
     return loss * weight, pooled
 
 
-class PPOLearner:
-    """PPO for one seat's agent against the shared frozen reference model.
+def run_epochs(config: PPOConfig, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter],
+               dist: DataParallel | None, generator: torch.Generator | None, minibatch_loss, *,
+               stop_after_epoch=None) -> tuple[list[dict[str, float]], int, bool]:
+    """`config.ppo_epochs` passes over the rollout: shuffled mini-batches (`backward_batches`), their losses
+    accumulated over `config.gradient_accumulation_steps`, one `optimizer_step` per backward batch.
 
     Args:
-        agent: an `agents.LLMAgent` (policy + value head) with `evaluate(...)` and `trainable_parameters()`.
-        ref_model: the shared frozen `agents.ReferenceModel` (never optimised).
-        config: `PPOConfig` (`batch_size` and `mini_batch_size` count this process's rows).
-        dist: the data-parallel group (`trainers.distributed.DataParallel`); default single process. With several
-            processes every statistic that steers the update (score moments, advantage whitening, the ratio guard,
-            early stopping, the KL controller) is global and gradients are averaged, so the replicas stay equal.
+        config: `PPOConfig` (ppo_epochs, batch sizes, gradient accumulation, max_grad_norm).
+        optimizer, params: the learner's optimizer and the parameters it updates.
+        dist: the data-parallel group (gradients averaged before each step), or None.
+        generator: the mini-batch order's generator (seeded by the trainer).
+        minibatch_loss: ``minibatch_loss(idx) -> (loss, stats)`` for the rows `idx` (int64 (b,)): a differentiable
+            float () loss (already `pooled_minibatch_loss`-weighted) and python-float statistics.
+        stop_after_epoch: ``stop_after_epoch(last_stats) -> bool``, asked after each epoch with the statistics of
+            its last mini-batch (PPO's early stopping); None never stops early.
+
+    Returns:
+        (every mini-batch's statistics in order, epochs run, whether `stop_after_epoch` stopped the update).
 
     Raises:
-        ValueError: if the reference model shares a trainable parameter with the agent.
+        NonFiniteLossError: from `optimizer_step` (a non-finite gradient norm) or the loss function.
+    """
+    stats: list[dict[str, float]] = []
+    epochs = 0
+    optimizer.zero_grad(set_to_none=True)
+    for _ in range(config.ppo_epochs):
+        for minibatches in backward_batches(config, generator):
+            for idx in minibatches:
+                loss, mb_stats = minibatch_loss(idx)
+                (loss / config.gradient_accumulation_steps).backward()
+                stats.append(mb_stats)
+            optimizer_step(optimizer, params, config.max_grad_norm, dist)
+        epochs += 1
+        if stop_after_epoch is not None and stop_after_epoch(stats[-1]):
+            return stats, epochs, True
+    return stats, epochs, False
+
+
+class PolicyLearner:
+    """The step both built-in learners take, around what differs between them (a template method).
+
+    A subclass implements `prepare` (no-grad scores of the rollout: old and reference log-probabilities, the
+    per-token KL it penalises, advantages, ...) and `_minibatch_loss` (its loss on some rows), and may add
+    `_stop_after_epoch` and `_update_stats`. `step` then runs the same sequence for every learner:
+
+    1. `checked_rollout`; `prepare`; β = the KL controller's value;
+    2. `run_epochs` over `_minibatch_loss` in train mode (eval mode again after it);
+    3. the KL controller's update with the batch-mean sequence KL (`global_sequence_kl` of ``prepare``'s ``kl``,
+       n_steps = the global batch size);
+    4. statistics: the mini-batch means, then task_reward, score, kl, kl_k1, kl_coef (β of this step), then the
+       learner's own (`_update_stats`), averaged over processes.
+
+    It owns what travels with a model at role exchange: the Adam state and the KL controller (`state_dict`,
+    `load_state_dict`, `reset_state`). Not required by the `Learner` protocol (`trainers.learning.learners`): a
+    custom learner may start from it or from nothing.
+
+    Args:
+        agent: an `agents.LLMAgent` with `evaluate(...)` and `trainable_parameters()`.
+        ref_model: the shared frozen `agents.ReferenceModel` (never optimised).
+        config: `PPOConfig` (sizes count this process's rows).
+        dist: the data-parallel group (`trainers.loop.distributed.DataParallel`); default single process.
+
+    Raises:
+        ValueError: settings the learner refuses (`check_config`), or a reference model that shares a trainable
+            parameter with the agent.
     """
 
-    name = "ppo"
+    name = "policy"
 
     def __init__(self, agent, ref_model, config: PPOConfig, *, dist: DataParallel | None = None) -> None:
-        self.agent = agent
-        self.ref_model = ref_model
-        self.config = config
+        self.check_config(config)
+        self.agent, self.ref_model, self.config = agent, ref_model, config
         self.dist = DataParallel() if dist is None else dist
         self._reduce_sum = self.dist.sum if self.dist.enabled else None
         self._params = checked_trainable_parameters(agent, ref_model)
         self.reset_state()
 
+    @staticmethod
+    def check_config(config: PPOConfig) -> None:
+        """Raise `ValueError` for settings this learner cannot run (none here)."""
+
     # ------------------------------------------------------------------ state that travels with the model
     def reset_state(self) -> None:
-        """Fresh Adam state, KL controller and score statistics (what the official code's disk swap does)."""
+        """Fresh Adam state and KL controller (what the official code's disk swap does)."""
         cfg = self.config
         self.optimizer = make_adam(self._params, cfg.learning_rate)
         self.kl_ctl = make_kl_controller(cfg.adap_kl_ctrl, cfg.init_kl_coef, cfg.target, cfg.horizon)
-        self.score_moments = RunningMoments()
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "optimizer": self.optimizer.state_dict(),
-            "kl_ctl": self.kl_ctl.state_dict(),
-            "score_moments": self.score_moments.state_dict(),
-        }
+        return {"optimizer": self.optimizer.state_dict(), "kl_ctl": self.kl_ctl.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.kl_ctl.load_state_dict(state["kl_ctl"])
-        self.score_moments.load_state_dict(state["score_moments"])
+
+    # ------------------------------------------------------------------ what a learner defines
+    def prepare(self, rollout: Rollout) -> dict[str, torch.Tensor]:
+        """No-grad tensors of the rollout; must hold ``logprobs``, ``ref_logprobs`` and ``kl`` (B, T)."""
+        raise NotImplementedError
+
+    def _minibatch_loss(self, rollout: Rollout, data: dict[str, torch.Tensor],
+                        idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """(loss, stats) on rows `idx`, through `pooled_minibatch_loss`."""
+        raise NotImplementedError
+
+    def _stop_after_epoch(self):
+        """`run_epochs`' ``stop_after_epoch`` (None: never stop early)."""
+        return None
+
+    def _update_stats(self, rollout: Rollout, data: dict[str, torch.Tensor], stats: list[dict[str, float]],
+                      epochs: int, stopped: bool) -> dict[str, float]:
+        """The learner's own statistics of this step (may pop per-mini-batch counters from `stats`)."""
+        return {}
 
     # ------------------------------------------------------------------ the update
-    def prepare(self, rollout: Rollout) -> dict[str, torch.Tensor]:
-        """Scores, old logprobs/values, reference logprobs, shaped rewards, advantages and returns (no grad).
-
-        Returns:
-            dict with float32 tensors: scores (B,), logprobs, ref_logprobs, values, kl, rewards, non_score_reward,
-            advantages, returns (all (B, T), zero on padding).
-        """
-        cfg = self.config
-        mask = rollout.response_mask
-        scores = scale_scores(
-            rollout.scores.float(), self.score_moments,
-            use_score_scaling=cfg.use_score_scaling, use_score_norm=cfg.use_score_norm, score_clip=cfg.score_clip,
-            reduce_sum=self._reduce_sum,
-        )
-        full = cfg.kl_penalty == "full"
-        old, ref = score_rollout(self.agent, self.ref_model, rollout, return_logits=full)
-        rewards, non_score_reward, kl = ppo_math.compute_rewards(
-            scores, old.logprobs, ref.logprobs, mask, self.kl_ctl.value, cfg.kl_penalty,
-            logits=old.logits if full else None, ref_logits=ref.logits if full else None,
-        )
-        advantages, returns = ppo_math.gae_advantages(rewards, old.values, mask, cfg.gamma, cfg.lam,
-                                                      whiten_rewards=cfg.whiten_rewards, reduce_sum=self._reduce_sum)
-        return {
-            "scores": scores, "logprobs": old.logprobs, "ref_logprobs": ref.logprobs, "values": old.values * mask,
-            "kl": kl, "rewards": rewards, "non_score_reward": non_score_reward,
-            "advantages": advantages, "returns": returns,
-        }
-
     def step(self, rollout: Rollout, *, generator: torch.Generator | None = None) -> dict[str, float]:
-        """One PPO update on `rollout`.
+        """One update on `rollout` (see the class docstring).
 
         Args:
             rollout: this seat's experience (B must equal `config.batch_size`).
             generator: torch generator for the mini-batch order (seeded by the trainer).
 
         Returns:
-            Flat stats (python floats): task_reward, score, kl (sequence KL to the reference: token sum of the
-            `kl_penalty` estimator that shapes the reward, batch mean, nats; TRL objective/kl; the KL controller
-            reads it), kl_k1 (the same with the k1 estimate logp − ref_logp), kl_coef (β used this step),
-            non_score_reward (= −β·kl),
-            policy_loss, value_loss, entropy, approx_kl, policy_kl, clipfrac, value_clipfrac, ratio,
-            response_len, skipped_batches, epochs.
+            Flat stats (python floats), averaged over processes: the mini-batch loss statistics; task_reward,
+            score; kl (sequence KL to the reference: token sum of the penalised estimator, batch mean, nats; the KL
+            controller reads it), kl_k1 (the same with the k1 estimate logp − ref_logp), kl_coef (β used this
+            step); then the learner's own (see its class docstring).
 
         Raises:
             ValueError: if the rollout batch size differs from `config.batch_size`.
@@ -285,66 +334,15 @@ class PPOLearner:
         data = self.prepare(rollout)
         kl_coef = float(self.kl_ctl.value)
         self.agent.train()
-        train_stats: list[dict[str, float]] = []
-        skipped = 0
-        epochs_done = 0
-        early_stop = False
-        self.optimizer.zero_grad(set_to_none=True)
-        for _ in range(cfg.ppo_epochs):
-            for minibatches in backward_batches(cfg, generator):
-                for idx in minibatches:
-                    stats, loss = self._minibatch_loss(rollout, data, idx)
-                    skipped += int(stats.pop("skipped"))
-                    (loss / cfg.gradient_accumulation_steps).backward()
-                    train_stats.append(stats)
-                optimizer_step(self.optimizer, self._params, cfg.max_grad_norm, self.dist)
-            epochs_done += 1
-            if cfg.early_stopping and self._global_policy_kl(train_stats[-1]) > 1.5 * cfg.target_kl:
-                early_stop = True
-                break
+        stats, epochs, stopped = run_epochs(cfg, self.optimizer, self._params, self.dist, generator,
+                                            lambda idx: self._minibatch_loss(rollout, data, idx),
+                                            stop_after_epoch=self._stop_after_epoch())
         self.agent.eval()
-        # TRL objective/kl: the estimator that shapes the reward (kl_penalty), summed over the response
-        mean_kl, mean_k1 = global_sequence_kl(data["kl"], data["logprobs"], data["ref_logprobs"], mask, self.dist)
-        self.kl_ctl.update(mean_kl, cfg.batch_size * self.dist.world_size)
-        out = mean_over_minibatches(train_stats)
-        out.update(
-            task_reward=float(rollout.task_reward.mean()),
-            score=float(rollout.scores.mean()),
-            kl=mean_kl,
-            kl_k1=mean_k1,
-            kl_coef=kl_coef,
-            non_score_reward=float((data["non_score_reward"] * mask).sum(dim=-1).mean()),
-            response_len=float(mask.sum(dim=-1).float().mean()),
-            skipped_batches=float(skipped),
-            epochs=float(epochs_done),
-            early_stopped=float(early_stop),
-        )
+        # TRL objective/kl: the estimator that shapes the reward (or the loss), summed over the response
+        seq_kl, seq_k1 = global_sequence_kl(data["kl"], data["logprobs"], data["ref_logprobs"], mask, self.dist)
+        self.kl_ctl.update(seq_kl, cfg.batch_size * self.dist.world_size)
+        own = self._update_stats(rollout, data, stats, epochs, stopped)
+        out = mean_over_minibatches(stats)
+        out.update(task_reward=float(rollout.task_reward.mean()), score=float(rollout.scores.mean()), kl=seq_kl,
+                   kl_k1=seq_k1, kl_coef=kl_coef, **own)
         return self.dist.mean_stats(out)
-
-    def _global_policy_kl(self, stats: dict[str, float]) -> float:
-        return self.dist.mean_stats({"policy_kl": stats["policy_kl"]})["policy_kl"]
-
-    def _minibatch_loss(self, rollout: Rollout, data: dict[str, torch.Tensor], idx: torch.Tensor):
-        mb = rollout.select(idx)
-        width = mb.response.shape[1]
-        new = self.agent.evaluate(mb.query, mb.query_mask, mb.response, mb.response_mask, allowed=mb.allowed)
-        loss, stats = ppo_math.ppo_loss(
-            logprobs=new.logprobs,
-            old_logprobs=data["logprobs"][idx, :width],
-            values=new.values,
-            old_values=data["values"][idx, :width],
-            advantages=data["advantages"][idx, :width],
-            returns=data["returns"][idx, :width],
-            mask=mb.response_mask,
-            entropy=new.entropy,
-            ent_coef=self.config.ent_coef,
-            cliprange=self.config.cliprange,
-            cliprange_value=self.config.cliprange_value,
-            vf_coef=self.config.vf_coef,
-            ratio_threshold=self.config.ratio_threshold,
-            reduce_sum=self._reduce_sum,
-        )
-        loss, stats = pooled_minibatch_loss(
-            self.dist, loss, stats, mb.response_mask, algo="PPO", terms=("policy_loss", "value_loss"),
-            fix="lower learning_rate or enable max_grad_norm / score_clip; the last checkpoint is intact")
-        return stats, loss

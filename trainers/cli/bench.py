@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from trainers.checkpoint import latest_checkpoint
-from trainers.metrics import METRICS_FILE, read_jsonl
-from trainers.plotting import plot_arm_means, plot_runs
+from trainers.cli.plot import QUANTITIES, plot_arm_means, plot_runs
+from trainers.loop.checkpoint import latest_checkpoint
+from trainers.loop.metrics import METRICS_FILE, read_jsonl
 
 # arm name -> `cory train` flags that define it (on top of the shared flags)
 ARMS: dict[str, list[str]] = {
@@ -38,7 +38,6 @@ ARMS: dict[str, list[str]] = {
     "cory-grpo": ["--algo", "cory", "--learner", "grpo", "--group_size", "4"],
     "grpo": ["--algo", "ppo", "--learner", "grpo", "--group_size", "4"],
 }
-QUANTITIES = ("task_reward", "kl", "combined_reward")
 
 
 def parse_arm(spec: str, seeds: Sequence[int]) -> tuple[str, list[int]]:

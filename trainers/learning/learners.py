@@ -5,7 +5,7 @@ trainer and the role-exchange wrapper only ever call the methods below. Any obje
 factory with `register_learner` and pick it with `--learner NAME` (guide: docs/learners.md).
 
 Agents act, learners learn (Tianshou's Policy/Algorithm split): acting on batched observations is the agent's job
-(`agents.LLMAgent.act_batch`, KV cached, called by `trainers.rollout.run_episodes`); a learner never samples. It
+(`agents.LLMAgent.act_batch`, KV cached, called by `trainers.loop.rollout.run_episodes`); a learner never samples. It
 receives a finished `Rollout` of its seat, re-scores it with `agent.evaluate` (and the reference model) and updates
 the agent's trainable parameters in place. So one agent class serves every learner, and a learner can be swapped
 without touching rollout code. A learner that needs several samples per query (GRPO) asks for them through
@@ -13,8 +13,8 @@ without touching rollout code. A learner that needs several samples per query (G
 
 | name | class | critic | notes |
 |---|---|---|---|
-| ``"ppo"`` | `trainers.ppo.PPOLearner` | value head | TRL 0.11 PPO, the paper's learner |
-| ``"grpo"`` | `trainers.grpo.GRPOLearner` | none | group-relative advantages, needs ``group_size >= 2`` |
+| ``"ppo"`` | `trainers.learning.ppo.PPOLearner` | value head | TRL 0.11 PPO, the paper's learner |
+| ``"grpo"`` | `trainers.learning.grpo.GRPOLearner` | none | group-relative advantages, needs ``group_size >= 2`` |
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
-from trainers.rollout import Rollout
+from trainers.loop.rollout import Rollout
 
 
 @runtime_checkable
@@ -48,19 +48,19 @@ class Learner(Protocol):
 
 
 def _ppo(agent, ref_model, config, dist=None):
-    from trainers.ppo import PPOLearner
+    from trainers.learning.ppo import PPOLearner
 
     return PPOLearner(agent, ref_model, config, dist=dist)
 
 
 def _grpo(agent, ref_model, config, dist=None):
-    from trainers.grpo import GRPOLearner
+    from trainers.learning.grpo import GRPOLearner
 
     return GRPOLearner(agent, ref_model, config, dist=dist)
 
 
 def _check_grpo(config) -> None:
-    from trainers.grpo import GRPOLearner
+    from trainers.learning.grpo import GRPOLearner
 
     GRPOLearner.check_config(config)
 
@@ -121,7 +121,7 @@ def make_learner(name: str, agent, ref_model, config, *, dist=None) -> Learner:
     """Build the learner registered as `name`.
 
     Args:
-        dist: the data-parallel group (`trainers.distributed.DataParallel`), passed as ``dist=`` to factories that
+        dist: the data-parallel group (`trainers.loop.distributed.DataParallel`), passed as ``dist=`` to factories that
             accept it; a factory without ``dist`` is called as ``factory(agent, ref_model, config)`` (one process
             only).
 
@@ -149,10 +149,10 @@ def make_learner(name: str, agent, ref_model, config, *, dist=None) -> Learner:
 
 def kl_estimator(name: str, config) -> str:
     """The per-token KL estimator learner `name` penalises and logs as ``kl`` (`ppo_math.kl_penalty` kind):
-    GRPO's (k3 when `kl_in_loss`, `trainers.grpo.penalised_kl_kind`), else `PPOConfig.kl_penalty`; evaluations
+    GRPO's (k3 when `kl_in_loss`, `trainers.learning.grpo.penalised_kl_kind`), else `PPOConfig.kl_penalty`; evaluations
     report the KL with the same estimator as training."""
     if name == "grpo":
-        from trainers.grpo import penalised_kl_kind
+        from trainers.learning.grpo import penalised_kl_kind
 
         return penalised_kl_kind(config)
     return config.kl_penalty

@@ -1,0 +1,55 @@
+"""The `cory` command line (console script ``cory = trainers.cli:main``; also ``python -m trainers.cli``).
+
+| command | module | what |
+|---|---|---|
+| ``cory train`` | `trainers.cli.train` | train with CORY or a single-agent baseline (options: the config dataclasses) |
+| (``cory train --num_processes N``) | `trainers.cli.launch` | start N data-parallel processes (accelerate launch) |
+| ``cory eval`` | `trainers.cli.eval` | the pioneer alone: a checkpoint on IMDB, or pass@k on GSM8K |
+| ``cory plot`` | `trainers.cli.plot` | PNG curves and a Pareto scatter of run directories |
+| ``cory bench`` | `trainers.cli.bench` | arms x seeds with identical settings, one table |
+
+Presets (`--preset NAME`) live in `trainers.cli.presets`. A command's module is imported only when the command
+runs, so ``cory eval`` never imports matplotlib and ``cory train`` never imports the plots.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+import warnings
+from typing import Sequence
+
+#: command -> "module:function" taking the command's arguments and returning the exit status.
+COMMANDS = {"train": "trainers.cli.train:run_train", "eval": "trainers.cli.eval:run_eval",
+            "plot": "trainers.cli.plot:run_plot", "bench": "trainers.cli.bench:run_bench"}
+
+USAGE = ("usage: cory {train,eval,plot,bench} [options]\n\n"
+         "  train   train with CORY (default) or the PPO baseline (--algo ppo); cory train --help\n"
+         "  eval    the pioneer alone: a checkpoint on IMDB, or pass@k on GSM8K (--task gsm8k); cory eval --help\n"
+         "  plot    plot run directories; cory plot --help\n"
+         "  bench   arms x seeds with identical settings, one table; cory bench --help\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``cory COMMAND ...``; returns the exit status (0 ok, 2 a user error reported in one line, 130 stopped)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # raised inside transformers when peft checks a LoRA model; nothing a user can act on
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command = argv[0]
+    if command not in COMMANDS:
+        print(f"cory: unknown command {command!r}; valid commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    module_name, func_name = COMMANDS[command].split(":")
+    try:
+        return getattr(importlib.import_module(module_name), func_name)(argv[1:])
+    except (ValueError, FileNotFoundError, FileExistsError, OSError) as exc:
+        print(f"cory {command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # before training started, or a second Ctrl-C: no checkpoint was written then
+        print(f"cory {command}: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,99 @@
+"""`cory train --num_processes N`: start N data-parallel training processes on this machine (``accelerate launch``).
+
+The launcher checks the settings once (`preflight`), so that a mistake is one error line and not one traceback per
+process, then runs ``python -m trainers.cli train ...`` (without ``--num_processes``) in every process and forwards
+Ctrl-C / SIGTERM / SIGHUP to them (docs/distributed.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import socket
+import subprocess
+import sys
+from typing import Sequence
+
+from trainers.config import CORYConfig, PPOConfig
+from trainers.learning.learners import check_learner
+from trainers.loop.distributed import check_device
+from trainers.loop.run_dir import check_output_dir
+
+
+def preflight(config: CORYConfig, ppo_config: PPOConfig, num_processes: int) -> None:
+    """The checks a launcher runs once before starting `num_processes` training processes: the device, the learner
+    and its settings, the run directory.
+
+    Raises:
+        ValueError / FileExistsError / FileNotFoundError: as `check_device`, `check_learner`, `check_output_dir`.
+    """
+    check_device(config.device, num_processes)
+    check_learner(config.learner, ppo_config)
+    check_output_dir(config, num_processes)
+
+
+def free_port() -> int:
+    """A TCP port that is free on this machine now (for the launcher's rendezvous)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def launch_command(num_processes: int, program: Sequence[str], *, port: int | None = None) -> list[str]:
+    """The ``accelerate launch`` command that runs `program` on `num_processes` processes of this machine.
+
+    Args:
+        num_processes: N >= 2.
+        program: what each process runs, e.g. ``["-m", "trainers.cli", "train", "--preset", "tiny"]`` or
+            ``["script.py", ...]``.
+        port: the rendezvous port; default a free one.
+
+    ``--multi_gpu`` selects accelerate's torchrun launcher, which also serves CPU-only machines (each process then
+    trains on the CPU with the gloo backend; `trainers.loop.distributed`).
+    """
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "1",
+            "--num_processes", str(num_processes), "--mixed_precision", "no", "--dynamo_backend", "no",
+            "--main_process_port", str(port or free_port()), *program]
+
+
+def run_launcher(cmd: list[str]) -> int:
+    """Run the launcher in its own session to its end and return its exit status.
+
+    SIGINT (Ctrl-C), SIGTERM and SIGHUP (the terminal closed) sent to this process are forwarded to the launcher,
+    which asks every training process to stop (they finish the iteration and write a checkpoint within the
+    launcher's shutdown timeout); this process keeps waiting, so no training process is orphaned. After a forwarded
+    signal the exit status is 130, as for a one-process run stopped by Ctrl-C.
+    """
+    proc = subprocess.Popen(cmd, start_new_session=True)  # the terminal's Ctrl-C reaches us only: no double signal
+    forwarded: list[int] = []
+
+    def forward(signum, frame):  # noqa: ARG001 - signal handler signature
+        forwarded.append(signum)
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        status = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 130 if forwarded and status != 0 else status
+
+
+def split_num_processes(argv: Sequence[str]) -> tuple[int, list[str]]:
+    """(N from ``--num_processes N``, 1 if absent; the other arguments).
+
+    Raises:
+        ValueError: a value that is not an integer >= 1.
+    """
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--num_processes", default="1")
+    known, rest = pre.parse_known_args(list(argv))
+    try:
+        n = int(known.num_processes)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"--num_processes must be an integer >= 1, got {known.num_processes!r}")
+    return n, rest

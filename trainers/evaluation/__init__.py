@@ -1,0 +1,9 @@
+"""Evaluation: the pioneer alone (as CORY is deployed) or both seats, on sampled episodes.
+
+| module | what |
+|---|---|
+| `episodes` | `evaluate_pioneer` (task reward, KL, distinct-n), `evaluate_collective`, `evaluation_batches` |
+| `passk` | pass@k estimators and the GSM8K pass@k run |
+
+Both play through `trainers.loop.rollout.run_episodes`, the loop training rolls out with.
+"""

@@ -1,0 +1,97 @@
+"""The run directory: what may be in it before a run starts, how a run starts in it, and what a resume may change.
+
+A run directory holds ``config.yaml`` (the flat config, `trainers.config.RunConfigs.to_flat`), ``metrics.jsonl``,
+``samples.jsonl``, TensorBoard events and ``checkpoints/`` (`trainers.loop.checkpoint`). A folder that holds a run
+is never changed without ``--resume`` (continue it) or ``--overwrite`` (replace it); every check here runs before
+anything is written.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainers.config import CORYConfig, RunConfigs
+from trainers.loop import checkpoint as ckpt
+from trainers.loop.metrics import METRICS_FILE
+
+CONFIG_FILE = "config.yaml"
+#: Fields that may change between a run and its resume (everything else must match the checkpoint's config).
+RESUMABLE_CHANGES = {"resume", "overwrite", "num_iterations", "checkpoint_every", "keep_checkpoints",
+                     "log_samples", "tensorboard", "torch_threads", "output_dir", "device"}
+
+
+def latest_checkpoint_or_raise(output_dir: Path) -> Path:
+    """The run's newest checkpoint; FileNotFoundError (naming the fix) when it has none."""
+    path = ckpt.latest_checkpoint(output_dir)
+    if path is None:
+        raise FileNotFoundError(f"--resume: {output_dir} has no checkpoint; drop --resume or --overwrite")
+    return path
+
+
+def check_process_count(state: dict[str, Any], num_processes: int, output_dir: Path) -> None:
+    """Raise `ValueError` unless a checkpoint's `trainer_state` was written by a run of `num_processes` processes."""
+    saved = int(state.get("num_processes", 1))
+    if saved != num_processes:
+        raise ValueError(
+            f"cannot resume {output_dir} with {num_processes} process(es): it was trained with {saved} "
+            f"(batch_size counts one process's episodes, so the global batch would change). "
+            f"Resume with --num_processes {saved}"
+        )
+
+
+def check_output_dir(config: CORYConfig, num_processes: int = 1) -> bool:
+    """Check `config.output_dir` against `resume` / `overwrite` without changing anything; True if it holds a run.
+
+    Raises:
+        FileExistsError: it holds a run and neither `resume` nor `overwrite` is set.
+        FileNotFoundError: `resume` without a run or without a checkpoint.
+        ValueError: `resume` of a run trained with another number of processes.
+    """
+    out = Path(config.output_dir)
+    has_run = out.exists() and any((out / f).exists() for f in (CONFIG_FILE, METRICS_FILE, ckpt.CHECKPOINT_DIR))
+    if has_run and not config.resume and not config.overwrite:
+        raise FileExistsError(
+            f"{out} already holds a run (config.yaml / metrics.jsonl / checkpoints); nothing was changed. "
+            "Pass --resume to continue it, --overwrite to replace it, or choose another --output_dir"
+        )
+    if config.resume and not has_run:
+        raise FileNotFoundError(f"--resume: {out} holds no run to resume; drop --resume to start one")
+    if config.resume:
+        check_process_count(ckpt.read_trainer_state(latest_checkpoint_or_raise(out)), num_processes, out)
+    return has_run
+
+
+def check_resumable(saved: dict[str, Any], current: dict[str, Any], output_dir: Path) -> None:
+    """Raise `ValueError` naming every field (other than `RESUMABLE_CHANGES`) where the flat config of a resume
+    differs from the checkpoint's; a field added after the run started reads as its default."""
+    saved = {**RunConfigs.from_flat({}).to_flat(), **saved}
+    diff = sorted(k for k in set(saved) | set(current)
+                  if k not in RESUMABLE_CHANGES and saved.get(k) != current.get(k))
+    if diff:
+        details = ", ".join(f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in diff)
+        raise ValueError(f"cannot resume {output_dir}: the config differs in {details}. "
+                         "Resume with the run's config.yaml (--config), or start a new --output_dir")
+
+
+def start_output_dir(output_dir: Path, flat_config: dict[str, Any], *, replace: bool) -> None:
+    """Create the run folder with its config.yaml. With `replace` (``--overwrite`` of a run) the old run is moved
+    aside first and deleted only once the new folder is written; if writing fails, the old run is put back."""
+    out = Path(output_dir)
+    aside = out.with_name(f".{out.name}.replaced-{os.getpid()}") if replace else None
+    if aside is not None:
+        os.rename(out, aside)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / CONFIG_FILE).write_text(yaml.safe_dump(flat_config, sort_keys=False))
+    except BaseException:
+        if aside is not None:
+            shutil.rmtree(out, ignore_errors=True)
+            os.rename(aside, out)
+        raise
+    if aside is not None:
+        shutil.rmtree(aside)

@@ -283,6 +283,9 @@ def summarise(rung_name: str, runs: list[dict], skipped: dict[str, str], argv: S
                      curves=[r["curve"] for r in rs])
         if all("train_cpu_s" in r for r in rs):
             entry["train_cpu_s"] = _mean_std(r["train_cpu_s"] for r in rs)[0]
+        if rung.floor_on_gain and rung.floors:  # when each seed first gained the (smallest) floor over its base
+            floor = min(rung.floors.values())
+            entry["to_floor"] = {"gain": floor, "per_seed": [first_reach(r["curve"], r["before"] + floor) for r in rs]}
         extra = [r["final_eval"] for r in rs if "final_eval" in r]
         for key in ("kl", "distinct_1", "distinct_2", "pioneer_task_reward", "observer_task_reward"):
             values = [e[key] for e in extra if key in e]
@@ -318,6 +321,18 @@ def reward_at_cpu(curve: Sequence[Sequence[float]], cpu_s: float) -> float | Non
     for (t0, r0), (t1, r1) in zip(points, points[1:]):
         if t0 <= cpu_s <= t1:
             return r0 if t1 == t0 else r0 + (r1 - r0) * (cpu_s - t0) / (t1 - t0)
+    return None
+
+
+def first_reach(curve: Sequence[Sequence[float]], target: float) -> dict | None:
+    """Where a run's curve ``[[episodes, reward(, training CPU s)], ...]`` first reaches `target`, linearly
+    interpolated between evaluation points: ``{"episodes", "train_cpu_s"}`` (CPU None when the curve has no CPU
+    times); None when it never does."""
+    for a, b in zip(curve, curve[1:]):
+        if b[1] >= target:
+            f = 1.0 if b[1] == a[1] else max(0.0, (target - a[1]) / (b[1] - a[1]))
+            cpu = a[2] + f * (b[2] - a[2]) if len(a) > 2 and len(b) > 2 else None
+            return {"episodes": a[0] + f * (b[0] - a[0]), "train_cpu_s": cpu}
     return None
 
 
@@ -432,16 +447,32 @@ def main(argv: Sequence[str] | None = None) -> dict:
     return report(result, out)
 
 
+def runs_from_summary(result: dict) -> list[dict]:
+    """Per-seed runs rebuilt from a result written before the JSON kept its runs: final, before (final − gain),
+    curve, episodes and metric per seed; CPU seconds, KL and distinct-n are the arm's means."""
+    runs = []
+    for arm, e in result["arms"].items():
+        extra = {key: e[key] for key in ("kl", "distinct_1", "distinct_2", "pioneer_task_reward",
+                                         "observer_task_reward") if key in e}
+        for i, seed in enumerate(e["seeds"]):
+            curve = e["curves"][i]
+            run = {"arm": arm, "seed": seed, "final": e["per_seed"][i],
+                   "before": e["per_seed"][i] - e["gain_per_seed"][i], "episodes": e["episodes"], "cpu_s": e["cpu_s"],
+                   "curve": curve, "metric": e["metric"], "final_eval": dict(extra)}
+            if curve and len(curve[-1]) > 2:
+                run["train_cpu_s"] = curve[-1][2]
+            runs.append(run)
+    return runs
+
+
 def merge(paths: Sequence[str], out: Path, argv: Sequence[str]) -> dict:
     """One result from several ladder JSONs of the same rung (runs made apart, e.g. one arm at a time): their runs
     are summarised together; each arm keeps the command that produced it (``commands``)."""
     parts = [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
     rungs = {part["rung"] for part in parts}
-    missing = [p for p, part in zip(paths, parts) if "runs" not in part]
-    if len(rungs) != 1 or missing:
-        raise SystemExit(f"--merge needs JSONs of one rung written with their runs; rungs {sorted(rungs)}, without "
-                         f"runs: {missing} (rerun them with this version of the script)")
-    runs = [run for part in parts for run in part["runs"]]
+    if len(rungs) != 1:
+        raise SystemExit(f"--merge needs JSONs of one rung, got rungs {sorted(rungs)}")
+    runs = [run for part in parts for run in (part["runs"] if "runs" in part else runs_from_summary(part))]
     skipped = {arm: why for part in parts for arm, why in part["skipped"].items()}
     result = summarise(rungs.pop(), runs, skipped, argv)
     result["commands"] = {arm: part["command"] for part in parts for arm in part["arms"]}

@@ -127,13 +127,27 @@ def test_merge_summarises_runs_made_apart(tmp_path):
         paths.append(tmp_path / f"{name}.json")
         paths[-1].write_text(json.dumps(part), encoding="utf-8")
     merged = merge([str(p) for p in paths], tmp_path / "m.json", ["--merge"])
+    (tmp_path / "x.json").write_text(json.dumps({**b, "rung": "sanity"}), encoding="utf-8")
     assert set(merged["arms"]) == {"cory", "cory-wo-kt"}
     assert merged["arms"]["cory"]["per_seed"] == [1.9, 1.7]
     assert not merged["floors"]["cory"]["met_on_every_seed"] and merged["ceilings"]["cory-wo-kt"]["met_on_every_seed"]
     assert merged["commands"]["cory-wo-kt"].endswith("--arms cory-wo-kt")
     assert json.loads((tmp_path / "m.json").read_text())["arms"]["cory"]["mean"] == pytest.approx(1.8)
-    old = dict(a)
+    old = dict(a)  # written before the JSON kept its runs: they are rebuilt from the arm's summary
     del old["runs"]
     (tmp_path / "old.json").write_text(json.dumps(old), encoding="utf-8")
-    with pytest.raises(SystemExit, match="without runs"):
-        merge([str(tmp_path / "old.json")], tmp_path / "m2.json", [])
+    again = merge([str(tmp_path / "old.json"), str(paths[1])], tmp_path / "m2.json", [])
+    for key in ("per_seed", "mean", "std", "before", "gain_per_seed", "train_cpu_s"):
+        assert again["arms"]["cory"][key] == pytest.approx(merged["arms"]["cory"][key]), key
+    assert again["arms"]["cory"]["curves"] == merged["arms"]["cory"]["curves"]
+    with pytest.raises(SystemExit, match="of one rung"):
+        merge([str(paths[0]), str(tmp_path / "x.json")], tmp_path / "m3.json", [])
+
+
+def test_first_reach_interpolates_episodes_and_cpu():
+    from benchmarks.learning import first_reach
+
+    curve = [[0, 0.1, 1.0], [100, 0.2, 11.0], [200, 0.4, 21.0]]
+    assert first_reach(curve, 0.3) == pytest.approx({"episodes": 150.0, "train_cpu_s": 16.0})
+    assert first_reach(curve, 0.5) is None
+    assert first_reach([[0, 0.1], [100, 0.5]], 0.3) == {"episodes": pytest.approx(50.0), "train_cpu_s": None}

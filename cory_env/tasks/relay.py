@@ -25,9 +25,8 @@ relay`).
 
 from __future__ import annotations
 
-from cory_env.data import heldout_split
 from cory_env.tasks.base import Task
-from cory_env.tasks.tiny_vocab import ANSWER_LEN, symbol_action_mask, tiny_vocab_records
+from cory_env.tasks.tiny_vocab import ANSWER_LEN, symbol_task
 
 __all__ = ["OBSERVER_TEMPLATE", "OBSERVER_TEMPLATE_WITHOUT_KT", "PIONEER_TEMPLATE", "WITHOUT_KT_OPTIMUM",
            "make_relay_task", "relay_reward"]
@@ -71,23 +70,13 @@ def make_relay_task(config=None, tokenizer=None) -> Task:
     """The relay task (see the module docstring).
 
     Args:
-        config: `EnvConfig`; ``heldout_fraction`` / ``query_split`` pick a side of the same held-out slice as
-            `tiny_vocab`; the template overrides are read by the env.
+        config: `EnvConfig` or None; ``heldout_fraction`` / ``query_split`` pick a side of the same held-out slice as
+            `tiny_vocab`; ``observer_template`` / ``pioneer_template``, when set, replace the task's.
         tokenizer: with the `tiny_vocab` tokenizer, the action mask allows only the 16 symbols and EOS.
 
     Returns:
         ``Task(name="relay", ...)``.
     """
-    return Task(
-        name="relay",
-        records=(tiny_vocab_records() if config is None
-                 else heldout_split(tiny_vocab_records(), config.query_split, config.heldout_fraction)),
-        reward_fn=relay_reward,
-        observer_template=OBSERVER_TEMPLATE,
-        pioneer_template=PIONEER_TEMPLATE,
-        observer_template_without_kt=OBSERVER_TEMPLATE_WITHOUT_KT,
-        query_tokens=None,
-        min_new_tokens=ANSWER_LEN,
-        max_new_tokens=ANSWER_LEN,
-        action_mask=symbol_action_mask(tokenizer),
-    )
+    return symbol_task("relay", relay_reward, config, tokenizer, observer_template=OBSERVER_TEMPLATE,
+                       pioneer_template=PIONEER_TEMPLATE,
+                       observer_template_without_kt=OBSERVER_TEMPLATE_WITHOUT_KT)

@@ -50,6 +50,7 @@ __all__ = [
     "VOCAB",
     "make_tiny_vocab_task",
     "symbol_action_mask",
+    "symbol_task",
     "tiny_vocab_records",
     "tiny_vocab_reward",
     "tiny_vocab_tokenizer",
@@ -141,15 +142,33 @@ def make_tiny_vocab_task(config=None, tokenizer=None) -> Task:
     Returns:
         ``Task(name="tiny_vocab", ...)``.
     """
+    return symbol_task("tiny_vocab", tiny_vocab_reward, config, tokenizer, observer_template=OBSERVER_TEMPLATE,
+                       pioneer_template=PIONEER_TEMPLATE)
+
+
+def symbol_task(name: str, reward_fn, config, tokenizer, *, observer_template: str, pioneer_template: str,
+                observer_template_without_kt: str | None = None) -> Task:
+    """A task over the 1820 symbol queries (`tiny_vocab_records`) with `ANSWER_LEN`-token answers: `tiny_vocab` and
+    `relay` differ only in their name, reward and templates.
+
+    Args:
+        name, reward_fn: the task's.
+        config: `EnvConfig` or None: ``heldout_fraction`` / ``query_split`` pick a side of the fixed held-out slice
+            (`cory_env.data.heldout_split`, by a hash of the query text); ``observer_template`` /
+            ``pioneer_template``, when set, replace the given templates.
+        tokenizer: with the task's own tokenizer, the action mask allows only the 16 symbols and EOS.
+        observer_template, pioneer_template, observer_template_without_kt: the task's templates.
+    """
     return Task(
-        name="tiny_vocab",
+        name=name,
         records=(tiny_vocab_records() if config is None
                  else heldout_split(tiny_vocab_records(), config.query_split, config.heldout_fraction)),
-        reward_fn=tiny_vocab_reward,
-        observer_template=OBSERVER_TEMPLATE if config is None or config.observer_template is None
+        reward_fn=reward_fn,
+        observer_template=observer_template if config is None or config.observer_template is None
         else config.observer_template,
-        pioneer_template=PIONEER_TEMPLATE if config is None or config.pioneer_template is None
+        pioneer_template=pioneer_template if config is None or config.pioneer_template is None
         else config.pioneer_template,
+        observer_template_without_kt=observer_template_without_kt,
         query_tokens=None,
         min_new_tokens=ANSWER_LEN,
         max_new_tokens=ANSWER_LEN,

@@ -84,6 +84,14 @@ def test_policy_logits_hand_values():
     torch.testing.assert_close(logprobs_from_logits(out[:, None], torch.tensor([[3]])), torch.log(probs[3]).view(1, 1))
 
 
+def test_policy_logits_default_temperature_is_one_and_two_halves():
+    raw = torch.tensor([[2.0, -4.0, 0.5]], dtype=torch.float16)
+    out = policy_logits(raw)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, torch.tensor([[2.0, -4.0, 0.5]]))  # T = 1: unchanged
+    torch.testing.assert_close(policy_logits(raw, temperature=2.0), torch.tensor([[1.0, -2.0, 0.25]]))
+
+
 def test_position_ids_from_mask_hand_values():
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 0]])
     assert position_ids_from_mask(mask).tolist() == [[1, 1, 0, 1, 2], [0, 1, 2, 3, 1]]

@@ -30,6 +30,20 @@ def test_collective_reward_hand_computed():
         collective_reward(r1, r2[:1])
 
 
+def test_collective_reward_computes_in_float64_and_rejects_a_non_finite_coef():
+    # float32 rewards (e.g. from a torch reward model) are widened first: the sums are float64 sums of the float32
+    # values, not float32 sums rounded afterwards
+    r1, r2 = np.array([0.1, 0.7], dtype=np.float32), np.array([0.3, 0.2], dtype=np.float32)
+    w1, w2 = r1.astype(np.float64), r2.astype(np.float64)
+    out = collective_reward(r1, r2, coef=0.3)
+    assert out["pioneer"].dtype == np.float64 and out["observer"].dtype == np.float64
+    np.testing.assert_array_equal(out["pioneer"], w1 + 0.3 * w2)
+    np.testing.assert_array_equal(out["observer"], w2 + 0.3 * w1)
+    assert not np.array_equal(out["observer"], (r2 + np.float32(0.3) * r1).astype(np.float64))  # the test can tell
+    with pytest.raises(ValueError, match="^coef must be finite, got nan"):
+        collective_reward(r1, r2, coef=float("nan"))
+
+
 def test_vader_scores_query_plus_response():
     vader = make_reward_fn("vader")
     assert isinstance(vader, VaderReward)

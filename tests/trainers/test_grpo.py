@@ -37,6 +37,44 @@ def test_group_advantages_rejects_bad_input(rewards, k):
         group_advantages(rewards, k)
 
 
+def test_group_advantages_errors_say_what_is_wrong():
+    with pytest.raises(ValueError, match="^rewards must be \\(B,\\), got shape \\(2, 2\\)"):
+        group_advantages(torch.zeros(2, 2), 2)
+    with pytest.raises(ValueError, match="^group_size must be >= 2 for group-relative advantages, got 1;"):
+        group_advantages(torch.zeros(4), 1)
+    with pytest.raises(ValueError, match="^5 rewards do not split into groups of 2;"):
+        group_advantages(torch.zeros(5), 2)
+
+
+def test_grpo_loss_default_clip_is_02():
+    # ratio 2, A = 1: max(-2, -clip(2, 0.8, 1.2)) = -1.2; pi = pi_ref gives a zero k3 KL
+    logp = torch.full((1, 1), math.log(2.0))
+    loss, stats = grpo_loss(logp, torch.zeros(1, 1), logp, torch.ones(1), torch.ones(1, 1, dtype=torch.bool))
+    assert loss.item() == pytest.approx(-1.2) and stats["clipfrac"] == 1.0 and stats["kl_loss"] == 0.0
+
+
+def test_grpo_loss_entropy_bonus_clip_range_and_statistics():
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    z = torch.zeros(1, 2)
+    # ratio 1, A = 1: policy loss -1; entropy bonus 0.5 * mean(1, 3) = 1 -> loss -2
+    loss, stats = grpo_loss(z, z, z, torch.ones(1), mask, entropy=torch.tensor([[1.0, 3.0]]), ent_coef=0.5)
+    assert loss.item() == pytest.approx(-2.0) and stats["entropy"] == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="^ent_coef > 0 needs the per-token entropy"):
+        grpo_loss(z, z, z, torch.ones(1), mask, ent_coef=0.5)
+    # the clip range is passed on: ratio 2 clipped at 1 + 0.5
+    logp = torch.full((1, 2), math.log(2.0))
+    loss, _ = grpo_loss(logp, z, logp, torch.ones(1), mask, cliprange=0.5)
+    assert loss.item() == pytest.approx(-1.5)
+    # log-ratios +0.2 and -0.2: approx_kl = 0.5 * mean(0.04, 0.04) = 0.02, policy_kl = mean(-0.2, 0.2) = 0,
+    # ratio = mean(e^0.2, e^-0.2) = cosh(0.2)
+    old = torch.full((1, 2), 0.1)
+    _, stats = grpo_loss(torch.tensor([[0.3, -0.1]]), old, z, torch.ones(1), mask)
+    assert stats["approx_kl"] == pytest.approx(0.02) and stats["policy_kl"] == pytest.approx(0.0, abs=1e-7)
+    assert stats["ratio"] == pytest.approx(math.cosh(0.2))
+    with pytest.raises(ValueError, match="^advantages must be \\(B,\\) = \\(1,\\), got \\(3,\\)"):
+        grpo_loss(z, z, z, torch.ones(3), mask)
+
+
 def test_grpo_loss_clips_ratio_and_adds_k3_kl():
     mask = torch.tensor([[True], [True]])
     old = torch.zeros(2, 1)

@@ -111,3 +111,12 @@ def test_update_rejects_bad_arguments():
         FixedKLController("0.1x")
     with pytest.raises(ValueError, match="kl_coef"):
         FixedKLController(-1.0)
+
+
+def test_errors_name_the_argument_and_the_controller_kind():
+    with pytest.raises(ValueError, match="^kl_coef must be a finite number >= 0"):
+        FixedKLController(-1.0)
+    with pytest.raises(ValueError, match="^FixedKLController state keys"):
+        FixedKLController(0.1).load_state_dict({"value": 0.1, "target": 6.0})
+    with pytest.raises(ValueError, match="^AdaptiveKLController state keys"):
+        AdaptiveKLController(0.1, 6.0, 10.0).load_state_dict({"value": 0.1})

@@ -121,6 +121,38 @@ def test_masked_stats_reject_bad_masks():
         masked_whiten(x, one)
 
 
+def test_masked_mean_error_says_whether_a_row_or_everything_is_empty():
+    x = torch.zeros(2, 2)
+    with pytest.raises(ValueError, match="^mask selects no token: are all responses empty\\?$"):
+        masked_mean(x, torch.zeros(2, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="^mask selects no token along dim=-1 in some row: are all responses empty\\?$"):
+        masked_mean(x, torch.tensor([[True, False], [False, False]]), dim=-1)
+
+
+def test_full_kl_needs_both_logits_of_the_same_shape():
+    z = torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="needs logits and ref_logits"):
+        kl_penalty(z, z, "full", logits=torch.zeros(1, 2, 3))
+    with pytest.raises(ValueError, match="needs logits and ref_logits"):
+        kl_penalty(z, z, "full", ref_logits=torch.zeros(1, 2, 3))
+    with pytest.raises(ValueError, match="ref_logits shape \\(1, 2, 1\\) does not match logits shape \\(1, 2, 3\\)"):
+        kl_penalty(z, z, "full", logits=torch.zeros(1, 2, 3), ref_logits=torch.zeros(1, 2, 1))  # would broadcast
+
+
+def test_kl_penalty_default_kind_is_k1():
+    logp, ref = torch.tensor([[-1.0, -3.0]]), torch.tensor([[-2.0, -1.0]])
+    torch.testing.assert_close(kl_penalty(logp, ref), torch.tensor([[1.0, -2.0]]))
+
+
+def test_masked_var_error_says_how_many_elements_it_needs():
+    x = torch.tensor([[1.0, 2.0]])
+    with pytest.raises(ValueError, match="^mask selects 1 element\\(s\\); the unbiased variance needs at least 2 \\(PPO"):
+        masked_var(x, torch.tensor([[True, False]]))
+    with pytest.raises(ValueError, match="^mask selects 0 element\\(s\\); the variance needs at least 1 \\(PPO"):
+        masked_var(x, torch.tensor([[False, False]]), unbiased=False)
+    assert masked_var(x, torch.tensor([[True, False]]), unbiased=False).item() == 0.0
+
+
 def test_masked_stats_do_not_edit_inputs():
     x = torch.randn(3, 4)
     mask = torch.ones(3, 4, dtype=torch.bool)
@@ -238,6 +270,23 @@ def test_compute_rewards_rejects_bad_input():
         compute_rewards(torch.zeros(2), z, z, full.long(), 0.1)
 
 
+def test_compute_rewards_with_kl_coef_zero_is_the_score_alone():
+    # beta = 0 is allowed (no KL penalty): rewards = score on the last real token, 0 elsewhere
+    logp, ref = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-3.0, -1.0]])
+    rewards, non_score, kl = compute_rewards(torch.tensor([4.0]), logp, ref, torch.ones(1, 2, dtype=torch.bool), 0.0)
+    torch.testing.assert_close(rewards, torch.tensor([[0.0, 4.0]]))
+    torch.testing.assert_close(kl, torch.tensor([[2.0, -1.0]]))
+    assert (non_score == 0).all()
+
+
+def test_compute_rewards_errors_name_the_input_and_the_batch_size():
+    z = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="does not match logprobs shape \\(2, 3\\)"):
+        compute_rewards(torch.zeros(2), z, z, torch.ones(2, 4, dtype=torch.bool), 0.1)
+    with pytest.raises(ValueError, match="scores shape \\(3,\\) does not match batch size 2;"):
+        compute_rewards(torch.zeros(3), z, z, torch.ones(2, 3, dtype=torch.bool), 0.1)
+
+
 @pytest.mark.parametrize("kind", KL_PENALTY_KINDS)
 @pytest.mark.parametrize("pattern", PATTERNS)
 def test_compute_rewards_matches_trl(kind, pattern):
@@ -303,6 +352,44 @@ def test_gae_matches_naive_per_row_and_whitens():
     torch.testing.assert_close(masked_var(white, mask), torch.ones((), dtype=torch.float64), atol=1e-6, rtol=0)
 
 
+def test_gae_defaults_are_gamma_one_and_lambda_095():
+    # V = 0: A_2 = 2, A_1 = 0 + 1 * 0.95 * 2 = 1.9, A_0 = 1 + 0.95 * 1.9 = 2.805 (PPOConfig's gamma=1, lam=0.95)
+    rewards = torch.tensor([[1.0, 0.0, 2.0]])
+    adv, _ = gae_advantages(rewards, torch.zeros(1, 3), torch.ones(1, 3, dtype=torch.bool), whiten=False)
+    torch.testing.assert_close(adv, torch.tensor([[2.805, 1.9, 2.0]]))
+    # with values gamma enters the TD error too: V = 1 everywhere, gamma = 1: deltas [1, 0, 1], A_0 = 1 + 0.95 * 0.95
+    adv_v, ret_v = gae_advantages(rewards, torch.ones(1, 3), torch.ones(1, 3, dtype=torch.bool), whiten=False)
+    torch.testing.assert_close(adv_v, torch.tensor([[1.9025, 0.95, 1.0]]))
+    torch.testing.assert_close(ret_v, adv_v + 1.0)
+
+
+def test_gae_on_one_token_responses():
+    # T = 1: no bootstrap value, A = r - V, R = r
+    adv, ret = gae_advantages(torch.tensor([[3.0], [5.0]]), torch.tensor([[1.0], [2.0]]),
+                              torch.ones(2, 1, dtype=torch.bool), whiten=False)
+    torch.testing.assert_close(adv, torch.tensor([[2.0], [3.0]]))
+    torch.testing.assert_close(ret, torch.tensor([[3.0], [5.0]]))
+
+
+def test_gae_rejects_mismatched_inputs_by_name():
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    with pytest.raises(ValueError, match="values shape \\(1, 1\\) does not match rewards shape"):
+        gae_advantages(torch.zeros(1, 3), torch.zeros(1, 1), mask)  # (1, 1) would broadcast silently
+    with pytest.raises(ValueError, match="does not match rewards shape \\(1, 2\\)"):
+        gae_advantages(torch.zeros(1, 2), torch.zeros(1, 2), mask)
+
+
+def test_gae_whitens_rewards_with_the_pooled_statistics():
+    # rewards 1, 2, 3 on this process and the same on another: mean 2, pooled variance 4 / 6 * 6 / 5 = 0.8;
+    # whiten_rewards keeps the mean: r' = (r - 2) / sqrt(0.8) + 2. gamma = lam = 1, V = 0: A_t = sum of r'_k, k >= t
+    rewards = torch.tensor([[1.0, 2.0, 3.0]])
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    adv, _ = gae_advantages(rewards, torch.zeros(1, 3), mask, gamma=1.0, lam=1.0, whiten=False, whiten_rewards=True,
+                            reduce_sum=_two_identical_processes)
+    k = 1 / math.sqrt(0.8 + 1e-8)
+    torch.testing.assert_close(adv, torch.tensor([[6.0, 4.0 + k, 2.0 + k]]))
+
+
 def test_gae_outputs_are_detached():
     values = torch.randn(2, 3, requires_grad=True)
     adv, ret = gae_advantages(torch.randn(2, 3), values, torch.ones(2, 3, dtype=torch.bool))
@@ -349,12 +436,60 @@ def test_value_loss_hand_computed():
     assert clipfrac.item() == pytest.approx(0.5)
 
 
+def test_policy_loss_default_clip_is_02_and_checks_every_input():
+    # ratio 2, A = 1: max(-2, -clip(2, 0.8, 1.2)) = -1.2 with the default eps = 0.2, clipfrac 1
+    mask1, mask2 = torch.ones(1, 1, dtype=torch.bool), torch.ones(1, 2, dtype=torch.bool)
+    loss, clipfrac = policy_loss(torch.full((1, 1), math.log(2.0)), torch.zeros(1, 1), torch.ones(1, 1), mask1)
+    assert loss.item() == pytest.approx(-1.2) and clipfrac.item() == 1.0
+    _, frac64 = policy_loss(*(torch.zeros(1, 1, dtype=torch.float64) for _ in range(3)), mask1)
+    assert frac64.dtype == torch.float64  # the clip fraction has the log-probabilities' dtype
+    one, two = torch.zeros(1, 1), torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="does not match logprobs shape \\(1, 2\\)"):
+        policy_loss(two, two, two, torch.ones(1, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="old_logprobs shape \\(1, 2\\) does not match logprobs shape \\(1, 1\\)"):
+        policy_loss(one, two, two, mask1)
+    with pytest.raises(ValueError, match="old_logprobs shape \\(1, 1\\)"):
+        policy_loss(two, one, two, mask2)
+    with pytest.raises(ValueError, match="advantages shape \\(1, 1\\)"):
+        policy_loss(two, two, one, mask2)
+
+
+def test_value_loss_default_clip_is_02_and_errors_name_values():
+    # V = 0, V_old = 1, R = 0: clipped V = 0.8 (default c = 0.2), max(0, 0.64) = 0.64, loss 0.32, clipfrac 1
+    loss, clipfrac = value_loss(torch.zeros(1, 1), torch.ones(1, 1), torch.zeros(1, 1), torch.ones(1, 1, dtype=torch.bool))
+    assert loss.item() == pytest.approx(0.32) and clipfrac.item() == 1.0
+    with pytest.raises(ValueError, match="does not match values shape"):
+        value_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 3, dtype=torch.bool))
+    # each of the three (B, T) inputs is checked against the others (a (1, 1) one would broadcast silently)
+    one, two = torch.zeros(1, 1), torch.zeros(1, 2)
+    mask1, mask2 = torch.ones(1, 1, dtype=torch.bool), torch.ones(1, 2, dtype=torch.bool)
+    with pytest.raises(ValueError, match="old_values shape \\(1, 2\\) does not match values shape \\(1, 1\\)"):
+        value_loss(one, two, two, mask1)
+    with pytest.raises(ValueError, match="old_values shape \\(1, 1\\)"):
+        value_loss(two, one, two, mask2)
+    with pytest.raises(ValueError, match="returns shape \\(1, 1\\)"):
+        value_loss(two, two, one, mask2)
+    # the clip fraction has the values' dtype
+    _, frac64 = value_loss(two.double(), two.double(), two.double(), mask2)
+    assert frac64.dtype == torch.float64
+
+
 def test_approx_kl_and_policy_kl_hand_computed():
     logp = torch.tensor([[-1.0, -2.0, 0.0]])
     old = torch.tensor([[-1.5, -1.0, 9.0]])
     mask = torch.tensor([[True, True, False]])
     assert approx_kl(logp, old, mask).item() == pytest.approx(0.5 * (0.25 + 1.0) / 2)
     assert policy_kl(logp, old, mask).item() == pytest.approx((-0.5 + 1.0) / 2)
+
+
+def test_kl_statistics_reject_broadcastable_shapes():
+    one, three = torch.zeros(1, 1), torch.zeros(1, 3)
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    for fn in (approx_kl, policy_kl):
+        with pytest.raises(ValueError, match="old_logprobs shape \\(1, 3\\) does not match logprobs shape \\(1, 1\\)"):
+            fn(one, three, mask)
+        with pytest.raises(ValueError, match="old_logprobs shape \\(1, 1\\) does not match logprobs shape \\(1, 3\\)"):
+            fn(three, one, mask)
 
 
 def test_ppo_loss_combines_and_backpropagates():
@@ -412,7 +547,92 @@ def test_ppo_loss_matches_trl(pattern, threshold):
     assert stats["skipped"] == float(stats["ratio"] > threshold)
 
 
+# ---- data-parallel pooling (reduce_sum), in-process --------------------------------------------------------------
+# `reduce_sum` sums a tensor over processes; these fakes stand for other processes so the pooled maths is checked
+# without spawning any (the DDP subprocess tests check the real all-reduce end to end).
+
+
+def _two_identical_processes(t: torch.Tensor) -> torch.Tensor:
+    return 2 * t  # another process holding exactly the same tokens
+
+
+def test_pooled_whitening_hand_computed():
+    x = torch.tensor([[1.0, 2.0, 3.0, 9.0]])
+    mask = torch.tensor([[True, True, True, False]])
+    # one process: mean 2, squared deviations 1 + 0 + 1 = 2 over n = 3 -> unbiased variance 2 / 2 = 1
+    torch.testing.assert_close(masked_whiten(x, mask, reduce_sum=lambda t: t), masked_whiten(x, mask))
+    # two identical processes: n = 6, squared deviations 4 -> unbiased variance 4 / 5 = 0.8 (mean still 2)
+    expected = (x - 2.0) / math.sqrt(0.8 + 1e-8)
+    torch.testing.assert_close(masked_whiten(x, mask, reduce_sum=_two_identical_processes), expected)
+    torch.testing.assert_close(masked_whiten(x, mask, shift_mean=False, reduce_sum=_two_identical_processes),
+                               expected + 2.0)
+
+
+def test_pooled_whitening_counts_tokens_over_all_processes():
+    x, one = torch.tensor([[5.0, 7.0]]), torch.tensor([[True, False]])
+    with pytest.raises(ValueError, match="over all processes"):
+        masked_whiten(x, one, reduce_sum=lambda t: t)  # 1 token in all: no unbiased variance
+    # 1 token here + the same token on another process = 2 tokens, both 5: variance 0, whitened value 0
+    out = masked_whiten(x, one, reduce_sum=_two_identical_processes)
+    assert out[0, 0].item() == pytest.approx(0.0)
+
+
+def test_pooled_gae_whitens_with_the_global_statistics():
+    rewards = torch.tensor([[0.0, 3.0], [1.0, 0.0]])
+    mask = torch.tensor([[True, True], [True, False]])
+    # gamma = lam = 1, V = 0: A = [[3, 3], [1, 0]]; real tokens 3, 3, 1: mean 7/3, squared deviations 8/3
+    adv, _ = gae_advantages(rewards, torch.zeros(2, 2), mask, gamma=1.0, lam=1.0, reduce_sum=_two_identical_processes)
+    var = (2 * 8 / 3) / 5  # pooled over 6 tokens, Bessel n / (n - 1) with n = 6
+    expected = (torch.tensor([[3.0, 3.0], [1.0, 0.0]]) - 7 / 3) / math.sqrt(var + 1e-8)
+    masked_close(adv, expected, mask)
+    assert adv[1, 1].item() == 0.0
+
+
+def test_ppo_loss_takes_the_skip_decision_on_every_process_ratio():
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    logp = torch.zeros(1, 2)  # ratio 1 on this process's 2 tokens
+    args = (logp, torch.zeros(1, 2), torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2), mask)
+
+    def other_process_has_ratio_4_on_4_tokens(t: torch.Tensor) -> torch.Tensor:
+        return t + torch.tensor([16.0, 4.0]) if t.shape == (2,) else t  # (Σ ratio, n) of the other process
+
+    # pooled mean ratio (2 + 16) / (2 + 4) = 3 > 2: every process skips, although this one's mean is 1
+    loss, stats = ppo_loss(*args, ratio_threshold=2.0, reduce_sum=other_process_has_ratio_4_on_4_tokens)
+    assert stats["skipped"] == 1.0 and loss.item() == 0.0
+    assert stats["ratio"] == pytest.approx(1.0)  # the logged ratio stays this process's own
+    _, local = ppo_loss(*args, ratio_threshold=2.0)
+    assert local["skipped"] == 0.0
+    # pooled mean (2 + 4) / (2 + 4) = 1 <= 2: kept
+    _, kept = ppo_loss(*args, ratio_threshold=2.0, reduce_sum=lambda t: t + torch.tensor([4.0, 4.0])
+                       if t.shape == (2,) else t)
+    assert kept["skipped"] == 0.0
+
+
+def test_ppo_loss_pooled_variances_and_nan_below_two_tokens():
+    mask = torch.tensor([[True, True, False]])
+    ret = torch.tensor([[1.0, 3.0, 50.0]])
+    old_values = torch.tensor([[0.0, 4.0, 50.0]])
+    z = torch.zeros(1, 3)
+    _, stats = ppo_loss(z, z, z, old_values, z, ret, mask, reduce_sum=_two_identical_processes)
+    # returns 1, 3 twice: mean 2, squared deviations 4 over n = 4 -> 4 / 3; old values 0, 4: 16 / 3
+    assert stats["returns_var"] == pytest.approx(4 / 3)
+    assert stats["values_var"] == pytest.approx(16 / 3)
+    _, local = ppo_loss(z, z, z, old_values, z, ret, mask)
+    assert local["returns_var"] == pytest.approx(2.0) and local["values_var"] == pytest.approx(8.0)
+    one = torch.tensor([[True, False, False]])
+    _, single = ppo_loss(z, z, z, old_values, z, ret, one, reduce_sum=lambda t: t)
+    assert math.isnan(single["returns_var"]) and math.isnan(single["values_var"])
+    _, single_local = ppo_loss(z, z, z, old_values, z, ret, one)
+    assert math.isnan(single_local["returns_var"]) and single_local["returns_mean"] == 1.0
+
+
 # ---- score scaling -------------------------------------------------------------------------------------------------
+
+
+def test_scale_scores_default_divides_by_the_running_std_without_centring():
+    # fresh moments + [1, 3]: mean 2, running var 1 (count ~2), std = sqrt(1 * 2 / 1) = sqrt(2); default: x / std
+    out = scale_scores(torch.tensor([1.0, 3.0]), RunningMoments())
+    torch.testing.assert_close(out, torch.tensor([1.0, 3.0]) / math.sqrt(2.0))
 
 
 def test_running_moments_hand_computed_and_checkpointable():

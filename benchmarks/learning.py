@@ -128,16 +128,26 @@ RUNGS: dict[str, Rung] = {
     ),
 }
 
-#: Other libraries' arms: module with `train_and_evaluate(seed, episodes, eval_episodes) -> dict`.
-EXTERNAL_ARMS = {"tianshou": "examples.tianshou_marl", "sb3-maskable-ppo": "examples.sb3_baseline",
-                 "torchrl": "examples.torchrl_marl", "trl-grpo": "benchmarks.trl_grpo"}
-#: What each external arm's reward is (the single-agent SB3 arm plays the pioneer seat alone).
-EXTERNAL_METRIC = {"tianshou": "collective", "sb3-maskable-ppo": "pioneer", "torchrl": "collective",
-                   "trl-grpo": "pioneer"}
-#: The rung each external arm runs on, and the extra its library comes from.
-EXTERNAL_RUNG = {"tianshou": "tiny_vocab", "sb3-maskable-ppo": "tiny_vocab", "torchrl": "tiny_vocab",
-                 "trl-grpo": "imdb"}
-EXTERNAL_EXTRA = {"tianshou": "dev", "sb3-maskable-ppo": "baselines", "torchrl": "baselines", "trl-grpo": "trl"}
+@dataclass(frozen=True)
+class ExternalArm:
+    """Another library's arm: `module` has ``train_and_evaluate(seed, episodes, eval_episodes) -> dict``; it runs on
+    `rung`, reports `metric` ("collective", or "pioneer" for a single-agent arm), and its library comes from the
+    project's extra `extra`; `requires` are modules it imports only when it runs (checked before running)."""
+
+    module: str
+    metric: str
+    rung: str
+    extra: str
+    requires: tuple[str, ...] = ()
+
+
+#: Other libraries' arms.
+EXTERNAL_ARMS = {
+    "tianshou": ExternalArm("examples.tianshou_marl", "collective", "tiny_vocab", "dev"),
+    "sb3-maskable-ppo": ExternalArm("examples.sb3_baseline", "pioneer", "tiny_vocab", "baselines"),
+    "torchrl": ExternalArm("examples.torchrl_marl", "collective", "tiny_vocab", "baselines"),
+    "trl-grpo": ExternalArm("benchmarks.trl_grpo", "pioneer", "imdb", "trl", requires=("trl",)),
+}
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -238,11 +248,11 @@ def run_external_arm(arm: str, seed: int, episodes: int, eval_episodes: int) -> 
     import torch
 
     torch.set_num_threads(1)
-    module = importlib.import_module(EXTERNAL_ARMS[arm])
+    module = importlib.import_module(EXTERNAL_ARMS[arm].module)
     start = time.process_time()
     out = module.train_and_evaluate(seed=seed, episodes=episodes, eval_episodes=eval_episodes)
     run = {"arm": arm, "seed": seed, "final": out["after"], "before": out["before"], "episodes": out["episodes"],
-           "cpu_s": time.process_time() - start, "curve": out.get("curve", []), "metric": EXTERNAL_METRIC[arm]}
+           "cpu_s": time.process_time() - start, "curve": out.get("curve", []), "metric": EXTERNAL_ARMS[arm].metric}
     run.update({key: out[key] for key in ("final_eval", "train_cpu_s") if key in out})
     return run
 
@@ -250,11 +260,10 @@ def run_external_arm(arm: str, seed: int, episodes: int, eval_episodes: int) -> 
 def _external_available(arm: str) -> str | None:
     """None when the arm can run, else why not."""
     try:
-        importlib.import_module(EXTERNAL_ARMS[arm])
-        if arm == "trl-grpo":
-            importlib.import_module("trl")
+        for module in (EXTERNAL_ARMS[arm].module, *EXTERNAL_ARMS[arm].requires):
+            importlib.import_module(module)
     except ImportError as err:
-        return f"not installed ({err}); pip install -e \".[{EXTERNAL_EXTRA[arm]}]\""
+        return f"not installed ({err}); pip install -e \".[{EXTERNAL_ARMS[arm].extra}]\""
     return None
 
 
@@ -423,8 +432,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     skipped = {}
     for arm in arms:
         if arm in EXTERNAL_ARMS:
-            if args.rung != EXTERNAL_RUNG[arm]:
-                skipped[arm] = f"only on the {EXTERNAL_RUNG[arm]} rung"
+            if args.rung != EXTERNAL_ARMS[arm].rung:
+                skipped[arm] = f"only on the {EXTERNAL_ARMS[arm].rung} rung"
             elif (why := _external_available(arm)) is not None:
                 skipped[arm] = why
     arms = [a for a in arms if a not in skipped]

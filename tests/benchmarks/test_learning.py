@@ -79,8 +79,8 @@ def test_ceilings_hold_only_when_every_seed_stays_below():
 def test_external_arms_run_on_their_own_rung_only(tmp_path):
     from benchmarks import learning
 
-    for arm, rung in learning.EXTERNAL_RUNG.items():
-        assert rung in learning.RUNGS and arm in learning.EXTERNAL_ARMS and arm in learning.EXTERNAL_METRIC
+    for spec in learning.EXTERNAL_ARMS.values():
+        assert spec.rung in learning.RUNGS and spec.metric in ("collective", "pioneer")
     with pytest.raises(SystemExit):  # an unknown arm is refused before anything runs
         learning.main(["--rung", "sanity", "--arms", "no-such-arm", "--out", str(tmp_path / "x.json")])
     result = learning.main(["--rung", "sanity", "--arms", "trl-grpo", "tianshou", "--out", str(tmp_path / "x.json")])

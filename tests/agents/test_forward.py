@@ -15,6 +15,7 @@ import torch
 
 from agents import LLMAgent, ReferenceModel, SamplingConfig
 from agents.forward import (
+    check_response_inputs,
     entropy_from_logits,
     logprobs_from_logits,
     policy_logits,
@@ -221,3 +222,53 @@ def test_response_forward_keeps_the_positions_that_predict_the_response(tiny_mod
     assert out.logits.shape == (2, 3, tiny_model.config.vocab_size) and out.hidden.shape[:2] == (2, 3)
     full = tiny_model(torch.tensor([[7, 8, 9, 10, 14, 15]])).logits[0]
     torch.testing.assert_close(out.logits[1, :2], full[3:5], rtol=1e-5, atol=1e-5)
+
+
+class _RecordingModel(torch.nn.Module):
+    """The tiny model, recording the keyword arguments of every forward call."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.calls = model, []
+
+    def forward(self, **kwargs):
+        self.calls.append(kwargs)
+        return self.model(**kwargs)
+
+
+@pytest.mark.parametrize("pad_columns", [0, 1, 2])
+def test_response_forward_skips_all_padding_columns_and_computes_only_the_needed_logits(tiny_model, pad_columns):
+    # query (2, 2 + pad_columns): the first `pad_columns` columns are padding in both rows; row 0 has one more
+    query = torch.tensor([[0] * pad_columns + [0, 5], [0] * pad_columns + [7, 8]])
+    query_mask = torch.tensor([[False] * pad_columns + [False, True], [False] * pad_columns + [True, True]])
+    response, response_mask = torch.tensor([[11, 12, 13], [14, 15, 0]]), torch.tensor([[1, 1, 1], [1, 1, 0]]).bool()
+    spy = _RecordingModel(tiny_model)
+    out = response_forward(spy, query, query_mask, response, response_mask)
+    (call,) = spy.calls
+    assert call["input_ids"].shape == (2, 2 + 3)  # the all-padding columns never reach the model
+    assert call["logits_to_keep"] == 3 + 1  # T + 1 positions: Q - 1 + t predicts response token t
+    assert call["use_cache"] is False and call["output_hidden_states"] is False  # default: no hidden states
+    assert out.hidden is None and out.logits.shape == (2, 3, tiny_model.config.vocab_size)
+    # the same numbers as the untrimmed row alone: row 1 is [7, 8, 14, 15]
+    full = tiny_model(torch.tensor([[7, 8, 14, 15]])).logits[0]
+    torch.testing.assert_close(out.logits[1, :2], full[1:3], rtol=1e-5, atol=1e-5)
+
+
+def test_check_response_inputs_errors_name_the_input_and_what_it_got():
+    query, query_mask, response, response_mask = _batch()  # query (2, 4), response (2, 3)
+    with pytest.raises(TypeError, match=r"^query must be an int64 tensor of shape \(B, length\), got <class 'list'> \(\)$"):
+        check_response_inputs(query.tolist(), query_mask, response, response_mask)
+    with pytest.raises(TypeError, match=r"^response must be an int64 tensor .*, got torch\.float32 \(2, 3\)$"):
+        check_response_inputs(query, query_mask, response.float(), response_mask)
+    with pytest.raises(TypeError, match=r"^query must be .*, got torch\.int64 \(4,\)$"):
+        check_response_inputs(query[0], query_mask, response, response_mask)
+    with pytest.raises(ValueError, match=r"^response_mask must have the shape of its ids \(2, 3\), got \(2, 2\)$"):
+        check_response_inputs(query, query_mask, response, response_mask[:, :2])
+    with pytest.raises(ValueError, match=r"^query_mask must have the shape of its ids \(2, 4\), got \(\)$"):
+        check_response_inputs(query, None, response, response_mask)
+    with pytest.raises(ValueError, match=r"^query batch 2 != response batch 1$"):
+        check_response_inputs(query, query_mask, response[:1], response_mask[:1])
+    with pytest.raises(ValueError, match=r"^query and response need >= 1 column, got Q=4, T=0$"):
+        check_response_inputs(query, query_mask, response[:, :0], response_mask[:, :0])
+    with pytest.raises(ValueError, match=r"^query and response need >= 1 column, got Q=0, T=3$"):
+        check_response_inputs(query[:, :0], query_mask[:, :0], response, response_mask)

@@ -107,6 +107,8 @@ def test_update_rejects_bad_arguments():
         ctl.update(float("inf"), 1)
     with pytest.raises(ValueError, match="n_steps"):
         ctl.update(1.0, -1)
+    ctl.update(100.0, 0)  # zero samples is allowed (an empty step): beta stays put
+    assert ctl.value == 0.1
     with pytest.raises(TypeError, match="kl_coef"):
         FixedKLController("0.1x")
     with pytest.raises(ValueError, match="kl_coef"):

@@ -626,6 +626,60 @@ def test_ppo_loss_pooled_variances_and_nan_below_two_tokens():
     assert math.isnan(single_local["returns_var"]) and single_local["returns_mean"] == 1.0
 
 
+def _one_clipped_token(**kwargs):
+    # one real token (and one padding token): ratio exp(log 1.5) = 1.5, advantage 1; value 1 from old value 0,
+    # return 2
+    mask = torch.tensor([[True, False]])
+    logp = torch.tensor([[math.log(1.5), 7.0]])
+    values = torch.tensor([[1.0, 9.0]])
+    z = torch.zeros(1, 2)
+    return ppo_loss(logp, z, values, z, torch.ones(1, 2), torch.full((1, 2), 2.0), mask, **kwargs)
+
+
+def test_ppo_loss_defaults_clip_both_ranges_at_02_and_weigh_the_value_loss_01():
+    loss, stats = _one_clipped_token()
+    # policy: max(-1 · 1.5, -1 · clamp(1.5, 0.8, 1.2)) = -1.2
+    # value: clipped prediction 0 + clamp(1, -0.2, 0.2) = 0.2; 0.5 · max((1 - 2)², (0.2 - 2)²) = 0.5 · 3.24 = 1.62
+    assert stats["policy_loss"] == pytest.approx(-1.2)
+    assert stats["value_loss"] == pytest.approx(1.62)
+    assert stats["clipfrac"] == 1.0 and stats["value_clipfrac"] == 1.0
+    assert loss.item() == pytest.approx(-1.2 + 0.1 * 1.62)
+
+
+def test_ppo_loss_passes_its_clip_ranges_on():
+    loss, stats = _one_clipped_token(cliprange=0.4, cliprange_value=0.5, vf_coef=1.0)
+    # policy: clamp(1.5, 0.6, 1.4) = 1.4 -> -1.4; value: 0.5 · max(1, (0.5 - 2)²) = 0.5 · 2.25 = 1.125
+    assert stats["policy_loss"] == pytest.approx(-1.4)
+    assert stats["value_loss"] == pytest.approx(1.125)
+    assert loss.item() == pytest.approx(-1.4 + 1.125)
+
+
+def test_ppo_loss_keeps_a_mean_ratio_equal_to_the_threshold():
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    z = torch.zeros(1, 2)
+    # ratio exp(0) = 1 exactly: TRL skips only when the mean ratio is strictly above the threshold
+    _, stats = ppo_loss(z, z, z, z, torch.ones(1, 2), torch.ones(1, 2), mask, ratio_threshold=1.0)
+    assert stats["skipped"] == 0.0
+    _, pooled = ppo_loss(z, z, z, z, torch.ones(1, 2), torch.ones(1, 2), mask, ratio_threshold=1.0,
+                         reduce_sum=lambda t: t)
+    assert pooled["skipped"] == 0.0
+
+
+def test_ppo_loss_pooled_skip_decision_ignores_padding():
+    # padding token with ratio e^7 ≈ 1097: a pooled mean over real tokens only is 1.5 <= 2, so nothing is skipped
+    _, stats = _one_clipped_token(ratio_threshold=2.0, reduce_sum=lambda t: t)
+    assert stats["skipped"] == 0.0 and stats["ratio"] == pytest.approx(1.5)
+
+
+def test_ppo_loss_refuses_an_entropy_of_another_shape_and_a_bonus_without_entropy():
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    z = torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="entropy shape \\(1, 1\\) does not match logprobs shape \\(1, 2\\)"):
+        ppo_loss(z, z, z, z, z, z, mask, entropy=torch.zeros(1, 1))  # logged only, still checked
+    with pytest.raises(ValueError, match="ent_coef > 0 needs the per-token entropy"):
+        ppo_loss(z, z, z, z, z, z, mask, ent_coef=0.1)
+
+
 # ---- score scaling -------------------------------------------------------------------------------------------------
 
 

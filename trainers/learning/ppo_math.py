@@ -584,16 +584,15 @@ def ppo_loss(
     Source:
         TRL 0.11.4 `PPOTrainer.loss`; PPO: arXiv:1707.06347 (eq. 9 for the entropy bonus; CleanRL `ppo.py`).
     """
-    _check_mask(mask, logprobs, "logprobs")
-    _check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs, values=values, old_values=old_values,
-                      advantages=advantages, returns=returns)
+    # policy_loss and value_loss check the mask and their three tensors each: all six are then mask-shaped
+    if entropy is not None:
+        _check_same_shape(logprobs=logprobs, entropy=entropy)
+    elif ent_coef:
+        raise ValueError("ent_coef > 0 needs the per-token entropy (pass entropy=)")
     pg_loss, pg_clipfrac = policy_loss(logprobs, old_logprobs, advantages, mask, cliprange)
     vf_loss, vf_clipfrac = value_loss(values, old_values, returns, mask, cliprange_value)
     loss = pg_loss + vf_coef * vf_loss
     if ent_coef:
-        if entropy is None:
-            raise ValueError("ent_coef > 0 needs the per-token entropy (pass entropy=)")
-        _check_same_shape(logprobs=logprobs, entropy=entropy)
         loss = loss - ent_coef * masked_mean(entropy, mask)
     ratio = torch.exp(logprobs - old_logprobs).detach()
     ratio_mean = masked_mean(ratio, mask)
@@ -627,7 +626,6 @@ def ppo_loss(
             "values_var": _stat_var(old_values, mask, reduce_sum),
         }
         if entropy is not None:
-            _check_same_shape(logprobs=logprobs, entropy=entropy)
             stats["entropy"] = masked_mean(entropy, mask)
     out = {name: float(value.detach()) for name, value in stats.items()}
     out["skipped"] = float(skipped)

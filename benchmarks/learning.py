@@ -199,23 +199,29 @@ class TrainingClock:
                 "curve": [[n, e["reward"], round(t, 2)] for n, e, t in curve]}
 
 
-def build_arm_trainer(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = ()):
-    """(`CORYTrainer`, iterations) for one of this project's arms on a rung: the rung's flags, then the arm's, then
+def arm_configs(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = ()):
+    """(`RunConfigs`, iterations) of one of this project's arms on a rung: the rung's flags, then the arm's, then
     `flags`; one torch thread; ``iterations = episodes // batch_size`` (at least 1)."""
-    import torch
-
     from trainers.cli.bench import ARMS
     from trainers.cli.train import parse_train_args
+
+    configs = parse_train_args(
+        [*RUNGS[rung_name].flags, *ARMS[arm], *flags, "--seed", str(seed), "--output_dir", run_dir,
+         "--overwrite", "true", "--tensorboard", "false", "--log_samples", "0", "--torch_threads", "1",
+         "--num_iterations", "1"])
+    iterations = max(1, episodes // configs.ppo.batch_size)
+    return configs._replace(run=replace(configs.run, num_iterations=iterations)), iterations
+
+
+def build_arm_trainer(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = ()):
+    """(`CORYTrainer`, iterations) for one of this project's arms on a rung (`arm_configs`), on one torch thread."""
+    import torch
+
     from trainers.loop.cory import CORYTrainer
 
     torch.set_num_threads(1)
-    rung = RUNGS[rung_name]
-    configs = parse_train_args(
-        [*rung.flags, *ARMS[arm], *flags, "--seed", str(seed), "--output_dir", run_dir, "--overwrite", "true",
-         "--tensorboard", "false", "--log_samples", "0", "--torch_threads", "1", "--num_iterations", "1"])
-    iterations = max(1, episodes // configs.ppo.batch_size)
-    configs = configs._replace(run=replace(configs.run, num_iterations=iterations))
-    return CORYTrainer(*configs, reward_fn=rung.reward_fn), iterations
+    configs, iterations = arm_configs(rung_name, arm, seed, episodes, run_dir, flags)
+    return CORYTrainer(*configs, reward_fn=RUNGS[rung_name].reward_fn), iterations
 
 
 def eval_points(rung: Rung, iterations: int) -> list[int]:

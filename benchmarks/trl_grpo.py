@@ -5,9 +5,9 @@
 
 Everything but the trainer is shared with the `grpo` arm, so the two arms differ only in the learner's code:
 
-* **model**: the same SmolLM2-135M-Instruct + LoRA (r, alpha, dropout, target modules), built by the same
-  `CORYTrainer` constructor the `grpo` arm uses (`learning.build_arm_trainer`); TRL trains that PEFT model in
-  place, and its reference model is the base with the adapter disabled, as ours.
+* **model**: the same SmolLM2-135M-Instruct + LoRA (r, alpha, dropout, target modules), from the `grpo` arm's own
+  configs (`learning.arm_configs`), loaded once by `load_policy_model`; TRL wraps it in the LoRA adapter and
+  trains that in place, and its reference model is the base with the adapter disabled, as ours.
 * **queries**: the exact query stream of the `grpo` arm: iteration i's group heads from
   ``env.reset(seed=derive_seed(seed, i, 2), group_size=k)`` (training slice only), in order (TRL's dataset shuffle
   off), each answered k times.
@@ -49,29 +49,33 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
     from peft import LoraConfig
 
     from agents import LLMAgent, ReferenceModel
-    from benchmarks.learning import EVAL_SEED_BASE, RUNGS, TrainingClock, build_arm_trainer, eval_points
+    from benchmarks.learning import EVAL_SEED_BASE, RUNGS, TrainingClock, arm_configs, eval_points
     from cory_env.tasks import task_tokenizer
     from trainers.evaluation.episodes import evaluate_heldout
     from trainers.learning.learners import kl_estimator
-    from trainers.loop.build import load_policy_model
+    from trainers.loop.build import build_env, load_policy_model
     from trainers.loop.cory import derive_seed
 
+    torch.set_num_threads(1)
     rung = RUNGS[rung_name]
     tmp = tempfile.TemporaryDirectory(prefix="cory-trl-grpo-")
     run_dir = run_dir or tmp.name
-    ours, iterations = build_arm_trainer(rung_name, "grpo", seed, episodes, f"{run_dir}/ours")
-    ppo, cfg, model_cfg = ours.ppo_config, ours.config, ours.configs.model
-    k, env = ppo.group_size, ours.env
-    sampling = ours.exchange.seats["pioneer"].agent.sampling
+    configs, iterations = arm_configs(rung_name, "grpo", seed, episodes, f"{run_dir}/ours")
+    ppo, cfg, model_cfg, env_cfg, sampling = configs.ppo, configs.run, configs.model, configs.env, configs.sampling
+    k = ppo.group_size
+    base, tokenizer = load_policy_model(model_cfg.model, seed=cfg.seed, dtype=model_cfg.dtype,
+                                        task_tokenizer=task_tokenizer(env_cfg.task))
+    env = build_env(env_cfg, tokenizer, batch_size=ppo.batch_size, single_agent=cfg.algo == "ppo",
+                    reward_fn=rung.reward_fn)
     model = None  # TRL's PEFT model, once built
 
     def evaluate() -> dict:
         was_training = model.training
         model.eval()
         try:
-            seats = {"pioneer": LLMAgent(model, ours.tokenizer, sampling=sampling, adapter_name="default")}
-            return evaluate_heldout(seats, ReferenceModel(model, disable_adapters=True), ours.env_config,
-                                    ours.tokenizer, episodes=eval_episodes, seed=EVAL_SEED_BASE + seed,
+            seats = {"pioneer": LLMAgent(model, tokenizer, sampling=sampling, adapter_name="default")}
+            return evaluate_heldout(seats, ReferenceModel(model, disable_adapters=True), env_cfg,
+                                    tokenizer, episodes=eval_episodes, seed=EVAL_SEED_BASE + seed,
                                     reward_fn=rung.reward_fn, kl_penalty=kl_estimator("grpo", ppo))
         finally:
             model.train(was_training)
@@ -95,10 +99,10 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
         per_device_train_batch_size=ppo.mini_batch_size, gradient_accumulation_steps=1,
         steps_per_generation=steps_per_generation, num_generations=k, num_iterations=ppo.ppo_epochs,
         max_steps=iterations * steps_per_generation * ppo.ppo_epochs, beta=ppo.init_kl_coef,
-        epsilon=ppo.cliprange, scale_rewards="group", temperature=ours.configs.sampling.temperature, top_k=0,
+        epsilon=ppo.cliprange, scale_rewards="group", temperature=sampling.temperature, top_k=0,
         top_p=1.0,
-        max_completion_length=ours.env_config.max_new_tokens,
-        generation_kwargs={"min_new_tokens": ours.env_config.min_new_tokens}, shuffle_dataset=False,
+        max_completion_length=env_cfg.max_new_tokens,
+        generation_kwargs={"min_new_tokens": env_cfg.min_new_tokens}, shuffle_dataset=False,
         gradient_checkpointing=False, disable_dropout=False, bf16=False, disable_tqdm=True,
     )
     updates_per_iteration = steps_per_generation * ppo.ppo_epochs
@@ -114,13 +118,9 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
 
     torch.manual_seed(seed)
     lora = LoraConfig(r=model_cfg.lora_r, lora_alpha=model_cfg.lora_alpha, lora_dropout=model_cfg.lora_dropout,
-                      bias="none",
-                      target_modules=[m.strip() for m in model_cfg.lora_target_modules.split(",") if m.strip()],
-                      task_type="CAUSAL_LM")
-    base, _ = load_policy_model(model_cfg.model, seed=cfg.seed, dtype=model_cfg.dtype,
-                                task_tokenizer=task_tokenizer(ours.env_config.task))
+                      bias="none", target_modules=model_cfg.lora_modules, task_type="CAUSAL_LM")
     trainer = trl.GRPOTrainer(model=base, reward_funcs=reward, args=args, train_dataset=dataset,
-                              processing_class=ours.tokenizer, callbacks=[HeldOut()], peft_config=lora)
+                              processing_class=tokenizer, callbacks=[HeldOut()], peft_config=lora)
     model = trainer.model
     curve.append(clock.point("trl-grpo", seed, 0, evaluate()))
     trainer.train()

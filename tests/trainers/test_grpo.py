@@ -196,3 +196,98 @@ def test_logged_kl_is_the_penalised_estimator(grpo_parts, tiny_tok, kind, kl_in_
     assert stats["kl_k1"] == pytest.approx(float((d * rollout.response_mask).sum(-1).mean()), abs=1e-5)
     e = max(-0.2, min(0.2, expected / 0.05 - 1))
     assert learner.kl_ctl.value == pytest.approx(0.2 * (1 + e * 4 / 20.0), rel=1e-6)
+
+
+def _grpo_rollout(agent, tiny_tok, batch_size: int, scores=None, *, mask_unused_tokens: bool = False):
+    """A real group rollout (group size 2) of `batch_size` rows; optional scores; optionally an action mask that
+    forbids every token the responses do not use (the sampled tokens stay allowed)."""
+    env = BatchedCORYEnv(EnvConfig(min_new_tokens=2, max_new_tokens=4, context_len=48), tiny_tok,
+                         batch_size=batch_size, single_agent=True)
+    transcript = run_episodes(env, {"pioneer": agent}, seed=0, generator=torch.Generator().manual_seed(0),
+                              group_size=2)
+    rollout = rollout_from_transcript(transcript, "pioneer", tiny_tok.pad_token_id)
+    fields = dict(vars(rollout))
+    if scores is not None:
+        fields["scores"] = torch.tensor(scores)
+    if mask_unused_tokens:
+        allowed = torch.zeros(len(tiny_tok), dtype=torch.bool)
+        allowed[rollout.response[rollout.response_mask]] = True
+        fields["allowed"] = allowed
+    return rollout.__class__(**fields)
+
+
+def test_group_statistics_are_per_group(grpo_parts, tiny_tok):
+    agent, ref, _ = grpo_parts
+    config = PPOConfig(batch_size=6, mini_batch_size=6, group_size=2, init_kl_coef=0.0, adap_kl_ctrl=False)
+    # groups [1, 1], [2, 0], [0, 4]: within-group stds 0, √2, 2√2 -> mean √2; one group of three has no signal
+    rollout = _grpo_rollout(agent, tiny_tok, 6, [1.0, 1.0, 2.0, 0.0, 0.0, 4.0])
+    stats = GRPOLearner(agent, ref, config).step(rollout, generator=torch.Generator().manual_seed(0))
+    assert stats["reward_std"] == pytest.approx(math.sqrt(2.0), rel=1e-6)
+    assert stats["zero_std_groups"] == pytest.approx(1 / 3)
+    assert stats["response_len"] == pytest.approx(float(rollout.response_mask.sum()) / 6)
+
+
+def test_scale_rewards_false_only_centres_each_group(grpo_parts, tiny_tok):
+    agent, ref, _ = grpo_parts
+    rollout = _grpo_rollout(agent, tiny_tok, 4, [0.0, 3.0, 1.0, 1.0])
+    config = PPOConfig(batch_size=4, mini_batch_size=4, group_size=2, scale_rewards=False, init_kl_coef=0.0,
+                       adap_kl_ctrl=False)
+    data = GRPOLearner(agent, ref, config).prepare(rollout)
+    torch.testing.assert_close(data["advantages"], torch.tensor([-1.5, 1.5, 0.0, 0.0]))  # r - group mean
+
+
+@pytest.mark.parametrize("kl_in_loss", [True, False])
+def test_minibatch_loss_is_on_policy_under_the_action_mask_and_adds_its_terms(grpo_parts, tiny_tok, kl_in_loss):
+    agent, ref, _ = grpo_parts
+    with torch.no_grad():  # policy != reference, so the k3 term is not zero
+        next(iter(agent.trainable_parameters())).add_(0.05)
+    rollout = _grpo_rollout(agent, tiny_tok, 4, [0.0, 1.0, 2.0, 0.0], mask_unused_tokens=True)
+    config = PPOConfig(batch_size=4, mini_batch_size=4, group_size=2, kl_in_loss=kl_in_loss, init_kl_coef=0.3,
+                       adap_kl_ctrl=False, ent_coef=0.2)
+    learner = GRPOLearner(agent, ref, config)
+    data = learner.prepare(rollout)
+    loss, stats = learner._minibatch_loss(rollout, data, torch.arange(4))
+    # before any update the policy is the one that scored the rollout: ratio 1, no policy KL, nothing clipped; it
+    # holds only if both forwards score under the same action mask (the mask changes every log-probability here)
+    assert stats["ratio"] == pytest.approx(1.0, abs=1e-6) and stats["policy_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert stats["kl_loss"] > 1e-6 and stats["entropy"] > 0
+    beta = 0.3 if kl_in_loss else 0.0  # with the KL in the reward, the loss has no KL term
+    expected = stats["policy_loss"] + beta * stats["kl_loss"] - 0.2 * stats["entropy"]
+    assert loss.item() == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("cliprange, clipped", [(1e-6, True), (10.0, False)])
+def test_minibatch_loss_uses_the_configured_clip_range(grpo_parts, tiny_tok, cliprange, clipped):
+    agent, ref, _ = grpo_parts
+    rollout = _grpo_rollout(agent, tiny_tok, 4, [0.0, 1.0, 2.0, 0.0])
+    config = PPOConfig(batch_size=4, mini_batch_size=4, group_size=2, cliprange=cliprange, init_kl_coef=0.0,
+                       adap_kl_ctrl=False)
+    learner = GRPOLearner(agent, ref, config)
+    data = learner.prepare(rollout)
+    with torch.no_grad():  # the policy moves a little after the rollout: ratios within 1 ± 0.2 but not 1
+        next(iter(agent.trainable_parameters())).add_(0.01)
+    _, stats = learner._minibatch_loss(rollout, data, torch.arange(4))
+    assert 0.8 < stats["ratio"] < 1.2 and stats["ratio"] != 1.0
+    assert (stats["clipfrac"] > 0) == clipped
+
+
+def test_kl_penalty_full_is_refused_only_in_the_reward(grpo_parts):
+    agent, ref, _ = grpo_parts
+    with pytest.raises(ValueError, match="kl_penalty='full' is not supported by GRPO's reward penalty"):
+        GRPOLearner(agent, ref, PPOConfig(batch_size=4, mini_batch_size=2, group_size=2, kl_penalty="full",
+                                          kl_in_loss=False))
+    GRPOLearner(agent, ref, PPOConfig(batch_size=4, mini_batch_size=2, group_size=2, kl_penalty="full",
+                                      kl_in_loss=True))  # the loss uses k3: accepted
+
+
+def test_a_non_finite_grpo_loss_names_the_algorithm_and_the_fix(grpo_parts, tiny_tok):
+    from trainers.learning.update import NonFiniteLossError
+
+    agent, ref, _ = grpo_parts
+    rollout = _grpo_rollout(agent, tiny_tok, 4, [0.0, 1.0, 2.0, 0.0])
+    learner = GRPOLearner(agent, ref, PPOConfig(batch_size=4, mini_batch_size=4, group_size=2))
+    data = learner.prepare(rollout)
+    data["advantages"] = torch.full((4,), float("nan"))
+    with pytest.raises(NonFiniteLossError, match=r"^GRPO loss is not finite .*policy_loss=nan, kl_loss=.*; "
+                                                 r"lower learning_rate or set max_grad_norm$"):
+        learner._minibatch_loss(rollout, data, torch.arange(4))

@@ -689,6 +689,28 @@ def test_scale_scores_default_divides_by_the_running_std_without_centring():
     torch.testing.assert_close(out, torch.tensor([1.0, 3.0]) / math.sqrt(2.0))
 
 
+def test_scale_scores_pools_the_moments_over_processes():
+    # two identical processes with scores [1, 3]: n = 4, mean 2, population variance 1; Bessel n / (n - 1) = 4 / 3
+    moments = RunningMoments()
+    out = scale_scores(torch.tensor([1.0, 3.0]), moments, reduce_sum=_two_identical_processes)
+    assert moments.count == pytest.approx(4.0) and moments.std == pytest.approx(2 / math.sqrt(3.0))
+    torch.testing.assert_close(out, torch.tensor([1.0, 3.0]) / (2 / math.sqrt(3.0)))
+
+
+def test_scale_scores_constant_batch_divides_by_eps_keeping_the_sign():
+    # equal scores: running std ~3e-12 (only the 1e-24 prior count differs), scale ≈ 0 + float32 eps (1.19e-7);
+    # the sign of each score is kept
+    out = scale_scores(torch.tensor([2.0, 2.0]), RunningMoments())
+    torch.testing.assert_close(out, torch.full((2,), 2.0 / torch.finfo(torch.float32).eps), rtol=1e-4, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_scale_scores_keeps_the_scores_dtype_through_the_clip(dtype):
+    out = scale_scores(torch.tensor([1.0, -5.0], dtype=dtype), None, score_clip=2.0)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out, torch.tensor([1.0, -2.0], dtype=dtype))
+
+
 def test_running_moments_hand_computed_and_checkpointable():
     moments = RunningMoments()
     batch_mean, batch_std = moments.update(torch.tensor([1.0, 3.0]))

@@ -204,3 +204,58 @@ def test_one_token_mini_batches_keep_the_logged_statistics_finite(tiny_tok):
     learner.config = PPOConfig(batch_size=4, mini_batch_size=1, ppo_epochs=1)  # row 1 has a 1-token response
     stats = learner.step(_rollout([1.0, -0.5, 0.25, 2.0]), generator=torch.Generator().manual_seed(0))
     assert all(math.isfinite(v) for v in stats.values()), {k: v for k, v in stats.items() if not math.isfinite(v)}
+
+
+def _wide_rollout(scores):
+    """4 rows, responses up to 6 tokens wide (T = 6 != B = 4, so per-row and per-column means differ)."""
+    query, query_mask = pad_sequences(QUERIES, 0, side="left")
+    response, response_mask = pad_sequences([[20, 21, 22, 23, 24, 25], [24], [25, 26], [27, 28, 29]], 0,
+                                            side="right")
+    scores = torch.tensor(scores)
+    return Rollout(query, query_mask, response, response_mask, scores, scores.clone())
+
+
+def test_logged_response_length_and_non_score_reward_are_means_over_rows(tiny_tok):
+    learner = _learner(tiny_tok, init_kl_coef=0.3, adap_kl_ctrl=False)
+    stats = learner.step(_wide_rollout([1.0, -0.5, 0.25, 2.0]), generator=torch.Generator().manual_seed(0))
+    assert stats["response_len"] == pytest.approx((6 + 1 + 2 + 3) / 4)
+    # non_score_reward = −β · (token sum of the penalised KL), averaged over rows = −β · kl
+    assert stats["non_score_reward"] == pytest.approx(-0.3 * stats["kl"], rel=1e-5)
+    assert stats["kl"] != 0.0
+
+
+def test_early_stopping_threshold_is_strictly_above_one_and_a_half_target_kl(tiny_tok):
+    learner = _learner(tiny_tok, early_stopping=True, target_kl=2.0)
+    stop = learner._stop_after_epoch()
+    assert not stop({"policy_kl": 3.0})  # 1.5 · 2 = 3: not above (TRL: policykl > 1.5 · target_kl)
+    assert stop({"policy_kl": 3.001}) and stop({"policy_kl": 4.0})
+    assert _learner(tiny_tok, early_stopping=False, target_kl=2.0)._stop_after_epoch() is None
+
+
+def test_early_stopping_off_runs_every_epoch(tiny_tok):
+    learner = _learner(tiny_tok, learning_rate=0.5)
+    learner.config = PPOConfig(batch_size=4, mini_batch_size=4, ppo_epochs=3, learning_rate=0.5,
+                               early_stopping=False, target_kl=1e-9)
+    stats = learner.step(_rollout([1.0, -0.5, 0.25, 2.0]), generator=torch.Generator().manual_seed(0))
+    assert stats["early_stopped"] == 0.0 and stats["epochs"] == 3.0
+
+
+def test_prepare_clips_the_scores(tiny_tok):
+    learner = _learner(tiny_tok, use_score_scaling=False, score_clip=1.0)
+    data = learner.prepare(_rollout([10.0, -10.0, 0.5, 1.0]))
+    torch.testing.assert_close(data["scores"], torch.tensor([1.0, -1.0, 0.5, 1.0]))
+
+
+def test_whiten_rewards_whitens_the_shaped_rewards_before_gae(tiny_tok):
+    from trainers.learning import ppo_math
+
+    learner = _learner(tiny_tok, whiten_rewards=True, use_score_scaling=False, gamma=0.9, lam=0.8)
+    rollout = _rollout([1.0, -0.5, 0.25, 2.0])
+    mask = rollout.response_mask
+    data = learner.prepare(rollout)
+    # TRL: rewards = masked_whiten(rewards, mask, shift_mean=False) before the GAE recursion
+    whitened = ppo_math.masked_whiten(data["rewards"], mask, shift_mean=False)
+    expected, _ = ppo_math.gae_advantages(whitened, data["values"], mask, 0.9, 0.8)
+    plain, _ = ppo_math.gae_advantages(data["rewards"], data["values"], mask, 0.9, 0.8)
+    torch.testing.assert_close(data["advantages"], expected)
+    assert not torch.allclose(expected, plain, atol=1e-3)

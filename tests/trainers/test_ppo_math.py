@@ -390,6 +390,21 @@ def test_gae_whitens_rewards_with_the_pooled_statistics():
     torch.testing.assert_close(adv, torch.tensor([[6.0, 4.0 + k, 2.0 + k]]))
 
 
+def test_whitened_rewards_of_a_row_do_not_depend_on_its_padding():
+    # one row [1, 3]: mean 2, unbiased variance 2; r' = (r - 2) / sqrt(2) + 2 = [2 - 1/√2, 2 + 1/√2]
+    # gamma = lam = 1, V = 0: A = [r'_1 + r'_2, r'_2] = [4, 2 + 1/√2], with or without padding columns after it
+    k = 1 / math.sqrt(2.0 + 1e-8)
+    expected = torch.tensor([[4.0, 2.0 + k]])
+    for width in (2, 4):
+        rewards = torch.zeros(1, width)
+        rewards[0, :2] = torch.tensor([1.0, 3.0])
+        mask = torch.arange(width)[None] < 2
+        adv, _ = gae_advantages(rewards, torch.zeros(1, width), mask, gamma=1.0, lam=1.0, whiten=False,
+                                whiten_rewards=True)
+        torch.testing.assert_close(adv[:, :2], expected)
+        assert (adv[:, 2:] == 0).all()
+
+
 def test_gae_outputs_are_detached():
     values = torch.randn(2, 3, requires_grad=True)
     adv, ret = gae_advantages(torch.randn(2, 3), values, torch.ones(2, 3, dtype=torch.bool))
@@ -404,7 +419,10 @@ def test_gae_matches_trl(pattern, whiten_rewards):
     rewards, values = torch.randn(2, 6, 9, generator=gen).unbind(0)
     adv, ret = gae_advantages(rewards, values, mask, gamma=1.0, lam=0.95, whiten_rewards=whiten_rewards)
     raw, _ = gae_advantages(rewards, values, mask, gamma=1.0, lam=0.95, whiten=False, whiten_rewards=whiten_rewards)
-    _, trl_adv, trl_ret, trl_raw = trl.compute_advantages(values, rewards, mask, 1.0, 0.95, whiten_rewards)
+    if whiten_rewards:  # TRL >= 0.12 sets the whitened padding back to 0 (0.11.4 did not): whiten first, then
+        # 0.11.4's recursion on those rewards
+        rewards = trl.masked_whiten(rewards * mask, mask.float(), shift_mean=False) * mask
+    _, trl_adv, trl_ret, trl_raw = trl.compute_advantages(values, rewards, mask, 1.0, 0.95, False)
     masked_close(adv, trl_adv, mask)
     masked_close(ret, trl_ret, mask)
     masked_close(raw, trl_raw, mask)

@@ -364,7 +364,9 @@ def gae_advantages(
         gamma: discount γ in [0, 1] (`PPOConfig.gamma`, default 1.0).
         lam: GAE λ in [0, 1] (`PPOConfig.lam`, default 0.95).
         whiten: whiten the advantages with `masked_whiten` (TRL); False returns the raw GAE.
-        whiten_rewards: first whiten the masked rewards with `shift_mean=False` (`PPOConfig.whiten_rewards`).
+        whiten_rewards: first whiten the masked rewards with `shift_mean=False` (`PPOConfig.whiten_rewards`),
+            padding set back to 0 (as TRL >= 0.12; TRL 0.11.4 left whitened padding in the recursion, so a row's
+            advantages depended on how much padding the batch gave it).
         reduce_sum: data-parallel: whiten with statistics pooled over processes (see `masked_whiten`).
 
     Returns:
@@ -380,8 +382,8 @@ def gae_advantages(
     _check_same_shape(rewards=rewards, values=values)
     values = values.detach() * mask
     rewards = rewards.detach() * mask
-    if whiten_rewards:
-        rewards = masked_whiten(rewards, mask, shift_mean=False, reduce_sum=reduce_sum)
+    if whiten_rewards:  # padding back to 0 (TRL >= 0.12): 0.11.4 let (0 − μ)/σ + μ of padding flow into A_t
+        rewards = masked_whiten(rewards, mask, shift_mean=False, reduce_sum=reduce_sum) * mask
     t_len = rewards.shape[-1]
     next_values = torch.cat([values[..., 1:], torch.zeros_like(values[..., :1])], dim=-1)
     deltas = rewards + gamma * next_values - values

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from agents.tiny import tiny_causal_lm
 from tests.trainers import trl_reference as trl
 from trainers.config import PPOConfig
 from trainers.learning.ppo import PPOLearner
+from trainers.loop.distributed import DataParallel
 from trainers.loop.rollout import Rollout, pad_sequences
 
 QUERIES = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14], [15]]
@@ -84,6 +86,35 @@ def test_one_step_matches_trl_equations(tiny_tok, kind):
     assert loss.item() == pytest.approx(total.item(), abs=1e-5)
     for key in ("policy_loss", "value_loss", "clipfrac", "value_clipfrac", "approx_kl"):
         assert stats[key] == pytest.approx(trl_stats[key].item(), abs=1e-5), key
+
+
+def test_moved_policy_loss_matches_trl_with_other_hyper_parameters(tiny_tok):
+    """Non-default γ, λ, clip ranges, vf_coef and an entropy bonus reach the maths: the policy moves after the
+    rollout, so both clips bite (TRL's equations, plus −ent_coef · token-mean entropy)."""
+    hyper = dict(cliprange=0.05, cliprange_value=0.05, vf_coef=0.7, gamma=0.9, lam=0.8, ent_coef=0.3)
+    learner = _learner(tiny_tok, init_kl_coef=0.2, **hyper)
+    rollout = _rollout([1.0, -0.5, 0.25, 2.0])
+    mask = rollout.response_mask
+    with torch.no_grad():
+        logprobs, values = _trl_forward(learner.agent.model, learner.agent.value_head)
+        ref_logprobs, _ = _trl_forward(learner.ref_model.model)
+        rewards, _, _ = trl.compute_rewards(rollout.scores, logprobs, ref_logprobs, mask.float(), 0.2, "kl")
+        _, advantages, returns, _ = trl.compute_advantages(values, rewards, mask.float(), 0.9, 0.8)
+    data = learner.prepare(rollout)
+    torch.testing.assert_close(data["advantages"][mask], advantages[mask], atol=1e-5, rtol=0)
+    torch.testing.assert_close(data["returns"][mask], returns[mask], atol=1e-5, rtol=0)
+    with torch.no_grad():  # the policy and value head move after the rollout
+        gen = torch.Generator().manual_seed(1)
+        for p in learner._params:
+            p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    loss, stats = learner._minibatch_loss(rollout, data, torch.arange(4))
+    new_lp, new_v = _trl_forward(learner.agent.model, learner.agent.value_head)
+    total, trl_stats = trl.loss(data["logprobs"], data["values"], None, new_v, new_lp, mask.float(),
+                                data["advantages"], data["returns"], 0.05, 0.05, 0.7)
+    assert stats["clipfrac"] > 0 and stats["value_clipfrac"] > 0  # both clip ranges are active
+    for key in ("policy_loss", "value_loss", "clipfrac", "value_clipfrac"):
+        assert stats[key] == pytest.approx(trl_stats[key].item(), abs=1e-5), key
+    assert loss.item() == pytest.approx(total.item() - 0.3 * stats["entropy"], abs=1e-5)
 
 
 def test_step_updates_kl_controller_like_trl(tiny_tok):
@@ -259,3 +290,64 @@ def test_whiten_rewards_whitens_the_shaped_rewards_before_gae(tiny_tok):
     plain, _ = ppo_math.gae_advantages(data["rewards"], data["values"], mask, 0.9, 0.8)
     torch.testing.assert_close(data["advantages"], expected)
     assert not torch.allclose(expected, plain, atol=1e-3)
+
+
+class _TwoIdenticalProcesses(DataParallel):
+    """A data-parallel group of two processes holding exactly the same data, in one process: every all-reduce sum
+    doubles its input; averaging equal gradients leaves them as they are. The real collectives are tested end to
+    end by the DDP subprocess tests (tests/trainers/test_distributed.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.world_size = 2
+
+    def sum(self, tensor):
+        return 2 * tensor
+
+    def sync_gradients(self, params, bucket_numel=1 << 24):
+        pass
+
+
+def _pooled_learner(tiny_tok, **cfg):
+    learner = _learner(tiny_tok, **cfg)
+    return PPOLearner(learner.agent, learner.ref_model, learner.config, dist=_TwoIdenticalProcesses())
+
+
+def test_data_parallel_whitening_pools_every_process_tokens(tiny_tok):
+    rollout = _rollout([1.0, -0.5, 0.25, 2.0])
+    local = _learner(tiny_tok, use_score_scaling=False).prepare(rollout)
+    pooled = _pooled_learner(tiny_tok, use_score_scaling=False).prepare(rollout)
+    # n real tokens per process; the same advantages twice: the pooled unbiased variance is S / (2n - 1) · 2 against
+    # S / (n - 1) locally, so the whitened advantages grow by sqrt((2n - 1) / (2n - 2))
+    n = int(rollout.response_mask.sum())
+    factor = math.sqrt((2 * n - 1) / (2 * n - 2))
+    torch.testing.assert_close(pooled["advantages"], local["advantages"] * factor, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(pooled["returns"], local["returns"])
+    # the logged variances of a mini-batch pool too: 2S / (2n - 1) against S / (n - 1)
+    _, local_stats = _learner(tiny_tok, use_score_scaling=False)._minibatch_loss(rollout, local, torch.arange(4))
+    _, pooled_stats = _pooled_learner(tiny_tok, use_score_scaling=False)._minibatch_loss(rollout, pooled,
+                                                                                          torch.arange(4))
+    assert pooled_stats["returns_var"] == pytest.approx(local_stats["returns_var"] * (2 * n - 2) / (2 * n - 1),
+                                                        rel=1e-5)
+
+
+def test_a_non_finite_ppo_loss_names_the_algorithm_and_the_fix(tiny_tok):
+    from trainers.learning.update import NonFiniteLossError
+
+    learner = _learner(tiny_tok)
+    rollout = _rollout([1.0, -0.5, 0.25, 2.0])
+    data = learner.prepare(rollout)
+    data["advantages"] = torch.full_like(data["advantages"], float("nan"))
+    with pytest.raises(NonFiniteLossError, match=r"^PPO loss is not finite .*policy_loss=nan, value_loss=.*; lower "
+                                                 r"learning_rate or enable max_grad_norm / score_clip; the last "
+                                                 r"checkpoint is intact$"):
+        learner._minibatch_loss(rollout, data, torch.arange(4))
+
+
+def test_data_parallel_step_pools_score_moments_and_the_kl_controller_samples(tiny_tok):
+    learner = _pooled_learner(tiny_tok, use_score_scaling=True, init_kl_coef=0.2, target=0.05, horizon=20.0)
+    stats = learner.step(_rollout([1.0, -0.5, 0.25, 2.0]), generator=torch.Generator().manual_seed(0))
+    assert learner.score_moments.count == pytest.approx(8.0)  # 4 scores on each of 2 processes
+    # the controller's n_steps is the global batch: 4 rows × 2 processes
+    e = max(-0.2, min(0.2, stats["kl"] / 0.05 - 1))
+    assert learner.kl_ctl.value == pytest.approx(0.2 * (1 + e * 8 / 20.0), rel=1e-6)

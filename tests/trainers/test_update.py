@@ -1,0 +1,90 @@
+"""The update loop every learner shares (`trainers.learning.update`), on hand-sized tensors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from trainers.config import PPOConfig
+from trainers.learning.update import (
+    NonFiniteLossError,
+    backward_batches,
+    global_sequence_kl,
+    mean_over_minibatches,
+    optimizer_step,
+)
+from trainers.loop.distributed import DataParallel
+
+
+def _flat(batches):
+    return torch.cat([idx for step in batches for idx in step])
+
+
+def test_backward_batches_cover_every_row_once_in_the_generator_order():
+    config = PPOConfig(batch_size=8, mini_batch_size=2, gradient_accumulation_steps=2)
+    steps = list(backward_batches(config, torch.Generator().manual_seed(3)))
+    # 8 rows, 2 × 2 rows per optimiser step: 2 steps of 2 mini-batches of 2 rows
+    assert [[len(idx) for idx in step] for step in steps] == [[2, 2], [2, 2]]
+    order = _flat(steps)
+    assert sorted(order.tolist()) == list(range(8))
+    assert torch.equal(order, torch.randperm(8, generator=torch.Generator().manual_seed(3)))
+    other = _flat(backward_batches(config, torch.Generator().manual_seed(4)))
+    assert not torch.equal(order, other)
+
+
+class _Recorder(DataParallel):
+    def __init__(self):
+        super().__init__()
+        self.synced = []
+
+    def sync_gradients(self, params, bucket_numel=1 << 24):
+        self.synced.append(list(params))
+
+
+def _param_with_grad(grad):
+    p = torch.nn.Parameter(torch.zeros(len(grad)))
+    p.grad = torch.tensor(grad)
+    return p
+
+
+def test_optimizer_step_clips_the_gradient_norm_then_steps_and_clears_the_gradients():
+    p = _param_with_grad([3.0, 4.0])  # norm 5
+    optimizer_step(torch.optim.SGD([p], lr=1.0), [p], max_grad_norm=1.0)
+    torch.testing.assert_close(p.detach(), torch.tensor([-0.6, -0.8]))  # the gradient scaled to norm 1
+    assert p.grad is None  # set to None, not zeros (no memory held between steps)
+    q = _param_with_grad([3.0, 4.0])
+    optimizer_step(torch.optim.SGD([q], lr=1.0), [q], max_grad_norm=None)  # no clipping
+    torch.testing.assert_close(q.detach(), torch.tensor([-3.0, -4.0]))
+
+
+def test_optimizer_step_averages_gradients_over_processes_first():
+    p = _param_with_grad([1.0, 1.0])
+    dist = _Recorder()
+    optimizer_step(torch.optim.SGD([p], lr=1.0), [p], max_grad_norm=None, dist=dist)
+    assert dist.synced == [[p]]
+
+
+def test_optimizer_step_refuses_a_non_finite_gradient_and_leaves_the_weights():
+    p = _param_with_grad([float("inf"), 1.0])
+    with pytest.raises(NonFiniteLossError, match=r"^gradient norm is not finite; the last checkpoint is intact$"):
+        optimizer_step(torch.optim.SGD([p], lr=1.0), [p], max_grad_norm=1.0)
+    assert torch.equal(p.detach(), torch.zeros(2))
+
+
+def test_global_sequence_kl_is_the_batch_mean_of_token_sums():
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    kl = torch.tensor([[0.5, 0.25, 9.0], [1.0, 9.0, 9.0]])
+    logprobs = torch.tensor([[-1.0, -2.0, 0.0], [-1.5, 0.0, 0.0]])
+    ref_logprobs = torch.tensor([[-1.5, -1.0, 5.0], [-1.0, 5.0, 5.0]])
+    # rows: kl 0.75 and 1.0 -> 0.875; k1 (0.5 - 1.0) = -0.5 and -0.5 -> -0.5 (padding ignored)
+    kl_mean, k1_mean = global_sequence_kl(kl, logprobs, ref_logprobs, mask, DataParallel())
+    assert kl_mean == pytest.approx(0.875) and k1_mean == pytest.approx(-0.5)
+
+
+def test_mean_over_minibatches_skips_undefined_values():
+    stats = [{"loss": 1.0, "var": float("nan")}, {"loss": 2.0, "var": 4.0}, {"loss": 6.0, "var": float("nan")}]
+    out = mean_over_minibatches(stats)
+    assert out["loss"] == pytest.approx(3.0) and out["var"] == 4.0
+    assert math.isnan(mean_over_minibatches([{"var": float("nan")}, {"var": float("nan")}])["var"])

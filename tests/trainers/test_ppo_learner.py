@@ -305,7 +305,7 @@ class _TwoIdenticalProcesses(DataParallel):
         return 2 * tensor
 
     def sync_gradients(self, params, bucket_numel=1 << 24):
-        pass
+        self.synced = getattr(self, "synced", 0) + 1  # equal gradients: their average is themselves
 
 
 def _pooled_learner(tiny_tok, **cfg):
@@ -351,3 +351,17 @@ def test_data_parallel_step_pools_score_moments_and_the_kl_controller_samples(ti
     # the controller's n_steps is the global batch: 4 rows × 2 processes
     e = max(-0.2, min(0.2, stats["kl"] / 0.05 - 1))
     assert learner.kl_ctl.value == pytest.approx(0.2 * (1 + e * 8 / 20.0), rel=1e-6)
+    assert learner.dist.synced == 1  # the gradients are averaged before the one optimiser step
+
+
+def test_the_mini_batch_order_comes_from_the_step_generator_only(tiny_tok):
+    def trained(global_seed):
+        learner = _learner(tiny_tok, max_grad_norm=0.5)
+        learner.config = PPOConfig(batch_size=4, mini_batch_size=1, ppo_epochs=1, max_grad_norm=0.5,
+                                   learning_rate=0.05)
+        torch.manual_seed(global_seed)
+        learner.step(_rollout([1.0, -0.5, 0.25, 2.0]), generator=torch.Generator().manual_seed(0))
+        return [p.detach().clone() for p in learner._params]
+
+    first, second = trained(1), trained(2)
+    assert all(torch.equal(a, b) for a, b in zip(first, second))

@@ -88,3 +88,25 @@ def test_mean_over_minibatches_skips_undefined_values():
     out = mean_over_minibatches(stats)
     assert out["loss"] == pytest.approx(3.0) and out["var"] == 4.0
     assert math.isnan(mean_over_minibatches([{"var": float("nan")}, {"var": float("nan")}])["var"])
+
+
+def test_run_epochs_accumulates_mean_gradients_clips_and_syncs_per_optimiser_step():
+    from trainers.learning.update import run_epochs
+
+    p = torch.nn.Parameter(torch.zeros(2))
+    config = PPOConfig(batch_size=4, mini_batch_size=1, gradient_accumulation_steps=2, ppo_epochs=1,
+                       max_grad_norm=1.0)
+    seen, dist = [], _Recorder()
+
+    def loss_fn(idx):
+        seen.append(int(idx[0]))
+        return (p * torch.tensor([3.0, 4.0])).sum(), {"loss": 1.0}  # gradient (3, 4) per mini-batch
+
+    torch.manual_seed(123)  # the global RNG must not decide the order
+    stats, epochs, stopped = run_epochs(config, torch.optim.SGD([p], lr=1.0), [p], dist,
+                                        torch.Generator().manual_seed(5), loss_fn)
+    # each optimiser step: the mean of 2 mini-batch gradients = (3, 4), norm 5, clipped to norm 1: (0.6, 0.8)
+    torch.testing.assert_close(p.detach(), torch.tensor([-1.2, -1.6]))
+    assert len(dist.synced) == 2 and dist.synced[0] == [p]
+    assert seen == torch.randperm(4, generator=torch.Generator().manual_seed(5)).tolist()
+    assert (len(stats), epochs, stopped) == (4, 1, False)

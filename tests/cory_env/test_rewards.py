@@ -120,3 +120,29 @@ def test_reward_by_module_function_name_and_what_a_run_records():
         make_reward_fn("no_such_module_xyz:score")
     with pytest.raises(ValueError, match="not a callable"):
         make_reward_fn("math:pi")
+
+
+def test_distilbert_reward_reads_the_raw_positive_logit_of_query_plus_response(monkeypatch):
+    """The paper's reward through a stand-in pipeline (no model download): one lazy build with the model, device;
+    every call scores ``query + response`` with raw logits (no softmax) and keeps the POSITIVE label's score."""
+    import transformers.pipelines
+
+    built, calls = [], []
+
+    def fake_pipeline(task, model, device):
+        built.append((task, model, device))
+
+        def pipe(texts, top_k, function_to_apply, batch_size):
+            calls.append((list(texts), top_k, function_to_apply, batch_size))
+            # labels in either order and case, as classifiers name them
+            return [[{"label": "NEGATIVE", "score": -float(len(t))}, {"label": "positive", "score": float(len(t))}]
+                    for t in texts]
+        return pipe
+
+    # `from transformers import pipeline` resolves through transformers' lazy module to this attribute
+    monkeypatch.setattr(transformers.pipelines, "pipeline", fake_pipeline)
+    reward = DistilbertImdbReward("some/classifier", batch_size=3, device="cpu")
+    assert reward(["ab", "c"], ["d", "efg"]) == [3.0, 4.0]
+    assert reward(["x"], ["y"]) == [2.0]
+    assert built == [("sentiment-analysis", "some/classifier", "cpu")]  # built once, on the first call
+    assert calls[0] == (["abd", "cefg"], None, "none", 3)

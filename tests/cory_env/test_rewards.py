@@ -68,6 +68,7 @@ def test_vader_gain_subtracts_the_query_score():
 def test_distilbert_reward_is_lazy():
     reward = make_reward_fn("distilbert-imdb")
     assert isinstance(reward, DistilbertImdbReward) and reward._pipe is None  # nothing loaded yet
+    assert (reward.model, reward.batch_size, reward.device) == ("lvwerra/distilbert-imdb", 16, None)  # the paper's
 
 
 def test_callables_of_two_and_three_arguments():
@@ -104,6 +105,12 @@ def test_score_texts_checks_outputs():
 
     with pytest.raises(RewardFunctionError, match="batch too big.*offending text: 'a1 \\| b2'"):
         score_texts(batch_only_failure, "t", ["a", "b"], ["1", "2"], [{}, {}])
+
+    def record_failure(queries, responses, records):
+        return [1.0 / rec["weight"] for rec in records]  # a record without weight fails
+
+    with pytest.raises(RewardFunctionError, match="raised KeyError.*offending text: 'b2'"):
+        score_texts(record_failure, "t", ["a", "b"], ["1", "2"], [{"weight": 2}, {}])
 
 
 def test_reward_by_module_function_name_and_what_a_run_records():

@@ -93,6 +93,9 @@ def test_factory_and_protocol():
         (dict(init_kl_coef=-0.1, target=6.0, horizon=10.0), "init_kl_coef"),
         (dict(init_kl_coef=0.1, target=0.0, horizon=10.0), "target"),
         (dict(init_kl_coef=0.1, target=6.0, horizon=-1.0), "horizon"),
+        (dict(init_kl_coef=0.1, target=6.0, horizon=0.0), "^horizon must be a finite number > 0, got 0.0$"),
+        (dict(init_kl_coef=0.1, target=-2.0, horizon=10.0), "^target must be a finite number > 0, got -2.0$"),
+        (dict(init_kl_coef=-0.1, target=6.0, horizon=10.0), "^init_kl_coef must be a finite number >= 0, got -0.1$"),
         (dict(init_kl_coef=float("nan"), target=6.0, horizon=10.0), "init_kl_coef"),
     ],
 )
@@ -122,3 +125,13 @@ def test_errors_name_the_argument_and_the_controller_kind():
         FixedKLController(0.1).load_state_dict({"value": 0.1, "target": 6.0})
     with pytest.raises(ValueError, match="^AdaptiveKLController state keys"):
         AdaptiveKLController(0.1, 6.0, 10.0).load_state_dict({"value": 0.1})
+
+
+def test_type_errors_name_the_argument_and_its_type():
+    with pytest.raises(TypeError, match="^horizon must be a real number, got str$"):
+        AdaptiveKLController(0.1, 6.0, "ten")
+
+
+def test_factory_defaults_are_trl_target_6_and_horizon_10000():
+    ctl = make_kl_controller(True, 0.1)
+    assert (ctl.value, ctl.target, ctl.horizon) == (0.1, 6.0, 10000.0)

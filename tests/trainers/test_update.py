@@ -110,3 +110,17 @@ def test_run_epochs_accumulates_mean_gradients_clips_and_syncs_per_optimiser_ste
     assert len(dist.synced) == 2 and dist.synced[0] == [p]
     assert seen == torch.randperm(4, generator=torch.Generator().manual_seed(5)).tolist()
     assert (len(stats), epochs, stopped) == (4, 1, False)
+
+
+def test_make_adam_uses_the_fused_kernel_for_float_cpu_parameters_and_falls_back_otherwise():
+    from trainers.learning.update import make_adam
+
+    real = torch.nn.Parameter(torch.zeros(2))
+    adam = make_adam([real], lr=0.01)
+    assert adam.defaults["fused"] is True and adam.defaults["lr"] == 0.01
+    complex_param = torch.nn.Parameter(torch.zeros(2, dtype=torch.complex64))  # no fused kernel for complex
+    adam = make_adam([complex_param], lr=0.02)
+    assert not adam.defaults["fused"] and adam.defaults["lr"] == 0.02
+    assert adam.param_groups[0]["params"] == [complex_param]
+    mixed = make_adam([real, complex_param], lr=0.03)  # every parameter must qualify
+    assert not mixed.defaults["fused"]

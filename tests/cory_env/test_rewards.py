@@ -129,6 +129,26 @@ def test_reward_by_module_function_name_and_what_a_run_records():
         make_reward_fn("math:pi")
 
 
+class _Scorer:
+    @staticmethod
+    def score(queries, responses):
+        return [float(len(r)) for r in responses]
+
+
+def test_reward_names_of_nested_callables_instances_and_the_errors():
+    from cory_env.rewards import make_reward_fn, reward_name
+
+    name = reward_name(_Scorer.score)  # a dotted qualified name imports back attribute by attribute
+    assert name == "tests.cory_env.test_rewards:_Scorer.score"
+    assert make_reward_fn(name)(["a"], ["bcd"], [{}]) == [3.0]
+    # an instance has no __qualname__: its class names it, with its module
+    assert reward_name(VaderReward()) == "<callable VaderReward from cory_env.rewards, not importable by name>"
+    with pytest.raises(ValueError, match="cannot be imported \\(ModuleNotFoundError: "):
+        make_reward_fn("no_such_module_xyz:score")
+    with pytest.raises(ValueError, match="names a float, not a callable"):
+        make_reward_fn("math:pi")
+
+
 def test_distilbert_reward_reads_the_raw_positive_logit_of_query_plus_response(monkeypatch):
     """The paper's reward through a stand-in pipeline (no model download): one lazy build with the model, device;
     every call scores ``query + response`` with raw logits (no softmax) and keeps the POSITIVE label's score."""

@@ -291,3 +291,21 @@ def test_a_non_finite_grpo_loss_names_the_algorithm_and_the_fix(grpo_parts, tiny
     with pytest.raises(NonFiniteLossError, match=r"^GRPO loss is not finite .*policy_loss=nan, kl_loss=.*; "
                                                  r"lower learning_rate or set max_grad_norm$"):
         learner._minibatch_loss(rollout, data, torch.arange(4))
+
+
+def test_data_parallel_over_identical_shards_equals_one_process(grpo_parts, tiny_tok):
+    import copy
+
+    from tests.trainers.fake_dist import TwoIdenticalProcesses
+
+    agent, ref, _ = grpo_parts
+    twin = copy.deepcopy(agent)
+    rollout = _grpo_rollout(agent, tiny_tok, 4, [0.0, 1.0, 2.0, 0.0])
+    config = PPOConfig(batch_size=4, mini_batch_size=2, group_size=2, learning_rate=1e-2, ppo_epochs=1)
+    dist = TwoIdenticalProcesses()
+    alone = GRPOLearner(agent, ref, config).step(rollout, generator=torch.Generator().manual_seed(0))
+    pooled = GRPOLearner(twin, ref, config, dist=dist).step(rollout, generator=torch.Generator().manual_seed(0))
+    assert pooled == pytest.approx(alone, rel=1e-5, abs=1e-7)  # token means over both shards = over one
+    assert dist.synced == 2  # one gradient averaging per optimiser step (2 mini-batches)
+    for a, b in zip(agent.trainable_parameters(), twin.trainable_parameters()):
+        torch.testing.assert_close(a, b)

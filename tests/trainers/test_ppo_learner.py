@@ -13,7 +13,7 @@ from agents.tiny import tiny_causal_lm
 from tests.trainers import trl_reference as trl
 from trainers.config import PPOConfig
 from trainers.learning.ppo import PPOLearner
-from trainers.loop.distributed import DataParallel
+from tests.trainers.fake_dist import TwoIdenticalProcesses
 from trainers.loop.rollout import Rollout, pad_sequences
 
 QUERIES = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14], [15]]
@@ -271,6 +271,14 @@ def test_early_stopping_off_runs_every_epoch(tiny_tok):
     assert stats["early_stopped"] == 0.0 and stats["epochs"] == 3.0
 
 
+def test_prepare_normalises_the_scores_with_the_running_moments(tiny_tok):
+    learner = _learner(tiny_tok, use_score_scaling=True, use_score_norm=True)
+    data = learner.prepare(_rollout([1.0, 3.0, 5.0, 7.0]))
+    # fresh moments + [1, 3, 5, 7]: mean 4, population variance 5, count 4 -> std sqrt(5 · 4 / 3); (s - 4) / std
+    std = math.sqrt(5.0 * 4 / 3)
+    torch.testing.assert_close(data["scores"], (torch.tensor([1.0, 3.0, 5.0, 7.0]) - 4.0) / std)
+
+
 def test_prepare_clips_the_scores(tiny_tok):
     learner = _learner(tiny_tok, use_score_scaling=False, score_clip=1.0)
     data = learner.prepare(_rollout([10.0, -10.0, 0.5, 1.0]))
@@ -292,25 +300,9 @@ def test_whiten_rewards_whitens_the_shaped_rewards_before_gae(tiny_tok):
     assert not torch.allclose(expected, plain, atol=1e-3)
 
 
-class _TwoIdenticalProcesses(DataParallel):
-    """A data-parallel group of two processes holding exactly the same data, in one process: every all-reduce sum
-    doubles its input; averaging equal gradients leaves them as they are. The real collectives are tested end to
-    end by the DDP subprocess tests (tests/trainers/test_distributed.py)."""
-
-    def __init__(self):
-        super().__init__()
-        self.world_size = 2
-
-    def sum(self, tensor):
-        return 2 * tensor
-
-    def sync_gradients(self, params, bucket_numel=1 << 24):
-        self.synced = getattr(self, "synced", 0) + 1  # equal gradients: their average is themselves
-
-
 def _pooled_learner(tiny_tok, **cfg):
     learner = _learner(tiny_tok, **cfg)
-    return PPOLearner(learner.agent, learner.ref_model, learner.config, dist=_TwoIdenticalProcesses())
+    return PPOLearner(learner.agent, learner.ref_model, learner.config, dist=TwoIdenticalProcesses())
 
 
 def test_data_parallel_whitening_pools_every_process_tokens(tiny_tok):

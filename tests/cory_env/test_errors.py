@@ -130,6 +130,32 @@ def test_bad_query_types(tiny_tok):
         aec.reset(seed="1")
 
 
+def test_token_id_queries_accept_exactly_the_vocabulary(tiny_tok):
+    aec = raw_env(tokenizer=tiny_tok)
+    aec.reset(seed=0, options={"query": [0, 383]})  # both ends of [0, V) are token ids
+    assert aec._episode.query_ids[0] == [0, 383]
+    with pytest.raises(ValueError, match=r"^query token ids \[384, 385, 386, 387, 388\] are outside the vocabulary "
+                                         r"\[0, 384\)$"):  # the first five of six bad ids
+        aec.reset(options={"query": [5, 384, 385, 386, 387, 388, 389]})
+    for not_ids in ([True, 2], [1.5, 2]):  # bools and floats are not token ids
+        with pytest.raises(TypeError, match=r"^a query must be text or a sequence of token ids, got list: "):
+            aec.reset(options={"query": not_ids})
+    with pytest.raises(TypeError, match=r"^a query must be text or a sequence of token ids, got float: 3.5$"):
+        aec.reset(options={"query": 3.5})
+
+
+def test_a_cut_is_clean_where_the_text_itself_holds_a_replacement_character(tiny_tok):
+    from cory_env.episode import _clean_cut
+
+    ids = tiny_tok.encode("ab\ufffd", add_special_tokens=False)
+    assert _clean_cut(tiny_tok, ids, "ab\ufffd", end=True)  # the text's own U+FFFD, not a cut character
+    ids = tiny_tok.encode("\ufffdab", add_special_tokens=False)
+    assert _clean_cut(tiny_tok, ids, "\ufffdab", end=False)
+    e_acute = tiny_tok.encode("\u00e9", add_special_tokens=False)  # 2 bytes: 2 byte-level tokens
+    assert len(e_acute) == 2 and not _clean_cut(tiny_tok, e_acute[:1], "\u00e9", end=True)
+    assert not _clean_cut(tiny_tok, e_acute[1:], "\u00e9", end=False)
+
+
 def test_empty_record_query(tiny_tok):
     task = Task(name="blank", records=[{"query": ""}], reward_fn=char_count_reward,
                 observer_template="{query}{response}")

@@ -79,6 +79,30 @@ def test_batched_bad_actions(tiny_tok):
         benv.reset(options={"queries": ["a", "b"]})
 
 
+def test_batched_actions_accept_exactly_the_vocabulary_and_name_the_first_bad_row(tiny_tok):
+    benv = BatchedCORYEnv(tokenizer=tiny_tok, batch_size=3, min_new_tokens=4, max_new_tokens=4)
+    benv.reset(seed=0)
+    with pytest.raises(ValueError, match=r"action 384 in row 2 is outside the vocabulary \[0, 384\)"):
+        benv.step(np.array([5, 6, 384]))  # V itself is not a token id
+    with pytest.raises(ValueError, match=r"action -1 in row 1 is outside"):
+        benv.step(np.array([0, -1, 6]))  # 0 is a token id (EOS here); -1 is the first bad one
+    benv.step(np.array([7, 383, 6]))  # both ends of [0, V) are accepted
+
+
+def test_masked_actions_check_the_last_token_and_ignore_finished_rows(tiny_tok):
+    mask = np.ones(len(tiny_tok), dtype=np.int8)
+    mask[382] = 0  # the last token (383) stays allowed, the one before it is banned
+    task = Task(name="t", records=[{"query": "Hi"}], reward_fn=char_count_reward,
+                observer_template="{query}{response}", action_mask=mask, min_new_tokens=4, max_new_tokens=4)
+    benv = BatchedCORYEnv(tokenizer=tiny_tok, batch_size=2, task=task)
+    benv.reset(seed=0)
+    benv.step(np.array([383, 383]))
+    benv.step(np.array([tiny_tok.eos_token_id, 7]))  # row 0 ends at EOS
+    benv.step(np.array([999, 7]))  # a finished row's action is ignored, even outside the vocabulary
+    with pytest.raises(ValueError, match="action 382 in row 1 is banned"):
+        benv.step(np.array([5, 382]))
+
+
 def test_banned_token(tiny_tok):
     mask = np.ones(len(tiny_tok), dtype=np.int8)
     mask[5] = 0

@@ -139,3 +139,39 @@ def test_single_agent_mode_ends_after_the_pioneer(tiny_tok):
     transcript = benv.transcript()
     assert list(transcript.seats) == ["pioneer"]
     assert transcript.seats["pioneer"].response_ids == [[x, x], [tiny_tok.eos_token_id]]
+
+
+def _bos_tokenizer():
+    """The tiny tokenizer with a post-processor that puts EOS (id 0) before every encoded text, as Llama-style
+    tokenizers put BOS: queries must be encoded without it."""
+    from tokenizers.processors import TemplateProcessing
+
+    from agents.tiny import TINY_EOS, tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    tok.backend_tokenizer.post_processor = TemplateProcessing(single=f"{TINY_EOS} $A",
+                                                              special_tokens=[(TINY_EOS, 0)])
+    assert tok.encode("Hi")[0] == 0 and tok.encode("Hi", add_special_tokens=False)[0] != 0
+    return tok
+
+
+@pytest.mark.parametrize("query_tokens", [(1, 1), (3, 3), (100, 100)])
+def test_record_queries_keep_the_first_k_tokens_without_special_tokens(query_tokens):
+    from cory_env import Task
+
+    tok = _bos_tokenizer()
+    text = "Hello world, a fine film."
+    plain = tok.encode(text, add_special_tokens=False)  # all ASCII: every cut is on a character boundary
+    task = Task(name="t", records=[{"query": text}], reward_fn=char_count_reward,
+                observer_template="{query}{response}", query_tokens=query_tokens)
+    benv = BatchedCORYEnv(tokenizer=tok, batch_size=1, task=task, context_len=160)
+    benv.reset(seed=0)
+    k = min(query_tokens[0], len(plain))  # (100, 100) is longer than the text: all of it
+    assert benv._episode.query_ids[0] == plain[:k]
+
+
+def test_explicit_text_queries_carry_no_special_tokens():
+    tok = _bos_tokenizer()
+    benv = BatchedCORYEnv(tokenizer=tok, batch_size=1)
+    benv.reset(seed=0, options={"queries": ["Hi there"]})
+    assert benv._episode.query_ids[0] == tok.encode("Hi there", add_special_tokens=False)

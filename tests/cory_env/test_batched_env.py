@@ -175,3 +175,17 @@ def test_explicit_text_queries_carry_no_special_tokens():
     benv = BatchedCORYEnv(tokenizer=tok, batch_size=1)
     benv.reset(seed=0, options={"queries": ["Hi there"]})
     assert benv._episode.query_ids[0] == tok.encode("Hi there", add_special_tokens=False)
+
+
+def test_a_record_query_cut_inside_a_character_takes_the_whole_character(tiny_tok):
+    from cory_env import Task
+
+    text = "\u00e9t\u00e9 is nice"  # é is 2 byte-level tokens: a 1-token cut would split it
+    ids = tiny_tok.encode(text, add_special_tokens=False)
+    assert tiny_tok.decode(ids[:1]).endswith("\ufffd")
+    task = Task(name="t", records=[{"query": text}], reward_fn=char_count_reward,
+                observer_template="{query}{response}", query_tokens=(1, 1))
+    benv = BatchedCORYEnv(tokenizer=tiny_tok, batch_size=1, task=task, context_len=160)
+    benv.reset(seed=0)
+    # no clean cut at or below 1 token: the smallest clean cut above it, the whole first character
+    assert benv._episode.query_ids[0] == ids[:2] and benv._episode.query_text[0] == "\u00e9"

@@ -103,6 +103,20 @@ def test_masked_actions_check_the_last_token_and_ignore_finished_rows(tiny_tok):
         benv.step(np.array([5, 382]))
 
 
+def test_stepping_a_finished_batch_says_so(tiny_tok):
+    from cory_env.episode import EpisodeBatch
+
+    batch = EpisodeBatch.from_config(EnvConfig(min_new_tokens=1, max_new_tokens=1), tiny_tok, batch_size=2,
+                                     reward_fn=char_count_reward)
+    with pytest.raises(RuntimeError, match=r"^step\(\) before reset\(\)$"):
+        batch.step(np.array([5, 6]))
+    batch.reset(seed=0)
+    batch.step(np.array([5, 6]))  # the pioneer's one token
+    batch.step(np.array([5, 6]))  # the observer's one token: done
+    with pytest.raises(RuntimeError, match=r"^the episode is done; call reset\(\) to start a new one$"):
+        batch.step(np.array([5, 6]))
+
+
 def test_banned_token(tiny_tok):
     mask = np.ones(len(tiny_tok), dtype=np.int8)
     mask[5] = 0

@@ -189,3 +189,20 @@ def test_a_record_query_cut_inside_a_character_takes_the_whole_character(tiny_to
     benv.reset(seed=0)
     # no clean cut at or below 1 token: the smallest clean cut above it, the whole first character
     assert benv._episode.query_ids[0] == ids[:2] and benv._episode.query_text[0] == "\u00e9"
+
+
+def test_left_truncation_never_starts_inside_a_character(tiny_tok, caplog):
+    benv = BatchedCORYEnv(tokenizer=tiny_tok, batch_size=1, context_len=64, min_new_tokens=2, max_new_tokens=2)
+    budget = benv._episode.query_budget
+    # é is 2 byte-level tokens: one of these two texts puts the plain cut (the last `budget` tokens) on its 2nd byte
+    for text in ("\u00e9" * budget, "a" + "\u00e9" * budget):
+        ids = tiny_tok.encode(text, add_special_tokens=False)
+        if tiny_tok.decode(ids[len(ids) - budget:]).startswith("\ufffd"):
+            break
+    else:
+        pytest.fail("no text with a cut inside a character")
+    benv.reset(seed=0, options={"queries": [text]})
+    kept = benv._episode.query_ids[0]
+    # one token fewer than the budget: the lone continuation byte is dropped, the rest are whole characters
+    assert kept == ids[len(ids) - budget + 1:]
+    assert benv._episode.query_text[0] == "\u00e9" * ((budget - 1) // 2)

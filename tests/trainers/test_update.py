@@ -110,6 +110,24 @@ def test_run_epochs_accumulates_mean_gradients_clips_and_syncs_per_optimiser_ste
     assert len(dist.synced) == 2 and dist.synced[0] == [p]
     assert seen == torch.randperm(4, generator=torch.Generator().manual_seed(5)).tolist()
     assert (len(stats), epochs, stopped) == (4, 1, False)
+    # without clipping the step is the mean gradient itself: two steps of -(3, 4)
+    q = torch.nn.Parameter(torch.zeros(2))
+    unclipped = PPOConfig(batch_size=4, mini_batch_size=1, gradient_accumulation_steps=2, ppo_epochs=1)
+    run_epochs(unclipped, torch.optim.SGD([q], lr=1.0), [q], None, torch.Generator().manual_seed(5),
+               lambda idx: ((q * torch.tensor([3.0, 4.0])).sum(), {"loss": 1.0}))
+    torch.testing.assert_close(q.detach(), torch.tensor([-6.0, -8.0]))
+
+
+def test_an_agent_without_trainable_parameters_is_refused():
+    from types import SimpleNamespace
+
+    from trainers.learning.update import checked_trainable_parameters
+
+    agent = SimpleNamespace(trainable_parameters=lambda: [])
+    ref = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match=r"^the agent has no trainable parameter; check use_lora / requires_grad "
+                                         r"settings$"):
+        checked_trainable_parameters(agent, ref)
 
 
 def test_make_adam_uses_the_fused_kernel_for_float_cpu_parameters_and_falls_back_otherwise():

@@ -117,6 +117,17 @@ def test_stepping_a_finished_batch_says_so(tiny_tok):
         batch.step(np.array([5, 6]))
 
 
+@pytest.mark.parametrize("group_size", [3, 0, True, 2.0])
+def test_group_size_must_be_a_positive_int_dividing_the_batch(tiny_tok, group_size):
+    from cory_env.episode import EpisodeBatch
+
+    batch = EpisodeBatch.from_config(EnvConfig(), tiny_tok, batch_size=4, reward_fn=char_count_reward)
+    with pytest.raises(ValueError, match=rf"^group_size must be a positive int dividing batch_size=4, got "
+                                         rf"{group_size!r}$"):
+        batch.reset(seed=0, group_size=group_size)
+    batch.reset(seed=0, group_size=2)  # 2 divides 4
+
+
 def test_banned_token(tiny_tok):
     mask = np.ones(len(tiny_tok), dtype=np.int8)
     mask[5] = 0

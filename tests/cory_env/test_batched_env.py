@@ -206,3 +206,25 @@ def test_left_truncation_never_starts_inside_a_character(tiny_tok, caplog):
     # one token fewer than the budget: the lone continuation byte is dropped, the rest are whole characters
     assert kept == ids[len(ids) - budget + 1:]
     assert benv._episode.query_text[0] == "\u00e9" * ((budget - 1) // 2)
+
+
+def test_explicit_queries_become_their_records(tiny_tok):
+    benv = BatchedCORYEnv(tokenizer=tiny_tok, batch_size=2, context_len=48, min_new_tokens=2, max_new_tokens=2)
+    long_text = "word " * 60  # longer than the context allows: the query is cut, the record keeps the text
+    ids = tiny_tok.encode("Hi there", add_special_tokens=False)
+    benv.reset(seed=0, options={"queries": [long_text, ids]})
+    records = benv._episode.records
+    assert records[0] == {"query": long_text} and benv._episode.query_text[0] != long_text
+    assert records[1] == {"query": "Hi there"}  # token ids: the record holds their text
+
+
+def test_a_bool_action_mask_is_stored_as_int8(tiny_tok):
+    from cory_env import Task
+
+    allowed = np.ones(len(tiny_tok), dtype=bool)
+    allowed[5] = False
+    task = Task(name="t", records=[{"query": "Hi"}], reward_fn=char_count_reward,
+                observer_template="{query}{response}", action_mask=allowed)
+    benv = BatchedCORYEnv(tokenizer=tiny_tok, batch_size=1, task=task)
+    mask = benv._episode.action_mask
+    assert mask.dtype == np.int8 and mask.shape == (len(tiny_tok),) and mask[5] == 0 and mask.sum() == len(tiny_tok) - 1

@@ -228,3 +228,23 @@ def test_a_bool_action_mask_is_stored_as_int8(tiny_tok):
     benv = BatchedCORYEnv(tokenizer=tiny_tok, batch_size=1, task=task)
     mask = benv._episode.action_mask
     assert mask.dtype == np.int8 and mask.shape == (len(tiny_tok),) and mask[5] == 0 and mask.sum() == len(tiny_tok) - 1
+
+
+def test_a_task_object_takes_the_config_templates_and_a_mask_must_match_the_vocabulary(tiny_tok):
+    from cory_env import Task
+    from cory_env.episode import EpisodeBatch
+
+    task = Task(name="t", records=[{"query": "Hi"}], reward_fn=char_count_reward, observer_template="{query}{response}")
+    config = EnvConfig(pioneer_template="Review: {query}", observer_template="Q {query} A {response} B")
+    batch = EpisodeBatch.from_config(config, tiny_tok, task=task)
+    assert batch.prompts["pioneer"].template == "Review: {query}"
+    assert batch.prompts["observer"].template == "Q {query} A {response} B"
+    kept = EpisodeBatch.from_config(EnvConfig(), tiny_tok, task=task)  # no config templates: the task's own
+    assert kept.prompts["observer"].template == "{query}{response}"
+    wide = Task(name="w", records=[{"query": "Hi"}], reward_fn=char_count_reward,
+                observer_template="{query}{response}", action_mask=np.ones(len(tiny_tok) + 1, dtype=np.int8))
+    with pytest.raises(ValueError, match=r"^task 'w': action_mask has shape \(385,\), expected \(V,\) = \(384,\) "
+                                         r"for this tokenizer$"):
+        EpisodeBatch.from_config(EnvConfig(), tiny_tok, task=wide)
+    with pytest.raises(TypeError, match=r"^task must be a task name or a Task, got int$"):
+        EpisodeBatch.from_config(EnvConfig(), tiny_tok, task=3)

@@ -729,6 +729,16 @@ def test_scale_scores_keeps_the_scores_dtype_through_the_clip(dtype):
     torch.testing.assert_close(out, torch.tensor([1.0, -2.0], dtype=dtype))
 
 
+def test_scale_scores_keeps_float64_precision():
+    # float64 scores [1, 2, 4]: mean 7/3, population variance 14/9, count 3 -> std sqrt(14/9 · 3/2) = sqrt(7/3);
+    # the running moments are python floats: computed in float64 throughout, no float32 rounding (~1e-8)
+    scores = torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64)
+    eps = torch.finfo(torch.float64).eps
+    out = scale_scores(scores, RunningMoments(), use_score_norm=True)
+    expected = (scores - 7 / 3) / (math.sqrt(7 / 3) + eps)
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+
+
 def test_running_moments_hand_computed_and_checkpointable():
     moments = RunningMoments()
     batch_mean, batch_std = moments.update(torch.tensor([1.0, 3.0]))

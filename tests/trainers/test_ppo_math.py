@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from agents.forward import entropy_from_logits, logprobs_from_logits
 from tests.trainers import trl_reference as trl
+from tests.trainers.fake_dist import TwoIdenticalProcesses
 from trainers.learning.ppo_math import (
     KL_PENALTY_KINDS,
     approx_kl,
@@ -570,8 +571,7 @@ def test_ppo_loss_matches_trl(pattern, threshold):
 # without spawning any (the DDP subprocess tests check the real all-reduce end to end).
 
 
-def _two_identical_processes(t: torch.Tensor) -> torch.Tensor:
-    return 2 * t  # another process holding exactly the same tokens
+_two_identical_processes = TwoIdenticalProcesses().sum  # another process holding exactly the same tokens
 
 
 def test_pooled_whitening_hand_computed():

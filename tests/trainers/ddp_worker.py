@@ -2,7 +2,8 @@
 
 Run it alone (one process) or under ``accelerate launch`` / ``torchrun``. After every learner update it measures the
 largest parameter difference between this process's replica and the main process's (all trainable tensors of the
-updated model), and the main process writes ``{"world_size", "history", "max_replica_diff"}`` to ``--report``.
+updated model), and the main process writes ``{"world_size", "history", "max_replica_diff", "process_group_left"}``
+to ``--report`` (the last: whether a process group still exists after the trainer was closed).
 Pass ``--value_head_dropout 0`` so that a 2-process run and a 1-process run compute the same numbers.
 
     python tests/trainers/ddp_worker.py --report out.json -- <cory train options>
@@ -13,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+
+import torch
 
 from trainers.cli.train import parse_train_args
 from trainers.loop.cory import CORYTrainer
@@ -48,10 +51,12 @@ def main(argv: list[str]) -> int:
             return original_iteration(it)
 
         trainer.iteration = iteration
-    history = trainer.train()
+    with trainer:
+        history = trainer.train()
     if trainer.dist.is_main:
         with open(args.report, "w", encoding="utf-8") as fh:
-            json.dump({"world_size": trainer.dist.world_size, "history": history, "max_replica_diff": diffs}, fh)
+            json.dump({"world_size": trainer.dist.world_size, "history": history, "max_replica_diff": diffs,
+                       "process_group_left": torch.distributed.is_initialized()}, fh)
     return 0
 
 

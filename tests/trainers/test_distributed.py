@@ -43,6 +43,8 @@ def _run(cmd: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
         env.pop(key, None)
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"{cmd}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
+    # a process group left at exit can abort a finished process (gloo threads outliving the interpreter)
+    assert "terminate called" not in proc.stderr, proc.stderr[-5000:]
     return proc
 
 
@@ -68,6 +70,44 @@ def test_single_process_group_is_the_identity():
     assert dist.mean_stats({"a": 1.5}) == {"a": 1.5}
     assert dist.any(True) and not dist.any(False)
     assert dist.max_abs_param_difference([torch.nn.Parameter(x)]) == 0.0
+
+
+class _LaunchedState:
+    """Stand-in for accelerate's PartialState of process 0 of 2: counts destroy_process_group calls."""
+
+    num_processes, process_index, device = 2, 0, "cpu"
+
+    def __init__(self):
+        self.destroyed = 0
+
+    def destroy_process_group(self):
+        self.destroyed += 1
+
+
+def test_close_destroys_the_process_group_once():
+    state = _LaunchedState()
+    dist = DataParallel(state)
+    assert dist.enabled and not dist.closed
+    dist.close()
+    dist.close()
+    assert state.destroyed == 1 and dist.closed
+    alone = DataParallel()
+    alone.close()  # nothing to destroy
+    assert not alone.closed
+
+
+def test_leaving_the_trainer_block_closes_its_group_also_after_an_error(tiny_run):
+    class Recording(DataParallel):
+        closes = 0
+
+        def close(self):
+            self.closes += 1
+
+    dist = Recording()
+    with pytest.raises(RuntimeError, match="boom"):
+        with CORYTrainer(*tiny_run(num_iterations=1), dist=dist):
+            raise RuntimeError("boom")
+    assert dist.closes == 1
 
 
 def test_launched_world_size_reads_the_launcher(monkeypatch):
@@ -167,6 +207,7 @@ def test_two_processes_match_one_process_with_the_whole_batch(tmp_path, layout):
     one = _worker(tmp_path, "one", 1, [*extra, "--batch_size", "4", "--mini_batch_size", "4"])
     two = _worker(tmp_path, "two", 2, [*extra, "--batch_size", "2", "--mini_batch_size", "2"])
     assert (one["world_size"], two["world_size"]) == (1, 2)
+    assert two["process_group_left"] is False  # the trainer's block destroyed it
     # identical replicas after every update of every model (2 models x 3 iterations)
     assert len(two["max_replica_diff"]) == 6
     assert max(two["max_replica_diff"]) == 0.0

@@ -132,11 +132,11 @@ def run_train(argv: Sequence[str]) -> int:
     if int(os.environ.get("RANK", "0")) > 0:  # the main process reports progress and warnings; the others errors
         logging.getLogger().setLevel(logging.ERROR)
     configs = parse_train_args(argv)
-    trainer = CORYTrainer(*configs)
-    before = heldout_eval(trainer, "before") if configs.run.eval_episodes and trainer.dist.is_main else None
-    history = trainer.train()
-    if before is not None and not trainer.stopped_early:
-        report_before_after(trainer, before, heldout_eval(trainer, "after"))
+    with CORYTrainer(*configs) as trainer:  # leaving it destroys the process group (a clean exit under a launcher)
+        before = heldout_eval(trainer, "before") if configs.run.eval_episodes and trainer.dist.is_main else None
+        history = trainer.train()
+        if before is not None and not trainer.stopped_early:
+            report_before_after(trainer, before, heldout_eval(trainer, "after"))
     if history and trainer.dist.is_main:
         last = history[-1]
         summary = {k: round(v, 4) for k, v in last.items() if k.split("/")[0] in ("pioneer", "observer", "cory")

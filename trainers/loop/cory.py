@@ -130,6 +130,21 @@ class CORYTrainer:
         self._stop_requested = False
         self.stopped_early = False  # set when a stop signal ended train() before num_iterations
 
+    def close(self) -> None:
+        """End this process's part of the run: destroy the data-parallel process group (`DataParallel.close`).
+
+        Call it once training and evaluation are over, in every process of an ``accelerate launch`` / ``torchrun``
+        script (``with CORYTrainer(...) as trainer:`` does it on leaving the block, also after an error). With one
+        process it does nothing; the models stay usable either way.
+        """
+        self.dist.close()
+
+    def __enter__(self) -> "CORYTrainer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # ------------------------------------------------------------------ run directory
     def _run_state(self) -> dict[str, Any]:
         model = self.model_config

@@ -67,10 +67,12 @@ class DataParallel:
         world_size: number of processes W.
         rank: this process's index in [0, W).
         device: where this process's models live (``cuda:<local rank>`` under a multi-GPU launch, else CPU).
+        closed: True after `close` destroyed the process group.
     """
 
     def __init__(self, state=None, *, device: torch.device | str | None = None) -> None:
         self._state = state
+        self.closed = False  # set by close(): the process group is destroyed
         self.world_size = 1 if state is None else int(state.num_processes)
         self.rank = 0 if state is None else int(state.process_index)
         if device is None:
@@ -135,6 +137,18 @@ class DataParallel:
         """Wait until every process reaches this line (accelerate's ``wait_for_everyone``)."""
         if self.enabled:
             self._state.wait_for_everyone()
+
+    def close(self) -> None:
+        """Destroy this process's process group (torch's documented shutdown; call once per process, at the end).
+
+        Without it, gloo's worker threads can outlive the interpreter and abort the process at exit (SIGABRT,
+        ``terminate called without an active exception``), which the launcher reports as a failed run although
+        training finished. Not a collective: it does not wait for the other processes. No collective may follow;
+        a second call, or a call with one process, does nothing.
+        """
+        if self.enabled and not self.closed:
+            self._state.destroy_process_group()
+            self.closed = True
 
     # ------------------------------------------------------------------ collectives
     def sum(self, tensor: torch.Tensor) -> torch.Tensor:

@@ -47,7 +47,8 @@ def build_configs(args: argparse.Namespace, algo: str) -> tuple[CORYConfig, PPOC
 def main(algo: str = "cory") -> None:
     args = parse_args(algo)
     cory, ppo, env, model = build_configs(args, algo)
-    history = CORYTrainer(cory, ppo, env, model).train()
+    with CORYTrainer(cory, ppo, env, model) as trainer:  # the block's end also ends a data-parallel launch cleanly
+        history = trainer.train()
     for row in history:
         print(f"iter {row['iteration']:3d}  pioneer task_reward {row['pioneer/task_reward']:+.3f}  "
               f"kl {row['pioneer/kl']:.3f}  pioneer={'llm1' if row['cory/pioneer_is_llm1'] else 'llm2'}")

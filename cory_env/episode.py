@@ -172,7 +172,7 @@ class EpisodeBatch:
     def _action_mask(self, mask) -> tuple[np.ndarray, np.ndarray | None]:
         """(read-only int8 (V,) mask, bool (V,) allowed ids or None when every id is allowed)."""
         V = self.vocab_size
-        out = np.ones(V, dtype=np.int8) if mask is None else np.array(mask, dtype=np.int8).reshape(-1)
+        out = np.ones(V, dtype=np.int8) if mask is None else np.array(mask, dtype=np.int8)  # Task checked: 1-D
         if out.shape != (V,):
             raise ValueError(f"task {self.task.name!r}: action_mask has shape {np.shape(mask)}, expected (V,) = "
                              f"({V},) for this tokenizer")

@@ -248,3 +248,61 @@ def test_a_task_object_takes_the_config_templates_and_a_mask_must_match_the_voca
         EpisodeBatch.from_config(EnvConfig(), tiny_tok, task=wide)
     with pytest.raises(TypeError, match=r"^task must be a task name or a Task, got int$"):
         EpisodeBatch.from_config(EnvConfig(), tiny_tok, task=3)
+
+
+def _task(**fields):
+    from cory_env import Task
+
+    return Task(**{"name": "t", "records": [{"query": "Hi"}], "reward_fn": char_count_reward,
+                   "observer_template": "{query}{response}", **fields})
+
+
+def test_episode_batch_defaults(tiny_tok):
+    from cory_env.episode import EpisodeBatch
+
+    task = _task(observer_template="Q {query} A {response} B")
+    batch = EpisodeBatch(task, tiny_tok)
+    assert (batch.batch_size, batch.context_len, batch.partner_reward_coef) == (1, 128, 1.0)
+    assert batch.seats == ("pioneer", "observer") and batch.truncate_query is True
+    assert batch.prompts["observer"].template == "Q {query} A {response} B"  # knowledge transfer on
+    assert EpisodeBatch.from_config(EnvConfig(), tiny_tok, task=task).batch_size == 1
+
+
+@pytest.mark.parametrize("batch_size", [0, -2, "2", 2.5, True])
+def test_batch_size_must_be_a_positive_int(tiny_tok, batch_size):
+    from cory_env.episode import EpisodeBatch
+
+    with pytest.raises(ValueError, match=f"^batch_size must be a positive int, got {batch_size!r}$"):
+        EpisodeBatch(_task(), tiny_tok, batch_size=batch_size)
+
+
+@pytest.mark.parametrize(("query_tokens", "shortest"), [(None, 1), ((3, 5), 3)])
+def test_the_context_must_hold_the_shortest_query(tiny_tok, query_tokens, shortest):
+    """Templates "{query}" / "{query}{response}", T = 2: a query of q tokens needs q + 2 + 2 tokens (the observer's
+    prompt holds the query and the pioneer's response, then its own response)."""
+    from cory_env.episode import EpisodeBatch
+
+    task = _task(pioneer_template="{query}", query_tokens=query_tokens, min_new_tokens=2, max_new_tokens=2)
+    assert EpisodeBatch(task, tiny_tok, context_len=shortest + 4).query_budget == shortest
+    with pytest.raises(ValueError, match=f"^context_len={shortest + 3} is too small: the longest prompt \\(template "
+                                         f"\\+ {shortest}-token query \\+ pioneer response\\) plus "
+                                         f"max_new_tokens=2 needs {shortest + 4} tokens"):
+        EpisodeBatch(task, tiny_tok, context_len=shortest + 3)
+
+
+def test_a_prompt_without_the_query_only_has_to_fit_itself(tiny_tok):
+    """The relay layout: the observer sees the pioneer's response, not the query ("{response}", T = 2: 2 + 2
+    tokens). Its prompt puts no bound on the query; the pioneer's ("{query}": q + 2) does."""
+    from cory_env.episode import EpisodeBatch
+
+    task = _task(pioneer_template="{query}", observer_template="{response}", min_new_tokens=2, max_new_tokens=2)
+    assert EpisodeBatch(task, tiny_tok, context_len=4).query_budget == 2  # observer: exactly enough
+    with pytest.raises(ValueError, match="^context_len=3 is too small"):
+        EpisodeBatch(task, tiny_tok, context_len=3)  # observer: one token short (the pioneer's budget would be 1)
+
+
+def test_query_text_leaves_out_special_tokens(tiny_tok):
+    hi, yo = (tiny_tok.encode(t, add_special_tokens=False) for t in ("Hi", " yo"))
+    benv = BatchedCORYEnv(tokenizer=tiny_tok, batch_size=1)
+    benv.reset(seed=0, options={"queries": [[*hi, tiny_tok.eos_token_id, *yo]]})
+    assert benv._episode.query_text == ["Hi yo"] and benv._episode.records == [{"query": "Hi yo"}]

@@ -113,6 +113,38 @@ def test_score_texts_checks_outputs():
         score_texts(record_failure, "t", ["a", "b"], ["1", "2"], [{"weight": 2}, {}])
 
 
+def test_score_texts_takes_numpy_arrays_and_column_vectors():
+    # numpy >= 2 arrays carry a string ``device`` ("cpu"), not a torch.device: still CPU numbers
+    arr = score_texts(lambda q, r, rec: np.array([0.5, 2.0], dtype=np.float32), "t", ["a", "b"], ["c", "d"],
+                      [{}, {}])
+    assert arr.dtype == np.float64 and arr.shape == (2,) and arr.tolist() == [0.5, 2.0]
+    # an (N, 1) column (a classifier's one-logit output) is one value per text
+    col = score_texts(lambda q, r, rec: [[1.0], [3.0]], "t", ["a", "b"], ["c", "d"], [{}, {}])
+    assert col.shape == (2,) and col.tolist() == [1.0, 3.0]
+
+
+def test_a_wrong_count_names_the_first_text_also_for_one_text():
+    with pytest.raises(RewardFunctionError, match=r"^task 't': the reward function returned 2 values for 1 texts "
+                                                  r"\(first text: 'qr'\); it must return one float per \(query, "
+                                                  r"response\) pair$"):
+        score_texts(lambda q, r, rec: [1.0, 2.0], "t", ["q"], ["r"], [{}])
+
+
+def test_a_reward_from_the_main_script_is_not_recorded_by_name(monkeypatch):
+    """``python my_script.py`` runs as ``__main__``: "__main__:score" imports back to it inside the script, but
+    names another module (or nothing) in ``cory eval`` or a resumed run."""
+    import sys
+
+    from cory_env.rewards import reward_name
+
+    def score(queries, responses):
+        return [0.0] * len(queries)
+
+    score.__module__, score.__qualname__ = "__main__", "score"
+    monkeypatch.setattr(sys.modules["__main__"], "score", score, raising=False)  # as a script defines it
+    assert reward_name(score) == "<callable score from __main__, not importable by name>"
+
+
 def test_reward_by_module_function_name_and_what_a_run_records():
     """Issue #15.4: an importable callable round-trips through its recorded 'module:function' name."""
     from cory_env.rewards import make_reward_fn, reward_name

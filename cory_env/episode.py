@@ -251,8 +251,8 @@ class EpisodeBatch:
                 cuts = [k for k in range(1, len(ids) + 1) if _clean_cut(self.tokenizer, ids[:k], full, end=True)]
             cached = self._record_ids[index] = (ids, cuts)
         ids, cuts = cached
-        if q_len is None or not cuts:
-            return ids if q_len is None else ids[:q_len]
+        if not cuts:  # whole queries (q_len None: ids[:None] is all of them)
+            return ids[:q_len]
         below = [k for k in cuts if k <= q_len]
         return ids[: below[-1] if below else cuts[0]]
 

@@ -150,7 +150,8 @@ def test_long_query_truncated_from_the_left_with_a_warning(tiny_tok, caplog):
     query = list(range(1, budget + 11))
     with caplog.at_level(logging.WARNING, logger="cory_env.episode"):
         aec.reset(seed=0, options={"query": query})
-    assert f"query of {budget + 10} tokens truncated from the left to {budget}" in caplog.text
+    assert [r.getMessage() for r in caplog.records] == [
+        f"query of {budget + 10} tokens truncated from the left to {budget} to fit context_len=64"]
     assert aec._episode.query_ids[0] == query[10:]
     obs = aec.observe("pioneer")
     assert obs["input_ids"][-budget:].tolist() == query[10:]
@@ -208,7 +209,8 @@ def test_a_cut_is_clean_where_the_text_itself_holds_a_replacement_character(tiny
 def test_empty_record_query(tiny_tok):
     task = Task(name="blank", records=[{"query": ""}], reward_fn=char_count_reward,
                 observer_template="{query}{response}")
-    with pytest.raises(ValueError, match="task 'blank': record 0 has an empty query"):
+    with pytest.raises(ValueError, match="^task 'blank': record 0 has an empty query ''; drop empty rows from the "
+                                         "data$"):
         raw_env(tokenizer=tiny_tok, task=task).reset(seed=0)
 
 

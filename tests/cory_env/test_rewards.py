@@ -84,11 +84,45 @@ def test_callables_of_two_and_three_arguments():
         make_reward_fn(3)
 
 
+_NAMES = "['vader', 'vader-gain', 'distilbert-imdb']"
+
+
+@pytest.mark.parametrize(("spec", "error", "message"), [
+    ("sentiment", ValueError, f"unknown reward 'sentiment'; use one of {_NAMES}, an importable 'module:function' name, "
+                              "or pass a callable (queries, responses) -> list[float]"),
+    ("<callable f from m, not importable by name>", ValueError,
+     "reward '<callable f from m, not importable by name>' records a callable that cannot be rebuilt by name; pass "
+     f"the callable itself (reward_fn=...), a name in {_NAMES} or an importable 'module:function'"),
+    (3, TypeError, "reward must be a name or a callable, got int: 3"),
+    (None, TypeError, "reward must be a name or a callable, got NoneType: None"),
+])
+def test_reward_spec_errors_name_the_input_and_every_accepted_form(spec, error, message):
+    import re
+
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        make_reward_fn(spec)
+
+
+def test_a_callable_of_one_argument_is_refused_with_the_two_forms():
+    import re
+
+    def one(queries):
+        return queries
+
+    with pytest.raises(TypeError, match=f"^reward callable {re.escape(repr(one))} takes 1 positional arguments; it "
+                                        r"must take \(queries, responses\) or \(queries, responses, records\)$"):
+        make_reward_fn(one)
+
+
 def test_score_texts_checks_outputs():
     ok = score_texts(lambda q, r, rec: [1, 2], "t", ["a", "b"], ["c", "d"], [{}, {}])
     assert ok.dtype == np.float64 and ok.tolist() == [1.0, 2.0]
     with pytest.raises(RewardFunctionError, match="task 't': the reward function returned 3 values for 2 texts"):
         score_texts(lambda q, r, rec: [1, 2, 3], "t", ["a", "b"], ["c", "d"], [{}, {}])
+    with pytest.raises(RewardFunctionError, match=r"^task 't': the reward function returned list \['x', 'y'\], not a "
+                                                  r"sequence of numbers \(.*\); return one float per \(query, "
+                                                  r"response\) pair$"):
+        score_texts(lambda q, r, rec: ["x", "y"], "t", ["a", "b"], ["c", "d"], [{}, {}])
     with pytest.raises(RewardFunctionError, match="returned nan for the text 'bd'"):
         score_texts(lambda q, r, rec: [1, float("nan")], "t", ["a", "b"], ["c", "d"], [{}, {}])
 
@@ -181,7 +215,7 @@ def test_reward_names_of_nested_callables_instances_and_the_errors():
         make_reward_fn("math:pi")
 
 
-def test_distilbert_reward_reads_the_raw_positive_logit_of_query_plus_response(monkeypatch):
+def test_distilbert_reward_reads_the_raw_positive_logit_of_query_plus_response(monkeypatch, caplog):
     """The paper's reward through a stand-in pipeline (no model download): one lazy build with the model, device;
     every call scores ``query + response`` with raw logits (no softmax) and keeps the POSITIVE label's score."""
     import transformers.pipelines
@@ -201,7 +235,9 @@ def test_distilbert_reward_reads_the_raw_positive_logit_of_query_plus_response(m
     # `from transformers import pipeline` resolves through transformers' lazy module to this attribute
     monkeypatch.setattr(transformers.pipelines, "pipeline", fake_pipeline)
     reward = DistilbertImdbReward("some/classifier", batch_size=3, device="cpu")
-    assert reward(["ab", "c"], ["d", "efg"]) == [3.0, 4.0]
+    with caplog.at_level("INFO", logger="cory_env.rewards"):
+        assert reward(["ab", "c"], ["d", "efg"]) == [3.0, 4.0]
+    assert [r.getMessage() for r in caplog.records] == ["loading sentiment reward model some/classifier"]
     assert reward(["x"], ["y"]) == [2.0]
     assert built == [("sentiment-analysis", "some/classifier", "cpu")]  # built once, on the first call
     assert calls[0] == (["abd", "cefg"], None, "none", 3)

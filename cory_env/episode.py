@@ -346,12 +346,11 @@ class EpisodeBatch:
         if a.shape != (self.batch_size,):
             raise ValueError(f"seat {seat!r}: actions must have shape (B,) = ({self.batch_size},), got {a.shape}")
         V = self.vocab_size
-        if a.size and (a.min() < 0 or a.max() >= V):
-            bad = np.flatnonzero(self._active & ((a < 0) | (a >= V)))
-            if bad.size:
-                i = int(bad[0])
-                raise ValueError(f"seat {seat!r}: action {int(a[i])} in row {i} is outside the vocabulary "
-                                 f"[0, {V}); sample token ids from Discrete({V})")
+        bad = np.flatnonzero(self._active & ((a < 0) | (a >= V)))  # a finished row's action is ignored
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"seat {seat!r}: action {int(a[i])} in row {i} is outside the vocabulary "
+                             f"[0, {V}); sample token ids from Discrete({V})")
         if self.allowed is not None:
             bad = np.flatnonzero(self._active & ~self.allowed[np.clip(a, 0, V - 1)])
             if bad.size:

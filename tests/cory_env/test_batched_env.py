@@ -306,3 +306,18 @@ def test_query_text_leaves_out_special_tokens(tiny_tok):
     benv = BatchedCORYEnv(tokenizer=tiny_tok, batch_size=1)
     benv.reset(seed=0, options={"queries": [[*hi, tiny_tok.eos_token_id, *yo]]})
     assert benv._episode.query_text == ["Hi yo"] and benv._episode.records == [{"query": "Hi yo"}]
+
+
+@pytest.mark.parametrize(("budget", "text"), [(1, "a\u00e9"), (2, "a\u20ac")])
+def test_left_truncation_keeps_at_least_one_token(tiny_tok, budget, text):
+    """When no suffix of `budget` tokens or fewer starts on a character boundary (é is 2 byte tokens, € is 3), the
+    cut moves right up to the last token and keeps it: a query is never empty. Templates "{query}" and
+    "{query}{response}" with T = 2 give a budget of context_len - 4 tokens."""
+    from cory_env.episode import EpisodeBatch
+
+    ids = tiny_tok.encode(text, add_special_tokens=False)
+    task = _task(pioneer_template="{query}", min_new_tokens=2, max_new_tokens=2)
+    batch = EpisodeBatch(task, tiny_tok, context_len=budget + 4)
+    assert batch.query_budget == budget
+    batch.reset(seed=0, queries=[text])
+    assert batch.query_ids == [ids[-1:]]

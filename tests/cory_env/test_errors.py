@@ -99,7 +99,8 @@ def test_masked_actions_check_the_last_token_and_ignore_finished_rows(tiny_tok):
     benv.step(np.array([383, 383]))
     benv.step(np.array([tiny_tok.eos_token_id, 7]))  # row 0 ends at EOS
     benv.step(np.array([999, 7]))  # a finished row's action is ignored, even outside the vocabulary
-    with pytest.raises(ValueError, match="action 382 in row 1 is banned"):
+    with pytest.raises(ValueError, match="^seat 'pioneer': action 382 in row 1 is banned by the task's action_mask; "
+                                         "sample from the allowed tokens$"):
         benv.step(np.array([5, 382]))
 
 

@@ -60,29 +60,38 @@ def _trl_forward(model, value_head=None):
     return torch.stack(logprobs), (torch.stack(values) if values else None)
 
 
+def _trl_prepare(learner, rollout, kl_coef, kind, gamma, lam) -> dict[str, torch.Tensor]:
+    """TRL's rollout targets for `learner`'s policy, value head and reference: compute_rewards, then GAE."""
+    mask = rollout.response_mask.float()
+    with torch.no_grad():
+        logprobs, values = _trl_forward(learner.agent.model, learner.agent.value_head)
+        ref_logprobs, _ = _trl_forward(learner.ref_model.model)
+        rewards, _, _ = trl.compute_rewards(rollout.scores, logprobs, ref_logprobs, mask, kl_coef, kind)
+        _, advantages, returns, _ = trl.compute_advantages(values, rewards, mask, gamma, lam)
+    return {"logprobs": logprobs, "ref_logprobs": ref_logprobs, "rewards": rewards, "advantages": advantages,
+            "returns": returns}
+
+
+def _trl_loss(learner, data, mask, cliprange, cliprange_value, vf_coef):
+    """TRL's PPO loss and stats on a fresh forward of `learner`'s policy, against our prepared `data`."""
+    new_lp, new_v = _trl_forward(learner.agent.model, learner.agent.value_head)
+    return trl.loss(data["logprobs"], data["values"], None, new_v, new_lp, mask.float(), data["advantages"],
+                    data["returns"], cliprange, cliprange_value, vf_coef)
+
+
 @pytest.mark.parametrize("kind", ["kl", "abs", "mse"])
 def test_one_step_matches_trl_equations(tiny_tok, kind):
     learner = _learner(tiny_tok, kl_penalty=kind, init_kl_coef=0.2)
     rollout = _rollout([1.0, -0.5, 0.25, 2.0])
-    mask = rollout.response_mask
-    with torch.no_grad():
-        logprobs, values = _trl_forward(learner.agent.model, learner.agent.value_head)
-        ref_logprobs, _ = _trl_forward(learner.ref_model.model)
-        rewards, _, _ = trl.compute_rewards(rollout.scores, logprobs, ref_logprobs, mask.float(), 0.2, kind)
-        values, advantages, returns, _ = trl.compute_advantages(values, rewards, mask.float(), 1.0, 0.95)
+    m = rollout.response_mask
+    expected = _trl_prepare(learner, rollout, 0.2, kind, 1.0, 0.95)
     data = learner.prepare(rollout)
-    m = mask
-    torch.testing.assert_close(data["logprobs"][m], logprobs[m], atol=1e-5, rtol=0)
-    torch.testing.assert_close(data["ref_logprobs"][m], ref_logprobs[m], atol=1e-5, rtol=0)
-    torch.testing.assert_close(data["rewards"][m], rewards[m], atol=1e-5, rtol=0)
-    torch.testing.assert_close(data["advantages"][m], advantages[m], atol=1e-5, rtol=0)
-    torch.testing.assert_close(data["returns"][m], returns[m], atol=1e-5, rtol=0)
+    for key in ("logprobs", "ref_logprobs", "rewards", "advantages", "returns"):
+        torch.testing.assert_close(data[key][m], expected[key][m], atol=1e-5, rtol=0)
 
     # the first mini-batch loss (all rows, ratio = 1) against TRL's loss on the same forward
     loss, stats = learner._minibatch_loss(rollout, data, torch.arange(4))
-    new_lp, new_v = _trl_forward(learner.agent.model, learner.agent.value_head)
-    total, trl_stats = trl.loss(data["logprobs"], data["values"], None, new_v, new_lp, mask.float(),
-                                data["advantages"], data["returns"], 0.2, 0.2, 0.1)
+    total, trl_stats = _trl_loss(learner, data, m, 0.2, 0.2, 0.1)
     assert loss.item() == pytest.approx(total.item(), abs=1e-5)
     for key in ("policy_loss", "value_loss", "clipfrac", "value_clipfrac", "approx_kl"):
         assert stats[key] == pytest.approx(trl_stats[key].item(), abs=1e-5), key
@@ -95,22 +104,16 @@ def test_moved_policy_loss_matches_trl_with_other_hyper_parameters(tiny_tok):
     learner = _learner(tiny_tok, init_kl_coef=0.2, **hyper)
     rollout = _rollout([1.0, -0.5, 0.25, 2.0])
     mask = rollout.response_mask
-    with torch.no_grad():
-        logprobs, values = _trl_forward(learner.agent.model, learner.agent.value_head)
-        ref_logprobs, _ = _trl_forward(learner.ref_model.model)
-        rewards, _, _ = trl.compute_rewards(rollout.scores, logprobs, ref_logprobs, mask.float(), 0.2, "kl")
-        _, advantages, returns, _ = trl.compute_advantages(values, rewards, mask.float(), 0.9, 0.8)
+    expected = _trl_prepare(learner, rollout, 0.2, "kl", 0.9, 0.8)
     data = learner.prepare(rollout)
-    torch.testing.assert_close(data["advantages"][mask], advantages[mask], atol=1e-5, rtol=0)
-    torch.testing.assert_close(data["returns"][mask], returns[mask], atol=1e-5, rtol=0)
+    for key in ("advantages", "returns"):
+        torch.testing.assert_close(data[key][mask], expected[key][mask], atol=1e-5, rtol=0)
     with torch.no_grad():  # the policy and value head move after the rollout
         gen = torch.Generator().manual_seed(1)
         for p in learner._params:
             p.add_(0.05 * torch.randn(p.shape, generator=gen))
     loss, stats = learner._minibatch_loss(rollout, data, torch.arange(4))
-    new_lp, new_v = _trl_forward(learner.agent.model, learner.agent.value_head)
-    total, trl_stats = trl.loss(data["logprobs"], data["values"], None, new_v, new_lp, mask.float(),
-                                data["advantages"], data["returns"], 0.05, 0.05, 0.7)
+    total, trl_stats = _trl_loss(learner, data, mask, 0.05, 0.05, 0.7)
     assert stats["clipfrac"] > 0 and stats["value_clipfrac"] > 0  # both clip ranges are active
     for key in ("policy_loss", "value_loss", "clipfrac", "value_clipfrac"):
         assert stats[key] == pytest.approx(trl_stats[key].item(), abs=1e-5), key

@@ -6,7 +6,7 @@
 Everything but the trainer is shared with the `grpo` arm, so the two arms differ only in the learner's code:
 
 * **model**: the same SmolLM2-135M-Instruct + LoRA (r, alpha, dropout, target modules), from the `grpo` arm's own
-  configs (`learning.arm_configs`), loaded once by `load_policy_model`; TRL wraps it in the LoRA adapter and
+  configs (`learning.arm_configs`), loaded once by `load_run_model`; TRL wraps it in the LoRA adapter and
   trains that in place, and its reference model is the base with the adapter disabled, as ours.
 * **queries**: the exact query stream of the `grpo` arm: iteration i's group heads from
   ``env.reset(seed=derive_seed(seed, i, 2), group_size=k)`` (training slice only), in order (TRL's dataset shuffle
@@ -50,10 +50,9 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
 
     from agents import LLMAgent, ReferenceModel
     from benchmarks.learning import EVAL_SEED_BASE, RUNGS, TrainingClock, arm_configs, eval_points
-    from cory_env.tasks import task_tokenizer
     from trainers.evaluation.episodes import evaluate_heldout
     from trainers.learning.learners import kl_estimator
-    from trainers.loop.build import build_env, load_policy_model
+    from trainers.loop.build import build_env, load_run_model
     from trainers.loop.cory import derive_seed
 
     torch.set_num_threads(1)
@@ -63,8 +62,7 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
     configs, iterations = arm_configs(rung_name, "grpo", seed, episodes, f"{run_dir}/ours")
     ppo, cfg, model_cfg, env_cfg, sampling = configs.ppo, configs.run, configs.model, configs.env, configs.sampling
     k = ppo.group_size
-    base, tokenizer = load_policy_model(model_cfg.model, seed=cfg.seed, dtype=model_cfg.dtype,
-                                        task_tokenizer=task_tokenizer(env_cfg.task))
+    base, tokenizer = load_run_model(configs)
     env = build_env(env_cfg, tokenizer, batch_size=ppo.batch_size, single_agent=cfg.algo == "ppo",
                     reward_fn=rung.reward_fn)
     model = None  # TRL's PEFT model, once built

@@ -26,7 +26,8 @@ from agents import (
 )
 from agents.tiny import tiny_causal_lm, tiny_tokenizer
 from cory_env import BatchedCORYEnv, EnvConfig
-from trainers.config import DTYPES, CORYConfig, ModelConfig, PPOConfig
+from cory_env.tasks import task_tokenizer
+from trainers.config import DTYPES, CORYConfig, ModelConfig, PPOConfig, RunConfigs
 from trainers.learning.learners import make_learner
 from trainers.loop.role_exchange import Bundle, RoleExchange
 
@@ -61,6 +62,13 @@ def load_policy_model(name: str, *, seed: int = 0, dtype: str = "float32", task_
         tokenizer = tiny_tokenizer() if task_tokenizer is None else task_tokenizer
         return tiny_causal_lm(tokenizer, seed=seed).to(torch_dtype(dtype)), tokenizer
     return load_model_and_tokenizer(name, dtype=torch_dtype(dtype))
+
+
+def load_run_model(configs: RunConfigs):
+    """(model, tokenizer) of a run: `load_policy_model` with its model name, dtype and seed, and its task's own
+    tokenizer for the tiny model."""
+    return load_policy_model(configs.model.model, seed=configs.run.seed, dtype=configs.model.dtype,
+                             task_tokenizer=task_tokenizer(configs.env.task))
 
 
 def enable_activation_checkpointing(model) -> None:

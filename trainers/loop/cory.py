@@ -35,11 +35,10 @@ from tqdm.auto import tqdm
 from agents import SamplingConfig
 from cory_env import SEATS, EnvConfig
 from cory_env.rewards import reward_name
-from cory_env.tasks import task_tokenizer
 from trainers.config import CORYConfig, ModelConfig, PPOConfig, RunConfigs
 from trainers.learning.learners import kl_estimator
 from trainers.loop import checkpoint as ckpt
-from trainers.loop.build import build_agents, build_env, build_exchange, load_policy_model, seed_everything
+from trainers.loop.build import build_agents, build_env, build_exchange, load_run_model, seed_everything
 from trainers.loop.distributed import DataParallel
 from trainers.loop.inert_options import inert_options
 from trainers.loop.metrics import METRICS_FILE, SAMPLES_FILE, MetricsLogger, truncate_jsonl
@@ -98,8 +97,7 @@ class CORYTrainer:
         seed_everything(config.seed, config.deterministic)
         if model is None or tokenizer is None:
             with self.dist.main_process_first():  # the first load may convert a GGUF file into the shared cache
-                model, tokenizer = load_policy_model(model_config.model, seed=config.seed, dtype=model_config.dtype,
-                                                     task_tokenizer=task_tokenizer(env_config.task))
+                model, tokenizer = load_run_model(self.configs)
         model.to(self.dist.device)
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)

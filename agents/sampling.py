@@ -30,11 +30,14 @@ from transformers import (
 
 from agents.forward import policy_logits, position_ids_from_mask
 from agents.reference import is_peft_model
+from cory_env.config import check_finite_fields
 
 
 @dataclass(frozen=True)
 class SamplingConfig:
     """How an agent samples tokens while acting (the paper's IMDB run: top_k=0, top_p=1.0, repetition 1.1)."""
+
+    _argument_group_name = "sampling options (SamplingConfig)"  # `cory train --help` group (transformers.HfArgumentParser)
 
     temperature: float = field(
         default=1.0,
@@ -56,6 +59,7 @@ class SamplingConfig:
     )
 
     def __post_init__(self) -> None:
+        check_finite_fields(self)
         if not self.temperature > 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}; use 1.0 for plain sampling")
         if not isinstance(self.top_k, int) or self.top_k < 0:
@@ -154,6 +158,29 @@ def sample_step(
     return tokens, logprobs
 
 
+def penalty_context(ids: np.ndarray, mask: np.ndarray) -> torch.Tensor:
+    """The context a repetition penalty may read: the window with every padded position (attention mask 0)
+    replaced by a real token of the same row, so padding counts as no token at all.
+
+    The penalty (transformers' `RepetitionPenaltyLogitsProcessor`) penalises every id present in its context. The
+    env left-pads its window with the pad id, which is EOS for SmolLM2 and GPT-2: handed the raw window, EOS counted
+    as already seen and lost probability before the model wrote anything (P(EOS) at the first step 0.042 instead of
+    generate's 0.250 on "The end.", issue #27 item 2). Repeating a token already present changes nothing, so the
+    result equals the penalty over the real tokens alone.
+
+    Args:
+        ids: int64 (B, L) window; mask: int (B, L), 1 on real tokens (each row holds at least one).
+
+    Returns:
+        int64 (B, L) tensor.
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    real = np.asarray(mask) != 0
+    first = real.argmax(axis=1)  # a real token of each row (rows without any keep their ids: nothing to read)
+    filler = ids[np.arange(ids.shape[0]), first][:, None]
+    return torch.from_numpy(np.where(real, ids, filler))
+
+
 @dataclass
 class _KVState:
     """Acting state of one episode batch: the last observation, the KV cache and its attention mask."""
@@ -233,7 +260,7 @@ class KVCachedSampler:
             self._kv = None
             raise ValueError(f"non-finite logits at acting step {step} (rows {bad}); the model weights or inputs "
                              f"hold NaN/inf")
-        context = torch.from_numpy(np.array(ids, dtype=np.int64)).to(device) if len(self._penalties) else None
+        context = penalty_context(ids, mask).to(device) if len(self._penalties) else None
         tokens, logprobs = sample_step(logits, context, action_mask_tensor(action_mask, device), self._penalties,
                                        self._warpers, generator, self._temperature)
         self._kv.step += 1

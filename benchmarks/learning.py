@@ -88,12 +88,12 @@ class Rung:
 
 # Settings every tiny-model arm shares (chosen by the factor table, docs/results/learning_factors.md): large
 # batches (the tiny model's step costs about the same for 32 or 512 rows), an entropy bonus against early collapse,
-# a value-loss weight of 0.5 (TRL's 0.1 left CORY's value heads behind), a small fixed KL coefficient, value-head
-# dropout off, T_REx 5 as in the official code.
+# a value-loss weight of 0.5 (TRL's 0.1 left CORY's value heads behind), a small fixed KL coefficient, T_REx 5 as in
+# the official code (dropout is off by default: `--disable_dropout`).
 TINY = ("--model", "tiny", "--task", "tiny_vocab", "--context_len", "12", "--heldout_fraction", "0.2",
         "--batch_size", "512", "--mini_batch_size", "128", "--ppo_epochs", "4", "--learning_rate", "1e-3",
         "--ent_coef", "0.01", "--vf_coef", "0.5", "--adap_kl_ctrl", "false", "--init_kl_coef", "0.01",
-        "--value_head_dropout", "0", "--role_exchange_period", "5")
+        "--role_exchange_period", "5")
 
 RUNGS: dict[str, Rung] = {
     "sanity": Rung(
@@ -119,7 +119,7 @@ RUNGS: dict[str, Rung] = {
                "--data_path", str(DATA / "imdb_reviews_1000.csv"), "--heldout_fraction", "0.2",
                "--use_lora", "true", "--lora_r", "16", "--lora_alpha", "32", "--batch_size", "16",
                "--mini_batch_size", "8", "--ppo_epochs", "2", "--learning_rate", "5e-4", "--ent_coef", "0.0",
-               "--adap_kl_ctrl", "false", "--init_kl_coef", "0.05", "--value_head_dropout", "0",
+               "--adap_kl_ctrl", "false", "--init_kl_coef", "0.05",
                "--min_new_tokens", "8", "--max_new_tokens", "12", "--context_len", "96", "--role_exchange_period", "5"),
         episodes=400, arms=("grpo", "cory-grpo", "ppo", "cory"),
         floors={"ppo": 0.2, "cory": 0.2, "grpo": 0.2, "cory-grpo": 0.2}, eval_episodes=128,

@@ -95,14 +95,16 @@ class BatchedCORYEnv:
         return {"input_ids": ids, "attention_mask": mask, "action_mask": self.action_mask}
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
-        """Start B episodes (row i seeded ``seed + i``); ``options={"queries": [text or ids] * B}`` plays those;
-        ``options={"group_size": k}`` seeds row i with ``seed + i // k``, so k consecutive rows share a query.
+        """Start B episodes (row i draws from stream ``(seed, i)``, `EpisodeBatch.reset`); ``options={"queries": [text
+        or ids] * B}`` plays those; ``options={"group_size": k}`` gives row i stream ``(seed, i // k)``, so k
+        consecutive rows share a query; ``options={"stream_offset": o}`` adds o to every row's stream.
 
         Returns:
             (pioneer observation, info) with ``info["query_text"]`` the B query texts.
         """
         options = options or {}
-        self._episode.reset(seed=seed, queries=options.get("queries"), group_size=options.get("group_size", 1))
+        self._episode.reset(seed=seed, queries=options.get("queries"), group_size=options.get("group_size", 1),
+                            stream_offset=options.get("stream_offset", 0))
         return self.observe(), {"query_text": list(self._episode.query_text)}
 
     def step(self, actions) -> tuple[dict, dict, dict, dict, dict]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from cory_env.prompts import OBSERVER_REQUIRED, parse_template
 
-__all__ = ["EnvConfig", "resolve_config"]
+__all__ = ["EnvConfig", "RenderModeError", "check_finite_fields", "check_render_mode", "resolve_config"]
 
 
 QUERY_SPLITS = ("train", "test")
@@ -28,6 +28,8 @@ class EnvConfig:
     Raises:
         ValueError: from `__post_init__`, naming the field, its value and the fix.
     """
+
+    _argument_group_name = "task and episode options (EnvConfig)"  # `cory train --help` group (transformers.HfArgumentParser)
 
     task: str = field(
         default="imdb",
@@ -54,8 +56,8 @@ class EnvConfig:
     min_review_chars: int = field(
         default=200,
         metadata={"help": "IMDB: drop reviews shorter than this many characters after removing `<br />` "
-                          "(official baseline script: 200; the paper's text: 100). Not applied to the built-in "
-                          "openings."},
+                          "(official baseline script: 200; the paper's text: 100; 0 keeps every non-empty review). "
+                          "Not applied to the built-in openings."},
     )
     heldout_fraction: float = field(
         default=0.0,
@@ -123,6 +125,7 @@ class EnvConfig:
     )
 
     def __post_init__(self) -> None:
+        check_finite_fields(self)
         if not isinstance(self.task, str) or not self.task:
             raise ValueError(f"task must be a non-empty task name such as 'imdb', got {self.task!r}; pass a "
                              "Task object to the env as `task=` instead")
@@ -147,13 +150,35 @@ class EnvConfig:
             raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must be >= min_new_tokens "
                              f"({self.min_new_tokens}); raise max_new_tokens or lower min_new_tokens")
         _check_int("context_len", self.context_len, 2, "use a window of at least prompt + max_new_tokens tokens")
-        if not math.isfinite(float(self.partner_reward_coef)):
-            raise ValueError(f"partner_reward_coef must be finite, got {self.partner_reward_coef}; use 1 "
-                             "(cooperative), -1 (competitive) or 0 (independent)")
         if self.observer_template is not None:
             parse_template(self.observer_template, required=OBSERVER_REQUIRED, name="observer_template")
         if self.pioneer_template is not None:
             parse_template(self.pioneer_template, required=("query",), name="pioneer_template")
+
+
+class RenderModeError(ValueError, TypeError):
+    """A render mode the env does not have. Both a `ValueError` (a bad value) and a `TypeError`: vectorising
+    constructors that first try ``render_mode="rgb_array"`` and fall back without it on TypeError (Stable-Baselines3's
+    ``make_vec_env``) then build the env without rendering."""
+
+
+def check_render_mode(render_mode: str | None, modes: list[str]) -> None:
+    """Raise `RenderModeError` unless `render_mode` is None or one of `modes`."""
+    if render_mode not in (None, *modes):
+        raise RenderModeError(f"render_mode must be None or one of {modes}, got {render_mode!r}")
+
+
+def check_finite_fields(config: object) -> None:
+    """Raise `ValueError` naming the first float field of the dataclass `config` that is NaN or ±inf.
+
+    Every config calls it first in ``__post_init__``: ``inf`` passes a ``> 0`` check (``--learning_rate inf``, YAML
+    ``.inf``) and NaN fails every comparison silently, so finiteness is checked once, for every float field, before
+    the range checks.
+    """
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{f.name}={value!r} is invalid: use a finite number (see --help for its range)")
 
 
 def _check_int(name: str, value: object, low: int, fix: str) -> None:

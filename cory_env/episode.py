@@ -11,9 +11,11 @@ response goes to column L + k, and its observation window after k tokens is colu
 response ended write the pad id with attention mask 0. Windows are read-only views into the buffer and stay
 valid until the next `reset` (which allocates new buffers), so callers can keep them without copying.
 
-Seeding: row i of ``reset(seed=s)`` draws from its own generator seeded ``s + i`` (record index, query length,
-response length, in that order, whether or not an explicit query is given); ``reset()`` without a seed continues
-the generators. So a B-row batch equals B single-row batches seeded s, ..., s + B - 1.
+Seeding: row i of ``reset(seed=s)`` draws from its own generator, stream ``(s, i)`` of numpy's `SeedSequence`
+(record index, query length, response length, in that order, whether or not an explicit query is given);
+``reset()`` without a seed continues the generators. Streams of different seeds are independent draws (``s + i``
+seeding made row i of seed s row i − 1 of seed s + 1), and ``stream_offset=o`` moves row i to stream ``(s, o + i)``.
+So a B-row batch equals B single-row batches reset with seed s and stream offsets 0, ..., B - 1.
 
 The AEC env (`cory_env.token_env`) is the B = 1 view, `cory_env.BatchedCORYEnv` the batched one. With
 ``single_agent=True`` (PPO baseline, evaluation) only the pioneer acts and is rewarded with its own task reward.
@@ -125,6 +127,7 @@ class EpisodeBatch:
         self.prompts = {"pioneer": pioneer} if single_agent else {"pioneer": pioneer, "observer": observer}
         self.query_budget = self._query_budget()
         self.action_mask, self.allowed = self._action_mask(task.action_mask)
+        self._check_records()
         self._rngs: list[np.random.Generator] | None = None
         self._record_ids: dict[int, tuple[list[int], list[int] | None]] = {}  # ids, clean cut lengths
         self.phase: str | None = None
@@ -169,6 +172,19 @@ class EpisodeBatch:
                              f"to >= {need} or lower max_new_tokens")
         return budget
 
+    def _check_records(self) -> None:
+        """Refuse now, not when first drawn, any record whose query text encodes to no token (e.g. only characters
+        the tokenizer drops): the prefix that a query can use is encoded for every record, in one batch."""
+        prefix = (self.task.query_tokens[1] + MAX_TOKENS_PER_CHAR) * MAX_TOKENS_PER_CHAR if self.task.query_tokens \
+            else None
+        texts = [str(r["query"])[:prefix] for r in self.task.records]
+        empty = [i for i, ids in enumerate(self.tokenizer(texts, add_special_tokens=False)["input_ids"]) if not ids]
+        if empty:
+            raise ValueError(f"task {self.task.name!r}: record {empty[0]} has an empty query "
+                             f"{self.task.records[empty[0]]['query'][:40]!r} (no token"
+                             f"{f'; {len(empty) - 1} more records too' if len(empty) > 1 else ''}); drop empty rows "
+                             "from the data")
+
     def _action_mask(self, mask) -> tuple[np.ndarray, np.ndarray | None]:
         """(read-only int8 (V,) mask, bool (V,) allowed ids or None when every id is allowed)."""
         V = self.vocab_size
@@ -181,29 +197,36 @@ class EpisodeBatch:
 
     # ----- reset ----------------------------------------------------------------------------------------------
     def reset(self, seed: int | None = None, queries: Sequence[str | Sequence[int]] | None = None,
-              group_size: int = 1) -> None:
+              group_size: int = 1, stream_offset: int = 0) -> None:
         """Start B new episodes.
 
         Args:
-            seed: row i uses a generator seeded ``seed + i // group_size``; None continues the current generators
-                (fresh entropy on the first reset).
+            seed: row i draws from the generator of stream ``(seed, stream_offset + i // group_size)`` (numpy
+                ``default_rng([seed, stream])``: independent across seeds and streams); None continues the current
+                generators (fresh entropy on the first reset).
             queries: optional B explicit queries (text, or token ids), used whole (no `query_tokens` cut);
                 their records are ``{"query": text}``.
-            group_size: k; rows [g·k, (g+1)·k) share a generator seed, so they play the same record, query
-                length and response length (group sampling for GRPO). B must be a multiple of k.
+            group_size: k; rows [g·k, (g+1)·k) share a stream, so they play the same record, query length and
+                response length (group sampling for GRPO). B must be a multiple of k.
+            stream_offset: o >= 0, the stream of the first row (group): a batch with offset o plays the rows
+                o·k, o·k + 1, ... of a larger batch with the same seed (data-parallel ranks, evaluation batches).
 
         Raises:
             TypeError: for a non-int seed or a query that is neither text nor token ids.
-            ValueError: for a wrong number of queries, an empty query, token ids outside [0, V), or (with
-                ``truncate_query=False``) a query longer than the context allows.
+            ValueError: for a negative seed or stream_offset, a wrong number of queries, an empty query, token ids
+                outside [0, V), or (with ``truncate_query=False``) a query longer than the context allows.
         """
         B = self.batch_size
         if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1 or B % group_size:
             raise ValueError(f"group_size must be a positive int dividing batch_size={B}, got {group_size!r}")
+        if isinstance(stream_offset, bool) or not isinstance(stream_offset, (int, np.integer)) or stream_offset < 0:
+            raise ValueError(f"stream_offset must be an int >= 0, got {stream_offset!r}")
         if seed is not None:
             if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
                 raise TypeError(f"seed must be an int or None, got {seed!r}")
-            self._rngs = [np.random.default_rng(int(seed) + i // group_size) for i in range(B)]
+            if seed < 0:
+                raise ValueError(f"seed must be >= 0, got {seed}; numpy's SeedSequence takes non-negative seeds")
+            self._rngs = [np.random.default_rng([int(seed), int(stream_offset) + i // group_size]) for i in range(B)]
         elif self._rngs is None:
             self._rngs = [np.random.default_rng() for _ in range(B)]
         if queries is not None and len(queries) != B:

@@ -36,7 +36,8 @@ returns the same mask as bool (V,): the method name sb3-contrib's ``MaskablePPO`
 
 ## Version history
 
-* v0: first release.
+* v0: first release. Seeding (before any release): an episode draws from stream ``(seed, stream_offset)`` of
+  numpy's `SeedSequence` instead of ``seed + row``, so different seeds give independent episodes.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from cory_env.config import resolve_config
+from cory_env.config import check_render_mode, resolve_config
 from cory_env.episode import EpisodeBatch
 from cory_env.tasks import task_tokenizer
 
@@ -76,8 +77,7 @@ class PioneerEnv(gym.Env):
 
     def __init__(self, config=None, tokenizer=None, *, reward_fn=None, task=None, render_mode: str | None = None,
                  **kwargs) -> None:
-        if render_mode not in (None, *self.metadata["render_modes"]):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        check_render_mode(render_mode, self.metadata["render_modes"])
         if isinstance(task, str):
             kwargs["task"], task = task, None
         self.config = resolve_config(config, **kwargs)
@@ -102,7 +102,8 @@ class PioneerEnv(gym.Env):
                 "action_mask": self._episode.action_mask.copy()}
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
-        """Start an episode; ``options={"query": text or token ids}`` plays that query.
+        """Start an episode; ``options={"query": text or token ids}`` plays that query; ``options={"stream_offset":
+        i}`` draws from stream ``(seed, i)`` as the AEC env does.
 
         Returns:
             (observation, info) with ``info["query_text"]``.
@@ -110,8 +111,10 @@ class PioneerEnv(gym.Env):
         super().reset(seed=seed)
         if seed is None and self._episode.phase is None:
             seed = int(self.np_random.integers(2**31))  # first reset without a seed: Gymnasium's entropy
-        query = (options or {}).get("query")
-        self._episode.reset(seed=seed, queries=None if query is None else [query])
+        options = options or {}
+        query = options.get("query")
+        self._episode.reset(seed=seed, queries=None if query is None else [query],
+                            stream_offset=options.get("stream_offset", 0))
         return self._obs(), {"query_text": self._episode.query_text[0]}
 
     def step(self, action) -> tuple[dict, float, bool, bool, dict[str, Any]]:

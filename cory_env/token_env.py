@@ -51,7 +51,8 @@ See `cory_env.config.EnvConfig` for every field. Also:
   ``(queries, responses, records)`` returning one float per pair; overrides the task's reward.
 * ``task``: a task name or a `cory_env.tasks.Task` object.
 * ``reset(seed, options)``: ``options={"query": text or token ids}`` plays that query (whole; it is truncated from
-  the left with a warning if it does not fit L, or raises with ``truncate_query=False``).
+  the left with a warning if it does not fit L, or raises with ``truncate_query=False``); ``options={"stream_offset":
+  i}`` draws the episode from stream ``(seed, i)``, the stream of row i of a `BatchedCORYEnv` reset with the same seed.
 
 Errors: actions outside [0, V), non-integer actions, a non-None action for a finished seat, stepping before
 ``reset``, an empty query and a misbehaving reward function raise ``TypeError``/``ValueError``/``RuntimeError``
@@ -59,7 +60,8 @@ naming the problem (`env()` adds PettingZoo's wrappers, whose bounds assertion f
 
 ## Version history
 
-* v0: first release.
+* v0: first release. Seeding (before any release): an episode draws from stream ``(seed, stream_offset)`` of
+  numpy's `SeedSequence` instead of ``seed + row``, so different seeds give independent episodes.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ from gymnasium import spaces
 from pettingzoo import AECEnv
 from pettingzoo.utils import AgentSelector, wrappers
 
-from cory_env.config import EnvConfig, resolve_config
+from cory_env.config import EnvConfig, check_render_mode, resolve_config
 from cory_env.episode import SEATS, EpisodeBatch
 
 __all__ = ["env", "raw_env"]
@@ -106,8 +108,7 @@ class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
     def __init__(self, config: EnvConfig | None = None, tokenizer=None, *, reward_fn=None, task=None,
                  render_mode: str | None = None, **kwargs) -> None:
         super().__init__()
-        if render_mode not in (None, *self.metadata["render_modes"]):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        check_render_mode(render_mode, self.metadata["render_modes"])
         if isinstance(task, str):
             kwargs["task"], task = task, None
         self.config = resolve_config(config, **kwargs)
@@ -148,9 +149,12 @@ class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
         return {"input_ids": ids[0], "attention_mask": mask[0], "action_mask": self._episode.action_mask}
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
-        """Start an episode; ``options={"query": text or token ids}`` plays that query (other keys are ignored)."""
-        query = (options or {}).get("query")
-        self._episode.reset(seed=seed, queries=None if query is None else [query])
+        """Start an episode; ``options={"query": text or token ids}`` plays that query, ``options={"stream_offset":
+        i}`` draws from stream ``(seed, i)`` (row i of a batched env with the same seed); other keys are ignored."""
+        options = options or {}
+        query = options.get("query")
+        self._episode.reset(seed=seed, queries=None if query is None else [query],
+                            stream_offset=options.get("stream_offset", 0))
         self.agents = self.possible_agents[:]
         self.rewards = dict.fromkeys(self.agents, 0.0)
         self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)

@@ -21,5 +21,8 @@ def table(cls) -> str:
     return "\n".join(rows)
 
 
+#: The README's order of the tables.
+ORDER = (CORYConfig, ModelConfig, SamplingConfig, PPOConfig, EnvConfig)
+
 if __name__ == "__main__":
-    print("\n\n".join(table(c) for c in (CORYConfig, ModelConfig, SamplingConfig, PPOConfig, EnvConfig)))
+    print("\n\n".join(table(c) for c in ORDER))

@@ -58,3 +58,14 @@ def test_the_metrics_glossary_names_every_logged_key(tmp_path):
         logged |= {key for row in trainer.train() for key in row if key != "iteration"}
     missing = sorted({key.split("/")[-1] for key in logged} - documented)
     assert not missing, f"logged but not in the README glossary: {missing}"
+
+
+def test_the_options_tables_are_exactly_what_docs_options_table_prints():
+    """Issue #27: the tables went stale (no `relay` in --task) while the test above checked only the names."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("options_table", REPO_ROOT / "docs" / "options_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    printed = "\n\n".join(module.table(c) for c in module.ORDER)
+    assert printed in README, "README option tables differ from `python docs/options_table.py`: paste its output"

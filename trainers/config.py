@@ -26,7 +26,11 @@ from typing import Any, NamedTuple, Optional
 
 from agents.sampling import SamplingConfig
 from cory_env import EnvConfig
+from cory_env.config import check_finite_fields
 from trainers.learning.ppo_math import KL_PENALTY_KINDS
+
+TOKEN_MEAN_OVER = ("optimizer_step", "mini_batch")
+"""`PPOConfig.token_mean_over` values (`trainers.learning.update.step_loss_weights`)."""
 
 ALGOS = ("cory", "ppo")
 #: `ModelConfig.dtype` names (torch dtype names; `trainers.loop.build.torch_dtype`).
@@ -43,10 +47,13 @@ class PPOConfig:
     """One learner's settings (TRL names; defaults = TRL 0.11.4 `PPOConfig` unless noted); GRPO reads the same
     fields plus `group_size`, `scale_rewards` and `kl_in_loss`."""
 
+    _argument_group_name = "learner options (PPOConfig; GRPO reads them too)"  # `cory train --help` group (transformers.HfArgumentParser)
+
     learning_rate: float = field(default=1.41e-5, metadata={"help": "Adam learning rate (TRL default 1.41e-5; paper IMDB 1.41e-5)."})
     batch_size: int = field(default=16, metadata={"help": "Queries per iteration B (paper IMDB: 256; TRL default 128). Must be divisible by mini_batch_size * gradient_accumulation_steps."})
     mini_batch_size: int = field(default=16, metadata={"help": "Samples per optimiser mini-batch (paper IMDB: 256)."})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "Mini-batches accumulated per optimiser step (TRL default 1)."})
+    token_mean_over: str = field(default="optimizer_step", metadata={"help": "What a loss's token mean is taken over: optimizer_step (every response token of the optimiser step, so gradient accumulation and data-parallel splits give the gradient of the undivided batch) or mini_batch (each accumulated mini-batch its own token mean, averaged: TRL 0.11)."})
     ppo_epochs: int = field(default=4, metadata={"help": "Passes over the rollout per update (TRL default 4; paper IMDB 4)."})
     init_kl_coef: float = field(default=0.2, metadata={"help": "Initial KL penalty coefficient beta (TRL default 0.2; paper CORY IMDB 0.4)."})
     adap_kl_ctrl: bool = field(default=True, metadata={"help": "Use the adaptive KL controller (Ziegler et al. 2019, TRL AdaptiveKLController); False = fixed beta."})
@@ -69,9 +76,10 @@ class PPOConfig:
     whiten_rewards: bool = field(default=False, metadata={"help": "Whiten the shaped per-token rewards before GAE (TRL default False)."})
     group_size: int = field(default=1, metadata={"help": "GRPO: samples per query k. The rollout repeats each query k times in consecutive rows (batch_size must be divisible by k); 1 = distinct queries (PPO). GRPO needs k >= 2 (DeepSeekMath: 64)."})
     scale_rewards: bool = field(default=True, metadata={"help": "GRPO: divide the group-centred rewards by the group's std (DeepSeekMath outcome supervision); False = only subtract the group mean (Dr. GRPO)."})
-    kl_in_loss: bool = field(default=True, metadata={"help": "GRPO: KL to the reference model as a k3 loss term beta * KL (DeepSeekMath eq. 3) (True), or as a per-token penalty -beta * KL_t (estimator kl_penalty) summed into each sequence's reward before the group normalisation (False). beta = the KL controller's value (init_kl_coef)."})
+    kl_in_loss: bool = field(default=True, metadata={"help": "GRPO: KL to the reference model as a k3 loss term beta * KL (DeepSeekMath eq. 3) (True), or as a sequence penalty beta * sum_t KL_t (estimator kl_penalty) subtracted from the advantage after the reward's group normalisation, centred on its group (False; beta then prices one nat in advantage units). beta = the KL controller's value (init_kl_coef)."})
 
     def __post_init__(self) -> None:
+        check_finite_fields(self)
         for name in ("batch_size", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs"):
             _check(getattr(self, name) >= 1, name, getattr(self, name), "use a positive integer")
         if self.batch_size < 2:
@@ -93,10 +101,14 @@ class PPOConfig:
                 f"batch_size={self.batch_size} is not divisible by group_size={self.group_size}; "
                 "choose batch_size as a multiple of group_size (each query fills one group of rows)"
             )
+        _check(self.token_mean_over in TOKEN_MEAN_OVER, "token_mean_over", self.token_mean_over,
+               f"use one of {TOKEN_MEAN_OVER}")
         _check(self.kl_penalty in KL_PENALTY_KINDS, "kl_penalty", self.kl_penalty, f"use one of {KL_PENALTY_KINDS}")
         _check(self.learning_rate > 0, "learning_rate", self.learning_rate, "use a positive learning rate")
-        for name in ("init_kl_coef", "vf_coef", "ent_coef", "cliprange", "cliprange_value"):
+        for name in ("init_kl_coef", "vf_coef", "ent_coef", "cliprange_value"):
             _check(getattr(self, name) >= 0, name, getattr(self, name), "use a value >= 0")
+        _check(self.cliprange > 0, "cliprange", self.cliprange,
+               "use a value > 0 (0 clips every ratio to 1: the policy gradient would vanish after the first step)")
         for name in ("target", "horizon", "target_kl", "ratio_threshold"):
             _check(getattr(self, name) > 0, name, getattr(self, name), "use a value > 0")
         for name in ("gamma", "lam"):
@@ -116,19 +128,27 @@ class ModelConfig:
     """The policy model the agents are built from (loading, dtype, LoRA layout, value heads); TRL's `ModelConfig`
     plays this part there."""
 
+    _argument_group_name = "model options (ModelConfig)"  # `cory train --help` group (transformers.HfArgumentParser)
+
     model: str = field(default="smollm2-135m-instruct", metadata={"help": "Policy model: hub id, local directory, .gguf file, or alias (smollm2-135m-instruct = offline default; tiny = tiny random model for tests)."})
     dtype: str = field(default="float32", metadata={"help": "Parameter dtype of the loaded model: float32 (CPU default), bfloat16 or float16. Value heads and LoRA adapters stay float32."})
     use_lora: bool = field(default=False, metadata={"help": "Memory-shared LoRA: one frozen base, one adapter per model, reference = adapters off."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
-    lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout, in [0, 1); only with disable_dropout=False."})
     lora_target_modules: str = field(default="q_proj,v_proj", metadata={"help": "Comma-separated module names to adapt (Llama: q_proj,v_proj; GPT-2: c_attn)."})
-    value_head_dropout: float = field(default=0.1, metadata={"help": "Dropout on the hidden state before each value head (TRL summary_dropout_prob, 0.1); 0 makes updates independent of how the batch is split across processes."})
+    value_head_dropout: float = field(default=0.1, metadata={"help": "Dropout on the hidden state before each value head (TRL summary_dropout_prob, 0.1); only with disable_dropout=False."})
+    disable_dropout: bool = field(default=True, metadata={"help": "Switch off every dropout in the policies and value heads (LoRA dropout, value-head dropout, the model's own), so the rollout's scores and the update's forward are one function of the weights and the PPO ratio is exactly 1 on fresh data (TRL's disable_dropout, default True). False: the update runs with dropout while the rollout is scored without (the ratio and value clipping then see dropout noise)."})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute activations in the backward pass (transformers' activation checkpointing, every decoder layer): less memory for long observer prompts, about one extra forward of time."})
 
     def __post_init__(self) -> None:
+        check_finite_fields(self)
         _check(self.dtype in DTYPES, "dtype", self.dtype, f"use one of {tuple(DTYPES)}")
         _check(self.lora_r >= 1, "lora_r", self.lora_r, "use a rank >= 1")
+        _check(self.lora_alpha > 0, "lora_alpha", self.lora_alpha,
+               "use a value > 0: LoRA scales the adapters' output by lora_alpha / lora_r, so 0 leaves the policy "
+               "equal to the base model whatever the adapters learn (paper setting: 2 * lora_r)")
+        _check(0.0 <= self.lora_dropout < 1.0, "lora_dropout", self.lora_dropout, "use a value in [0, 1)")
         _check(0.0 <= self.value_head_dropout < 1.0, "value_head_dropout", self.value_head_dropout, "use a value in [0, 1)")
 
     @property
@@ -142,6 +162,8 @@ class CORYConfig:
     """The run: algorithm, learner, iterations, seeds, role exchange, logging and checkpoints (the model is
     `ModelConfig`, sampling `agents.SamplingConfig`)."""
 
+    _argument_group_name = "run options (CORYConfig)"  # `cory train --help` group (transformers.HfArgumentParser)
+
     algo: str = field(default="cory", metadata={"help": "cory (two agents, paper) or ppo (single-agent baseline on the pioneer seat, same env and settings)."})
     learner: str = field(default="ppo", metadata={"help": "Learner for each model, by registry name (trainers.learning.learners): ppo (PPO with a value head, TRL semantics) or grpo (critic-free GRPO; set group_size >= 2). Other registered names work too."})
     output_dir: str = field(default="runs/cory", metadata={"help": "Run directory: config.yaml, metrics.jsonl, samples.jsonl, TensorBoard events, checkpoints/."})
@@ -150,7 +172,8 @@ class CORYConfig:
     role_exchange_period: int = field(default=5, metadata={"help": "T_REx: iterations between role exchanges (official code: swap_freq=5). 0 disables (ablation w/o REx)."})
     reset_on_exchange: bool = field(default=False, metadata={"help": "Replicate the official code: fresh Adam state, KL controller and score statistics at every role exchange."})
     eta: Optional[float] = field(default=None, metadata={"help": "eta in the logged combined reward = task reward - eta * KL; None = the seat's current KL coefficient."})
-    checkpoint_every: int = field(default=0, metadata={"help": "Save a checkpoint every N iterations (always at the end); 0 = only at the end."})
+    checkpoint_every: int = field(default=0, metadata={"help": "Save a checkpoint every N iterations (always at the end); 0 = only at the end (and by time, checkpoint_every_minutes)."})
+    checkpoint_every_minutes: float = field(default=10.0, metadata={"help": "Also save a checkpoint after the first iteration that ends this many minutes (wall time) after the last checkpoint, so a late failure loses at most that much work; 0 disables. Checkpoints never change the run's numbers."})
     keep_checkpoints: int = field(default=2, metadata={"help": "How many most recent checkpoints to keep (>= 1)."})
     resume: bool = field(default=False, metadata={"help": "Continue the run in output_dir from its latest checkpoint."})
     overwrite: bool = field(default=False, metadata={"help": "Delete an existing run in output_dir and start afresh."})
@@ -162,14 +185,18 @@ class CORYConfig:
     device: str = field(default="auto", metadata={"help": "Where the models live: auto (this process's GPU under a multi-GPU launch or when CUDA is available, else CPU), cpu, or a torch device such as cuda:0."})
 
     def __post_init__(self) -> None:
+        check_finite_fields(self)
         _check(self.algo in ALGOS, "algo", self.algo, f"use one of {ALGOS}")
         _check(self.num_iterations >= 1, "num_iterations", self.num_iterations, "use a positive integer")
         _check(self.role_exchange_period >= 0, "role_exchange_period", self.role_exchange_period, "use >= 0 (0 disables role exchange)")
         _check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "use >= 0 (0 = only at the end)")
+        _check(self.checkpoint_every_minutes >= 0, "checkpoint_every_minutes", self.checkpoint_every_minutes,
+               "use >= 0 (0 = no time-based checkpoints)")
         _check(self.keep_checkpoints >= 1, "keep_checkpoints", self.keep_checkpoints, "keep at least 1 checkpoint")
         _check(self.eta is None or self.eta >= 0, "eta", self.eta, "use eta >= 0, or None for the KL coefficient")
         _check(self.log_samples >= 0, "log_samples", self.log_samples, "use >= 0")
         _check(self.eval_episodes >= 0, "eval_episodes", self.eval_episodes, "use >= 0 (0 = no evaluation)")
+        _check(self.torch_threads >= 0, "torch_threads", self.torch_threads, "use >= 0 (0 = torch's default)")
         _check(not (self.resume and self.overwrite), "resume", self.resume, "pass either --resume or --overwrite, not both")
         _check(self.device == "auto" or self.device == "cpu" or self.device.startswith(("cuda", "mps", "xpu")),
                "device", self.device, "use auto, cpu or a torch device such as cuda:0")

@@ -36,8 +36,8 @@ class Task:
         action_mask: optional int8 (V,) array, 1 = token allowed, applied to every step of both seats.
 
     Raises:
-        ValueError: (at construction) for empty records, a record without a "query", a template without its
-            placeholders, bad lengths or an all-zero action mask.
+        ValueError: (at construction) for empty records, any record without a non-empty "query" text, a template
+            without its placeholders, bad lengths or an all-zero action mask.
         TypeError: if `reward_fn` is neither a reward name nor a 2- or 3-argument callable.
     """
 
@@ -57,9 +57,13 @@ class Task:
             raise ValueError(f"Task.name must be a non-empty str, got {self.name!r}")
         if len(self.records) == 0:
             raise ValueError(f"task {self.name!r} has no records; give at least one {{'query': ...}} dict")
-        first = self.records[0]
-        if not isinstance(first, dict) or "query" not in first:
-            raise ValueError(f"task {self.name!r}: records must be dicts with a 'query' text, got {first!r}")
+        bad = [i for i, r in enumerate(self.records)
+               if not isinstance(r, dict) or not isinstance(r.get("query"), str) or not r["query"]]
+        if bad:  # every record, now: an empty one would otherwise fail iterations later, when first drawn
+            example = self.records[bad[0]]
+            raise ValueError(f"task {self.name!r}: record {bad[0]}{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}"
+                             f" is not a dict with a non-empty 'query' text: {str(example)[:80]!r}; drop such rows "
+                             "from the data")
         # frozen dataclass: normalise the reward to the 3-argument form once, here
         object.__setattr__(self, "reward_fn", make_reward_fn(self.reward_fn))
         parse_template(self.observer_template, required=OBSERVER_REQUIRED, name="observer_template")

@@ -65,3 +65,42 @@ def test_action_mask_tensor_reads_broadcast_views():
     part = np.broadcast_to(np.array([[1, 0, 1, 1, 1]], np.int8), (4, 5))
     t = action_mask_tensor(part, torch.device("cpu"))
     assert t.shape == (1, 5) and t.dtype == torch.bool and not t[0, 1]
+
+
+def test_penalty_context_replaces_padding_by_a_real_token_of_the_row():
+    from agents.sampling import penalty_context
+
+    ids = np.array([[0, 0, 7, 8], [0, 5, 0, 6]])
+    mask = np.array([[0, 0, 1, 1], [0, 1, 0, 1]])
+    assert penalty_context(ids, mask).tolist() == [[7, 7, 7, 8], [5, 5, 5, 6]]
+
+
+def test_repetition_penalty_reads_only_the_real_tokens_of_the_window(tiny_tok, tiny_model):
+    """Issue #27 item 2: the left-padded window's pad (= EOS) counted as already seen, lowering P(EOS) at the first
+    step (SmolLM2, "The end.": 0.042 vs generate's 0.250). The penalised scores must be those of the prompt alone."""
+    from transformers import RepetitionPenaltyLogitsProcessor
+
+    from agents import LLMAgent
+    from cory_env import BatchedCORYEnv, EnvConfig
+
+    agent = LLMAgent(tiny_model, tiny_tok, sampling=SamplingConfig(repetition_penalty=1.1))
+    seen = []
+
+    class Recorder(type(agent._sampler._penalties)):  # a LogitsProcessorList that keeps what it returned
+        def __call__(self, context, scores):
+            seen.append(super().__call__(context, scores).clone())
+            return seen[-1]
+
+    agent._sampler._penalties = Recorder(agent._sampler._penalties)
+    env = BatchedCORYEnv(EnvConfig(context_len=32, min_new_tokens=1, max_new_tokens=1), tiny_tok, batch_size=1,
+                         single_agent=True)
+    obs, _ = env.reset(seed=0, options={"queries": ["The end."]})
+    assert obs["attention_mask"][0, 0] == 0 and obs["input_ids"][0, 0] == tiny_tok.eos_token_id  # padded with EOS
+    agent.act_batch(obs, generator=torch.Generator().manual_seed(0))
+    prompt = torch.tensor([tiny_tok.encode("The end.", add_special_tokens=False)])
+    with torch.no_grad():
+        logits = tiny_model(input_ids=prompt).logits[:, -1].float()
+    want = RepetitionPenaltyLogitsProcessor(penalty=1.1)(prompt, logits)
+    torch.testing.assert_close(seen[0], want, rtol=1e-4, atol=1e-5)
+    eos = tiny_tok.eos_token_id
+    assert seen[0][0, eos] == pytest.approx(float(logits[0, eos]), abs=1e-5)  # EOS not in the prompt: unpenalised

@@ -45,6 +45,16 @@ def test_missing_file_and_wrong_columns(tmp_path):
         load_imdb_records(bad)
 
 
+def test_empty_reviews_are_dropped_even_with_min_review_chars_0(tmp_path, caplog):
+    """Issue #27 item 8: `<br /><br />` became an empty query that failed only when first drawn (iteration 5)."""
+    path = tmp_path / "reviews.csv"
+    path.write_text("review\nA good film.\n<br /><br />\nBad.\n")
+    with caplog.at_level(logging.WARNING, logger="cory_env.data"):
+        records = load_imdb_records(path, min_review_chars=0)
+    assert [r["query"] for r in records] == ["A good film.", "Bad."]
+    assert "dropped 1 empty review(s)" in caplog.text
+
+
 def test_zero_usable_rows(tmp_path):
     path = tmp_path / "short.csv"
     path.write_text("review\nshort one\nanother\n")

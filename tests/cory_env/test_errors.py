@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from cory_env import BatchedCORYEnv, EnvConfig, Task, env, raw_env
+from cory_env.gym_env import PioneerEnv
 from cory_env.rewards import RewardFunctionError
 
 from .conftest import char_count_reward
@@ -208,11 +209,24 @@ def test_a_cut_is_clean_where_the_text_itself_holds_a_replacement_character(tiny
 
 
 def test_empty_record_query(tiny_tok):
-    task = Task(name="blank", records=[{"query": ""}], reward_fn=char_count_reward,
-                observer_template="{query}{response}")
-    with pytest.raises(ValueError, match="^task 'blank': record 0 has an empty query ''; drop empty rows from the "
-                                         "data$"):
-        raw_env(tokenizer=tiny_tok, task=task).reset(seed=0)
+    with pytest.raises(ValueError, match="^task 'blank': record 1 is not a dict with a non-empty 'query' text: "):
+        Task(name="blank", records=[{"query": "fine"}, {"query": ""}], reward_fn=char_count_reward,
+             observer_template="{query}{response}")
+
+
+def test_a_record_that_encodes_to_no_token_is_refused_when_the_env_is_built(tiny_tok):
+    """Issue #27 item 8: an empty query was found when first drawn (iteration 5 of a run, all work lost)."""
+    import copy
+
+    from tokenizers import normalizers
+
+    tok = copy.deepcopy(tiny_tok)
+    tok.backend_tokenizer.normalizer = normalizers.Replace("~", "")  # "~~~" encodes to nothing
+    records = [{"query": "a fine film"}] * 5 + [{"query": "~~~"}]
+    task = Task(name="blank", records=records, reward_fn=char_count_reward, observer_template="{query}{response}")
+    with pytest.raises(ValueError, match="^task 'blank': record 5 has an empty query '~~~' \\(no token\\); drop "
+                                         "empty rows from the data$"):
+        raw_env(tokenizer=tok, task=task)
 
 
 def _finish(aec):
@@ -293,8 +307,13 @@ def test_tokenizer_eos_outside_vocabulary():
 
 
 def test_render_mode_must_be_ansi(tiny_tok):
-    with pytest.raises(ValueError, match="render_mode must be None or 'ansi'"):
-        raw_env(tokenizer=tiny_tok, render_mode="human")
+    from cory_env.config import RenderModeError
+
+    for make in (lambda: raw_env(tokenizer=tiny_tok, render_mode="human"),
+                 lambda: PioneerEnv(tokenizer=tiny_tok, render_mode="rgb_array")):
+        with pytest.raises(ValueError, match="render_mode must be None or one of \\['ansi'\\]") as err:
+            make()
+        assert isinstance(err.value, TypeError) and isinstance(err.value, RenderModeError)  # SB3's fallback
 
 
 def test_config_errors_name_field_value_and_fix():
@@ -302,7 +321,7 @@ def test_config_errors_name_field_value_and_fix():
         EnvConfig(query_min_tokens=5, query_max_tokens=3)
     with pytest.raises(ValueError, match=r"max_new_tokens \(3\) must be >= min_new_tokens \(4\)"):
         EnvConfig(max_new_tokens=3)
-    with pytest.raises(ValueError, match="partner_reward_coef must be finite"):
+    with pytest.raises(ValueError, match=r"^partner_reward_coef=nan is invalid: use a finite number"):
         EnvConfig(partner_reward_coef=float("nan"))
     with pytest.raises(ValueError, match="context_len must be an integer, got 12.5"):
         EnvConfig(context_len=12.5)

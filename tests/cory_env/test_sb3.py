@@ -41,6 +41,21 @@ def test_sb3_check_env_passes_on_pioneer_with_another_tokenizer(tiny_tok):
     check_env(env.unwrapped, warn=True, skip_render_check=True)
 
 
+def test_make_vec_env_builds_the_gymnasium_views():
+    """Issue #27: SB3's make_vec_env passes render_mode="rgb_array" and falls back without it only on TypeError;
+    the views refused it with a plain ValueError."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    venv = make_vec_env("cory/TinyVocab-v0", n_envs=4, seed=0)
+    obs = venv.reset()
+    assert obs["input_ids"].shape[0] == 4 and venv.num_envs == 4
+    model = MaskablePPO("MultiInputPolicy", venv, n_steps=16, batch_size=64, n_epochs=1, seed=0, device="cpu",
+                        policy_kwargs=POLICY_KWARGS)
+    before = _params(model)
+    model.learn(total_timesteps=64)
+    assert _changed(before, model)
+
+
 def test_maskable_ppo_trains_and_only_samples_allowed_tokens():
     venv = DummyVecEnv([lambda: gymnasium.make("cory/TinyVocab-v0") for _ in range(2)])
     model = MaskablePPO("MultiInputPolicy", venv, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu",

@@ -44,7 +44,7 @@ def test_task_checks():
     assert Task(**base).reward_fn(["a"], ["b"], [{}]) == [0.0]  # 2-argument callable normalised
     with pytest.raises(ValueError, match="has no records"):
         Task(**{**base, "records": []})
-    with pytest.raises(ValueError, match="dicts with a 'query'"):
+    with pytest.raises(ValueError, match="not a dict with a non-empty 'query' text"):
         Task(**{**base, "records": ["q"]})
     with pytest.raises(ValueError, match=r"lacks the placeholder\(s\) \{response\}"):
         Task(**{**base, "observer_template": "{query}"})

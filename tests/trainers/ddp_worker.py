@@ -4,7 +4,7 @@ Run it alone (one process) or under ``accelerate launch`` / ``torchrun``. After 
 largest parameter difference between this process's replica and the main process's (all trainable tensors of the
 updated model), and the main process writes ``{"world_size", "history", "max_replica_diff", "process_group_left"}``
 to ``--report`` (the last: whether a process group still exists after the trainer was closed).
-Pass ``--value_head_dropout 0`` so that a 2-process run and a 1-process run compute the same numbers.
+Dropout is off by default (``--disable_dropout``), so a 2-process run and a 1-process run compute the same numbers.
 
     python tests/trainers/ddp_worker.py --report out.json -- <cory train options>
 """

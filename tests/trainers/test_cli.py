@@ -48,6 +48,20 @@ def test_train_eval_plot_round_trip(tmp_path):
         assert (tmp_path / "plots" / name).stat().st_size > 1000
 
 
+@pytest.mark.parametrize("flags, option", [(["--lora_alpha", "0", "--use_lora", "true"], "lora_alpha"),
+                                           (["--learning_rate", "inf"], "learning_rate"),
+                                           (["--config", "INF_YAML"], "learning_rate")])
+def test_a_bad_number_is_one_line_before_any_folder_exists(tmp_path, flags, option):
+    """Issue #27 item 3: --lora_alpha 0 trained 4 iterations with KL exactly 0; --learning_rate inf died at
+    iteration 0 and left a folder that blocked a re-run."""
+    (tmp_path / "inf.yaml").write_text("learning_rate: .inf\n")
+    flags = [str(tmp_path / "inf.yaml") if f == "INF_YAML" else f for f in flags]
+    run = tmp_path / "run"
+    proc = cory("train", "--preset", "tiny", "--output_dir", str(run), *flags, check=False)
+    assert proc.returncode == 2 and not run.exists()
+    assert len(proc.stderr.strip().splitlines()) == 1 and f"{option}=" in proc.stderr
+
+
 def test_existing_run_refused_then_resumed(tmp_path):
     run = tmp_path / "run"
     cory("train", "--preset", "tiny", "--output_dir", str(run), "--num_iterations", "1", "--torch_threads", "1")
@@ -162,3 +176,39 @@ def test_eval_uses_the_runs_held_out_reviews(tmp_path):
         task = make_task("imdb", EnvConfig(heldout_fraction=0.3, query_split=split), None)
         sides[split] = {r["query"] for r in task.records}
     assert sides["train"] and sides["test"] and not sides["train"] & sides["test"]
+
+
+def test_options_are_never_abbreviated_and_help_groups_them():
+    """Issue #27: argparse took --num_iteration for --num_iterations; --help was one flat list of 378 lines."""
+    with pytest.raises(ValueError, match=r"--num_iteration: did you mean --num_iterations\?"):
+        parse_train_args(["--preset", "tiny", "--num_iteration", "2"])
+    with pytest.raises(ValueError, match="unknown option"):
+        parse_train_args(["--pres", "tiny"])
+    help_text = cory("train", "--help").stdout
+    groups = ["run options (CORYConfig)", "model options (ModelConfig)", "task and episode options (EnvConfig)",
+              "learner options (PPOConfig", "sampling options (SamplingConfig)"]
+    where = [help_text.index(g) for g in groups]
+    assert where == sorted(where) and help_text.index("--preset PRESET") < where[0]
+
+
+def test_plot_of_a_missing_run_leaves_no_folder(tmp_path):
+    proc = cory("plot", str(tmp_path / "missing"), check=False)
+    assert proc.returncode == 2 and "metrics.jsonl" in proc.stderr
+    assert not (tmp_path / "missing").exists()
+
+
+def test_main_job_output_log_lines_and_eval_json(tmp_path):
+    """Issue #27: the before/after line is the last thing printed; log lines are not glued onto the progress bar;
+    the hub probe's fallback line prints once (training and both evaluations read one resolved source);
+    eval.json's combined reward uses the run's beta, as `cory eval` does."""
+    run = tmp_path / "main"
+    proc = cory("train", "--preset", "tiny", "--output_dir", str(run), "--num_iterations", "2", "--data_path", "hub",
+                "--heldout_fraction", "0.2", "--eval_episodes", "4", "--adap_kl_ctrl", "false",
+                "--init_kl_coef", "0.3", "--torch_threads", "1", "--tensorboard", "false")
+    assert proc.stdout.strip().splitlines()[-1].startswith("pioneer held-out task reward")
+    assert proc.stderr.count("unreachable") == 1
+    import re
+
+    assert not re.search(r"\][ \t]*\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", proc.stderr), proc.stderr[-2000:]
+    after = json.loads((run / "eval.json").read_text())["after"]
+    assert after["combined_reward"] == pytest.approx(after["task_reward"] - 0.3 * after["kl"])

@@ -65,11 +65,37 @@ def test_cory_config_rejects(kwargs, field):
         ({"value_head_dropout": 1.0}, "value_head_dropout"),
         ({"top_p": 0.0}, "top_p"),
         ({"temperature": 0.0}, "temperature"),
+        ({"lora_alpha": 0}, "lora_alpha"),
+        ({"lora_dropout": 1.0}, "lora_dropout"),
+        ({"cliprange": 0.0}, "cliprange"),
+        ({"torch_threads": -1}, "torch_threads"),
+        ({"token_mean_over": "sequence"}, "token_mean_over"),
     ],
 )
 def test_model_and_sampling_configs_reject(flat, field):
     with pytest.raises(ValueError, match=field):
         RunConfigs.from_flat(flat)
+
+
+def _float_fields():
+    import dataclasses
+    import typing
+
+    from trainers.config import CONFIG_CLASSES
+
+    out = []
+    for cls in CONFIG_CLASSES:
+        hints = typing.get_type_hints(cls)
+        out += [(cls, f.name) for f in dataclasses.fields(cls) if float in (hints[f.name], *typing.get_args(hints[f.name]))]
+    return out
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+@pytest.mark.parametrize("cls, name", _float_fields(), ids=lambda x: getattr(x, "__name__", x))
+def test_every_float_option_refuses_non_finite_values(cls, name, value):
+    """Issue #27 item 3: --learning_rate inf (or YAML .inf) passed a `> 0` check and NaN failed no check."""
+    with pytest.raises(ValueError, match=rf"^{name}={value!r} is invalid: use a finite number"):
+        cls(**{name: value})
 
 
 def test_flat_dict_round_trip_and_the_run_before_the_split():

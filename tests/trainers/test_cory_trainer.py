@@ -105,6 +105,71 @@ def test_lora_resume_equals_uninterrupted(tiny_run, learner):
     assert _strip_time(resumed.train()) == _strip_time(full[2:])
 
 
+@pytest.mark.parametrize("learner", ["ppo", "grpo"])
+def test_the_first_mini_batch_is_exactly_on_policy_with_dropout_options_set(tiny_run, learner):
+    """Issue #27 item 7: with LoRA and value-head dropout set, the old scores (eval mode) and the update's forward
+    (train mode) were different networks: ratio 0.9986 and value clipfrac 0.128 before any update. With
+    disable_dropout (default) they are one function; without it the mismatch is back."""
+    # one mini-batch per iteration: iteration 1 scores data of the policy iteration 0 updated (LoRA B != 0 by then)
+    opts = dict(use_lora=True, lora_dropout=0.3, value_head_dropout=0.3, learner=learner, num_iterations=2,
+                batch_size=4, mini_batch_size=4, ppo_epochs=1, role_exchange_period=0, learning_rate=1e-2)
+    if learner == "grpo":
+        opts.update(group_size=2)
+    reward = lambda queries, responses: [float(len(r)) for r in responses]  # noqa: E731 - GRPO needs a spread
+    row = CORYTrainer(*tiny_run("on", **opts), reward_fn=reward).train()[-1]
+    for seat in ("pioneer", "observer"):
+        assert row[f"{seat}/ratio"] == pytest.approx(1.0, abs=1e-6)
+        assert row[f"{seat}/approx_kl"] < 1e-10
+        if learner == "ppo":
+            assert row[f"{seat}/value_clipfrac"] == 0.0
+    noisy = CORYTrainer(*tiny_run("off", disable_dropout=False, **opts), reward_fn=reward).train()[-1]
+    assert abs(noisy["pioneer/ratio"] - 1.0) > 1e-4 and noisy["pioneer/approx_kl"] > 1e-8
+
+
+def test_resume_refuses_inputs_that_changed_under_the_same_names(tiny_run, tmp_path):
+    """Issue #27 item 1: resume checked the --model string only; other weights of the same shapes were accepted and
+    the reference model silently rebuilt from them (pioneer/kl 0.2881 instead of 0.0125 at iteration 2)."""
+    from agents.tiny import tiny_causal_lm, tiny_tokenizer
+
+    data = tmp_path / "reviews.csv"
+    data.write_text("review\n" + "\n".join(f"a fine film number {i} " * 12 for i in range(8)) + "\n")
+    configs = tiny_run("fp", num_iterations=2, data_path=str(data), min_review_chars=10, checkpoint_every=1)
+    tok = tiny_tokenizer()
+    CORYTrainer(*configs, model=tiny_causal_lm(tok, seed=0), tokenizer=tok).train()
+    more = tiny_run("fp", num_iterations=3, data_path=str(data), min_review_chars=10, checkpoint_every=1,
+                    resume=True)
+    with pytest.raises(ValueError, match=r"inputs changed.*model \(the policy model's weights") as err:
+        CORYTrainer(*more, model=tiny_causal_lm(tok, seed=1), tokenizer=tok)
+    assert "tokenizer" not in str(err.value) and "data (" not in str(err.value)
+    data.write_text(data.read_text().replace("fine", "poor"))
+    with pytest.raises(ValueError, match=r"inputs changed.*data \(the task's queries"):
+        CORYTrainer(*more, model=tiny_causal_lm(tok, seed=0), tokenizer=tok)
+    data.write_text(data.read_text().replace("poor", "fine"))
+    resumed = CORYTrainer(*more, model=tiny_causal_lm(tok, seed=0), tokenizer=tok)  # the same inputs: accepted
+    assert resumed.start_iteration == 2
+
+
+def test_fingerprints_follow_content():
+    from agents.tiny import tiny_causal_lm, tiny_tokenizer
+    from trainers.loop.fingerprint import (check_fingerprints, data_fingerprint, model_fingerprint,
+                                           reward_fingerprint, tokenizer_fingerprint)
+
+    tok = tiny_tokenizer()
+    a, b = tiny_causal_lm(tok, seed=0), tiny_causal_lm(tok, seed=0)
+    assert model_fingerprint(a) == model_fingerprint(b)
+    with torch.no_grad():
+        next(b.parameters()).view(-1)[0] += 1e-3  # one weight changes
+    assert model_fingerprint(a) != model_fingerprint(b)
+    assert tokenizer_fingerprint(tok) == tokenizer_fingerprint(tiny_tokenizer())
+    assert tokenizer_fingerprint(tok) != tokenizer_fingerprint(tiny_tokenizer(vocab_size=300))
+    assert data_fingerprint([{"query": "a"}]) != data_fingerprint([{"query": "b"}])
+    first = reward_fingerprint(lambda q, r: [0.0] * len(q), "mod:score")
+    assert first != reward_fingerprint(lambda q, r: [1.0] * len(q), "mod:score")  # same name, other code
+    current = {"model": "m", "tokenizer": "t", "data": "d", "reward": "r"}
+    assert check_fingerprints(None, current, "ckpt") == ["model", "tokenizer", "data", "reward"]  # old checkpoint
+    assert check_fingerprints(dict(current), current, "ckpt") == []
+
+
 def test_ppo_baseline_logs_under_pioneer_only(tiny_run):
     configs = tiny_run(algo="ppo", num_iterations=2)
     trainer = CORYTrainer(*configs)

@@ -32,8 +32,8 @@ from trainers.loop.distributed import DataParallel, launched_world_size
 from trainers.loop.metrics import read_jsonl
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
-COMMON = ["--preset", "tiny", "--task", "tiny_vocab", "--num_iterations", "3", "--top_k", "1", "--value_head_dropout",
-          "0", "--tensorboard", "false", "--checkpoint_every", "2", "--torch_threads", "1"]
+COMMON = ["--preset", "tiny", "--task", "tiny_vocab", "--num_iterations", "3", "--top_k", "1",
+          "--tensorboard", "false", "--checkpoint_every", "2", "--torch_threads", "1"]
 TOL = 1e-4
 
 

@@ -142,19 +142,43 @@ def test_learner_updates_and_equal_rewards_leave_the_policy_unchanged(grpo_parts
     assert set(learner.state_dict()) == {"optimizer", "kl_ctl"}
 
 
-def test_kl_in_reward_shapes_the_sequence_reward(grpo_parts, tiny_tok):
+def test_kl_in_reward_is_a_centred_penalty_beside_the_normalised_reward(grpo_parts, tiny_tok):
     agent, ref, env = grpo_parts
     config = PPOConfig(batch_size=4, mini_batch_size=4, group_size=2, kl_in_loss=False, init_kl_coef=0.5)
     learner = GRPOLearner(agent, ref, config)
     transcript = run_episodes(env, {"pioneer": agent}, seed=0, generator=torch.Generator().manual_seed(0),
                               group_size=2)
     rollout = rollout_from_transcript(transcript, "pioneer", tiny_tok.pad_token_id)
+    rollout = rollout.__class__(**{**vars(rollout), "scores": torch.tensor([0.0, 1.0, 2.0, 2.0])})
     with torch.no_grad():  # move the policy away from the reference so the KL is non-zero
         next(iter(agent.trainable_parameters())).add_(0.05)
     data = learner.prepare(rollout)
     seq_kl = data["kl"].sum(dim=-1)
     assert float(seq_kl.abs().sum()) > 0
-    torch.testing.assert_close(data["rewards"], rollout.scores - 0.5 * seq_kl)
+    torch.testing.assert_close(data["rewards"], rollout.scores)  # the task rewards, no KL mixed in
+    # group 1: (r - 0.5) / (std 0.7071 + 1e-4); group 2: no reward spread; minus 0.5 * (KL_i - group mean)
+    d = 0.5 / (math.sqrt(0.5) + STD_EPS)
+    cost = 0.5 * seq_kl.view(2, 2)
+    expected = torch.tensor([[-d, d], [0.0, 0.0]]) - (cost - cost.mean(dim=-1, keepdim=True))
+    torch.testing.assert_close(data["advantages"], expected.reshape(-1))
+
+
+def test_beta_scales_the_kl_penalty_and_equal_task_rewards_are_no_signal(grpo_parts, tiny_tok):
+    """Issue #27 item 5: four groups with task rewards all 0.5, policy away from the reference. Before: mean |A|
+    0.656 / 0.756 / 0.757 at beta 0.001 / 0.1 / 1.0 and zero_std_groups 0.0."""
+    agent, ref, _ = grpo_parts
+    rollout = _grpo_rollout(agent, tiny_tok, 8, [0.5] * 8)
+    with torch.no_grad():
+        next(iter(agent.trainable_parameters())).add_(0.05)
+    means = []
+    for beta in (0.001, 0.1, 1.0):
+        config = PPOConfig(batch_size=8, mini_batch_size=8, group_size=2, kl_in_loss=False, init_kl_coef=beta,
+                           adap_kl_ctrl=False, ppo_epochs=1, learning_rate=1e-9)
+        learner = GRPOLearner(agent, ref, config)
+        means.append(float(learner.prepare(rollout)["advantages"].abs().mean()))
+        assert learner.step(rollout, generator=torch.Generator().manual_seed(0))["zero_std_groups"] == 1.0
+    assert means[0] > 0
+    assert means[1] / means[0] == pytest.approx(100, rel=1e-3) and means[2] / means[0] == pytest.approx(1000, rel=1e-3)
 
 
 def test_group_size_one_is_rejected(grpo_parts):

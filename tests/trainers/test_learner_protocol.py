@@ -36,7 +36,9 @@ def test_guide_learner_runs_cory_through_the_registry(registry, tiny_run):
     assert "reinforce" in registry
     configs = tiny_run(learner="reinforce", num_iterations=2, role_exchange_period=1,
                        reset_on_exchange=True)
-    trainer = CORYTrainer(*configs)
+    # a reward that varies with the text: VADER scores the tiny model's random text 0, and REINFORCE with R = b = 0
+    # has a zero gradient
+    trainer = CORYTrainer(*configs, reward_fn=lambda queries, responses: [float(len(r)) for r in responses])
     before = {name: [p.detach().clone() for p in b.agent.trainable_parameters()]
               for name, b in trainer.exchange.bundles.items()}
     rows = trainer.train()

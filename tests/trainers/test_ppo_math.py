@@ -30,7 +30,7 @@ from trainers.learning.ppo_math import (
     ppo_loss,
     value_loss,
 )
-from trainers.learning.score_scaling import RunningMoments, scale_scores
+from trainers.learning.score_scaling import SCORE_STD_FLOOR, RunningMoments, scale_scores
 
 TOL = dict(rtol=1e-6, atol=1e-6)
 
@@ -715,11 +715,38 @@ def test_scale_scores_pools_the_moments_over_processes():
     torch.testing.assert_close(out, torch.tensor([1.0, 3.0]) / (2 / math.sqrt(3.0)))
 
 
-def test_scale_scores_constant_batch_divides_by_eps_keeping_the_sign():
-    # equal scores: running std ~3e-12 (only the 1e-24 prior count differs), scale ≈ 0 + float32 eps (1.19e-7);
-    # the sign of each score is kept
-    out = scale_scores(torch.tensor([2.0, 2.0]), RunningMoments())
-    torch.testing.assert_close(out, torch.full((2,), 2.0 / torch.finfo(torch.float32).eps), rtol=1e-4, atol=0)
+def test_scale_scores_constant_batch_is_divided_by_the_floor_not_by_round_off(caplog):
+    """Issue #27 item 4: equal scores have a running std of round-off (~3e-12); TRL divides by it (+ float32 eps),
+    turning 2.0 into 1.7e7. The floor is 0.1 x the running RMS (here 2): 2 / 0.2 = 10, and the log says so."""
+    moments = RunningMoments()
+    with caplog.at_level("WARNING", logger="trainers.learning.score_scaling"):
+        out = scale_scores(torch.tensor([2.0, 2.0]), moments)
+    eps = torch.finfo(torch.float32).eps
+    torch.testing.assert_close(out, torch.full((2,), 2.0 / (0.2 + eps)))
+    assert "below the floor 0.2" in caplog.text and caplog.text.count("score scaling") == 1
+    normed = scale_scores(torch.tensor([2.0, 2.0]), RunningMoments(), use_score_norm=True)
+    torch.testing.assert_close(normed, torch.zeros(2), atol=1e-6, rtol=0)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="trainers.learning.score_scaling"):  # warned once per moments
+        scale_scores(torch.tensor([2.0, 2.0]), moments)
+    assert caplog.text == ""
+    assert SCORE_STD_FLOOR == 0.1
+
+
+def test_scale_scores_floor_is_inactive_for_spread_scores():
+    # [1, 3]: std sqrt(2) = 1.41 > 0.1 x RMS sqrt(4 + 1) = 0.22: TRL's division exactly
+    out = scale_scores(torch.tensor([1.0, 3.0]), RunningMoments())
+    torch.testing.assert_close(out, torch.tensor([1.0, 3.0]) / (math.sqrt(2.0) + torch.finfo(torch.float32).eps))
+
+
+def test_constant_scores_keep_ppo_targets_in_range(tiny_tok):
+    """Before the floor: a first batch of scores all 1.0 gave returns_mean 7.6e6 and value_loss 2.9e13."""
+    from tests.trainers.test_ppo_learner import _learner, _rollout
+
+    learner = _learner(tiny_tok, use_score_scaling=True)
+    for _ in range(3):
+        stats = learner.step(_rollout([1.0, 1.0, 1.0, 1.0]), generator=torch.Generator().manual_seed(0))
+        assert abs(stats["returns_mean"]) < 20 and stats["value_loss"] < 200 and stats["score"] == 1.0
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
@@ -803,3 +830,40 @@ def test_scale_scores_matches_trl_over_steps(use_score_norm, score_clip):
         torch.testing.assert_close(a, b, **TOL)
         assert ours.mean == pytest.approx(theirs.mean, rel=1e-6, abs=1e-6)
         assert ours.std == pytest.approx(theirs.std, rel=1e-6)
+
+
+# ---- padding never reaches an overflowing computation (issue #27 item 2) ---------------------------------------------
+
+
+def _losses_and_grads(garbage: float):
+    """PPO and GRPO losses, the k3 KL and the shaped rewards on a batch whose padded positions hold `garbage`
+    log-probabilities (0 = clean); returns the values and the gradient of the policy log-probabilities."""
+    from trainers.learning.grpo import grpo_loss
+
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    clean = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0]])
+    pad = torch.where(mask, torch.zeros(()), torch.tensor(garbage))
+    logprobs = (clean + pad).requires_grad_(True)
+    old = clean - 0.1 * mask
+    ref = clean - 0.2 * mask
+    adv = torch.tensor([[1.0, -1.0, 0.0], [0.5, 0.0, 0.0]])
+    values = torch.zeros(2, 3, requires_grad=True)
+    ppo, _ = ppo_loss(logprobs, old, values, torch.zeros(2, 3), adv, adv, mask, ratio_threshold=10.0)
+    grpo, _ = grpo_loss(logprobs, old, ref, torch.tensor([1.0, -1.0]), mask, kl_coef=0.1)
+    k3 = kl_penalty(logprobs, ref, "k3", mask=mask)
+    rewards, _, _ = compute_rewards(torch.ones(2), logprobs.detach(), ref, mask, 0.1, "k3")
+    (ppo + grpo + k3.sum()).backward()
+    return [ppo.detach(), grpo.detach(), k3.detach(), rewards, masked_mean(k3.detach(), mask)], logprobs.grad
+
+
+@pytest.mark.parametrize("garbage", [-200.0, 200.0, float("inf")])
+def test_padded_positions_cannot_overflow_a_loss_or_its_gradient(garbage):
+    """Padded log-probabilities of -200 made k3's exp(200) overflow (inf · 0 = NaN in the sum and the gradient),
+    +200 the PPO ratio's; now padding is set to 0 before any exp."""
+    want, want_grad = _losses_and_grads(0.0)
+    got, got_grad = _losses_and_grads(garbage)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    assert torch.isfinite(got_grad).all()
+    torch.testing.assert_close(got_grad, want_grad)
+    assert (got[2][~torch.tensor([[True, True, False], [True, False, False]])] == 0).all()

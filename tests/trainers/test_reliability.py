@@ -453,3 +453,76 @@ def test_metrics_logger_survives_odd_text_and_double_close(tmp_path):
     assert read_jsonl(tmp_path / METRICS_FILE) == [{"iteration": 0, "a/b": "nan", "c/d": 1.0}]
     sample = read_jsonl(tmp_path / SAMPLES_FILE)[0]
     assert sample["query"] == "lone surrogate \ud800 and emoji \U0001F600"
+
+
+def test_a_run_that_cannot_write_its_checkpoints_stops_before_training(tiny_run, monkeypatch):
+    """Issue #27 item 8: a --resume into a read-only checkpoints/ trained 2 iterations, then failed to write."""
+    import tempfile
+
+    from trainers.loop import run_dir
+
+    CORYTrainer(*tiny_run("ro", num_iterations=1)).train()
+    real = tempfile.mkstemp
+
+    def read_only(*args, dir=None, **kwargs):  # noqa: A002 - tempfile's keyword
+        if Path(dir).name == ckpt.CHECKPOINT_DIR:
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(run_dir.tempfile, "mkstemp", read_only)
+    with pytest.raises(OSError, match=r"cannot write into .*checkpoints \(Permission denied\): the run could not "
+                                      r"save its checkpoints"):
+        CORYTrainer(*tiny_run("ro", num_iterations=3, resume=True))
+    assert [r["iteration"] for r in read_jsonl(Path(tiny_run("ro").run.output_dir) / METRICS_FILE)] == [0]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_run_folder_is_refused_before_training(tiny_run):
+    configs = tiny_run("chmod", num_iterations=1)
+    CORYTrainer(*configs).train()
+    folder = Path(configs.run.output_dir) / ckpt.CHECKPOINT_DIR
+    folder.chmod(0o555)
+    try:
+        with pytest.raises(OSError, match="cannot write into"):
+            CORYTrainer(*tiny_run("chmod", num_iterations=2, resume=True))
+    finally:
+        folder.chmod(0o755)
+
+
+def test_time_based_checkpoints(tiny_run):
+    configs = tiny_run("timed", num_iterations=3, checkpoint_every_minutes=1e-9, keep_checkpoints=5)
+    CORYTrainer(*configs).train()
+    root = Path(configs.run.output_dir) / ckpt.CHECKPOINT_DIR
+    assert sorted(p.name for p in root.glob("iter-*")) == ["iter-000000", "iter-000001", "iter-000002"]
+    off = tiny_run("untimed", num_iterations=3, checkpoint_every_minutes=0, keep_checkpoints=5)
+    CORYTrainer(*off).train()
+    assert [p.name for p in (Path(off.run.output_dir) / ckpt.CHECKPOINT_DIR).glob("iter-*")] == ["iter-000002"]
+
+
+class _FlakyReward:
+    """Counts its calls; raises on call `fail_at` (1-based), else scores response lengths."""
+
+    def __init__(self, fail_at=None):
+        self.calls, self.fail_at = 0, fail_at
+
+    def __call__(self, queries, responses):
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise ConnectionError("reward server went away")
+        return [float(len(r)) for r in responses]
+
+
+def test_a_failure_in_the_rollout_keeps_the_iteration_before(tiny_run):
+    """With the default checkpoint_every 0 a late failure lost every iteration; a rollout failure (reward, data) now
+    saves the last finished iteration first, and the resume continues exactly."""
+    full = CORYTrainer(*tiny_run("whole", num_iterations=4, checkpoint_every_minutes=0),
+                       reward_fn=_FlakyReward()).train()
+    flaky = _FlakyReward(fail_at=3)  # the third iteration's rewards
+    with pytest.raises(RewardFunctionError, match="reward server went away"):
+        CORYTrainer(*tiny_run("flaky", num_iterations=4, checkpoint_every_minutes=0), reward_fn=flaky).train()
+    resumed = CORYTrainer(*tiny_run("flaky", num_iterations=4, checkpoint_every_minutes=0, resume=True),
+                          reward_fn=_FlakyReward())
+    assert resumed.start_iteration == 2
+    rows = resumed.train()
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("time/", "sys/"))} for r in rows]  # noqa: E731
+    assert strip(rows) == strip(full[2:])

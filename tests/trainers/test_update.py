@@ -15,6 +15,7 @@ from trainers.learning.update import (
     mean_over_minibatches,
     optimizer_step,
 )
+from tests.trainers.fake_dist import TwoIdenticalProcesses
 from trainers.loop.distributed import DataParallel
 
 
@@ -142,3 +143,83 @@ def test_make_adam_uses_the_fused_kernel_for_float_cpu_parameters_and_falls_back
     assert adam.param_groups[0]["params"] == [complex_param]
     mixed = make_adam([real, complex_param], lr=0.03)  # every parameter must qualify
     assert not mixed.defaults["fused"]
+
+
+class _GradientRecorder(torch.optim.SGD):
+    """SGD with lr 0 that keeps a copy of the gradient it was asked to step with (the step's whole gradient)."""
+
+    def __init__(self, params):
+        self.grads: list[torch.Tensor] = []
+        super().__init__(params, lr=0.0)
+
+    def step(self, closure=None):
+        self.grads.append(torch.cat([p.grad.reshape(-1).clone() for g in self.param_groups for p in g["params"]
+                                     if p.grad is not None]))
+        return super().step(closure)
+
+
+def _step_gradient(learner_cls, tiny_tok, *, mini_batch: int, accum: int, over: str = "optimizer_step",
+                   **extra) -> torch.Tensor:
+    """The gradient of the one optimiser step a learner takes on 4 rows with 1, 12, 3, 20 response tokens (every
+    split into two mini-batches of two rows is uneven)."""
+    import copy
+
+    from agents import LLMAgent, ReferenceModel, ValueHead
+    from agents.tiny import tiny_causal_lm
+    from trainers.loop.rollout import Rollout, pad_sequences
+
+    torch.manual_seed(0)  # the value head's initialisation
+    base = tiny_causal_lm(tiny_tok, seed=0)
+    policy = copy.deepcopy(base).requires_grad_(True)
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(1)
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    agent = LLMAgent(policy, tiny_tok, value_head=ValueHead(policy.config.hidden_size, dropout=0.0))
+    config = PPOConfig(batch_size=4, mini_batch_size=mini_batch, gradient_accumulation_steps=accum, ppo_epochs=1,
+                       token_mean_over=over, **extra)
+    learner = learner_cls(agent, ReferenceModel(base), config)
+    learner.optimizer = _GradientRecorder(learner._params)
+    query, query_mask = pad_sequences([[5, 6], [7, 8, 9], [10], [11, 12]], 0, side="left")
+    response, response_mask = pad_sequences([[20], list(range(30, 42)), [21, 22, 23], list(range(50, 70))], 0,
+                                            side="right")
+    scores = torch.tensor([1.0, -0.5, 0.25, 2.0])
+    learner.step(Rollout(query, query_mask, response, response_mask, scores, scores.clone()),
+                 generator=torch.Generator().manual_seed(0))
+    assert len(learner.optimizer.grads) == 1
+    return learner.optimizer.grads[0]
+
+
+@pytest.mark.parametrize("learner", ["ppo", "grpo"])
+def test_gradient_accumulation_gives_the_gradient_of_the_larger_mini_batch(tiny_tok, learner):
+    """Issue #27 item 6: 4 x 1 and 2 x 2 (mini-batch x accumulation) are one gradient; TRL 0.11's per-mini-batch
+    token means (over="mini_batch") are not (cosine ~0.5 measured before the fix)."""
+    from trainers.learning.grpo import GRPOLearner
+    from trainers.learning.ppo import PPOLearner
+
+    cls, extra = (PPOLearner, {}) if learner == "ppo" else (GRPOLearner, {"group_size": 2})
+    whole = _step_gradient(cls, tiny_tok, mini_batch=4, accum=1, **extra)
+    split = _step_gradient(cls, tiny_tok, mini_batch=2, accum=2, **extra)
+    torch.testing.assert_close(split, whole, rtol=1e-4, atol=1e-7)
+    trl = _step_gradient(cls, tiny_tok, mini_batch=2, accum=2, over="mini_batch", **extra)
+    cosine = float(torch.nn.functional.cosine_similarity(trl, whole, dim=0))
+    assert cosine < 0.99  # the rows' lengths weigh differently: not the undivided batch's gradient (0.96 here)
+    # one mini-batch per step: both rules are TRL's token mean
+    torch.testing.assert_close(_step_gradient(cls, tiny_tok, mini_batch=4, accum=1, over="mini_batch", **extra), whole)
+
+
+def test_step_loss_weights_by_tokens_and_the_trl_rule():
+    from trainers.learning.update import step_loss_weights
+
+    tokens = torch.tensor([1, 12, 1, 12])
+    mbs = [torch.tensor([0, 1]), torch.tensor([2, 3])]
+    assert step_loss_weights(tokens, mbs) == pytest.approx([0.5, 0.5])
+    uneven = [torch.tensor([0, 2]), torch.tensor([1, 3])]  # 2 and 24 tokens
+    assert step_loss_weights(tokens, uneven) == pytest.approx([2 / 26, 24 / 26])
+    assert step_loss_weights(tokens, uneven, over="mini_batch") == pytest.approx([0.5, 0.5])
+    two = TwoIdenticalProcesses()  # each process holds the same rows: each has half the global tokens
+    assert step_loss_weights(tokens, uneven, dist=two) == pytest.approx([2 / 26, 24 / 26])
+    with pytest.raises(ValueError, match="token_mean_over must be one of"):
+        step_loss_weights(tokens, mbs, over="sequence")
+    with pytest.raises(ValueError, match="no response token"):
+        step_loss_weights(torch.zeros(4), mbs)

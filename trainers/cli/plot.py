@@ -81,31 +81,55 @@ def plot_curves(runs: dict[str, list[dict]], out: Path) -> Path:
     return out
 
 
+#: Marker of each scope in the Pareto view (its own legend; colours are runs).
+PARETO_MARKERS = {"pioneer": "o", "llm1": "^", "llm2": "v"}
+
+
 def plot_pareto(runs: dict[str, list[dict]], out: Path) -> Path:
-    """Final task reward vs KL per run (pioneer seat; llm1 and llm2 too where present)."""
-    fig = Figure(figsize=(5.5, 4.2))
+    """Final task reward vs KL per run (pioneer seat; llm1 and llm2 too where present): colour = run, marker =
+    scope, both explained by legends beside the axes (no text at the points, which overlapped when two points were
+    close)."""
+    fig = Figure(figsize=(7.5, 4.2))
     ax = fig.subplots()
     colors = _run_colors(runs)
+    shown_runs, shown_scopes = [], []
     for label, records in runs.items():
-        for scope, marker in (("pioneer", "o"), ("llm1", "^"), ("llm2", "v")):
+        for scope, marker in PARETO_MARKERS.items():
             point = final_point(records, scope)
             if point is not None:
-                ax.scatter(point[1], point[0], marker=marker, s=40, color=colors[label])
-                ax.annotate(f"{label}:{scope}", (point[1], point[0]), fontsize=7)
+                ax.scatter(point[1], point[0], marker=marker, s=46, color=colors[label], edgecolors="black",
+                           linewidths=0.4, alpha=0.85)
+                shown_runs += [label] if label not in shown_runs else []
+                shown_scopes += [scope] if scope not in shown_scopes else []
     ax.set_xlabel("KL to reference (nats, last 3 iterations)")
     ax.set_ylabel("task reward")
     ax.set_title("Pareto view: higher reward at lower KL is better", fontsize=9)
     ax.grid(alpha=0.3)
+    ax.margins(0.12)
+    run_handles = [Line2D([], [], ls="", marker="s", ms=7, color=colors[label], label=label) for label in shown_runs]
+    scope_handles = [Line2D([], [], ls="", marker=PARETO_MARKERS[scope], ms=7, color="grey", markeredgecolor="black",
+                            label=scope) for scope in shown_scopes]
+    if run_handles:
+        first = ax.legend(handles=run_handles, title="run", fontsize=7, title_fontsize=8, loc="upper left",
+                          bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+        ax.add_artist(first)
+        ax.legend(handles=scope_handles, title="model / seat", fontsize=7, title_fontsize=8, loc="lower left",
+                  bbox_to_anchor=(1.02, 0.0), borderaxespad=0.0)
     fig.tight_layout()
     fig.savefig(out, dpi=90)
     return out
 
 
 def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path) -> list[Path]:
-    """Write `curves.png` and `pareto.png` for `run_dirs` into `out_dir`; returns the paths."""
+    """Write `curves.png` and `pareto.png` for `run_dirs` into `out_dir`; returns the paths. Every run directory is
+    read before anything is created, so a bad one leaves no empty output folder behind.
+
+    Raises:
+        FileNotFoundError: a run directory without metrics.jsonl.
+    """
+    runs = load_runs(run_dirs)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    runs = load_runs(run_dirs)
     return [plot_curves(runs, out_dir / "curves.png"), plot_pareto(runs, out_dir / "pareto.png")]
 
 

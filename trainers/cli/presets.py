@@ -19,7 +19,7 @@ PRESETS: dict[str, dict] = {
         "model": "tiny", "task": "tiny_vocab", "output_dir": "runs/tiny-vocab", "context_len": 12,
         "heldout_fraction": 0.2, "num_iterations": 128, "batch_size": 256, "mini_batch_size": 64, "ppo_epochs": 4,
         "learning_rate": 1e-3, "ent_coef": 0.01, "adap_kl_ctrl": False, "init_kl_coef": 0.01,
-        "value_head_dropout": 0.0, "role_exchange_period": 5, "log_samples": 2,
+        "role_exchange_period": 5, "log_samples": 2,
     },
     # The README's first command: real SmolLM2-135M-Instruct on CPU in about 10 minutes, LoRA, VADER reward, IMDB
     # from the hub when reachable, else the built-in openings (or --data_path FILE). It ends by printing the

@@ -9,6 +9,7 @@ field's help. Values resolve as command-line flags > `--config FILE.yaml` > `--p
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import os
@@ -20,7 +21,12 @@ import yaml
 
 from trainers.cli.launch import launch_command, preflight, run_launcher, split_num_processes
 from trainers.cli.presets import PRESETS, preset
-from trainers.config import CONFIG_CLASSES, RunConfigs, flat_field_types
+from trainers.config import CORYConfig, ModelConfig, PPOConfig, RunConfigs, flat_field_types
+from agents.sampling import SamplingConfig
+from cory_env import EnvConfig
+
+#: `cory train --help` order of the config groups: the run, the model, the task, the learner, sampling.
+HELP_ORDER = (CORYConfig, ModelConfig, EnvConfig, PPOConfig, SamplingConfig)
 
 logger = logging.getLogger("cory")
 
@@ -87,7 +93,7 @@ def parse_train_args(argv: Sequence[str]) -> RunConfigs:
     """Resolve `cory train` arguments into the run's configs (flags > YAML > preset > defaults)."""
     from transformers import HfArgumentParser
 
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--preset", default=None)
     pre.add_argument("--config", default=None)
     known, _ = pre.parse_known_args(argv)
@@ -97,7 +103,9 @@ def parse_train_args(argv: Sequence[str]) -> RunConfigs:
     if known.config:
         defaults.update(load_yaml_config(known.config))
 
-    parser = HfArgumentParser(CONFIG_CLASSES, prog="cory train",
+    # help: the common options first, then one group per config (its `_argument_group_name`); no abbreviations:
+    # argparse would take --num_iteration for --num_iterations
+    parser = HfArgumentParser(HELP_ORDER, prog="cory train", allow_abbrev=False,
                               description="Train with CORY (or the PPO baseline) on a CORY env.")
     parser.add_argument("--preset", default=None, help=f"Preset: {', '.join(sorted(PRESETS))}.")
     parser.add_argument("--config", default=None, help="YAML file of option: value (e.g. a run's config.yaml).")
@@ -111,7 +119,11 @@ def parse_train_args(argv: Sequence[str]) -> RunConfigs:
                          "processes); call trainers.cli.main(['train', ...]) or launch with accelerate / torchrun")
     if remaining:
         valid = sorted(a.option_strings[0] for a in parser._actions if a.option_strings)
-        raise ValueError(f"unknown option(s) {remaining}; valid options: {' '.join(valid)}")
+        flags = [r.split("=")[0] for r in remaining if r.startswith("--")]
+        hints = {f: difflib.get_close_matches(f, valid, n=1) for f in flags}
+        hint = "; ".join(f"{f}: did you mean {m[0]}?" for f, m in hints.items() if m)
+        raise ValueError(f"unknown option(s) {remaining}{' (' + hint + ')' if hint else ''}; options are never "
+                         f"abbreviated; valid options: {' '.join(valid)}")
     return RunConfigs.of(configs)
 
 
@@ -135,8 +147,7 @@ def run_train(argv: Sequence[str]) -> int:
     with CORYTrainer(*configs) as trainer:  # leaving it destroys the process group (a clean exit under a launcher)
         before = heldout_eval(trainer, "before") if configs.run.eval_episodes and trainer.dist.is_main else None
         history = trainer.train()
-        if before is not None and not trainer.stopped_early:
-            report_before_after(trainer, before, heldout_eval(trainer, "after"))
+        after = heldout_eval(trainer, "after") if before is not None and not trainer.stopped_early else None
     if history and trainer.dist.is_main:
         last = history[-1]
         summary = {k: round(v, 4) for k, v in last.items() if k.split("/")[0] in ("pioneer", "observer", "cory")
@@ -145,6 +156,8 @@ def run_train(argv: Sequence[str]) -> int:
         print(json.dumps({"output_dir": str(trainer.output_dir), "last_iteration": last["iteration"],
                           "pioneer_model_last_iteration": pioneer,
                           "pioneer_model_now": trainer.exchange.seats["pioneer"].name, **summary}, indent=2))
+    if after is not None:  # the result a reader looks for comes last
+        report_before_after(trainer, before, after)
     return 130 if trainer.stopped_early or trainer._stop_requested else 0
 
 

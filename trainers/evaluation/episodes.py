@@ -37,17 +37,17 @@ def sequence_kl(agent, ref_model, rollout, kind: str = "kl") -> torch.Tensor:
     full = kind == "full"
     old, ref = score_rollout(agent, ref_model, rollout, return_logits=full)
     kl = ppo_math.kl_penalty(old.logprobs, ref.logprobs, kind, logits=old.logits if full else None,
-                             ref_logits=ref.logits if full else None)
-    return (kl * rollout.response_mask).sum(dim=-1)
+                             ref_logits=ref.logits if full else None, mask=rollout.response_mask)
+    return kl.sum(dim=-1)
 
 
 def evaluation_batches(env, seats: dict, *, num_batches: int, seed: int):
-    """Yield the `EpisodeTranscript` of each of `num_batches` evaluation batches: batch b draws its queries from
-    ``seed + 1_000_003·b`` and samples with a generator seeded ``seed + 7919·b``, so the same seed gives the same
-    queries and sampling streams to every model evaluated."""
+    """Yield the `EpisodeTranscript` of each of `num_batches` evaluation batches: batch b plays the query streams
+    ``(seed, b·B + i)`` (rows b·B .. of one long batch) and samples with a generator seeded ``seed + 7919·b``, so the
+    same seed gives the same queries and sampling streams to every model evaluated."""
     for b in range(num_batches):
         gen = torch.Generator().manual_seed(seed + 7919 * b)
-        yield run_episodes(env, seats, seed=seed + 1_000_003 * b, generator=gen)
+        yield run_episodes(env, seats, seed=seed, generator=gen, stream_offset=b * env.batch_size)
 
 
 def evaluate_collective(seats: dict, env, *, num_batches: int, seed: int) -> dict:
@@ -108,8 +108,19 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
     }
 
 
+def heldout_env(env_config: EnvConfig, tokenizer, *, episodes: int, collective: bool = False,
+                reward_fn=None) -> BatchedCORYEnv:
+    """The env `evaluate_heldout` plays: the held-out query split (``query_split="test"``) when `env_config` has one
+    (`heldout_fraction` > 0), else the training queries; batches of min(`episodes`, 64) rows; both seats when
+    `collective`, else the pioneer alone. Build it once and pass it to every evaluation of a run."""
+    split = "test" if env_config.heldout_fraction > 0 else "train"
+    return BatchedCORYEnv(replace(env_config, query_split=split), tokenizer, batch_size=min(episodes, 64),
+                          reward_fn=reward_fn, single_agent=not collective)
+
+
 def evaluate_heldout(seats: dict, ref_model, env_config: EnvConfig, tokenizer, *, episodes: int, seed: int,
-                     collective: bool = False, reward_fn=None, kl_penalty: str = "kl") -> dict:
+                     collective: bool = False, reward_fn=None, kl_penalty: str = "kl", eta: float = 0.0,
+                     env: BatchedCORYEnv | None = None) -> dict:
     """Evaluate agents in their seats on held-out queries, sampling as in training (no update).
 
     The queries come from the held-out slice (`EnvConfig.query_split="test"`) when `env_config` has one
@@ -126,11 +137,14 @@ def evaluate_heldout(seats: dict, ref_model, env_config: EnvConfig, tokenizer, *
             alone, as at inference.
         reward_fn: the run's reward callable (None: the config's reward).
         kl_penalty: KL estimator reported as `kl` (the one that shaped the run's reward).
+        eta: η of the reported combined reward = task reward − η · kl (the run's KL coefficient, as `cory eval`).
+        env: the env to play, from `heldout_env` with the same `env_config`, `episodes` and `collective` (built
+            here when None).
 
     Returns:
         dict: ``reward`` (the collective reward, or the pioneer's task reward) and, for the pioneer alone, the
-        fields of `evaluate_pioneer` (kl in nats, distinct_1, distinct_2, response_len, samples); for both seats
-        those of `evaluate_collective`; ``query_split``, ``num_queries``.
+        fields of `evaluate_pioneer` (kl in nats, combined_reward, distinct_1, distinct_2, response_len, samples);
+        for both seats those of `evaluate_collective`; ``query_split``, ``num_queries``.
 
     Raises:
         ValueError: `episodes` < 1, or `collective` without an observer seat.
@@ -139,17 +153,15 @@ def evaluate_heldout(seats: dict, ref_model, env_config: EnvConfig, tokenizer, *
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     if collective and "observer" not in seats:
         raise ValueError("a collective evaluation needs both seats (algo='cory'); use collective=False")
-    split = "test" if env_config.heldout_fraction > 0 else "train"
-    batch = min(episodes, 64)
-    env = BatchedCORYEnv(replace(env_config, query_split=split), tokenizer, batch_size=batch, reward_fn=reward_fn,
-                         single_agent=not collective)
-    batches = -(-episodes // batch)
+    if env is None:
+        env = heldout_env(env_config, tokenizer, episodes=episodes, collective=collective, reward_fn=reward_fn)
+    batches = -(-episodes // env.batch_size)
     if collective:
         out = evaluate_collective(seats, env, num_batches=batches, seed=seed)
         out["reward"] = out["collective_reward"]
     else:
-        out = evaluate_pioneer(seats["pioneer"], ref_model, env, num_batches=batches, seed=seed, eta=0.0,
+        out = evaluate_pioneer(seats["pioneer"], ref_model, env, num_batches=batches, seed=seed, eta=eta,
                                kl_penalty=kl_penalty)
         out["reward"] = out["task_reward"]
-    out["query_split"] = split
+    out["query_split"] = env.config.query_split
     return out

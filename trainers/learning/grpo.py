@@ -4,9 +4,10 @@ The rollout holds k = `group_size` responses per query in consecutive rows (`tra
 ``group_size=k``). One `step(rollout)`:
 
 1. one no-grad forward of the policy (old logprobs) and of the shared reference model (ref logprobs);
-2. sequence rewards: the scores (collective reward for CORY), minus β·Σ_t KL_t when ``kl_in_loss=False``;
+2. sequence rewards: the scores (collective reward for CORY); with ``kl_in_loss=False`` also the penalty β·Σ_t KL_t;
 3. group-relative advantages (`group_advantages`): reward minus its group's mean, divided by the group's std when
-   ``scale_rewards``; every token of a response gets its sequence's advantage (outcome supervision);
+   ``scale_rewards``, minus the penalty's deviation from its group mean; every token of a response gets its
+   sequence's advantage (outcome supervision);
 4. `ppo_epochs` passes of shuffled mini-batches of the PPO clipped surrogate (`ppo_math.policy_loss`), plus
    β·k3-KL to the reference model when ``kl_in_loss`` (DeepSeekMath eq. 3), with gradient accumulation;
 5. the KL controller update with the batch-mean sequence KL of the penalised estimator (β is fixed unless
@@ -36,25 +37,35 @@ STD_EPS = 1e-4
 """Added to the group std before dividing (TRL `GRPOTrainer`'s constant); a zero-std group gets advantage 0."""
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: bool = True) -> torch.Tensor:
+def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: bool = True,
+                     penalty: torch.Tensor | None = None) -> torch.Tensor:
     """Group-relative advantages of k consecutive rows per query.
 
-    A_i = r_i − mean_g(r), divided by (std_g(r) + 1e-4) when `scale` (std with Bessel's correction, as TRL).
-    A group whose rewards are all equal gets A = 0 for every row.
+    A_i = (r_i − mean_g(r)) / (std_g(r) + 1e-4) when `scale` (std with Bessel's correction, as TRL), else
+    r_i − mean_g(r); then, with a `penalty` p (β · the sequence KL), A_i −= p_i − mean_g(p). A group whose rewards
+    are all equal gets 0 from the reward part.
+
+    The penalty is centred on its group but never divided by the reward's std: so β keeps the meaning of a price in
+    advantage units per nat (as the loss weight β of ``kl_in_loss`` has next to the normalised policy loss), and a
+    group without reward spread is not blown up by 1/(std + 1e-4). Dividing the penalised reward r − β·KL by its own
+    group std (verl's KL-in-reward GRPO) rescales the penalty to unit size whatever β is: a 1000× change of β moved
+    the advantages by 15 % (issue #27 item 5).
 
     Args:
-        rewards: float (B,), one sequence reward per response; rows [g·k, (g+1)·k) answer the same query.
+        rewards: float (B,), one task (or collective) reward per response; rows [g·k, (g+1)·k) answer the same query.
         group_size: k ≥ 2.
-        scale: divide by the group std (DeepSeekMath); False only centres (Dr. GRPO).
+        scale: divide the reward part by the group std (DeepSeekMath); False only centres (Dr. GRPO).
+        penalty: float (B,) or None, the per-sequence penalty β·Σ_t KL_t (``kl_in_loss=False``).
 
     Returns:
         float (B,), same dtype as `rewards`.
 
     Raises:
-        ValueError: if `rewards` is not 1-D, k < 2, or B is not a multiple of k.
+        ValueError: if `rewards` is not 1-D, k < 2, B is not a multiple of k, or `penalty` is not shaped like it.
 
     Source:
-        DeepSeekMath, arXiv:2402.03300, §4.1.2 (outcome supervision).
+        DeepSeekMath, arXiv:2402.03300, §4.1.2 (outcome supervision); the KL-penalised reward r − β·KL of RLHF
+        (Ziegler et al., arXiv:1909.08593, eq. 2) with the group mean as the baseline of each part.
 
     >>> [round(a, 3) for a in group_advantages(torch.tensor([1.0, 3.0, 2.0, 2.0]), 2).tolist()]
     [-0.707, 0.707, 0.0, 0.0]
@@ -67,10 +78,15 @@ def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: bool = Tr
     if rewards.shape[0] % group_size:
         raise ValueError(f"{rewards.shape[0]} rewards do not split into groups of {group_size}; "
                          "use a batch size that is a multiple of group_size")
+    if penalty is not None and penalty.shape != rewards.shape:
+        raise ValueError(f"penalty must be shaped like rewards {tuple(rewards.shape)}, got {tuple(penalty.shape)}")
     grouped = rewards.view(-1, group_size)
     centred = grouped - grouped.mean(dim=-1, keepdim=True)
     if scale:
         centred = centred / (grouped.std(dim=-1, keepdim=True) + STD_EPS)
+    if penalty is not None:
+        costs = penalty.view(-1, group_size).to(centred.dtype)
+        centred = centred - (costs - costs.mean(dim=-1, keepdim=True))
     return centred.reshape(-1)
 
 
@@ -118,7 +134,7 @@ def grpo_loss(
         raise ValueError(f"advantages must be (B,) = ({logprobs.shape[0]},), got {tuple(advantages.shape)}")
     token_adv = advantages.unsqueeze(-1).expand_as(logprobs) * mask
     pg_loss, clipfrac = ppo_math.policy_loss(logprobs, old_logprobs, token_adv, mask, cliprange)
-    kl_loss = ppo_math.masked_mean(ppo_math.kl_penalty(logprobs, ref_logprobs, "k3"), mask)
+    kl_loss = ppo_math.masked_mean(ppo_math.kl_penalty(logprobs, ref_logprobs, "k3", mask=mask), mask)
     loss = pg_loss + kl_coef * kl_loss if kl_coef else pg_loss
     if ent_coef:
         if entropy is None:
@@ -129,7 +145,7 @@ def grpo_loss(
             "policy_loss": float(pg_loss), "kl_loss": float(kl_loss), "clipfrac": float(clipfrac),
             "approx_kl": float(ppo_math.approx_kl(logprobs, old_logprobs, mask)),
             "policy_kl": float(ppo_math.policy_kl(logprobs, old_logprobs, mask)),
-            "ratio": float(ppo_math.masked_mean(torch.exp(logprobs - old_logprobs), mask)),
+            "ratio": float(ppo_math.masked_mean(torch.exp(ppo_math.masked_delta(logprobs, old_logprobs, mask)), mask)),
         }
         if entropy is not None:
             stats["entropy"] = float(ppo_math.masked_mean(entropy, mask))
@@ -158,8 +174,8 @@ class GRPOLearner(PolicyLearner):
     token mean; logged also when the KL is in the reward), approx_kl, policy_kl, clipfrac, ratio, entropy;
     task_reward, score, kl (sequence KL to the reference, batch mean, nats, with the penalised estimator: k3 when
     `kl_in_loss`, else `kl_penalty`; the KL controller reads it), kl_k1 (the same with the k1 estimate
-    logp − ref_logp), kl_coef (β); reward_std (mean within-group std of the sequence rewards), zero_std_groups
-    (fraction of groups with equal rewards: no signal), response_len, epochs.
+    logp − ref_logp), kl_coef (β); reward_std (mean within-group std of the scores), zero_std_groups
+    (fraction of groups whose scores are all equal: no task signal, whatever the KL penalty), response_len, epochs.
 
     Raises:
         ValueError: if `config.group_size` < 2, or the reference model shares a trainable parameter with the agent.
@@ -181,20 +197,20 @@ class GRPOLearner(PolicyLearner):
         """Old and reference logprobs, per-token KL, sequence rewards and advantages (no grad).
 
         Returns:
-            dict of float32 tensors: logprobs, ref_logprobs, kl (B, T; 0 on padding), rewards (B,), advantages (B,).
+            dict of float32 tensors: logprobs, ref_logprobs, kl (B, T; 0 on padding), rewards (B,; the scores,
+            without any KL), advantages (B,).
         """
         cfg, mask = self.config, rollout.response_mask
         old, ref = score_rollout(self.agent, self.ref_model, rollout)
-        kl = ppo_math.kl_penalty(old.logprobs, ref.logprobs, penalised_kl_kind(cfg)) * mask
+        kl = ppo_math.kl_penalty(old.logprobs, ref.logprobs, penalised_kl_kind(cfg), mask=mask)
         rewards = rollout.scores.float()
-        if not cfg.kl_in_loss:
-            rewards = rewards - float(self.kl_ctl.value) * kl.sum(dim=-1)
-        advantages = group_advantages(rewards, cfg.group_size, scale=cfg.scale_rewards)
+        penalty = None if cfg.kl_in_loss else float(self.kl_ctl.value) * kl.sum(dim=-1)
+        advantages = group_advantages(rewards, cfg.group_size, scale=cfg.scale_rewards, penalty=penalty)
         return {"logprobs": old.logprobs, "ref_logprobs": ref.logprobs, "kl": kl, "rewards": rewards,
                 "advantages": advantages}
 
     def _update_stats(self, rollout, data, stats, epochs, stopped) -> dict[str, float]:
-        grouped = data["rewards"].view(-1, self.config.group_size)
+        grouped = data["rewards"].view(-1, self.config.group_size)  # the task (collective) rewards, no KL
         return {"reward_std": float(grouped.std(dim=-1).mean()),
                 "zero_std_groups": float((grouped.max(dim=-1).values == grouped.min(dim=-1).values).float().mean()),
                 "response_len": float(rollout.response_mask.sum(dim=-1).float().mean()),

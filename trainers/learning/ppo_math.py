@@ -14,8 +14,11 @@ The pipeline one PPO learner runs per iteration:
 
 Score scaling / normalisation / clipping (TRL's `RunningMoments`) lives in `trainers.learning.score_scaling`.
 
-Padding: every (B, T) output of this module is 0 where `mask` is False. TRL 0.11 leaves whatever the arithmetic
-gives at padding positions and masks them in every consumer, so all masked results agree with TRL.
+Padding: every (B, T) output of this module is 0 where `mask` is False, and no value at a padded position reaches a
+function that can overflow (`torch.exp` of a log-ratio): the log-ratio is set to 0 there first (`masked_delta`), so
+a padded position holding any finite number (or garbage) cannot make a loss or a gradient inf/NaN through
+``inf · 0``. TRL 0.11 leaves whatever the arithmetic gives at padding positions and masks them in every consumer,
+so all masked results agree with TRL.
 
 Example (γ = 0.1, λ = 1, V = 0 gives A_t = r_t + 0.1·A_{t+1}):
 
@@ -42,6 +45,7 @@ __all__ = [
     "compute_rewards",
     "gae_advantages",
     "kl_penalty",
+    "masked_delta",
     "masked_mean",
     "masked_var",
     "masked_whiten",
@@ -102,6 +106,23 @@ def _check_rows_nonempty(mask: torch.Tensor) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def masked_delta(a: torch.Tensor, b: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """a − b where `mask` is True, exactly 0 elsewhere (also in the gradient), so padding never reaches an `exp`.
+
+    Args:
+        a, b: float (B, T), e.g. log-probabilities of the same tokens under two policies.
+        mask: bool (B, T), or None for every position.
+
+    Returns:
+        float (B, T).
+    """
+    delta = a - b
+    if mask is None:
+        return delta
+    return torch.where(mask, delta, torch.zeros((), dtype=delta.dtype, device=delta.device))
+
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: Optional[int] = None) -> torch.Tensor:
     """Mean of `x` over the positions where `mask` is True.
 
@@ -125,7 +146,8 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: Optional[int] = None) 
     if bool((n == 0).any()):
         raise ValueError("mask selects no token" + ("" if dim is None else f" along dim={dim} in some row")
                          + ": are all responses empty?")
-    total = (x * mask).sum() if dim is None else (x * mask).sum(dim=dim)
+    kept = torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))  # inf/NaN at padding stays out
+    total = kept.sum() if dim is None else kept.sum(dim=dim)
     return total / n
 
 
@@ -167,13 +189,14 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
 def _global_masked_moments(x: torch.Tensor, mask: torch.Tensor, reduce_sum: SumFn) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean, unbiased variance) of the masked elements of `x` pooled over all processes (see `masked_whiten`)."""
     _check_mask(mask, x)
-    totals = reduce_sum(torch.stack([(x * mask).sum(), mask.sum().to(x.dtype)]))  # (2,): Σx, n
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    totals = reduce_sum(torch.stack([torch.where(mask, x, zero).sum(), mask.sum().to(x.dtype)]))  # (2,): Σx, n
     n = float(totals[1])
     if n < 2:
         raise ValueError(f"mask selects {n:g} element(s) over all processes; the unbiased variance needs at least 2 "
                          "(PPO whitens over the whole batch's response tokens: use batch_size >= 2)")
     mean = totals[0] / n
-    squares = reduce_sum(((x - mean) ** 2 * mask).sum().reshape(1))[0]
+    squares = reduce_sum(torch.where(mask, (x - mean) ** 2, zero).sum().reshape(1))[0]
     return mean, squares / n * (n / (n - 1))
 
 
@@ -223,6 +246,7 @@ def kl_penalty(
     *,
     logits: Optional[torch.Tensor] = None,
     ref_logits: Optional[torch.Tensor] = None,
+    mask: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Per-token estimate of KL(π‖π_ref) between the policy and the reference model on sampled tokens.
 
@@ -240,9 +264,12 @@ def kl_penalty(
         kind: one of `KL_PENALTY_KINDS` (`PPOConfig.kl_penalty`; paper: "full").
         logits: float (B, T, V), the policy's logits; required for "full".
         ref_logits: float (B, T, V), the reference model's logits; required for "full".
+        mask: bool (B, T) or None. Given, padded positions are 0 and never reach k3's exp (whose overflow at a
+            padded position would make the gradient NaN through inf · 0); None: every position is computed (mask
+            the result yourself).
 
     Returns:
-        float (B, T) in nats, at every position (mask it yourself).
+        float (B, T) in nats.
 
     Raises:
         ValueError: on an unknown `kind`, mismatched shapes, or "full" without both logits.
@@ -267,8 +294,11 @@ def kl_penalty(
         ref_logp = F.log_softmax(ref_logits, dim=-1)
         lowest = torch.finfo(logp.dtype).min
         # clamp: a token with π = 0 contributes 0 (not 0·inf = NaN), also in the gradient
-        return (logp.exp() * (logp.clamp(min=lowest) - ref_logp.clamp(min=lowest))).sum(dim=-1)
-    delta = logprobs - ref_logprobs
+        full = (logp.exp() * (logp.clamp(min=lowest) - ref_logp.clamp(min=lowest))).sum(dim=-1)
+        return full if mask is None else torch.where(mask, full, torch.zeros((), dtype=full.dtype, device=full.device))
+    if mask is not None:
+        _check_mask(mask, logprobs, "logprobs")
+    delta = masked_delta(logprobs, ref_logprobs, mask)
     if kind == "kl":
         return delta
     if kind == "abs":
@@ -324,9 +354,7 @@ def compute_rewards(
     if not kl_coef >= 0:
         raise ValueError(f"kl_coef must be >= 0, got {kl_coef}; check the KL controller's value")
     _check_rows_nonempty(mask)
-    kl = kl_penalty(logprobs, ref_logprobs, kind, logits=logits, ref_logits=ref_logits)
-    zero = torch.zeros((), dtype=kl.dtype, device=kl.device)
-    kl = torch.where(mask, kl, zero)
+    kl = kl_penalty(logprobs, ref_logprobs, kind, logits=logits, ref_logits=ref_logits, mask=mask)
     non_score_reward = -kl_coef * kl
     t = mask.shape[-1]
     last = (t - 1) - mask.flip(-1).int().argmax(dim=-1)
@@ -380,10 +408,11 @@ def gae_advantages(
     """
     _check_mask(mask, rewards, "rewards")
     _check_same_shape(rewards=rewards, values=values)
-    values = values.detach() * mask
-    rewards = rewards.detach() * mask
+    zero = torch.zeros((), dtype=rewards.dtype, device=rewards.device)
+    values = torch.where(mask, values.detach(), zero)
+    rewards = torch.where(mask, rewards.detach(), zero)
     if whiten_rewards:  # padding back to 0 (TRL >= 0.12): 0.11.4 let (0 − μ)/σ + μ of padding flow into A_t
-        rewards = masked_whiten(rewards, mask, shift_mean=False, reduce_sum=reduce_sum) * mask
+        rewards = torch.where(mask, masked_whiten(rewards, mask, shift_mean=False, reduce_sum=reduce_sum), zero)
     t_len = rewards.shape[-1]
     next_values = torch.cat([values[..., 1:], torch.zeros_like(values[..., :1])], dim=-1)
     deltas = rewards + gamma * next_values - values
@@ -434,7 +463,7 @@ def policy_loss(
     """
     _check_mask(mask, logprobs, "logprobs")
     _check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages)
-    ratio = torch.exp(logprobs - old_logprobs)
+    ratio = torch.exp(masked_delta(logprobs, old_logprobs, mask))  # 1 at padding: nothing there can overflow
     losses = -advantages * ratio
     losses_clipped = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
     loss = masked_mean(torch.max(losses, losses_clipped), mask)
@@ -596,7 +625,7 @@ def ppo_loss(
     loss = pg_loss + vf_coef * vf_loss
     if ent_coef:
         loss = loss - ent_coef * masked_mean(entropy, mask)
-    ratio = torch.exp(logprobs - old_logprobs).detach()
+    ratio = torch.exp(masked_delta(logprobs, old_logprobs, mask)).detach()
     ratio_mean = masked_mean(ratio, mask)
     decisive = ratio_mean
     if reduce_sum is not None and ratio_threshold is not None:

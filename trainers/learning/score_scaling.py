@@ -5,13 +5,23 @@
 
 from __future__ import annotations
 
+import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
 
-__all__ = ["RunningMoments", "scale_scores"]
+__all__ = ["SCORE_STD_FLOOR", "RunningMoments", "scale_scores"]
+
+logger = logging.getLogger(__name__)
+
+SCORE_STD_FLOOR = 0.1
+"""Score scaling divides by max(running std, SCORE_STD_FLOOR × running RMS of the scores) (+ eps): the scaled scores
+stay within about ±10 RMS units. TRL 0.11 divides by the std alone (+ float eps), so a batch of equal scores, whose
+std is round-off (5e-13), turned a score of 1.0 into 8.4e6 and the value loss into 2.9e13 (issue #27 item 4). The
+floor is relative, so it does not depend on the reward's units, and it is inactive whenever the scores' coefficient
+of variation (std / |mean|) is above about 0.1."""
 
 def _identity(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
@@ -37,6 +47,7 @@ class RunningMoments:
     std: float = 1.0
     var: float = 1.0
     count: float = 1e-24
+    floor_warned: bool = field(default=False, repr=False, compare=False)  # not state: the floor's warning was given
 
     @torch.no_grad()
     def update(self, xs: torch.Tensor, reduce_sum: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
@@ -111,9 +122,11 @@ def scale_scores(
     """TRL's score preprocessing: running-std scaling, optional normalisation, optional clipping.
 
     With score scaling on (`moments` given and `use_score_scaling`): first `moments.update(scores)` (this mutates
-    `moments`), then s / (std + eps), or (s − mean) / (std + eps) with `use_score_norm`, using the moments *after*
-    the update and eps = machine epsilon of the scores' dtype. Then, if `score_clip`, clip to [−score_clip, score_clip]
-    (also without scaling). `use_score_norm` without scaling is ignored, as in TRL.
+    `moments`), then s / (σ + eps), or (s − mean) / (σ + eps) with `use_score_norm`, using the moments *after*
+    the update, eps = machine epsilon of the scores' dtype and σ = max(std, `SCORE_STD_FLOOR` · sqrt(mean² + var))
+    (TRL: σ = std; the floor keeps nearly constant scores from being multiplied by up to 1/eps, and logs a warning
+    the first time it acts). Then, if `score_clip`, clip to [−score_clip, score_clip] (also without scaling).
+    `use_score_norm` without scaling is ignored, as in TRL.
 
     Args:
         scores: float (B,), sequence rewards (for CORY, the collective reward). Not edited.
@@ -132,7 +145,7 @@ def scale_scores(
         ValueError: if `score_clip` is not positive; see `RunningMoments.update`.
 
     Source:
-        TRL 0.11.4 `PPOTrainer.step` (score scaling and clipping block).
+        TRL 0.11.4 `PPOTrainer.step` (score scaling and clipping block), with the std floor added.
     """
     if not scores.is_floating_point():
         raise TypeError(f"scores must be a float tensor, got {scores.dtype}; pass `scores.float()`")
@@ -141,7 +154,15 @@ def scale_scores(
     out = scores
     if moments is not None and use_score_scaling:
         moments.update(scores, reduce_sum)
-        scale = torch.tensor(moments.std, dtype=scores.dtype, device=scores.device) + torch.finfo(scores.dtype).eps
+        floor = SCORE_STD_FLOOR * math.sqrt(moments.mean**2 + moments.var)
+        if moments.std < floor:
+            log = logger.debug if moments.floor_warned else logger.warning
+            log("score scaling: the running score std %.3g is below the floor %.3g (%.1f x the scores' RMS %.3g: the "
+                "scores are nearly constant); dividing by the floor instead of by a std of round-off",
+                moments.std, floor, SCORE_STD_FLOOR, floor / SCORE_STD_FLOOR)
+            moments.floor_warned = True
+        sigma = max(moments.std, floor)
+        scale = torch.tensor(sigma, dtype=scores.dtype, device=scores.device) + torch.finfo(scores.dtype).eps
         if use_score_norm:
             out = (scores - torch.tensor(moments.mean, dtype=scores.dtype, device=scores.device)) / scale
         else:

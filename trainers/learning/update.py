@@ -7,7 +7,8 @@ per mini-batch (their loss) and before it (advantages); one `step` of either rea
 1. `checked_rollout`: the seat's `Rollout` on the learner's device, exactly `batch_size` rows;
 2. per epoch, `backward_batches`: shuffled mini-batch indices grouped per optimiser step; each mini-batch's loss goes
    through `pooled_minibatch_loss` (data-parallel token means, a non-finite loss raises `NonFiniteLossError` on every
-   process), then `optimizer_step` (gradient averaging, optional clipping, Adam from `make_adam`);
+   process) and is weighted by its share of the step's tokens (`step_loss_weights`), then `optimizer_step`
+   (gradient averaging, optional clipping, Adam from `make_adam`);
 3. `global_sequence_kl` for the KL controller and the logged ``kl``; `mean_over_minibatches` for the statistics.
 
 `PolicyLearner` is that step, with the learner-specific parts (`prepare`, the mini-batch loss, extra statistics)
@@ -22,8 +23,9 @@ from typing import Any
 
 import torch
 
-from trainers.config import PPOConfig
+from trainers.config import TOKEN_MEAN_OVER, PPOConfig
 from trainers.learning.kl_control import make_kl_controller
+from trainers.learning.ppo_math import masked_delta
 from trainers.loop.distributed import DataParallel
 from trainers.loop.rollout import Rollout
 
@@ -41,6 +43,7 @@ __all__ = [
     "optimizer_step",
     "pooled_minibatch_loss",
     "run_epochs",
+    "step_loss_weights",
 ]
 
 _FUSED_ADAM_DEVICES = ("cpu", "cuda")
@@ -151,7 +154,9 @@ def global_sequence_kl(kl: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: t
     Returns:
         (kl, kl_k1): mean over rows of Σ_t kl_t, and of Σ_t (logp_t − ref_logp_t) (the k1 estimate), nats.
     """
-    rows = torch.stack([(kl * mask).sum(dim=-1), ((logprobs - ref_logprobs) * mask).sum(dim=-1)])  # (2, B)
+    zero = torch.zeros((), dtype=kl.dtype, device=kl.device)
+    rows = torch.stack([torch.where(mask, kl, zero).sum(dim=-1),
+                        masked_delta(logprobs, ref_logprobs, mask).sum(dim=-1)])  # (2, B)
     rows = rows.to(torch.float64)
     totals = dist.sum(torch.cat([rows.sum(dim=-1), rows.new_tensor([float(rows.shape[-1])])]))
     return float(totals[0] / totals[2]), float(totals[1] / totals[2])
@@ -169,46 +174,94 @@ def mean_over_minibatches(stats: list[dict[str, float]]) -> dict[str, float]:
 
 def pooled_minibatch_loss(dist: DataParallel, loss: torch.Tensor, stats: dict[str, float], mask: torch.Tensor, *,
                           algo: str, terms: tuple[str, ...], fix: str) -> tuple[torch.Tensor, dict[str, float]]:
-    """A learner's mini-batch loss and statistics, ready for data-parallel training (the identity for one process).
+    """A learner's mini-batch loss, checked, and its statistics pooled over data-parallel processes.
 
-    One all-reduce (`DataParallel.pool_token_means`) gives the statistics as token means over every process's tokens
-    and the loss weight that makes the averaged gradient the global token mean's. A non-finite loss on any process
-    raises on every process, so none is left waiting in a collective.
+    One all-reduce (`DataParallel.pool_token_means`) gives the statistics as token means over every process's
+    tokens. A non-finite loss on any process raises on every process, so none is left waiting in a collective. The
+    loss itself is returned as it is (this process's token mean): `run_epochs` weights it by its share of the
+    optimiser step's tokens.
 
     Args:
-        loss: float (), this process's differentiable mini-batch loss.
+        loss: float (), this process's differentiable mini-batch loss (a token mean over `mask`).
         stats: python floats from the loss function.
         mask: bool (b, T), the mini-batch's response tokens.
         algo: name in the error message ("PPO", "GRPO"); terms: keys of `stats` the message shows; fix: its advice.
 
     Returns:
-        (weighted loss, pooled stats).
+        (loss, pooled stats).
 
     Raises:
         NonFiniteLossError: the loss is NaN/inf on this or another process.
     """
     local = {key: stats[key] for key in terms}
-    pooled, weight = dist.pool_token_means({**stats, "nonfinite": float(not torch.isfinite(loss))}, mask)
+    pooled, _ = dist.pool_token_means({**stats, "nonfinite": float(not torch.isfinite(loss))}, mask)
     if pooled.pop("nonfinite") > 0:
         detail = ", ".join(f"{key}={value}" for key, value in local.items())
         raise NonFiniteLossError(f"{algo} loss is not finite (this process: loss {float(loss.detach())}, {detail}); "
                                  f"{fix}")
-    return loss * weight, pooled
+    return loss, pooled
+
+
+def step_loss_weights(row_tokens: torch.Tensor, minibatches: list[torch.Tensor], *, over: str = "optimizer_step",
+                      dist: DataParallel | None = None) -> list[float]:
+    """The factor each mini-batch's token-mean loss is multiplied by before ``backward`` in one optimiser step.
+
+    With n_m this process's tokens in mini-batch m, W processes, N_m = Σ_processes n_m and N = Σ_m N_m the tokens of
+    the whole optimiser step over every process:
+
+    * ``over="optimizer_step"`` (default): w_m = n_m · W / N. The averaged gradient of Σ_m w_m · mean_m(l) is then
+      the gradient of Σ_tokens l / N, the token mean over the whole step, whatever the split into mini-batches
+      (gradient accumulation) and processes: accumulation is a larger mini-batch.
+    * ``over="mini_batch"`` (TRL 0.11.4): w_m = (n_m · W / N_m) / A for A accumulated mini-batches: each mini-batch
+      takes its own token mean and the step averages them, so a short mini-batch's tokens weigh more (the
+      transformers#34191 kind of mismatch).
+
+    Args:
+        row_tokens: float or int (B,), the tokens each row of the rollout contributes (its response length).
+        minibatches: the int64 index tensors of the step's mini-batches (`backward_batches`).
+        over: one of `TOKEN_MEAN_OVER`.
+        dist: the data-parallel group (one all-reduce of the per-mini-batch counts); None = one process.
+
+    Returns:
+        One float per mini-batch (they sum to W over the step with "optimizer_step", with one process to 1).
+
+    Raises:
+        ValueError: an unknown `over`, or a step without any token.
+    """
+    if over not in TOKEN_MEAN_OVER:
+        raise ValueError(f"token_mean_over must be one of {TOKEN_MEAN_OVER}, got {over!r}")
+    local = torch.stack([row_tokens[idx].sum() for idx in minibatches]).to(torch.float64)  # (A,)
+    world = 1 if dist is None else dist.world_size
+    totals = local if dist is None else dist.sum(local)
+    if not float(totals.sum()) > 0:
+        raise ValueError("an optimiser step holds no response token; every response needs at least one token")
+    if over == "optimizer_step":
+        weights = local * world / totals.sum()
+    else:
+        weights = local * world / totals.clamp(min=1.0) / len(minibatches)
+    return weights.tolist()
 
 
 def run_epochs(config: PPOConfig, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter],
                dist: DataParallel | None, generator: torch.Generator | None, minibatch_loss, *,
-               stop_after_epoch=None) -> tuple[list[dict[str, float]], int, bool]:
+               row_tokens: torch.Tensor | None = None, stop_after_epoch=None) -> tuple[list[dict[str, float]], int, bool]:
     """`config.ppo_epochs` passes over the rollout: shuffled mini-batches (`backward_batches`), their losses
     accumulated over `config.gradient_accumulation_steps`, one `optimizer_step` per backward batch.
 
+    Each mini-batch's loss is weighted by `step_loss_weights` (`config.token_mean_over`): by default by its share
+    of the optimiser step's tokens, so that accumulated mini-batches and data-parallel shards give the gradient of
+    the undivided step's token mean.
+
     Args:
-        config: `PPOConfig` (ppo_epochs, batch sizes, gradient accumulation, max_grad_norm).
+        config: `PPOConfig` (ppo_epochs, batch sizes, gradient accumulation, max_grad_norm, token_mean_over).
         optimizer, params: the learner's optimizer and the parameters it updates.
         dist: the data-parallel group (gradients averaged before each step), or None.
         generator: the mini-batch order's generator (seeded by the trainer).
         minibatch_loss: ``minibatch_loss(idx) -> (loss, stats)`` for the rows `idx` (int64 (b,)): a differentiable
-            float () loss (already `pooled_minibatch_loss`-weighted) and python-float statistics.
+            float () loss, this process's token mean over those rows (`pooled_minibatch_loss`), and python-float
+            statistics.
+        row_tokens: float or int (B,), tokens per row of the rollout (the response lengths); None counts one
+            token per row (a per-row mean loss).
         stop_after_epoch: ``stop_after_epoch(last_stats) -> bool``, asked after each epoch with the statistics of
             its last mini-batch (PPO's early stopping); None never stops early.
 
@@ -220,12 +273,15 @@ def run_epochs(config: PPOConfig, optimizer: torch.optim.Optimizer, params: list
     """
     stats: list[dict[str, float]] = []
     epochs = 0
+    if row_tokens is None:
+        row_tokens = torch.ones(config.batch_size)
     optimizer.zero_grad(set_to_none=True)
     for _ in range(config.ppo_epochs):
         for minibatches in backward_batches(config, generator):
-            for idx in minibatches:
+            weights = step_loss_weights(row_tokens, minibatches, over=config.token_mean_over, dist=dist)
+            for idx, weight in zip(minibatches, weights):
                 loss, mb_stats = minibatch_loss(idx)
-                (loss / config.gradient_accumulation_steps).backward()
+                (loss * weight).backward()
                 stats.append(mb_stats)
             optimizer_step(optimizer, params, config.max_grad_norm, dist)
         epochs += 1
@@ -336,7 +392,7 @@ class PolicyLearner:
         self.agent.train()
         stats, epochs, stopped = run_epochs(cfg, self.optimizer, self._params, self.dist, generator,
                                             lambda idx: self._minibatch_loss(rollout, data, idx),
-                                            stop_after_epoch=self._stop_after_epoch())
+                                            row_tokens=mask.sum(dim=-1), stop_after_epoch=self._stop_after_epoch())
         self.agent.eval()
         # TRL objective/kl: the estimator that shapes the reward (or the loss), summed over the response
         seq_kl, seq_k1 = global_sequence_kl(data["kl"], data["logprobs"], data["ref_logprobs"], mask, self.dist)

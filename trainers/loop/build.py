@@ -12,6 +12,7 @@ The single-agent baseline (`algo="ppo"`) builds `llm1` only, in the pioneer seat
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 
 import torch
@@ -24,8 +25,10 @@ from agents import (
     copy_for_two_agents,
     load_model_and_tokenizer,
 )
+from agents.dropout import disable_dropout
 from agents.tiny import tiny_causal_lm, tiny_tokenizer
 from cory_env import BatchedCORYEnv, EnvConfig
+from cory_env.data import resolve_imdb_source
 from cory_env.tasks import task_tokenizer
 from trainers.config import DTYPES, CORYConfig, ModelConfig, PPOConfig, RunConfigs
 from trainers.learning.learners import make_learner
@@ -86,7 +89,8 @@ def build_agents(model, tokenizer, model_config: ModelConfig, sampling: Sampling
                  algo: str = "cory") -> tuple[dict[str, LLMAgent], ReferenceModel]:
     """Two agents (`llm1`, `llm2`; one for the single-agent baseline ``algo="ppo"``) and the shared frozen reference
     model, in `model_config`'s layout (full fine-tuning copies, or memory-shared LoRA), sampling with `sampling`;
-    the agents are in eval mode (the learners switch to train mode only inside their update)."""
+    the agents are in eval mode (the learners switch to train mode only inside their update), and with
+    `ModelConfig.disable_dropout` every dropout in them has probability 0 (`agents.dropout.disable_dropout`)."""
     names = ("llm1", "llm2") if algo == "cory" else ("llm1",)
     if not sampling.is_exact:
         logger.warning("top_k=%s / top_p=%s / repetition_penalty=%s: tokens are drawn from a truncated or penalised "
@@ -123,6 +127,8 @@ def build_agents(model, tokenizer, model_config: ModelConfig, sampling: Sampling
         ref = ReferenceModel(model)
     for agent in agents.values():  # peft leaves a LoRA model in train mode: dropout must not touch rollouts/scoring
         agent.eval()
+    if model_config.disable_dropout:  # rollout scoring (eval mode) and update (train mode): one function
+        disable_dropout(*agents.values())
     return agents, ref
 
 
@@ -141,6 +147,16 @@ def build_env(env_config: EnvConfig, tokenizer, *, batch_size: int, single_agent
     """The batched env of `batch_size` rows (`PPOConfig.batch_size` in training); `single_agent`: the pioneer seat
     only (single-agent baselines, the pioneer's evaluation); `reward_fn` overrides `env_config.reward`."""
     return BatchedCORYEnv(env_config, tokenizer, batch_size=batch_size, reward_fn=reward_fn, single_agent=single_agent)
+
+
+def resolved_env_config(env_config: EnvConfig) -> EnvConfig:
+    """`env_config` with IMDB's ``data_path="hub"`` resolved by one hub probe (`cory_env.data.resolve_imdb_source`:
+    the hub, or None = the built-in openings when it is unreachable), so that every env a run builds reads the same
+    source and the probe and its log line happen once."""
+    if env_config.task != "imdb":
+        return env_config
+    source = resolve_imdb_source(env_config.data_path)
+    return env_config if source == env_config.data_path else dataclasses.replace(env_config, data_path=source)
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:

@@ -31,6 +31,7 @@ import psutil
 import torch
 import yaml
 from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from agents import SamplingConfig
 from cory_env import SEATS, EnvConfig
@@ -38,8 +39,11 @@ from cory_env.rewards import reward_name
 from trainers.config import CORYConfig, ModelConfig, PPOConfig, RunConfigs
 from trainers.learning.learners import kl_estimator
 from trainers.loop import checkpoint as ckpt
-from trainers.loop.build import build_agents, build_env, build_exchange, load_run_model, seed_everything
+from trainers.loop.build import (build_agents, build_env, build_exchange, load_run_model, resolved_env_config,
+                                 seed_everything)
 from trainers.loop.distributed import DataParallel
+from trainers.loop.fingerprint import (check_fingerprints, data_fingerprint, model_fingerprint, reward_fingerprint,
+                                       tokenizer_fingerprint)
 from trainers.loop.inert_options import inert_options
 from trainers.loop.metrics import METRICS_FILE, SAMPLES_FILE, MetricsLogger, truncate_jsonl
 from trainers.loop.rollout import rollout_from_transcript, run_episodes
@@ -77,7 +81,8 @@ class CORYTrainer:
     Raises:
         FileExistsError: if `output_dir` holds a run and neither `resume` nor `overwrite` is set.
         FileNotFoundError: `resume` without a checkpoint in `output_dir`.
-        ValueError: `resume` into a run whose config or process count differs (names the fields).
+        ValueError: `resume` into a run whose config or process count differs (names the fields), or whose inputs
+            (model weights, tokenizer, query data, reward) changed by content (`trainers.loop.fingerprint`).
     """
 
     def __init__(self, config: CORYConfig, ppo_config: PPOConfig, env_config: EnvConfig,
@@ -99,17 +104,25 @@ class CORYTrainer:
             with self.dist.main_process_first():  # the first load may convert a GGUF file into the shared cache
                 model, tokenizer = load_run_model(self.configs)
         model.to(self.dist.device)
+        self._model_fingerprint = model_fingerprint(model)  # as loaded: the reference model is built from it
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
         self.agents, self.ref_model = build_agents(model, tokenizer, model_config, sampling, algo=config.algo)
         self.exchange = build_exchange(self.agents, self.ref_model, config, ppo_config, config.learner, self.dist)
-        self.env = build_env(env_config, tokenizer, batch_size=ppo_config.batch_size,
+        # "hub" is resolved once: every env of the run (training, evaluations) reads the same source
+        self._env_source = resolved_env_config(env_config)
+        self.env = build_env(self._env_source, tokenizer, batch_size=ppo_config.batch_size,
                              single_agent=config.algo == "ppo", reward_fn=reward_fn)
+        self._heldout_envs: dict[tuple[int, bool], Any] = {}  # (episodes, collective) -> env, built once
         self._reward_fn = reward_fn
         self.start_iteration = 0
         self.config_dict = self.configs.to_flat()
         if reward_fn is not None:  # what was really used, so `cory eval` and --resume do not fall back to a name
             self.config_dict["reward"] = reward_name(reward_fn)
+        task = self.env.task
+        self.inputs = {"model": self._model_fingerprint, "tokenizer": tokenizer_fingerprint(tokenizer),
+                       "data": data_fingerprint(task.records),
+                       "reward": reward_fingerprint(task.reward_fn, self.config_dict["reward"])}
         if self.dist.is_main:
             for message in inert_options(self.configs):
                 logger.warning("%s", message)
@@ -126,6 +139,7 @@ class CORYTrainer:
         for bundle in self.exchange.bundles.values():  # identical replicas from the first step on (a collective,
             self.dist.broadcast_parameters(bundle.agent.trainable_parameters())  # so also the start-up barrier)
         self._stop_requested = False
+        self._updating = False  # True once an iteration's learners may have changed the weights
         self.stopped_early = False  # set when a stop signal ended train() before num_iterations
 
     def close(self) -> None:
@@ -146,7 +160,7 @@ class CORYTrainer:
     # ------------------------------------------------------------------ run directory
     def _run_state(self) -> dict[str, Any]:
         model = self.model_config
-        return {"config": self.config_dict, "model": model.model, "vocab_size": self.vocab_size,
+        return {"config": self.config_dict, "model": model.model, "inputs": self.inputs, "vocab_size": self.vocab_size,
                 "reference": {"model": model.model, "layout": "lora-shared" if model.use_lora else "copy"},
                 "num_processes": self.dist.world_size}
 
@@ -157,6 +171,10 @@ class CORYTrainer:
         if state.get("vocab_size") != self.vocab_size:
             raise ckpt.CheckpointError(
                 f"{path} was written for vocabulary size {state.get('vocab_size')}, this model has {self.vocab_size}")
+        unchecked = check_fingerprints(state.get("inputs"), self.inputs, str(path))
+        if unchecked and self.dist.is_main:
+            logger.warning("%s records no fingerprint of %s (written before they existed): a resume cannot tell "
+                           "whether those inputs changed", path, ", ".join(unchecked))
         ckpt.load_checkpoint(path, bundles=self.exchange.bundles, exchange=self.exchange)
         self.start_iteration = int(state["iteration"]) + 1
         if self.dist.is_main:
@@ -188,13 +206,14 @@ class CORYTrainer:
         seats = self.exchange.seats
         group = self.ppo_config.group_size
         t0 = time.perf_counter()
-        # rank r plays rows r·B .. of a one-process batch of N·B (row i's query is drawn from seed + i // group)
-        transcript = run_episodes(self.env, {s: b.agent for s, b in seats.items()},
-                                  seed=derive_seed(seed, it, 2) + rank * (self.ppo_config.batch_size // group),
-                                  generator=sampler, group_size=group)
+        # rank r plays rows r·B .. of a one-process batch of N·B (row i's query is drawn from stream i // group)
+        transcript = run_episodes(self.env, {s: b.agent for s, b in seats.items()}, seed=derive_seed(seed, it, 2),
+                                  generator=sampler, group_size=group,
+                                  stream_offset=rank * (self.ppo_config.batch_size // group))
         t1 = time.perf_counter()
         pad_id = self.tokenizer.pad_token_id
         metrics: dict[str, float] = {}
+        self._updating = True  # from here on the weights may change: a failure can no longer keep iteration it - 1
         for seat, bundle in seats.items():
             rollout = rollout_from_transcript(transcript, seat, pad_id)
             order = torch.Generator().manual_seed(derive_seed(seed, it, 3 + SEATS.index(seat)))
@@ -229,18 +248,26 @@ class CORYTrainer:
 
         Returns:
             dict: ``reward`` (the collective reward, or the pioneer's task reward) and, for the pioneer alone,
-            kl (to the reference, the estimator of `PPOConfig.kl_penalty`, nats), distinct_1, distinct_2,
-            response_len, samples; ``query_split``, ``num_queries``.
+            kl (to the reference, the estimator of `PPOConfig.kl_penalty`, nats), combined_reward (task reward − η·kl
+            with η = `CORYConfig.eta`, else the pioneer's current KL coefficient, as `cory eval`), distinct_1,
+            distinct_2, response_len, samples; ``query_split``, ``num_queries``.
 
         Raises:
             ValueError: `episodes` < 1, or `collective` without an observer seat.
         """
-        from trainers.evaluation.episodes import evaluate_heldout
+        from trainers.evaluation.episodes import evaluate_heldout, heldout_env
 
         seats = {seat: bundle.agent for seat, bundle in self.exchange.seats.items()}
-        return evaluate_heldout(seats, self.ref_model, self.env_config, self.tokenizer, reward_fn=self._reward_fn,
+        key = (episodes, collective)
+        if key not in self._heldout_envs and episodes >= 1:
+            self._heldout_envs[key] = heldout_env(self._env_source, self.tokenizer, episodes=episodes,
+                                                  collective=collective, reward_fn=self._reward_fn)
+        controller = getattr(self.exchange.seats["pioneer"].learner, "kl_ctl", None)  # custom learners may lack one
+        beta = self.ppo_config.init_kl_coef if controller is None else float(controller.value)
+        eta = self.config.eta if self.config.eta is not None else beta
+        return evaluate_heldout(seats, self.ref_model, self._env_source, self.tokenizer, reward_fn=self._reward_fn,
                                 kl_penalty=kl_estimator(self.config.learner, self.ppo_config), episodes=episodes,
-                                seed=seed, collective=collective)
+                                seed=seed, collective=collective, eta=eta, env=self._heldout_envs.get(key))
 
     def _samples(self, transcript) -> list[dict]:
         out = []
@@ -261,8 +288,28 @@ class CORYTrainer:
         logger.warning("%s received: finishing this iteration, then writing a checkpoint "
                        "(press Ctrl-C again to abort without saving)", signal.Signals(signum).name)
 
+    def _save_before_failure(self, iteration: int, last_saved: int) -> int:
+        """After a failure in the rollout of iteration `iteration` + 1 (no weight changed yet), write the checkpoint
+        of `iteration` so the run resumes there; one process only (with several, the others may be waiting in a
+        collective). Returns the last iteration saved."""
+        if self.dist.enabled:
+            return last_saved
+        try:
+            path = self.save_checkpoint(iteration)
+        except OSError as err:
+            logger.error("iteration %d failed, and saving the checkpoint of iteration %d failed too: %s",
+                         iteration + 1, iteration, err)
+            return last_saved
+        logger.error("iteration %d failed before any update; saved %s (resume with --resume once the cause is "
+                     "fixed)", iteration + 1, path)
+        return iteration
+
     def train(self) -> list[dict[str, float]]:
         """Run iterations `start_iteration .. num_iterations-1`; returns their metrics.
+
+        Checkpoints: every `checkpoint_every` iterations, after the first iteration that ends
+        `checkpoint_every_minutes` after the last checkpoint, at a stop signal, at the end, and when an iteration
+        fails in its rollout (a reward or data error: the weights are still those of the iteration before).
 
         Raises:
             trainers.learning.update.NonFiniteLossError: a NaN/inf loss; the last checkpoint on disk is untouched.
@@ -280,27 +327,40 @@ class CORYTrainer:
             except ValueError:  # not the main thread: no Ctrl-C handling
                 break
         last_saved = self.start_iteration - 1
+        saved_at = time.monotonic()
         bar = tqdm(range(self.start_iteration, cfg.num_iterations), initial=self.start_iteration,
                    total=cfg.num_iterations, desc=cfg.algo, dynamic_ncols=True, disable=not main)
         try:
-            for it in bar:
-                metrics, samples = self.iteration(it)
-                if main:
-                    logger_.log(it, metrics)
-                    logger_.log_samples(it, samples)
-                history.append({"iteration": it, **metrics})
-                bar.set_postfix({k.split("/")[0][:3] + "/" + k.split("/")[1][:6]: f"{metrics[k]:.3f}"
-                                 for k in PROGRESS_KEYS if k in metrics})
-                last = it == cfg.num_iterations - 1
-                # read once (a signal after this line stops after the next iteration); any process's request stops all
-                stop = self.dist.any(self._stop_requested)
-                if last or stop or (cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0):
-                    self.save_checkpoint(it)
-                    last_saved = it
-                if stop:
-                    self.stopped_early = True  # on every process, whichever one received the signal
-                    logger.warning("stopped after iteration %d; resume with --resume", it)
-                    break
+            with logging_redirect_tqdm():  # log lines above the live bar, not glued onto it
+                for it in bar:
+                    self._updating = False
+                    try:
+                        metrics, samples = self.iteration(it)
+                    except Exception:
+                        if not self._updating and last_saved < it - 1:
+                            last_saved = self._save_before_failure(it - 1, last_saved)
+                        raise
+                    if main:
+                        logger_.log(it, metrics)
+                        logger_.log_samples(it, samples)
+                    history.append({"iteration": it, **metrics})
+                    bar.set_postfix({k.split("/")[0][:3] + "/" + k.split("/")[1][:6]: f"{metrics[k]:.3f}"
+                                     for k in PROGRESS_KEYS if k in metrics})
+                    last = it == cfg.num_iterations - 1
+                    # read once (a signal after this line stops after the next iteration); any process's request
+                    # stops all; the main process's clock decides the time-based checkpoints for all
+                    overdue = bool(cfg.checkpoint_every_minutes) and main and \
+                        time.monotonic() - saved_at >= 60 * cfg.checkpoint_every_minutes
+                    flags = self.dist.mean_stats({"stop": float(self._stop_requested), "overdue": float(overdue)})
+                    stop = flags["stop"] > 0
+                    if last or stop or flags["overdue"] > 0 or \
+                            (cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0):
+                        self.save_checkpoint(it)
+                        last_saved, saved_at = it, time.monotonic()
+                    if stop:
+                        self.stopped_early = True  # on every process, whichever one received the signal
+                        logger.warning("stopped after iteration %d; resume with --resume", it)
+                        break
         finally:
             bar.close()
             if logger_ is not None:

@@ -67,9 +67,16 @@ def inert_options(configs: RunConfigs) -> list[str]:
         moot = _changed(model_config, "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
         if moot:
             out.append(f"{', '.join(moot)} do(es) nothing without use_lora=True")
+    if model_config.disable_dropout:
+        moot = _changed(model_config, "lora_dropout", "value_head_dropout")
+        if moot:
+            out.append(f"{', '.join(moot)} do(es) nothing with disable_dropout=True (every dropout is off, so the "
+                       "rollout's scores and the update's forward are one function); pass --disable_dropout false "
+                       "to train with dropout")
     ignored = _changed(ppo_config, *IGNORED_BY_LEARNER.get(config.learner, ()))
     if config.learner == "grpo":
-        ignored += _changed(model_config, "value_head_dropout")
+        if not model_config.disable_dropout:
+            ignored += _changed(model_config, "value_head_dropout")
         if ppo_config.kl_in_loss:
             ignored += _changed(ppo_config, "kl_penalty")  # the loss term is always k3
     if ignored:

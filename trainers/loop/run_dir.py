@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,8 @@ from trainers.loop.metrics import METRICS_FILE
 
 CONFIG_FILE = "config.yaml"
 #: Fields that may change between a run and its resume (everything else must match the checkpoint's config).
-RESUMABLE_CHANGES = {"resume", "overwrite", "num_iterations", "checkpoint_every", "keep_checkpoints",
-                     "log_samples", "tensorboard", "torch_threads", "output_dir", "device"}
+RESUMABLE_CHANGES = {"resume", "overwrite", "num_iterations", "checkpoint_every", "checkpoint_every_minutes",
+                     "keep_checkpoints", "log_samples", "tensorboard", "torch_threads", "output_dir", "device"}
 
 
 def latest_checkpoint_or_raise(output_dir: Path) -> Path:
@@ -44,6 +45,30 @@ def check_process_count(state: dict[str, Any], num_processes: int, output_dir: P
         )
 
 
+def check_writable(output_dir: Path) -> None:
+    """Raise `OSError` (naming the folder and the fix) unless a run can write into `output_dir` and its
+    ``checkpoints/``: a file is created and removed in each that exists, else in the nearest existing parent.
+
+    A run that cannot write learns it at its first checkpoint, after the work it was meant to keep (issue #27 item 8:
+    a ``--resume`` into a read-only ``checkpoints/`` trained two iterations, then failed).
+    """
+    out = Path(output_dir)
+    for folder in (out, out / ckpt.CHECKPOINT_DIR):
+        probe = folder
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        if not probe.is_dir():
+            raise NotADirectoryError(f"{probe} is not a folder: the run cannot write {folder} there; choose another "
+                                     "--output_dir")
+        try:
+            fd, name = tempfile.mkstemp(prefix=".cory-write-test-", dir=probe)
+            os.close(fd)
+            os.unlink(name)
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot write into {probe} ({exc.strerror or exc}): the run could not save its "
+                                     "checkpoints; make it writable or choose another --output_dir") from exc
+
+
 def check_output_dir(config: CORYConfig, num_processes: int = 1) -> bool:
     """Check `config.output_dir` against `resume` / `overwrite` without changing anything; True if it holds a run.
 
@@ -51,6 +76,7 @@ def check_output_dir(config: CORYConfig, num_processes: int = 1) -> bool:
         FileExistsError: it holds a run and neither `resume` nor `overwrite` is set.
         FileNotFoundError: `resume` without a run or without a checkpoint.
         ValueError: `resume` of a run trained with another number of processes.
+        OSError: the folder (or its ``checkpoints/``) is not writable (`check_writable`).
     """
     out = Path(config.output_dir)
     has_run = out.exists() and any((out / f).exists() for f in (CONFIG_FILE, METRICS_FILE, ckpt.CHECKPOINT_DIR))
@@ -63,6 +89,7 @@ def check_output_dir(config: CORYConfig, num_processes: int = 1) -> bool:
         raise FileNotFoundError(f"--resume: {out} holds no run to resume; drop --resume to start one")
     if config.resume:
         check_process_count(ckpt.read_trainer_state(latest_checkpoint_or_raise(out)), num_processes, out)
+    check_writable(out)
     return has_run
 
 

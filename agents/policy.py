@@ -24,6 +24,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from agents.forward import entropy_from_logits, logprobs_from_logits, policy_logits, response_forward
 from agents.loading import load_model_and_tokenizer
+from agents.precision import autocast
 from agents.reference import activate_adapter, is_peft_model, preserved_requires_grad
 from agents.sampling import KVCachedSampler, SamplingConfig
 from agents.value_head import ValueHead
@@ -84,6 +85,8 @@ class LLMAgent(nn.Module):
             torch's global RNG.
         value_head_dropout: dropout of the default value head (TRL ``summary_dropout_prob``, 0.1); ignored when
             `value_head` is given.
+        precision: the resolved precision of every forward (`agents.precision`: "fp32" or "bf16-mixed", ...);
+            the value head and everything read from the logits stay float32.
 
     Raises:
         ValueError: vocabulary mismatch (both sizes named), `adapter_name` missing from the ``PeftModel`` or given
@@ -102,6 +105,7 @@ class LLMAgent(nn.Module):
         vocab_size: int | None = None,
         seed: int | None = None,
         value_head_dropout: float = 0.1,
+        precision: str = "fp32",
     ) -> None:
         super().__init__()
         sampling = SamplingConfig() if sampling is None else sampling
@@ -133,8 +137,10 @@ class LLMAgent(nn.Module):
         if seed is not None:
             self.generator = torch.Generator(device=device)
             self.generator.manual_seed(seed)
-        self._sampler = KVCachedSampler(model, sampling)
+        self.precision = precision
+        self._sampler = KVCachedSampler(model, sampling, precision)
         self.last_logprobs: torch.Tensor | None = None
+        self.last_values: torch.Tensor | None = None
         self.last_logits: torch.Tensor | None = None
 
     # ------------------------------------------------------------------ helpers
@@ -148,7 +154,16 @@ class LLMAgent(nn.Module):
         if not isinstance(value, SamplingConfig):
             raise TypeError(f"sampling must be a SamplingConfig, got {type(value).__name__}")
         self._sampling = value
-        self._sampler = KVCachedSampler(self.model, value)
+        self._sampler = KVCachedSampler(self.model, value, self.precision)
+
+    @property
+    def acting_scores_exact(self) -> bool:
+        """True when the log-probabilities and values `act_batch` records are the ones `evaluate` would recompute
+        for the same tokens (to float32 round-off, 1e-5), so a learner may take them as its old scores instead of a
+        second forward: plain sampling distribution (`SamplingConfig.is_exact`) in float32. Under bf16-mixed the
+        KV-cached steps and the one full forward round differently (`benchmarks/README.md`), so the learner
+        recomputes."""
+        return self._sampling.is_exact and self.precision == "fp32"
 
     @property
     def device(self) -> torch.device:
@@ -207,7 +222,8 @@ class LLMAgent(nn.Module):
         Returns:
             int64 (B,) token ids. Also sets ``last_logprobs`` (float32 (B,), log-probability of each sampled token
             under the sampling distribution `policy_logits` (temperature, action mask), nats; equals `evaluate`'s
-            logprobs for it when ``sampling.is_exact``) and ``last_logits`` (float32 (B, V), raw).
+            logprobs for it when `acting_scores_exact`), ``last_values`` (float32 (B,), the value head at the
+            position that predicted the token, as `evaluate`'s values) and ``last_logits`` (float32 (B, V), raw).
 
         Raises:
             KeyError: a missing observation key.
@@ -234,6 +250,8 @@ class LLMAgent(nn.Module):
         with torch.inference_mode():
             self._activate()
             tokens, logprobs, logits = self._sampler(ids, mask, action_mask, generator)
+            hidden = self._sampler.last_hidden
+            self.last_values = None if hidden is None else self.value_head(hidden[:, None])[:, 0]
         self.last_logits = logits
         self.last_logprobs = logprobs
         return tokens.cpu().numpy().astype(np.int64, copy=False)
@@ -270,8 +288,9 @@ class LLMAgent(nn.Module):
         """
         self._sampler.reset()
         self._activate()
-        out = response_forward(self.model, query, query_mask, response, response_mask, output_hidden=True)
-        logits = policy_logits(out.logits, temperature=self._sampling.temperature, allowed=allowed)
+        with autocast(self.precision, self.device):
+            out = response_forward(self.model, query, query_mask, response, response_mask, output_hidden=True)
+        logits = policy_logits(out.logits, temperature=self._sampling.temperature, allowed=allowed)  # float32
         logprobs = logprobs_from_logits(logits, response)
         real = response_mask.bool()
         if not bool(torch.isfinite(logprobs[real]).all()):

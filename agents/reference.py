@@ -24,6 +24,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from agents.forward import logprobs_from_logits, policy_logits, response_forward
+from agents.precision import autocast
 
 logger = logging.getLogger(__name__)
 
@@ -145,13 +146,15 @@ class ReferenceModel:
     Args:
         model: a causal LM, or the shared ``PeftModel``.
         disable_adapters: run with adapters disabled; default True exactly when `model` is a ``PeftModel``.
+        precision: the resolved precision of its forward (`agents.precision`; the policies' own).
 
     Raises:
         ValueError: if a ``PeftModel``'s base weights are trainable, or `disable_adapters` is set for a plain LM.
     """
 
-    def __init__(self, model: nn.Module, *, disable_adapters: bool | None = None) -> None:
+    def __init__(self, model: nn.Module, *, disable_adapters: bool | None = None, precision: str = "fp32") -> None:
         peft = is_peft_model(model)
+        self.precision = precision
         if disable_adapters is None:
             disable_adapters = peft
         if disable_adapters and not peft:
@@ -215,7 +218,8 @@ class ReferenceModel:
         Raises:
             TypeError / ValueError: malformed inputs (see `check_response_inputs`).
         """
-        with torch.no_grad(), self._base() as model:
+        device = next(self.model.parameters()).device
+        with torch.no_grad(), self._base() as model, autocast(self.precision, device):
             out = response_forward(model, query, query_mask, response, response_mask)
         logits = policy_logits(out.logits, temperature=temperature, allowed=allowed)
         return ReferenceOutput(logprobs=logprobs_from_logits(logits, response), logits=logits if return_logits else None)

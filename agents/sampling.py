@@ -29,6 +29,7 @@ from transformers import (
 )
 
 from agents.forward import policy_logits, position_ids_from_mask
+from agents.precision import autocast
 from agents.reference import is_peft_model
 from cory_env.config import check_finite_fields
 
@@ -215,15 +216,18 @@ class KVCachedSampler:
     Args:
         model: the causal LM (or ``PeftModel``; the caller activates the right adapter before each call).
         sampling: the `SamplingConfig`.
+        precision: the resolved precision the forwards run in (`agents.precision`: "fp32", "bf16-mixed", ...).
     """
 
-    def __init__(self, model: torch.nn.Module, sampling: SamplingConfig) -> None:
+    def __init__(self, model: torch.nn.Module, sampling: SamplingConfig, precision: str = "fp32") -> None:
         self.model = model
+        self.precision = precision
         self._temperature = sampling.temperature
         self._penalties = sampling.penalty_processors()
         self._warpers = sampling.warpers()
         self._cache_kwarg = _cache_kwarg(model)
         self._kv: _KVState | None = None
+        self.last_hidden: torch.Tensor | None = None
 
     def reset(self) -> None:
         """Drop the cache; the next call prefills."""
@@ -244,15 +248,26 @@ class KVCachedSampler:
 
         Returns:
             ``(tokens, logprobs, logits)``: int64 (B,), float32 (B,) log-probabilities of the tokens under the
-            sampling distribution (`sample_step`; nats), float32 (B, V) raw next-token logits.
+            sampling distribution (`sample_step`; nats), float32 (B, V) raw next-token logits. Also sets
+            ``last_hidden``: (B, H) the last hidden state that produced the logits (the output layer's input), for
+            a value head.
 
         Raises:
             ValueError: non-finite logits (the message names the acting step: tokens since the last prefill), or
                 an action mask banning every token of a row.
         """
         device = self.model.get_input_embeddings().weight.device
-        logits = (self._decode_step(ids, mask, device) if self._continues(ids, mask)
-                  else self._prefill(ids, mask, device)).float()
+        head = self.model.get_output_embeddings()
+        captured: list[torch.Tensor] = []
+        hook = head.register_forward_pre_hook(lambda module, args: captured.append(args[0][:, -1]))
+        try:
+            with autocast(self.precision, device):
+                logits = (self._decode_step(ids, mask, device) if self._continues(ids, mask)
+                          else self._prefill(ids, mask, device))
+        finally:
+            hook.remove()
+        logits = logits.float()
+        self.last_hidden = captured[-1] if captured else None
         step = self._kv.step
         # One reduction: a row sum is finite iff every logit is (fp32 logits are far below overflow).
         if not bool(torch.isfinite(logits.sum(-1)).all()):

@@ -21,9 +21,15 @@ queries, by a hash of their text, that training never draws: `EnvConfig.heldout_
 
 The JSON (``--out``, default ``benchmarks/learning_<rung>.json``) holds ``{"rung", "command", "episodes",
 "arms": {arm: {"per_seed", "mean", "std", "episodes", "cpu_s", "train_cpu_s", "curves", ...}}, "floors",
-"ceilings"}``; a curve point is ``[episodes, held-out reward, training CPU s]`` (CPU seconds of this run's process
-with the evaluations' share left out, for comparisons at equal training time); a figure of the held-out reward
-against training episodes (mean ± std over seeds) is written beside it (``.png``).
+"ceilings", "equal_time", "equal_kl", "combined_reward", "runs"}``; a curve point is a record (episodes, training CPU
+s with the evaluations' share left out, held-out reward, and on the pioneer-alone rungs KL to the reference with
+the penalised and the k1 estimator, distinct-1/2, response length: `benchmarks.ladder_report`); figures of the
+held-out reward against training episodes (``.png``) and against KL with the combined reward
+(``_tradeoff.png``), mean ± std over seeds, are written beside it.
+
+An arm ``NAME-2x`` (e.g. ``ppo-2x``) is the equal-compute control: arm NAME with twice the rung's episodes. Its
+first half is arm NAME exactly (same seeds, every stream derived from (seed, iteration)), so the summary also
+reports NAME from it when NAME itself was not run on that seed.
 
 Arms: this project's (`trainers.cli.bench.ARMS`: ``ppo``, ``grpo``, ``cory``, ``cory-wo-kt``, ``cory-wo-rex``,
 ``cory-grpo``) and other libraries on the same env and episode budget through a module's
@@ -42,7 +48,6 @@ import json
 import logging
 import multiprocessing
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -53,6 +58,9 @@ from typing import Callable, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python benchmarks/learning.py` from a clone
     sys.path.insert(0, str(ROOT))
+
+from benchmarks.ladder_report import (POINT_KEYS, combined_rewards, equal_kl, equal_time, first_reach,  # noqa: E402
+                                      kl_table, mean_std, plot, plot_tradeoff, point_record, table)
 
 DATA = ROOT.parent / "shared" / "data"
 #: The bandit's rewarded first symbols (sanity rung).
@@ -150,11 +158,6 @@ EXTERNAL_ARMS = {
 }
 
 
-def _mean_std(values: Sequence[float]) -> tuple[float, float]:
-    values = list(values)
-    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
-
-
 # ---------------------------------------------------------------------------------------------------- one run
 #: Held-out evaluation seed of training seed s: EVAL_SEED_BASE + s (never a training seed's query stream).
 EVAL_SEED_BASE = 10_000
@@ -182,31 +185,49 @@ class TrainingClock:
     def train_s(self) -> float:
         return time.process_time() - self.start - self.eval_s
 
-    def point(self, arm: str, seed: int, episodes: int, evaluation: dict) -> list:
-        """A curve point ``[episodes, evaluation, training CPU s]`` (the evaluation ran just before), printed."""
-        out = [episodes, evaluation, self.train_s]
+    def point(self, arm: str, seed: int, episodes: int, evaluation: dict) -> dict:
+        """A curve point record (`benchmarks.ladder_report`: episodes, training CPU s, reward, KL, distinct-n,
+        response length) of the evaluation that ran just before, printed; ``"eval"`` keeps the whole evaluation
+        until `summary`."""
+        out = {"episodes": episodes, "train_cpu_s": round(self.train_s, 2), "reward": evaluation["reward"],
+               **{k: evaluation[k] for k in POINT_KEYS if k in evaluation}, "eval": evaluation}
         if episodes:
-            print(f"[ladder] {arm} seed {seed}: {episodes} episodes, held-out reward {evaluation['reward']:.3f} "
-                  f"({out[2]:.0f} training CPU s)", flush=True)
+            kl = f", KL {evaluation['kl_k1']:.2f}" if "kl_k1" in evaluation else ""
+            print(f"[ladder] {arm} seed {seed}: {episodes} episodes, held-out reward {evaluation['reward']:.3f}{kl} "
+                  f"({out['train_cpu_s']:.0f} training CPU s)", flush=True)
         return out
 
-    def summary(self, curve: list) -> dict:
-        """The run's result fields: final/before reward, final evaluation, CPU s (all; training only), the curve
-        ``[[episodes, reward, training CPU s], ...]``."""
-        final = {k: v for k, v in curve[-1][1].items() if k != "samples"}
-        return {"final": final["reward"], "before": curve[0][1]["reward"], "final_eval": final,
+    def summary(self, curve: list[dict]) -> dict:
+        """The run's result fields: final/before reward, final evaluation (a few text samples included), CPU s
+        (all; training only), the curve of point records."""
+        final = {k: v for k, v in curve[-1]["eval"].items() if k != "samples"}
+        final["samples"] = curve[-1]["eval"].get("samples", [])[:4]
+        return {"final": final["reward"], "before": curve[0]["reward"], "final_eval": final,
                 "cpu_s": time.process_time() - self.start, "train_cpu_s": self.train_s,
-                "curve": [[n, e["reward"], round(t, 2)] for n, e, t in curve]}
+                "curve": [{k: v for k, v in p.items() if k != "eval"} for p in curve]}
+
+
+#: Suffix of an equal-compute control arm: the base arm with this many times the rung's episodes (a CORY run trains
+#: two models on one episode budget; PAPER.md's control is a 2x-size model, which offline we lack).
+CONTROL_SUFFIX, CONTROL_FACTOR = "-2x", 2
+
+
+def arm_spec(arm: str) -> tuple[str, int]:
+    """(base arm, episode factor) of an arm name: ``"ppo-2x"`` is ``("ppo", 2)``, ``"ppo"`` is ``("ppo", 1)``."""
+    if arm.endswith(CONTROL_SUFFIX):
+        return arm[: -len(CONTROL_SUFFIX)], CONTROL_FACTOR
+    return arm, 1
 
 
 def arm_configs(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = ()):
-    """(`RunConfigs`, iterations) of one of this project's arms on a rung: the rung's flags, then the arm's, then
-    `flags`; one torch thread; ``iterations = episodes // batch_size`` (at least 1)."""
+    """(`RunConfigs`, iterations) of one of this project's arms on a rung: the rung's flags, then the arm's (a
+    ``-2x`` arm's base arm's), then `flags`; one torch thread; ``iterations = episodes // batch_size`` (at least 1;
+    `episodes` is this arm's own budget)."""
     from trainers.cli.bench import ARMS
     from trainers.cli.train import parse_train_args
 
     configs = parse_train_args(
-        [*RUNGS[rung_name].flags, *ARMS[arm], *flags, "--seed", str(seed), "--output_dir", run_dir,
+        [*RUNGS[rung_name].flags, *ARMS[arm_spec(arm)[0]], *flags, "--seed", str(seed), "--output_dir", run_dir,
          "--overwrite", "true", "--tensorboard", "false", "--log_samples", "0", "--torch_threads", "1",
          "--num_iterations", "1"])
     iterations = max(1, episodes // configs.ppo.batch_size)
@@ -224,9 +245,11 @@ def build_arm_trainer(rung_name: str, arm: str, seed: int, episodes: int, run_di
     return CORYTrainer(*configs, reward_fn=RUNGS[rung_name].reward_fn), iterations
 
 
-def eval_points(rung: Rung, iterations: int) -> list[int]:
-    """The iterations (1-based) after which a run is evaluated: `rung.eval_points` evenly spaced, the last one last."""
-    return sorted({round(iterations * k / rung.eval_points) for k in range(1, rung.eval_points + 1)})
+def eval_points(rung: Rung, iterations: int, factor: int = 1) -> list[int]:
+    """The iterations (1-based) after which a run is evaluated: `rung.eval_points` · `factor` evenly spaced, the last
+    one last (a ``-2x`` arm, `factor` 2, is evaluated at its base arm's points too)."""
+    n = rung.eval_points * factor
+    return sorted({round(iterations * k / n) for k in range(1, n + 1)})
 
 
 def run_own_arm(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = ()) -> dict:
@@ -235,7 +258,7 @@ def run_own_arm(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str
     trainer, iterations = build_arm_trainer(rung_name, arm, seed, episodes, run_dir, flags)
     rung, ppo_config = RUNGS[rung_name], trainer.ppo_config
     collective = rung.collective and trainer.config.algo == "cory"
-    points = eval_points(rung, iterations)
+    points = eval_points(rung, iterations, arm_spec(arm)[1])
     evaluate = clock.excluded(lambda: trainer.evaluate(episodes=rung.eval_episodes, seed=EVAL_SEED_BASE + seed,
                                                        collective=collective))
     curve = [clock.point(arm, seed, 0, evaluate())]
@@ -282,30 +305,64 @@ def run_one(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, fl
 
 
 # ---------------------------------------------------------------------------------------------------- report
+def truncated_run(run: dict, episodes: int) -> dict | None:
+    """A ``-2x`` run read as its base arm's run of `episodes` episodes: its curve up to `episodes`, whose last point
+    is the evaluation there (every source of randomness derives from (seed, iteration), so the first `episodes`
+    of the longer run are the shorter run exactly). None when the curve has no point at `episodes` or lacks the
+    records (KL, distinct-n) of a final evaluation."""
+    curve = [point_record(p) for p in run["curve"]]
+    kept = [p for p in curve if p["episodes"] <= episodes]
+    if not kept or kept[-1]["episodes"] != episodes:
+        return None
+    last = kept[-1]
+    final_eval = {k: last[k] for k in POINT_KEYS if k in last} | {"reward": last["reward"]}
+    train_reward = run.get("train_reward", [])  # one value per iteration
+    return {**run, "arm": arm_spec(run["arm"])[0], "episodes": episodes, "curve": kept, "final": last["reward"],
+            "final_eval": final_eval, "train_cpu_s": last.get("train_cpu_s"),
+            "cpu_s": last.get("train_cpu_s", run["cpu_s"]), "derived_from": run["arm"],
+            "train_reward": train_reward[: len(train_reward) * episodes // run["episodes"]]}
+
+
+def with_base_arms(runs: list[dict], episodes: int) -> list[dict]:
+    """`runs` plus, for each ``-2x`` run whose base arm was not run on that seed, the base arm's run read from it
+    (`truncated_run`)."""
+    have = {(r["arm"], r["seed"]) for r in runs}
+    derived = []
+    for run in runs:
+        base, factor = arm_spec(run["arm"])
+        if factor > 1 and (base, run["seed"]) not in have:
+            short = truncated_run(run, episodes)
+            if short is not None:
+                derived.append(short)
+    return runs + derived
+
+
 def summarise(rung_name: str, runs: list[dict], skipped: dict[str, str], argv: Sequence[str]) -> dict:
     rung = RUNGS[rung_name]
     arms: dict[str, dict] = {}
+    runs = with_base_arms(runs, rung.episodes)
     for run in sorted(runs, key=lambda r: (r["arm"], r["seed"])):
         arms.setdefault(run["arm"], {"runs": []})["runs"].append(run)
     for arm, entry in arms.items():
         rs = entry.pop("runs")
-        mean, std = _mean_std(r["final"] for r in rs)
-        before, before_std = _mean_std(r["before"] for r in rs)
+        mean, std = mean_std(r["final"] for r in rs)
+        before, before_std = mean_std(r["before"] for r in rs)
         gains = [r["final"] - r["before"] for r in rs]
         entry.update(per_seed=[r["final"] for r in rs], mean=mean, std=std, seeds=[r["seed"] for r in rs],
                      before=before, before_std=before_std, gain_per_seed=gains,
-                     episodes=rs[0]["episodes"], cpu_s=_mean_std(r["cpu_s"] for r in rs)[0], metric=rs[0]["metric"],
+                     episodes=rs[0]["episodes"], cpu_s=mean_std(r["cpu_s"] for r in rs)[0], metric=rs[0]["metric"],
                      curves=[r["curve"] for r in rs])
         if all("train_cpu_s" in r for r in rs):
-            entry["train_cpu_s"] = _mean_std(r["train_cpu_s"] for r in rs)[0]
+            entry["train_cpu_s"] = mean_std(r["train_cpu_s"] for r in rs)[0]
         if rung.floor_on_gain and rung.floors:  # when each seed first gained the (smallest) floor over its base
             floor = min(rung.floors.values())
             entry["to_floor"] = {"gain": floor, "per_seed": [first_reach(r["curve"], r["before"] + floor) for r in rs]}
         extra = [r["final_eval"] for r in rs if "final_eval" in r]
-        for key in ("kl", "distinct_1", "distinct_2", "pioneer_task_reward", "observer_task_reward"):
+        for key in ("kl", "kl_k1", "distinct_1", "distinct_2", "response_len", "pioneer_task_reward",
+                    "observer_task_reward"):
             values = [e[key] for e in extra if key in e]
             if values:
-                entry[key] = _mean_std(values)[0]
+                entry[key] = mean_std(values)[0]
     floors = {}
     for arm, floor in rung.floors.items():
         if arm not in arms:
@@ -321,94 +378,11 @@ def summarise(rung_name: str, runs: list[dict], skipped: dict[str, str], argv: S
                       "met_on_every_seed": all(v <= ceiling for v in arms[arm]["per_seed"])}
                 for arm, ceiling in rung.ceilings.items() if arm in arms}
     kept = [{**run, "final_eval": {k: v for k, v in run["final_eval"].items() if k != "rewards"}}
-            if "final_eval" in run else run for run in runs]
+            if "final_eval" in run else run for run in runs if "derived_from" not in run]
     return {"rung": rung_name, "help": rung.help, "command": "python benchmarks/learning.py " + " ".join(argv),
             "runs": kept,
             "episodes": rung.episodes, "arms": arms, "floors": floors, "ceilings": ceilings, "skipped": skipped,
             "shared_flags": list(rung.flags)}
-
-
-def reward_at_cpu(curve: Sequence[Sequence[float]], cpu_s: float) -> float | None:
-    """The held-out reward of one run's curve ``[[episodes, reward, training CPU s], ...]`` after `cpu_s` training
-    CPU seconds, linearly interpolated between evaluation points (None: the curve has no CPU times, or ends
-    before `cpu_s`)."""
-    points = [(p[2], p[1]) for p in curve if len(p) > 2]
-    for (t0, r0), (t1, r1) in zip(points, points[1:]):
-        if t0 <= cpu_s <= t1:
-            return r0 if t1 == t0 else r0 + (r1 - r0) * (cpu_s - t0) / (t1 - t0)
-    return None
-
-
-def first_reach(curve: Sequence[Sequence[float]], target: float) -> dict | None:
-    """Where a run's curve ``[[episodes, reward(, training CPU s)], ...]`` first reaches `target`, linearly
-    interpolated between evaluation points: ``{"episodes", "train_cpu_s"}`` (CPU None when the curve has no CPU
-    times); None when it never does."""
-    for a, b in zip(curve, curve[1:]):
-        if b[1] >= target:
-            f = 1.0 if b[1] == a[1] else max(0.0, (target - a[1]) / (b[1] - a[1]))
-            cpu = a[2] + f * (b[2] - a[2]) if len(a) > 2 and len(b) > 2 else None
-            return {"episodes": a[0] + f * (b[0] - a[0]), "train_cpu_s": cpu}
-    return None
-
-
-def equal_time(result: dict) -> dict | None:
-    """Every arm's held-out reward at the same training CPU time: the shortest arm's (mean over seeds of each
-    seed's interpolated curve; None when fewer than two arms have CPU times on their curves)."""
-    arms = {arm: e for arm, e in result["arms"].items() if e.get("train_cpu_s")}
-    if len(arms) < 2:
-        return None
-    budget = min(min(c[-1][2] for c in e["curves"]) for e in arms.values())
-    out = {}
-    for arm, e in arms.items():
-        values = [reward_at_cpu(c, budget) for c in e["curves"]]
-        values = [v for v in values if v is not None]
-        if values:
-            out[arm] = {"mean": _mean_std(values)[0], "std": _mean_std(values)[1], "per_seed": values}
-    return {"train_cpu_s": budget, "arms": out}
-
-
-def table(result: dict) -> str:
-    """Markdown table of a ladder result (KL and distinct-n columns when the rung reports them)."""
-    extra = [k for k in ("kl", "distinct_1", "distinct_2") if any(k in e for e in result["arms"].values())]
-    head = ["arm", "held-out reward", "per seed", "before", *extra, "episodes", "CPU s / run"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for arm, e in result["arms"].items():
-        seeds = ", ".join(f"{v:.3f}" for v in e["per_seed"])
-        cells = [arm, f"{e['mean']:.3f} ± {e['std']:.3f} ({e['metric']})", seeds,
-                 f"{e['before']:.3f} ± {e['before_std']:.3f}", *(f"{e[k]:.3f}" if k in e else "—" for k in extra),
-                 str(e["episodes"]), f"{e['cpu_s']:.0f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    for arm, why in result["skipped"].items():
-        lines.append(f"| {arm} | skipped: {why} |" + " |" * (len(head) - 2))
-    return "\n".join(lines)
-
-
-def plot(result: dict, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")  # a file, no screen
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for arm, e in result["arms"].items():
-        curves = [c for c in e["curves"] if c]
-        if not curves:
-            continue
-        xs = [point[0] for point in curves[0]]
-        ys = np.array([[point[1] for point in c] for c in curves if len(c) == len(xs)])
-        mean, std = ys.mean(axis=0), ys.std(axis=0)
-        ax.plot(xs, mean, marker="o", ms=3, label=f"{arm} ({e['metric']})")
-        ax.fill_between(xs, mean - std, mean + std, alpha=0.2)
-    ax.set_xlabel("training episodes")
-    ax.set_ylabel("held-out reward (mean ± std over seeds)")
-    ax.set_title(f"learning ladder: {result['rung']}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -432,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     arms = args.arms or list(rung.arms)
     from trainers.cli.bench import ARMS
 
-    unknown = [a for a in arms if a not in ARMS and a not in EXTERNAL_ARMS]
+    unknown = [a for a in arms if arm_spec(a)[0] not in ARMS and a not in EXTERNAL_ARMS]
     if unknown:
         parser.error(f"unknown arm(s) {unknown}; valid: {sorted(ARMS) + sorted(EXTERNAL_ARMS)}")
     skipped = {}
@@ -447,8 +421,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     out.parent.mkdir(parents=True, exist_ok=True)
     runs = []
     with tempfile.TemporaryDirectory(prefix="cory-ladder-") as tmp:
-        jobs = [(args.rung, arm, seed, episodes, str(Path(tmp) / f"{arm}-s{seed}"), args.flags) for arm in arms
-                for seed in args.seeds]
+        jobs = [(args.rung, arm, seed, episodes * arm_spec(arm)[1], str(Path(tmp) / f"{arm}-s{seed}"), args.flags)
+                for arm in arms for seed in args.seeds]
         with futures.ProcessPoolExecutor(max_workers=max(1, args.jobs),
                                          mp_context=multiprocessing.get_context("spawn")) as pool:
             pending = {pool.submit(run_one, *job): job for job in jobs}
@@ -474,8 +448,8 @@ def runs_from_summary(result: dict) -> list[dict]:
             run = {"arm": arm, "seed": seed, "final": e["per_seed"][i],
                    "before": e["per_seed"][i] - e["gain_per_seed"][i], "episodes": e["episodes"], "cpu_s": e["cpu_s"],
                    "curve": curve, "metric": e["metric"], "final_eval": dict(extra)}
-            if curve and len(curve[-1]) > 2:
-                run["train_cpu_s"] = curve[-1][2]
+            if curve and "train_cpu_s" in point_record(curve[-1]):
+                run["train_cpu_s"] = point_record(curve[-1])["train_cpu_s"]
             runs.append(run)
     return runs
 
@@ -495,11 +469,18 @@ def merge(paths: Sequence[str], out: Path, argv: Sequence[str]) -> dict:
 
 
 def report(result: dict, out: Path) -> dict:
-    """Add the equal-time comparison, write the JSON and the figure, print the table, floors and ceilings."""
+    """Add the equal-time, equal-KL and combined-reward summaries, write the JSON and the figures (reward against
+    episodes; reward against KL with the combined reward, when the points record KL), print the tables, floors and
+    ceilings."""
     result["equal_time"] = equal_time(result)
+    result["equal_kl"] = equal_kl(result)
+    result["combined_reward"] = combined_rewards(result)
     out.write_text(json.dumps(result, indent=1), encoding="utf-8")
     plot(result, out.with_suffix(".png"))
+    tradeoff = plot_tradeoff(result, out.with_name(out.stem + "_tradeoff.png"))
     print(table(result))
+    if kl_table(result):
+        print(kl_table(result))
     for arm, f in result["floors"].items():
         print(f"floor {arm}: {f['on']} >= {f['floor']} on every seed: {'met' if f['met_on_every_seed'] else 'MISSED'} "
               f"({', '.join(f'{v:.2f}' for v in f['per_seed'])})")
@@ -510,7 +491,7 @@ def report(result: dict, out: Path) -> dict:
     for arm, c in result["ceilings"].items():
         print(f"ceiling {arm}: {c['on']} <= {c['ceiling']} on every seed: "
               f"{'met' if c['met_on_every_seed'] else 'MISSED'} ({', '.join(f'{v:.2f}' for v in c['per_seed'])})")
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    print(f"wrote {out} and {out.with_suffix('.png')}" + (f" and {tradeoff}" if tradeoff else ""))
     return result
 
 if __name__ == "__main__":

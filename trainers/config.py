@@ -24,6 +24,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional
 
+from agents.precision import PRECISIONS
 from agents.sampling import SamplingConfig
 from cory_env import EnvConfig
 from cory_env.config import check_finite_fields
@@ -131,7 +132,8 @@ class ModelConfig:
     _argument_group_name = "model options (ModelConfig)"  # `cory train --help` group (transformers.HfArgumentParser)
 
     model: str = field(default="smollm2-135m-instruct", metadata={"help": "Policy model: hub id, local directory, .gguf file, or alias (smollm2-135m-instruct = offline default; tiny = tiny random model for tests)."})
-    dtype: str = field(default="float32", metadata={"help": "Parameter dtype of the loaded model: float32 (CPU default), bfloat16 or float16. Value heads and LoRA adapters stay float32."})
+    dtype: str = field(default="float32", metadata={"help": "Parameter dtype of the loaded model: float32 (CPU default), bfloat16 or float16 (GPU only). Value heads and LoRA adapters stay float32. For speed prefer --precision bf16-mixed, which keeps float32 weights."})
+    precision: str = field(default="fp32", metadata={"help": "Compute precision of every model forward: fp32; bf16-mixed (matmuls in bfloat16 under torch.autocast, float32 master weights, Adam state, log-probabilities, KL, values and losses; agents.precision); auto (bf16-mixed where the hardware has native bf16: a bf16 GPU, a CPU with AVX512-BF16/AMX; else fp32; logged); fp16-mixed (CUDA only)."})
     use_lora: bool = field(default=False, metadata={"help": "Memory-shared LoRA: one frozen base, one adapter per model, reference = adapters off."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
@@ -144,6 +146,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         check_finite_fields(self)
         _check(self.dtype in DTYPES, "dtype", self.dtype, f"use one of {tuple(DTYPES)}")
+        _check(self.precision in PRECISIONS, "precision", self.precision, f"use one of {PRECISIONS}")
         _check(self.lora_r >= 1, "lora_r", self.lora_r, "use a rank >= 1")
         _check(self.lora_alpha > 0, "lora_alpha", self.lora_alpha,
                "use a value > 0: LoRA scales the adapters' output by lora_alpha / lora_r, so 0 leaves the policy "

@@ -102,3 +102,51 @@ def test_truncated_sampling_warns_that_the_ratio_is_approximate(caplog):
     with caplog.at_level("WARNING", logger="trainers.loop.build"):
         build_agents(tiny_causal_lm(tok, seed=0), tok, ModelConfig(model="tiny"), SamplingConfig(top_k=5), algo="ppo")
     assert any("approximate (slightly off-policy)" in r.getMessage() for r in caplog.records)
+
+
+class _CountingAgent:
+    """Counts `evaluate` calls of a wrapped agent (everything else passes through)."""
+
+    def __init__(self, agent):
+        self._agent, self.evaluations = agent, 0
+
+    def __getattr__(self, name):
+        return getattr(self._agent, name)
+
+    def evaluate(self, *args, **kwargs):
+        self.evaluations += 1
+        return self._agent.evaluate(*args, **kwargs)
+
+
+@pytest.mark.parametrize("top_k, reused", [(0, True), (5, False)])
+def test_the_rollout_scores_replace_the_old_forward_only_when_exact(top_k, reused):
+    """Issue #26: the learner's old log-probabilities and values come from the rollout when they equal its
+    recomputation (plain sampling in fp32: 1e-5); with top-k (an approximate sampler) the recomputation stays."""
+    from trainers.loop.rollout import ActingScores
+
+    tok, agents, ref, exchange, env = _tiny_vocab_run(temperature=0.5, top_k=top_k)
+    acting: dict[str, ActingScores] = {}
+    transcript = run_episodes(env, {s: b.agent for s, b in exchange.seats.items()}, seed=1,
+                              generator=torch.Generator().manual_seed(1), acting=acting)
+    for seat, bundle in exchange.seats.items():
+        assert acting[seat].exact is reused
+        rollout = rollout_from_transcript(transcript, seat, tok.pad_token_id, acting=acting[seat])
+        assert (rollout.logprobs is not None) is reused and (rollout.values is not None) is reused
+        mask = rollout.response_mask
+        fresh = bundle.agent.evaluate(rollout.query, rollout.query_mask, rollout.response, mask,
+                                      allowed=rollout.allowed)
+        recorded = acting[seat]
+        torch.testing.assert_close(recorded.logprobs[:, : mask.shape[1]][mask], fresh.logprobs[mask].detach(),
+                                   atol=1e-5, rtol=0)
+        torch.testing.assert_close(recorded.values[:, : mask.shape[1]][mask], fresh.values[mask].detach(),
+                                   atol=1e-5, rtol=0)
+        counting = _CountingAgent(bundle.agent)
+        score_rollout(counting, ref, rollout)
+        assert counting.evaluations == (0 if reused else 1)
+        learner = bundle.learner
+        learner.agent = counting
+        stats = learner.step(rollout, generator=torch.Generator().manual_seed(0))
+        assert abs(stats["ratio"] - 1.0) < 1e-5  # one epoch, one mini-batch: on-policy either way
+        # reused: only the update's own forward; else also the old-score forward (after the one above)
+        assert counting.evaluations == (1 if reused else 3)
+        learner.agent = bundle.agent

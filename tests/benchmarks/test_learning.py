@@ -105,13 +105,14 @@ def test_training_clock_leaves_evaluation_out():
     busy(0.2)  # "training"
     last = clock.point("arm", 0, 8, evaluate())
     summary = clock.summary([first, last])
-    assert 0.15 < last[2] - first[2] < 0.3  # only the training share between the two points
+    assert 0.15 < last["train_cpu_s"] - first["train_cpu_s"] < 0.3  # only the training share between the points
     assert summary["cpu_s"] - summary["train_cpu_s"] >= 0.6  # two evaluations of 0.3 s
-    assert summary["curve"][1][:2] == [8, 1.0] and summary["final"] == 1.0
+    assert (summary["curve"][1]["episodes"], summary["curve"][1]["reward"]) == (8, 1.0) and summary["final"] == 1.0
+    assert "eval" not in summary["curve"][1]
 
 
 def test_equal_time_interpolates_each_seed_at_the_shortest_arms_training_time():
-    from benchmarks.learning import equal_time, reward_at_cpu
+    from benchmarks.ladder_report import equal_time, reward_at_cpu
 
     curve = [[0, 0.0, 0.0], [10, 1.0, 10.0], [20, 3.0, 20.0]]
     assert reward_at_cpu(curve, 5.0) == 0.5 and reward_at_cpu(curve, 15.0) == 2.0
@@ -155,7 +156,7 @@ def test_merge_summarises_runs_made_apart(tmp_path):
 
 
 def test_first_reach_interpolates_episodes_and_cpu():
-    from benchmarks.learning import first_reach
+    from benchmarks.ladder_report import first_reach
 
     curve = [[0, 0.1, 1.0], [100, 0.2, 11.0], [200, 0.4, 21.0]]
     assert first_reach(curve, 0.3) == pytest.approx({"episodes": 150.0, "train_cpu_s": 16.0})

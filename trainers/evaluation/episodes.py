@@ -34,20 +34,28 @@ def distinct_n(texts: Sequence[str], n: int) -> float:
 def sequence_kl(agent, ref_model, rollout, kind: str = "kl") -> torch.Tensor:
     """float32 (B,): sum over response tokens of the `kind` estimate of KL(π‖π_ref) (`ppo_math.kl_penalty`;
     "kl" = k1 = logp − ref_logp), nats, both policies scored as they sample (`score_rollout`)."""
+    return sequence_kls(agent, ref_model, rollout, kind)[0]
+
+
+def sequence_kls(agent, ref_model, rollout, kind: str = "kl") -> tuple[torch.Tensor, torch.Tensor]:
+    """(`kind` estimate, k1 estimate) of the sequence KL(π‖π_ref), each float32 (B,) in nats, from one scoring
+    of the rollout (`sequence_kl`)."""
     full = kind == "full"
-    old, ref = score_rollout(agent, ref_model, rollout, return_logits=full)
+    old, ref = score_rollout(agent, ref_model, rollout, return_logits=full, need_values=False)
     kl = ppo_math.kl_penalty(old.logprobs, ref.logprobs, kind, logits=old.logits if full else None,
                              ref_logits=ref.logits if full else None, mask=rollout.response_mask)
-    return kl.sum(dim=-1)
+    k1 = ppo_math.masked_delta(old.logprobs, ref.logprobs, rollout.response_mask)
+    return kl.sum(dim=-1), k1.sum(dim=-1)
 
 
-def evaluation_batches(env, seats: dict, *, num_batches: int, seed: int):
+def evaluation_batches(env, seats: dict, *, num_batches: int, seed: int, acting: dict | None = None):
     """Yield the `EpisodeTranscript` of each of `num_batches` evaluation batches: batch b plays the query streams
     ``(seed, b·B + i)`` (rows b·B .. of one long batch) and samples with a generator seeded ``seed + 7919·b``, so the
-    same seed gives the same queries and sampling streams to every model evaluated."""
+    same seed gives the same queries and sampling streams to every model evaluated. `acting` (a dict) receives each
+    batch's `trainers.loop.rollout.ActingScores` (`run_episodes`)."""
     for b in range(num_batches):
         gen = torch.Generator().manual_seed(seed + 7919 * b)
-        yield run_episodes(env, seats, seed=seed, generator=gen, stream_offset=b * env.batch_size)
+        yield run_episodes(env, seats, seed=seed, generator=gen, stream_offset=b * env.batch_size, acting=acting)
 
 
 def evaluate_collective(seats: dict, env, *, num_batches: int, seed: int) -> dict:
@@ -86,15 +94,19 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
         kl_penalty: KL estimator summed into `kl` (the one that shaped the run's reward, as its training `kl`).
 
     Returns:
-        dict: task_reward, kl, combined_reward (means), rewards (the per-query task rewards, in order),
-        distinct_1, distinct_2, response_len, num_queries, samples.
+        dict: task_reward, kl (the `kl_penalty` estimator), kl_k1 (the k1 estimate logp − ref_logp, comparable
+        across runs that penalise different estimators), combined_reward (means; nats for the KLs), rewards (the
+        per-query task rewards, in order), distinct_1, distinct_2, response_len, num_queries, samples.
     """
-    rewards, kls, lengths, texts, samples = [], [], [], [], []
-    for transcript in evaluation_batches(env, {"pioneer": agent}, num_batches=num_batches, seed=seed):
-        rollout = rollout_from_transcript(transcript, "pioneer", env.pad_token_id)
+    rewards, kls, k1s, lengths, texts, samples = [], [], [], [], [], []
+    acting: dict = {}
+    for transcript in evaluation_batches(env, {"pioneer": agent}, num_batches=num_batches, seed=seed, acting=acting):
+        rollout = rollout_from_transcript(transcript, "pioneer", env.pad_token_id, acting=acting.get("pioneer"))
         seat = transcript.seats["pioneer"]
         rewards.extend(np.asarray(seat.task_reward, dtype=float).tolist())
-        kls.extend(sequence_kl(agent, ref_model, rollout, kl_penalty).tolist())
+        kl, k1 = sequence_kls(agent, ref_model, rollout, kl_penalty)
+        kls.extend(kl.tolist())
+        k1s.extend(k1.tolist())
         lengths.extend(rollout.response_mask.sum(dim=-1).tolist())
         texts.extend(seat.response_text)
         for q, r, s in zip(transcript.query_text, seat.response_text, seat.task_reward):
@@ -102,7 +114,8 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
                 samples.append({"query": q, "response": r, "task_reward": float(s)})
     task_reward, kl = float(np.mean(rewards)), float(np.mean(kls))
     return {
-        "task_reward": task_reward, "kl": kl, "combined_reward": task_reward - eta * kl, "rewards": rewards,
+        "task_reward": task_reward, "kl": kl, "kl_k1": float(np.mean(k1s)), "combined_reward": task_reward - eta * kl,
+        "rewards": rewards,
         "distinct_1": distinct_n(texts, 1), "distinct_2": distinct_n(texts, 2),
         "response_len": float(np.mean(lengths)), "num_queries": len(rewards), "samples": samples,
     }

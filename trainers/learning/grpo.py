@@ -201,7 +201,7 @@ class GRPOLearner(PolicyLearner):
             without any KL), advantages (B,).
         """
         cfg, mask = self.config, rollout.response_mask
-        old, ref = score_rollout(self.agent, self.ref_model, rollout)
+        old, ref = score_rollout(self.agent, self.ref_model, rollout, need_values=False)
         kl = ppo_math.kl_penalty(old.logprobs, ref.logprobs, penalised_kl_kind(cfg), mask=mask)
         rewards = rollout.scores.float()
         penalty = None if cfg.kl_in_loss else float(self.kl_ctl.value) * kl.sum(dim=-1)

@@ -26,6 +26,7 @@ from agents import (
     load_model_and_tokenizer,
 )
 from agents.dropout import disable_dropout
+from agents.precision import resolve_precision
 from agents.tiny import tiny_causal_lm, tiny_tokenizer
 from cory_env import BatchedCORYEnv, EnvConfig
 from cory_env.data import resolve_imdb_source
@@ -90,8 +91,19 @@ def build_agents(model, tokenizer, model_config: ModelConfig, sampling: Sampling
     """Two agents (`llm1`, `llm2`; one for the single-agent baseline ``algo="ppo"``) and the shared frozen reference
     model, in `model_config`'s layout (full fine-tuning copies, or memory-shared LoRA), sampling with `sampling`;
     the agents are in eval mode (the learners switch to train mode only inside their update), and with
-    `ModelConfig.disable_dropout` every dropout in them has probability 0 (`agents.dropout.disable_dropout`)."""
+    `ModelConfig.disable_dropout` every dropout in them has probability 0 (`agents.dropout.disable_dropout`).
+    Agents and reference compute in `ModelConfig.precision` (resolved for the model's device:
+    `agents.precision.resolve_precision`).
+
+    Raises:
+        ValueError: ``dtype="float16"`` on a CPU; ``precision="fp16-mixed"`` on a CPU."""
     names = ("llm1", "llm2") if algo == "cory" else ("llm1",)
+    device = next(model.parameters()).device
+    if device.type == "cpu" and model_config.dtype == "float16":
+        raise ValueError("dtype='float16' is refused on a CPU: CPU float16 matmuls are missing or slower than "
+                         "float32, and float16 updates need loss scaling; use --dtype float32 (with --precision "
+                         "bf16-mixed for speed) or bfloat16")
+    precision = resolve_precision(model_config.precision, device)
     if not sampling.is_exact:
         logger.warning("top_k=%s / top_p=%s / repetition_penalty=%s: tokens are drawn from a truncated or penalised "
                        "softmax, while the learners score them under logits / temperature (the action mask "
@@ -114,17 +126,20 @@ def build_agents(model, tokenizer, model_config: ModelConfig, sampling: Sampling
             target_modules=model_config.lora_modules, bias="none", task_type="CAUSAL_LM",
         )
         shared = build_shared_lora(model, adapter_names=names, lora_config=lora)
-        agents = {n: LLMAgent(shared, tokenizer, sampling=sampling, adapter_name=n, value_head_dropout=head_dropout)
-                  for n in names}
-        ref = ReferenceModel(shared, disable_adapters=True)
+        agents = {n: LLMAgent(shared, tokenizer, sampling=sampling, adapter_name=n, value_head_dropout=head_dropout,
+                              precision=precision) for n in names}
+        ref = ReferenceModel(shared, disable_adapters=True, precision=precision)
     elif len(names) == 2:
         llm1, llm2, ref = copy_for_two_agents(model)
-        agents = {"llm1": LLMAgent(llm1, tokenizer, sampling=sampling, value_head_dropout=head_dropout),
-                  "llm2": LLMAgent(llm2, tokenizer, sampling=sampling, value_head_dropout=head_dropout)}
+        ref.precision = precision
+        agents = {"llm1": LLMAgent(llm1, tokenizer, sampling=sampling, value_head_dropout=head_dropout,
+                                   precision=precision),
+                  "llm2": LLMAgent(llm2, tokenizer, sampling=sampling, value_head_dropout=head_dropout,
+                                   precision=precision)}
     else:
         agents = {"llm1": LLMAgent(copy.deepcopy(model).requires_grad_(True), tokenizer, sampling=sampling,
-                                   value_head_dropout=head_dropout)}
-        ref = ReferenceModel(model)
+                                   value_head_dropout=head_dropout, precision=precision)}
+        ref = ReferenceModel(model, precision=precision)
     for agent in agents.values():  # peft leaves a LoRA model in train mode: dropout must not touch rollouts/scoring
         agent.eval()
     if model_config.disable_dropout:  # rollout scoring (eval mode) and update (train mode): one function

@@ -207,15 +207,16 @@ class CORYTrainer:
         group = self.ppo_config.group_size
         t0 = time.perf_counter()
         # rank r plays rows r·B .. of a one-process batch of N·B (row i's query is drawn from stream i // group)
+        acting: dict = {}  # each seat's acting log-probabilities and values: the learners' old scores when exact
         transcript = run_episodes(self.env, {s: b.agent for s, b in seats.items()}, seed=derive_seed(seed, it, 2),
                                   generator=sampler, group_size=group,
-                                  stream_offset=rank * (self.ppo_config.batch_size // group))
+                                  stream_offset=rank * (self.ppo_config.batch_size // group), acting=acting)
         t1 = time.perf_counter()
         pad_id = self.tokenizer.pad_token_id
         metrics: dict[str, float] = {}
         self._updating = True  # from here on the weights may change: a failure can no longer keep iteration it - 1
         for seat, bundle in seats.items():
-            rollout = rollout_from_transcript(transcript, seat, pad_id)
+            rollout = rollout_from_transcript(transcript, seat, pad_id, acting=acting.get(seat))
             order = torch.Generator().manual_seed(derive_seed(seed, it, 3 + SEATS.index(seat)))
             stats = bundle.learner.step(rollout, generator=order)
             eta = self.config.eta if self.config.eta is not None else stats["kl_coef"]

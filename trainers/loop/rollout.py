@@ -26,6 +26,10 @@ class Rollout:
         task_reward: float32 (B,), the seat's own task reward r(q, a) (for logging).
         allowed: bool (V,), the actions the task allowed while sampling (`EpisodeTranscript.allowed`), or None
             for every token; learners score the responses under that restricted distribution.
+        logprobs: float32 (B, T) or None, the log-probabilities the agent recorded while acting (nats, 0 on
+            padding); set only when they equal `agent.evaluate`'s (`LLMAgent.acting_scores_exact`), so that
+            `score_rollout` can skip the policy's second forward.
+        values: float32 (B, T) or None, the value head's predictions recorded while acting (same condition).
     """
 
     query: torch.Tensor
@@ -35,12 +39,18 @@ class Rollout:
     scores: torch.Tensor
     task_reward: torch.Tensor
     allowed: torch.Tensor | None = None
+    logprobs: torch.Tensor | None = None
+    values: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         batch = self.query.shape[0]
         for name in ("query_mask", "response", "response_mask", "scores", "task_reward"):
             if getattr(self, name).shape[0] != batch:
                 raise ValueError(f"Rollout.{name} has batch size {getattr(self, name).shape[0]}, query has {batch}")
+        for name in ("logprobs", "values"):
+            if getattr(self, name) is not None and getattr(self, name).shape != self.response.shape:
+                raise ValueError(f"Rollout.{name} has shape {tuple(getattr(self, name).shape)}, the response "
+                                 f"{tuple(self.response.shape)}")
         if not bool(self.response_mask.any(dim=-1).all()):
             raise ValueError("a Rollout row has an empty response; every response needs at least one token")
 
@@ -57,32 +67,43 @@ class Rollout:
 
     def select(self, index: torch.Tensor) -> "Rollout":
         """Rows `index` (int64 (b,)) of every field, trimmed to the columns those rows use."""
-        sub = {name: getattr(self, name)[index] for name in self.__dataclass_fields__ if name != "allowed"}
+        sub = {name: getattr(self, name)[index] for name in self.__dataclass_fields__
+               if name != "allowed" and getattr(self, name) is not None}
         q_used = sub["query_mask"].any(dim=0)
         r_used = sub["response_mask"].any(dim=0)
         q_start = int(q_used.nonzero()[0]) if q_used.any() else sub["query"].shape[1]
         r_end = int(r_used.nonzero()[-1]) + 1
         sub["query"], sub["query_mask"] = sub["query"][:, q_start:], sub["query_mask"][:, q_start:]
-        sub["response"], sub["response_mask"] = sub["response"][:, :r_end], sub["response_mask"][:, :r_end]
+        for name in ("response", "response_mask", "logprobs", "values"):
+            if name in sub:
+                sub[name] = sub[name][:, :r_end]
         return Rollout(**sub, allowed=self.allowed)
 
 
-def score_rollout(agent, ref_model, rollout: Rollout, *, return_logits: bool = False):
+def score_rollout(agent, ref_model, rollout: Rollout, *, return_logits: bool = False, need_values: bool = True):
     """The agent's and the reference model's scores of the rollout's responses, without gradients.
 
     Both score under the distribution the tokens were sampled from (`agents.forward.policy_logits`: the agent's
     temperature, the task's allowed tokens), so old log-probabilities, the KL to the reference and the ratios of the
     update all describe the same policy. The agent is put in eval mode first (no dropout in old values and
-    log-probabilities).
+    log-probabilities). When the rollout carries the log-probabilities (and, if `need_values`, the values) recorded
+    while acting (`Rollout.logprobs`: only set when exact), the policy's forward is skipped and those are returned;
+    `return_logits` (the full-vocabulary KL) always recomputes.
 
     Returns:
-        (`agents.EvalOutput`, `agents.ReferenceOutput`): logprobs float32 (B, T) nats, values, entropies, and the
-        (B, T, V) logits when `return_logits`.
+        (`agents.EvalOutput`, `agents.ReferenceOutput`): logprobs float32 (B, T) nats, values (None when reused
+        without `need_values`), entropies (None when reused), and the (B, T, V) logits when `return_logits`.
     """
+    from agents.policy import EvalOutput
+
     agent.eval()  # modules that score a rollout run without dropout (LoRA, value head)
+    reuse = rollout.logprobs is not None and not return_logits and (rollout.values is not None or not need_values)
     with torch.no_grad():
-        old = agent.evaluate(rollout.query, rollout.query_mask, rollout.response, rollout.response_mask,
-                             return_logits=return_logits, allowed=rollout.allowed)
+        if reuse:
+            old = EvalOutput(logprobs=rollout.logprobs, values=rollout.values, entropy=None)
+        else:
+            old = agent.evaluate(rollout.query, rollout.query_mask, rollout.response, rollout.response_mask,
+                                 return_logits=return_logits, allowed=rollout.allowed)
         ref = ref_model.evaluate(rollout.query, rollout.query_mask, rollout.response, rollout.response_mask,
                                  return_logits=return_logits, temperature=agent.sampling.temperature,
                                  allowed=rollout.allowed)
@@ -117,8 +138,24 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int, *, side: str) -> t
     return ids, mask
 
 
+@dataclass
+class ActingScores:
+    """What one seat's agent recorded while acting, per response token (see `run_episodes`).
+
+    Attributes:
+        logprobs: float32 (B, T), log-probability of each sampled token under the sampling distribution, nats.
+        values: float32 (B, T) value-head predictions, or None (an agent without values).
+        exact: whether they equal a recomputation by the agent's `evaluate` (`LLMAgent.acting_scores_exact`).
+    """
+
+    logprobs: torch.Tensor
+    values: torch.Tensor | None
+    exact: bool
+
+
 def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: torch.Generator | None = None,
-                 group_size: int = 1, queries: Sequence[str] | None = None, stream_offset: int = 0):
+                 group_size: int = 1, queries: Sequence[str] | None = None, stream_offset: int = 0,
+                 acting: dict[str, ActingScores] | None = None):
     """Play one batch of episodes to the end: the one rollout loop (training, evaluation, pass@k).
 
     Args:
@@ -134,6 +171,8 @@ def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: tor
             instead of drawing them from the task's records; None draws.
         stream_offset: the first row's (group's) stream: this batch plays rows ``stream_offset·k ..`` of a larger
             batch with the same seed (a data-parallel rank's share, the b-th evaluation batch).
+        acting: a dict to fill with each seat's `ActingScores` (from the agents' ``last_logprobs`` /
+            ``last_values`` after every step; column k of row i is its k-th response token); None records nothing.
 
     Returns:
         The env's `EpisodeTranscript`.
@@ -151,22 +190,42 @@ def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: tor
     obs, _ = env.reset(seed=seed, options=options or None)
     for agent in agents.values():
         agent.reset_cache()
+    steps: dict[str, list[tuple]] = {}
     while not env.done:
         seat = env.agent_selection
         if seat not in agents:
             raise KeyError(f"the env selected seat {seat!r} but agents were given only for {sorted(agents)}")
         actions = agents[seat].act_batch(obs, generator=generator)
+        if acting is not None:
+            steps.setdefault(seat, []).append((getattr(agents[seat], "last_logprobs", None),
+                                               getattr(agents[seat], "last_values", None)))
         obs, *_ = env.step(actions)
     for agent in agents.values():
         agent.reset_cache()
+    if acting is not None:
+        for seat, seat_steps in steps.items():
+            if any(lp is None for lp, _ in seat_steps):
+                continue  # an agent that records no log-probabilities
+            values = None if any(v is None for _, v in seat_steps) else \
+                torch.stack([v.float() for _, v in seat_steps], dim=1).cpu()
+            acting[seat] = ActingScores(logprobs=torch.stack([lp.float() for lp, _ in seat_steps], dim=1).cpu(),
+                                        values=values,
+                                        exact=bool(getattr(agents[seat], "acting_scores_exact", False)))
     return env.transcript()
 
 
-def rollout_from_transcript(transcript, seat: str, pad_id: int) -> Rollout:
-    """Pack `transcript.seats[seat]` into a `Rollout` (prompt left padded, response right padded)."""
+def rollout_from_transcript(transcript, seat: str, pad_id: int, acting: ActingScores | None = None) -> Rollout:
+    """Pack `transcript.seats[seat]` into a `Rollout` (prompt left padded, response right padded), with the seat's
+    acting log-probabilities and values when `acting` is given and exact (0 on padding)."""
     seat_t = transcript.seats[seat]
     query, query_mask = pad_sequences(seat_t.prompt_ids, pad_id, side="left")
     response, response_mask = pad_sequences(seat_t.response_ids, pad_id, side="right")
+    logprobs = values = None
+    if acting is not None and acting.exact:
+        width = response.shape[1]
+        zero = torch.zeros(())
+        logprobs = torch.where(response_mask, acting.logprobs[:, :width], zero)
+        values = None if acting.values is None else torch.where(response_mask, acting.values[:, :width], zero)
     return Rollout(
         query=query,
         query_mask=query_mask,
@@ -175,4 +234,6 @@ def rollout_from_transcript(transcript, seat: str, pad_id: int) -> Rollout:
         scores=torch.as_tensor(np.asarray(seat_t.reward, dtype=np.float32)),
         task_reward=torch.as_tensor(np.asarray(seat_t.task_reward, dtype=np.float32)),
         allowed=None if transcript.allowed is None else torch.as_tensor(np.asarray(transcript.allowed, dtype=bool)),
+        logprobs=logprobs,
+        values=values,
     )

@@ -1,0 +1,85 @@
+"""Mixed precision: which precision a run computes in, and the autocast context every model forward runs under.
+
+``precision`` (`ModelConfig.precision`, ``--precision``):
+
+* ``"fp32"``: everything in float32 (the default; the TRL-parity tests run in it).
+* ``"bf16-mixed"``: the model's forward passes (acting, scoring, the update) run under
+  ``torch.autocast(device, dtype=torch.bfloat16)``, so matmuls take bfloat16 inputs; the parameters, their
+  gradients and the Adam state stay float32 (master weights, as `torch.amp` intends). Everything read from a forward
+  is cast back to float32 before any RL maths: `agents.forward.policy_logits` casts the logits (so log-softmax,
+  log-probabilities, entropies and the full-vocabulary KL are float32), `agents.value_head.ValueHead` casts the
+  hidden state (values and the value loss), and the learners' advantages, ratios, KL estimates and losses are
+  computed outside the autocast region on those float32 tensors. bf16 keeps float32's exponent range, so no loss
+  scaling is needed (unlike fp16).
+* ``"auto"``: ``"bf16-mixed"`` where the hardware computes bf16 natively (a CUDA GPU with bf16 support; a CPU with
+  AVX512-BF16 or AMX), else ``"fp32"``; the choice is logged (`resolve_precision`).
+* ``"fp16-mixed"``: float16 autocast, CUDA only (CPU float16 kernels are missing or slower than float32; refused).
+
+On a CPU without AVX512-BF16/AMX, bf16 is emulated and slower than float32: ``bf16-mixed`` is then allowed with a
+warning, never with different maths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import torch
+
+__all__ = ["PRECISIONS", "autocast", "native_bf16", "resolve_precision"]
+
+logger = logging.getLogger(__name__)
+
+#: `ModelConfig.precision` values.
+PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "auto")
+_AUTOCAST_DTYPES = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}
+
+
+def native_bf16(device: torch.device | str) -> bool:
+    """True when `device` computes bfloat16 matmuls natively: a CUDA device with bf16 support, or a CPU whose
+    oneDNN kernels have AVX512-BF16 or AMX (as torch reports them)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    if device.type == "cpu":
+        cpu = getattr(torch, "cpu", None)
+        checks = [getattr(cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+        return any(bool(check()) for check in checks if check is not None)
+    return False
+
+
+def resolve_precision(precision: str, device: torch.device | str) -> str:
+    """The precision a run on `device` computes in: "fp32", "bf16-mixed" or "fp16-mixed" (`precision` "auto"
+    chosen by `native_bf16`, and logged).
+
+    Raises:
+        ValueError: an unknown name, or "fp16-mixed" on a CPU (names the reason and the fix).
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r} is invalid: use one of {PRECISIONS}")
+    device = torch.device(device)
+    if precision == "auto":
+        chosen = "bf16-mixed" if native_bf16(device) else "fp32"
+        logger.info("precision auto: %s on %s (%s)", chosen, device,
+                    "native bf16" if chosen != "fp32" else "no native bf16 matmuls: bf16 would be emulated and slower")
+        return chosen
+    if precision == "fp16-mixed" and device.type != "cuda":
+        raise ValueError("precision='fp16-mixed' is refused on a CPU: CPU float16 matmuls are missing or slower than "
+                         "float32, and float16 needs loss scaling; use --precision bf16-mixed (or fp32)")
+    if precision == "bf16-mixed" and not native_bf16(device):
+        logger.warning("precision bf16-mixed on %s without native bf16 (no AVX512-BF16/AMX, or a GPU without bf16): "
+                       "bfloat16 is emulated there and will be slower than fp32; the results stay correct", device)
+    return precision
+
+
+def autocast(precision: str, device: torch.device | str):
+    """The context a model forward runs under: ``torch.autocast`` for a mixed precision, else a no-op.
+
+    Args:
+        precision: a resolved precision ("fp32", "bf16-mixed", "fp16-mixed"; see `resolve_precision`).
+        device: the model's device.
+    """
+    dtype = _AUTOCAST_DTYPES.get(precision)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=dtype)

@@ -1,0 +1,268 @@
+"""The learning ladder's summaries and figures: reward at equal episodes, equal training CPU time and equal KL, the
+combined reward, the tables and the PNGs (`benchmarks/learning.py` runs the arms; this module reads their results).
+
+A run's curve is a list of **point records**, one per held-out evaluation::
+
+    {"episodes": 304, "train_cpu_s": 181.2, "reward": 0.41, "kl": 5.2, "kl_k1": 4.9,
+     "distinct_1": 0.55, "distinct_2": 0.93, "response_len": 10.4}
+
+``kl`` is the estimator the arm penalises (k3 for GRPO with the KL in the loss, ``--kl_penalty`` for PPO), ``kl_k1``
+the k1 estimate logp − ref_logp that every arm shares: sequence sums, batch means, nats, on the held-out queries with
+the pioneer alone. Ladders written before these records (points ``[episodes, reward(, training CPU s)]``) still load
+(`point_record`).
+
+Reward–KL trade-off (PAPER.md §3): `reward_at_kl` interpolates one seed's held-out reward along its (KL, reward)
+trajectory at a KL level (first crossing; None where the trajectory never reaches it); `equal_kl` gives the mean ±
+std over the seeds that reach each level; `combined_rewards` gives r − η·KL over training for several η.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Sequence
+
+__all__ = ["COMBINED_ETAS", "KL_LEVELS", "combined_rewards", "equal_kl", "equal_time", "first_reach", "kl_table",
+           "mean_std", "plot", "plot_tradeoff", "point_record", "reward_at_cpu", "reward_at_kl", "table"]
+
+#: KL levels (nats, k1, sequence sum) at which `equal_kl` compares arms.
+KL_LEVELS = (1.0, 2.0, 4.0, 6.0)
+#: η of the combined reward r − η·KL: 0.05 the IMDB rung's β; 0.1; 0.4 the official code's initial KL coefficient of
+#: CORY on IMDB (PAPER.md §2; the paper does not publish the η of its combined-reward figure).
+COMBINED_ETAS = (0.05, 0.1, 0.4)
+#: Evaluation fields a point record keeps.
+POINT_KEYS = ("kl", "kl_k1", "distinct_1", "distinct_2", "response_len")
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """(mean, sample std; 0 for one value)."""
+    values = list(values)
+    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def point_record(point) -> dict:
+    """A curve point as a record (see the module docstring); an old ``[episodes, reward(, CPU s)]`` list too."""
+    if isinstance(point, dict):
+        return point
+    out = {"episodes": point[0], "reward": point[1]}
+    if len(point) > 2:
+        out["train_cpu_s"] = point[2]
+    return out
+
+
+def _interpolate(points: list[tuple[float, float]], x: float) -> float | None:
+    """y at the first segment of the ``(x, y)`` polyline that reaches `x` (None when none does)."""
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if min(x0, x1) <= x <= max(x0, x1):
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return None
+
+
+def reward_at_cpu(curve: Sequence, cpu_s: float) -> float | None:
+    """The held-out reward of one run's curve after `cpu_s` training CPU seconds, linearly interpolated between
+    evaluation points (None: the curve has no CPU times, or ends before `cpu_s`)."""
+    points = [(p["train_cpu_s"], p["reward"]) for p in map(point_record, curve) if "train_cpu_s" in p]
+    return _interpolate(points, cpu_s)
+
+
+def reward_at_kl(curve: Sequence, level: float, key: str = "kl_k1") -> float | None:
+    """The held-out reward where one run's (KL, reward) trajectory first reaches KL `level` (nats), linearly
+    interpolated between the two evaluation points around the crossing; None when the run never reaches it (or
+    its points record no `key`).
+
+    >>> reward_at_kl([{"kl_k1": 0.0, "reward": 0.1}, {"kl_k1": 2.0, "reward": 0.3}, {"kl_k1": 6.0, "reward": 0.5}], 4)
+    0.4
+    """
+    points = [(p[key], p["reward"]) for p in map(point_record, curve) if key in p]
+    for (k0, r0), (k1, r1) in zip(points, points[1:]):
+        if k0 < level <= k1:
+            return r0 + (r1 - r0) * (level - k0) / (k1 - k0)
+    return None
+
+
+def first_reach(curve: Sequence, target: float) -> dict | None:
+    """Where a run's curve first reaches the reward `target`, linearly interpolated between evaluation points:
+    ``{"episodes", "train_cpu_s"}`` (CPU None when the curve has no CPU times); None when it never does."""
+    points = [point_record(p) for p in curve]
+    for a, b in zip(points, points[1:]):
+        if b["reward"] >= target:
+            f = 1.0 if b["reward"] == a["reward"] else max(0.0, (target - a["reward"]) / (b["reward"] - a["reward"]))
+            cpu = (a["train_cpu_s"] + f * (b["train_cpu_s"] - a["train_cpu_s"])
+                   if "train_cpu_s" in a and "train_cpu_s" in b else None)
+            return {"episodes": a["episodes"] + f * (b["episodes"] - a["episodes"]), "train_cpu_s": cpu}
+    return None
+
+
+def equal_time(result: dict) -> dict | None:
+    """Every arm's held-out reward at the same training CPU time: the shortest arm's (mean over seeds of each
+    seed's interpolated curve; None when fewer than two arms have CPU times on their curves)."""
+    arms = {arm: e for arm, e in result["arms"].items() if e.get("train_cpu_s")}
+    if len(arms) < 2:
+        return None
+    budget = min(min(point_record(c[-1])["train_cpu_s"] for c in e["curves"]) for e in arms.values())
+    out = {}
+    for arm, e in arms.items():
+        values = [v for v in (reward_at_cpu(c, budget) for c in e["curves"]) if v is not None]
+        if values:
+            out[arm] = {"mean": mean_std(values)[0], "std": mean_std(values)[1], "per_seed": values}
+    return {"train_cpu_s": budget, "arms": out}
+
+
+def equal_kl(result: dict, levels: Sequence[float] = KL_LEVELS, key: str = "kl_k1") -> dict | None:
+    """Each arm's held-out reward at each KL level (`reward_at_kl` per seed): ``{"key", "levels": {level: {arm:
+    {"mean", "std", "per_seed", "seeds"}}}}`` over the seeds that reach the level (an arm none of whose seeds
+    reaches it is left out); None when no curve records `key`."""
+    if not any(key in point_record(p) for e in result["arms"].values() for c in e["curves"] for p in c):
+        return None
+    out: dict = {}
+    for level in levels:
+        row = {}
+        for arm, e in result["arms"].items():
+            values = [(seed, reward_at_kl(c, level, key)) for seed, c in zip(e["seeds"], e["curves"])]
+            values = [(seed, v) for seed, v in values if v is not None]
+            if values:
+                m, s = mean_std(v for _, v in values)
+                row[arm] = {"mean": m, "std": s, "per_seed": [v for _, v in values], "seeds": [s_ for s_, _ in values]}
+        out[str(level)] = row
+    return {"key": key, "levels": out}
+
+
+def combined_rewards(result: dict, etas: Sequence[float] = COMBINED_ETAS, key: str = "kl_k1") -> dict | None:
+    """The combined reward r − η·KL (`key`, nats) of each arm at each evaluation point and η: ``{"key", "etas":
+    {η: {arm: {"episodes": [...], "mean": [...], "std": [...]}}}}`` over seeds (points at the same episodes);
+    None when no curve records `key`."""
+    if not any(key in point_record(p) for e in result["arms"].values() for c in e["curves"] for p in c):
+        return None
+    out: dict = {}
+    for eta in etas:
+        row = {}
+        for arm, e in result["arms"].items():
+            curves = [[point_record(p) for p in c if key in point_record(p)] for c in e["curves"]]
+            curves = [c for c in curves if c]
+            if not curves:
+                continue
+            length = min(len(c) for c in curves)
+            series = [[c[i]["reward"] - eta * c[i][key] for c in curves] for i in range(length)]
+            row[arm] = {"episodes": [curves[0][i]["episodes"] for i in range(length)],
+                        "mean": [mean_std(v)[0] for v in series], "std": [mean_std(v)[1] for v in series]}
+        out[str(eta)] = row
+    return {"key": key, "etas": out}
+
+
+# ---------------------------------------------------------------------------------------------------- tables
+def table(result: dict) -> str:
+    """Markdown table of a ladder result (KL and distinct-n columns when the rung reports them)."""
+    extra = [k for k in ("kl", "kl_k1", "distinct_1", "distinct_2") if any(k in e for e in result["arms"].values())]
+    head = ["arm", "held-out reward", "per seed", "before", *extra, "episodes", "CPU s / run"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for arm, e in result["arms"].items():
+        seeds = ", ".join(f"{v:.3f}" for v in e["per_seed"])
+        cells = [arm, f"{e['mean']:.3f} ± {e['std']:.3f} ({e['metric']})", seeds,
+                 f"{e['before']:.3f} ± {e['before_std']:.3f}", *(f"{e[k]:.3f}" if k in e else "—" for k in extra),
+                 str(e["episodes"]), f"{e['cpu_s']:.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    for arm, why in result["skipped"].items():
+        lines.append(f"| {arm} | skipped: {why} |" + " |" * (len(head) - 2))
+    return "\n".join(lines)
+
+
+def kl_table(result: dict) -> str | None:
+    """Markdown table of the reward at equal KL (`result["equal_kl"]`): one row per arm, one column per level,
+    ``mean ± std (n seeds)``; — where no seed reaches the level."""
+    eq = result.get("equal_kl")
+    if not eq:
+        return None
+    levels = list(eq["levels"])
+    lines = ["| arm | " + " | ".join(f"reward at KL {float(lv):g}" for lv in levels) + " |",
+             "|---|" + "---|" * len(levels)]
+    for arm in result["arms"]:
+        cells = []
+        for lv in levels:
+            e = eq["levels"][lv].get(arm)
+            cells.append("—" if e is None else f"{e['mean']:.3f} ± {e['std']:.3f} ({len(e['per_seed'])})")
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------- figures
+def plot(result: dict, path: Path) -> Path:
+    """Held-out reward against training episodes, mean ± std over seeds, one line per arm."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # a file, no screen
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for arm, e in result["arms"].items():
+        curves = [[point_record(p) for p in c] for c in e["curves"] if c]
+        if not curves:
+            continue
+        xs = [p["episodes"] for p in curves[0]]
+        ys = np.array([[p["reward"] for p in c] for c in curves if len(c) == len(xs)])
+        mean, std = ys.mean(axis=0), ys.std(axis=0)
+        ax.plot(xs, mean, marker="o", ms=3, label=f"{arm} ({e['metric']})")
+        ax.fill_between(xs, mean - std, mean + std, alpha=0.2)
+    ax.set_xlabel("training episodes")
+    ax.set_ylabel("held-out reward (mean ± std over seeds)")
+    ax.set_title(f"learning ladder: {result['rung']}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_tradeoff(result: dict, path: Path, *, key: str = "kl_k1", eta: float = 0.1) -> Path | None:
+    """The paper's view (PAPER.md §3): held-out reward against KL to the reference (mean over seeds at each
+    evaluation point, band = reward std; each point's episode count written beside it, placed to the side of the
+    line away from the other points), and the combined reward r − η·KL against episodes. None when no curve
+    records `key`."""
+    combined = combined_rewards(result, (eta,), key)
+    if combined is None:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
+    colors = plt.get_cmap("tab10")
+    for i, (arm, e) in enumerate(result["arms"].items()):
+        curves = [[point_record(p) for p in c if key in point_record(p)] for c in e["curves"]]
+        curves = [c for c in curves if c]
+        if not curves:
+            continue
+        length = min(len(c) for c in curves)
+        kl = np.array([[c[j][key] for j in range(length)] for c in curves])
+        reward = np.array([[c[j]["reward"] for j in range(length)] for c in curves])
+        xs, ys, band = kl.mean(axis=0), reward.mean(axis=0), reward.std(axis=0)
+        color = colors(i % 10)
+        left.plot(xs, ys, marker="o", ms=4, color=color, label=f"{arm} ({len(curves)} seeds)")
+        order = np.argsort(xs)
+        left.fill_between(xs[order], (ys - band)[order], (ys + band)[order], color=color, alpha=0.12)
+        episodes = [curves[0][j]["episodes"] for j in range(length)]
+        for j in range(1, length, max(1, length // 4)):  # a few labels per line, never every point
+            left.annotate(f"{episodes[j]}", (xs[j], ys[j]), textcoords="offset points", xytext=(6, -10 + 4 * (i % 5)),
+                          fontsize=6, color=color)
+        row = combined["etas"][str(eta)][arm]
+        mean, std = np.array(row["mean"]), np.array(row["std"])
+        right.plot(row["episodes"], mean, marker="o", ms=3, color=color, label=arm)
+        right.fill_between(row["episodes"], mean - std, mean + std, color=color, alpha=0.12)
+    left.set_xlabel(f"KL to the reference ({'k1, ' if key == 'kl_k1' else ''}nats, held-out, mean over seeds)")
+    left.set_ylabel("held-out task reward (band: std over seeds)")
+    left.set_title("reward against KL (numbers: training episodes)", fontsize=9)
+    left.grid(alpha=0.3)
+    left.legend(fontsize=7, loc="lower right")
+    right.set_xlabel("training episodes")
+    right.set_ylabel(f"combined reward r − {eta:g}·KL")
+    right.set_title("combined reward (mean ± std over seeds)", fontsize=9)
+    right.grid(alpha=0.3)
+    right.legend(fontsize=7)
+    fig.suptitle(f"learning ladder: {result['rung']}, reward–KL trade-off", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,99 @@
+"""The ladder's reward–KL summaries on hand-computed trajectories (`benchmarks/ladder_report.py`), and the
+equal-compute control arms (`-2x`) of `benchmarks/learning.py`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.ladder_report import (combined_rewards, equal_kl, kl_table, plot_tradeoff, point_record,
+                                      reward_at_kl)
+
+
+def _point(episodes, reward, kl, cpu=None):
+    out = {"episodes": episodes, "reward": reward, "kl_k1": kl, "kl": 2 * kl}
+    if cpu is not None:
+        out["train_cpu_s"] = cpu
+    return out
+
+
+def test_old_points_load_as_records():
+    assert point_record([8, 0.5]) == {"episodes": 8, "reward": 0.5}
+    assert point_record([8, 0.5, 3.0]) == {"episodes": 8, "reward": 0.5, "train_cpu_s": 3.0}
+    record = _point(8, 0.5, 1.0)
+    assert point_record(record) is record
+
+
+def test_reward_at_kl_interpolates_the_first_crossing():
+    curve = [_point(0, 0.1, 0.0), _point(100, 0.3, 2.0), _point(200, 0.5, 6.0), _point(300, 0.2, 3.0)]
+    assert reward_at_kl(curve, 1.0) == pytest.approx(0.2)  # halfway from (0, 0.1) to (2, 0.3)
+    assert reward_at_kl(curve, 2.0) == pytest.approx(0.3)  # exactly at a point
+    assert reward_at_kl(curve, 4.0) == pytest.approx(0.4)  # the first crossing, not the way back down at 300
+    assert reward_at_kl(curve, 6.5) is None  # never reached
+    assert reward_at_kl(curve, 4.0, key="kl") == pytest.approx(0.3 + 0.2 * (4 - 4) / 8)  # the penalised estimator
+    assert reward_at_kl([[0, 0.1], [100, 0.5]], 1.0) is None  # old points record no KL
+
+
+def test_equal_kl_averages_the_seeds_that_reach_each_level():
+    reach = [_point(0, 0.0, 0.0), _point(100, 0.4, 4.0)]  # reward 0.1 per nat
+    short = [_point(0, 0.2, 0.0), _point(100, 0.3, 1.0)]  # never beyond 1 nat
+    result = {"arms": {"a": {"seeds": [0, 1], "curves": [reach, short]}, "b": {"seeds": [0], "curves": [short]}}}
+    out = equal_kl(result, levels=(1.0, 2.0))
+    one, two = out["levels"]["1.0"], out["levels"]["2.0"]
+    assert one["a"]["per_seed"] == pytest.approx([0.1, 0.3]) and one["a"]["mean"] == pytest.approx(0.2)
+    assert one["b"] == {"mean": pytest.approx(0.3), "std": 0.0, "per_seed": [pytest.approx(0.3)], "seeds": [0]}
+    assert two["a"]["seeds"] == [0] and two["a"]["std"] == 0.0  # one seed: std 0
+    assert "b" not in two  # no seed of b reaches 2 nats
+    assert out["key"] == "kl_k1"
+    assert equal_kl({"arms": {"a": {"seeds": [0], "curves": [[[0, 0.1], [8, 0.2]]]}}}) is None
+    table = kl_table({"arms": result["arms"], "equal_kl": out})
+    assert "| a | 0.200 ± 0.141 (2) | 0.200 ± 0.000 (1) |" in table and "| b | 0.300 ± 0.000 (1) | — |" in table
+
+
+def test_combined_reward_over_training():
+    curves = [[_point(0, 0.0, 0.0), _point(10, 0.5, 2.0)], [_point(0, 0.2, 0.0), _point(10, 0.3, 4.0)]]
+    out = combined_rewards({"arms": {"a": {"seeds": [0, 1], "curves": curves}}}, etas=(0.1,))
+    row = out["etas"]["0.1"]["a"]
+    assert row["episodes"] == [0, 10]
+    assert row["mean"] == pytest.approx([0.1, (0.3 + (-0.1)) / 2])  # r − 0.1·KL per seed, then the mean
+    assert row["std"][1] == pytest.approx(0.2828, abs=1e-4)
+
+
+def test_the_tradeoff_figure_is_written(tmp_path):
+    curves = [[_point(0, 0.1, 0.0), _point(96, 0.2, 1.0), _point(192, 0.4, 3.0)]] * 2
+    result = {"rung": "imdb", "arms": {"ppo": {"seeds": [0, 1], "curves": curves},
+                                       "cory": {"seeds": [0, 1], "curves": curves}}}
+    path = plot_tradeoff(result, tmp_path / "t.png")
+    assert path.stat().st_size > 10_000
+    assert plot_tradeoff({"rung": "x", "arms": {"a": {"seeds": [0], "curves": [[[0, 0.1]]]}}}, tmp_path / "n.png") \
+        is None
+
+
+def _long_run(arm: str, seed: int) -> dict:
+    curve = [{**_point(e, 0.1 + e / 1000, e / 100, cpu=e / 10), "distinct_2": 0.9} for e in (0, 200, 400, 600, 800)]
+    return {"arm": arm, "seed": seed, "final": curve[-1]["reward"], "before": 0.1, "episodes": 800, "cpu_s": 99.0,
+            "train_cpu_s": 80.0, "curve": curve, "metric": "pioneer", "train_reward": list(range(50)),
+            "final_eval": {"reward": curve[-1]["reward"], "kl_k1": 8.0}}
+
+
+def test_a_2x_control_run_also_gives_its_base_arm_at_the_rung_budget():
+    from benchmarks.learning import RUNGS, arm_spec, eval_points, summarise
+
+    assert arm_spec("ppo-2x") == ("ppo", 2) and arm_spec("cory") == ("cory", 1)
+    rung = RUNGS["imdb"]
+    short, long = eval_points(rung, 25), eval_points(rung, 50, 2)
+    assert set(short) <= set(long) and long[-1] == 50  # the base arm's points are the control's too
+    result = summarise("imdb", [_long_run("ppo-2x", 0), _long_run("ppo-2x", 1)], {}, ["--rung", "imdb"])
+    base, control = result["arms"]["ppo"], result["arms"]["ppo-2x"]
+    assert rung.episodes == 400 and base["episodes"] == 400 and control["episodes"] == 800
+    assert base["per_seed"] == pytest.approx([0.5, 0.5]) and control["per_seed"] == pytest.approx([0.9, 0.9])
+    assert [point_record(p)["episodes"] for p in base["curves"][0]] == [0, 200, 400]
+    assert base["kl_k1"] == pytest.approx(4.0) and base["distinct_2"] == pytest.approx(0.9)
+    assert base["train_cpu_s"] == pytest.approx(40.0)
+    assert all(r["arm"] == "ppo-2x" for r in result["runs"])  # the derived runs are not stored twice
+    json.dumps(result)  # serialisable
+    # a seed on which the base arm ran itself keeps its own run
+    own = {**_long_run("ppo", 0), "episodes": 400, "final": 0.33}
+    again = summarise("imdb", [_long_run("ppo-2x", 0), own], {}, ["--rung", "imdb"])
+    assert again["arms"]["ppo"]["per_seed"] == [0.33]

@@ -214,10 +214,24 @@ def plot(result: dict, path: Path) -> Path:
     return path
 
 
+def _place_labels(ax, labels: list[tuple[float, float, str, tuple]], min_px: float = 26.0) -> None:
+    """Write each ``(x, y, text, colour)`` label beside its point unless it would land within `min_px` display
+    pixels of a label already written (greedy, in order): labels never overlap, some points stay unlabelled."""
+    import numpy as np
+
+    ax.autoscale_view()
+    kept: list[np.ndarray] = []
+    for x, y, text, color in labels:
+        where = ax.transData.transform((x, y)) + np.array([5.0, -9.0])
+        if all(np.hypot(*(where - other)) >= min_px for other in kept):
+            kept.append(where)
+            ax.annotate(text, (x, y), textcoords="offset points", xytext=(5, -9), fontsize=6.5, color=color)
+
+
 def plot_tradeoff(result: dict, path: Path, *, key: str = "kl_k1", eta: float = 0.1) -> Path | None:
     """The paper's view (PAPER.md §3): held-out reward against KL to the reference (mean over seeds at each
-    evaluation point, band = reward std; each point's episode count written beside it, placed to the side of the
-    line away from the other points), and the combined reward r − η·KL against episodes. None when no curve
+    evaluation point, band = reward std; points labelled by their training episodes wherever a label does not
+    overlap another: `_place_labels`), and the combined reward r − η·KL against episodes. None when no curve
     records `key`."""
     combined = combined_rewards(result, (eta,), key)
     if combined is None:
@@ -230,6 +244,8 @@ def plot_tradeoff(result: dict, path: Path, *, key: str = "kl_k1", eta: float = 
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
     colors = plt.get_cmap("tab10")
+    finals: list[tuple[float, float, str, tuple]] = []
+    labels: list[tuple[float, float, str, tuple]] = []
     for i, (arm, e) in enumerate(result["arms"].items()):
         curves = [[point_record(p) for p in c if key in point_record(p)] for c in e["curves"]]
         curves = [c for c in curves if c]
@@ -244,13 +260,13 @@ def plot_tradeoff(result: dict, path: Path, *, key: str = "kl_k1", eta: float = 
         order = np.argsort(xs)
         left.fill_between(xs[order], (ys - band)[order], (ys + band)[order], color=color, alpha=0.12)
         episodes = [curves[0][j]["episodes"] for j in range(length)]
-        for j in range(1, length, max(1, length // 4)):  # a few labels per line, never every point
-            left.annotate(f"{episodes[j]}", (xs[j], ys[j]), textcoords="offset points", xytext=(6, -10 + 4 * (i % 5)),
-                          fontsize=6, color=color)
+        finals.append((xs[-1], ys[-1], f"{episodes[-1]}", color))  # each arm's last point is labelled first
+        labels += [(xs[j], ys[j], f"{episodes[j]}", color) for j in range(1, length - 1)]
         row = combined["etas"][str(eta)][arm]
         mean, std = np.array(row["mean"]), np.array(row["std"])
         right.plot(row["episodes"], mean, marker="o", ms=3, color=color, label=arm)
         right.fill_between(row["episodes"], mean - std, mean + std, color=color, alpha=0.12)
+    _place_labels(left, finals + labels)
     left.set_xlabel(f"KL to the reference ({'k1, ' if key == 'kl_k1' else ''}nats, held-out, mean over seeds)")
     left.set_ylabel("held-out task reward (band: std over seeds)")
     left.set_title("reward against KL (numbers: training episodes)", fontsize=9)

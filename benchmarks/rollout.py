@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from agents import DEFAULT_MODEL, LLMAgent, SamplingConfig, load_model_and_tokenizer
+from agents.precision import autocast
 from cory_env import BatchedCORYEnv, EnvConfig, make_task, raw_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,6 +49,8 @@ def parse_args() -> argparse.Namespace:
                         "make timings swing up to 4x between runs)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--skip-aec", action="store_true")
+    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16-mixed"),
+                   help="both sides compute in it (agents.precision; generate runs under the same autocast)")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "rollout.json"))
     return p.parse_args()
 
@@ -89,14 +92,14 @@ def env_aec(env, agent, seed, generator):
     return tokens, seconds, prompts
 
 
-def generate(model, tokenizer, prompts_per_seat, new_tokens, generator_seed):
-    """Time ``generate`` on each seat's prompts; returns (tokens, seconds)."""
+def generate(model, tokenizer, prompts_per_seat, new_tokens, generator_seed, precision="fp32"):
+    """Time ``generate`` on each seat's prompts (under the autocast of `precision`); returns (tokens, seconds)."""
     torch.manual_seed(generator_seed)
     tokens, seconds = 0, 0.0
     for prompts in prompts_per_seat:
         batch = tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt")
         start = time.perf_counter()
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(precision, "cpu"):
             out = model.generate(
                 input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], do_sample=True, top_k=0,
                 top_p=1.0, temperature=1.0, repetition_penalty=1.0, min_new_tokens=new_tokens,
@@ -107,14 +110,14 @@ def generate(model, tokenizer, prompts_per_seat, new_tokens, generator_seed):
     return tokens, seconds
 
 
-def compare(run_env, model, tokenizer, new_tokens, repeats, seed):
+def compare(run_env, model, tokenizer, new_tokens, repeats, seed, precision="fp32"):
     """Warm up, then interleave timed env and generate runs; best time of each side counts."""
     _, _, prompts = run_env(seed)
-    generate(model, tokenizer, prompts, new_tokens, seed)
+    generate(model, tokenizer, prompts, new_tokens, seed, precision)
     best_env, best_gen = None, None
     for r in range(repeats):
         tokens, seconds, prompts = run_env(seed + r + 1)
-        g_tokens, g_seconds = generate(model, tokenizer, prompts, new_tokens, seed + r + 1)
+        g_tokens, g_seconds = generate(model, tokenizer, prompts, new_tokens, seed + r + 1, precision)
         if best_env is None or seconds < best_env[1]:
             best_env = (tokens, seconds)
         if best_gen is None or g_seconds < best_gen[1]:
@@ -134,14 +137,15 @@ def main() -> None:
     model, tokenizer = load_model_and_tokenizer(args.model)
     model.eval()
     config, task = build_config_and_task(tokenizer, args.new_tokens)
-    agent = LLMAgent(model, tokenizer, sampling=SamplingConfig(), vocab_size=len(tokenizer))
+    agent = LLMAgent(model, tokenizer, sampling=SamplingConfig(), vocab_size=len(tokenizer), precision=args.precision)
     gen = torch.Generator().manual_seed(args.seed)
     results = {"model": args.model, "threads": args.threads, "batch_size": args.batch_size,
-               "new_tokens": args.new_tokens, "repeats": args.repeats, "torch": torch.__version__}
+               "new_tokens": args.new_tokens, "repeats": args.repeats, "torch": torch.__version__,
+               "precision": args.precision}
 
     benv = BatchedCORYEnv(config, tokenizer, batch_size=args.batch_size, task=task)
     results["batched"] = compare(lambda s: env_batched(benv, agent, s, gen), model, tokenizer,
-                                 args.new_tokens, args.repeats, args.seed)
+                                 args.new_tokens, args.repeats, args.seed, args.precision)
     results["batched"]["target"] = 0.95
     print(f"batched B={args.batch_size}: env {results['batched']['env']['tokens_per_s']} tok/s, generate "
           f"{results['batched']['generate']['tokens_per_s']} tok/s, ratio {results['batched']['ratio']} "
@@ -149,7 +153,7 @@ def main() -> None:
     if not args.skip_aec:
         aenv = raw_env(config, tokenizer, task=task)
         results["aec"] = compare(lambda s: env_aec(aenv, agent, s, gen), model, tokenizer,
-                                 args.new_tokens, args.repeats, args.seed)
+                                 args.new_tokens, args.repeats, args.seed, args.precision)
         results["aec"]["target"] = 0.8
         print(f"aec B=1: env {results['aec']['env']['tokens_per_s']} tok/s, generate "
               f"{results['aec']['generate']['tokens_per_s']} tok/s, ratio {results['aec']['ratio']} "

@@ -1,0 +1,75 @@
+"""The README's main job on several seeds: is its printed gain robust, or one lucky run?
+
+Runs the README's first command's training run, ``cory train --preset imdb-quick`` (offline: the built-in review
+openings), once per seed, each in its own process with the preset's threads, and reads each run's ``eval.json``
+(the pioneer's held-out reward before and after training on the same queries and sampling seeds, and the standard
+error of the per-query difference). Seeded CPU runs drift between machines and thread counts (PLATFORM.md), so the
+seeds stand in for other machines: the job is robust when every seed's gain is at least 2 standard errors.
+
+Run::
+
+    python benchmarks/main_job_seeds.py [--seeds 0 1 2 3 4] [--out benchmarks/main_job_seeds.json] [-- FLAGS...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def run_seed(seed: int, flags: list[str], folder: Path) -> dict:
+    """One main-job run; its before/after evaluation, KL and CPU seconds (children's user + system)."""
+    out = folder / f"seed{seed}"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.time()
+    subprocess.run([sys.executable, "-m", "trainers.cli", "train", "--preset", "imdb-quick", "--seed", str(seed),
+                    "--output_dir", str(out), "--tensorboard", "false", *flags], check=True,
+                   env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = json.loads((out / "eval.json").read_text(encoding="utf-8"))
+    gain, se = result["gain"], result["gain_sem"]
+    return {"seed": seed, "before": result["before"]["reward"], "after": result["after"]["reward"], "gain": gain,
+            "se": se, "gain_over_se": gain / se if se else None, "kl": result["after"]["kl"],
+            "kl_k1": result["after"].get("kl_k1"), "distinct_2_before": result["before"]["distinct_2"],
+            "distinct_2_after": result["after"]["distinct_2"], "num_queries": result["after"]["num_queries"],
+            "cpu_s": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+            "wall_s": time.time() - t0}
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument("--out", default=str(HERE / "main_job_seeds.json"))
+    parser.add_argument("flags", nargs=argparse.REMAINDER, help="after --: extra `cory train` flags")
+    args = parser.parse_args(argv)
+    flags = [f for f in args.flags if f != "--"]
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="cory-main-job-") as tmp:
+        for seed in args.seeds:
+            runs.append(run_seed(seed, flags, Path(tmp)))
+            r = runs[-1]
+            print(f"seed {seed}: before {r['before']:.3f} -> after {r['after']:.3f} (gain {r['gain']:+.3f} ± "
+                  f"{r['se']:.3f} s.e., {r['gain_over_se']:.1f} s.e.; KL {r['kl']:.2f}; {r['cpu_s']:.0f} CPU s)",
+                  flush=True)
+    robust = all(r["gain"] >= 2 * r["se"] for r in runs)
+    result = {"command": "cory train --preset imdb-quick" + (" " + " ".join(flags) if flags else ""),
+              "runs": runs, "every_seed_gain_at_least_2_se": robust,
+              "gain_range": [min(r["gain"] for r in runs), max(r["gain"] for r in runs)],
+              "after_range": [min(r["after"] for r in runs), max(r["after"] for r in runs)]}
+    Path(args.out).write_text(json.dumps(result, indent=1), encoding="utf-8")
+    print(f"every seed's gain >= 2 s.e.: {robust}; gains {result['gain_range'][0]:+.3f} .. "
+          f"{result['gain_range'][1]:+.3f}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

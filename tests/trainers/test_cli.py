@@ -212,3 +212,13 @@ def test_main_job_output_log_lines_and_eval_json(tmp_path):
     assert not re.search(r"\][ \t]*\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", proc.stderr), proc.stderr[-2000:]
     after = json.loads((run / "eval.json").read_text())["after"]
     assert after["combined_reward"] == pytest.approx(after["task_reward"] - 0.3 * after["kl"])
+
+
+@pytest.mark.parametrize("args, message", [(["--eta", "inf"], "--eta inf is invalid"),
+                                           (["--num_batches", "0"], "--num_batches 0 is invalid"),
+                                           (["--num_batch", "1"], "not used by the HfArgumentParser: ['--num_batch'")])
+def test_eval_numbers_and_abbreviations_are_refused_before_any_model_loads(tmp_path, capsys, args, message):
+    from trainers.cli import main
+
+    assert main(["eval", str(tmp_path / "no-run"), *args]) == 2
+    assert message in capsys.readouterr().err

@@ -373,3 +373,22 @@ def test_cory_eval_loads_the_agent_only(tiny_run, monkeypatch, capsys):
     result = json.loads(out.read_text())
     learner_state = ckpt.read_learner_state(path, name, with_optimizer=False)
     assert result["eta"] == learner_state["kl_ctl"]["value"] and result["num_queries"] == 2
+
+
+def test_eval_refuses_a_checkpoint_whose_base_model_changed_under_its_name(tiny_run, tmp_path, capsys):
+    """The same mistake as the resume of issue #27 item 1, in `cory eval`: LoRA adapters (or a value head) loaded
+    onto other base weights behind the same --model folder."""
+    from agents.tiny import tiny_causal_lm, tiny_tokenizer
+    from trainers.cli import main
+
+    tok = tiny_tokenizer()
+    folder = tmp_path / "base"
+    tiny_causal_lm(tok, seed=0).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    configs = tiny_run("evalfp", model=str(folder), use_lora=True, num_iterations=1)
+    CORYTrainer(*configs).train()
+    run = configs.run.output_dir
+    assert main(["eval", run, "--num_batches", "1", "--batch_size", "2"]) == 0
+    tiny_causal_lm(tok, seed=1).save_pretrained(folder)  # other weights, same shapes, same path
+    assert main(["eval", run, "--num_batches", "1", "--batch_size", "2"]) == 2
+    assert "its inputs changed since the run started: model" in capsys.readouterr().err

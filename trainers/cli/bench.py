@@ -95,7 +95,7 @@ def run_bench(argv: Sequence[str]) -> int:
         own, shared = list(argv[:cut]), list(argv[cut + 1:])
     else:
         own, shared = list(argv), []
-    parser = argparse.ArgumentParser(prog="cory bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="cory bench", description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--arms", nargs="+", default=["cory", "ppo"], help=f"Arms ({', '.join(ARMS)}); name:n = first n seeds.")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="Seeds for every arm.")
     parser.add_argument("--output_dir", default="runs/bench", help="Folder for the runs, table and plots.")

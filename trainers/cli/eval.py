@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -35,13 +36,13 @@ from transformers import HfArgumentParser
 
 from agents import LLMAgent, SamplingConfig
 from cory_env import EnvConfig, make_reward_fn
-from cory_env.tasks import task_tokenizer
 from trainers.config import RunConfigs
 from trainers.evaluation.episodes import evaluate_pioneer
 from trainers.evaluation.passk import PAPER_EVAL_SAMPLING, evaluate_pass_at_k
 from trainers.learning.learners import kl_estimator
 from trainers.loop import checkpoint as ckpt
-from trainers.loop.build import build_agents, build_env, load_policy_model
+from trainers.loop.build import build_agents, build_env, load_policy_model, load_run_model
+from trainers.loop.fingerprint import check_fingerprints, model_fingerprint, tokenizer_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,8 @@ def format_passk_table(result: dict) -> str:
 def build_parser() -> HfArgumentParser:
     """The `cory eval` parser: the sampling options are `agents.SamplingConfig`'s fields, with the authors' GSM8K
     evaluation sampling (`PAPER_EVAL_SAMPLING`) as defaults."""
-    parser = HfArgumentParser(SamplingConfig, prog="cory eval", description=__doc__.splitlines()[0])
+    parser = HfArgumentParser(SamplingConfig, prog="cory eval", description=__doc__.splitlines()[0],
+                              allow_abbrev=False)
     parser.set_defaults(**dataclasses.asdict(PAPER_EVAL_SAMPLING))
     parser.add_argument("checkpoint", nargs="?", default=None,
                         help="A checkpoint folder (runs/X/checkpoints/iter-000009) or a run directory (its latest "
@@ -117,6 +119,7 @@ def run_eval(argv: Sequence[str]) -> int:
     """``cory eval ...``; returns the exit status."""
     sampling, args = build_parser().parse_args_into_dataclasses(args=list(argv))
     args.sampling = sampling
+    check_eval_numbers(args)
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     if args.checkpoint is None and args.model is None:
@@ -170,6 +173,21 @@ class _Loaded:
     kl_penalty: str = "kl"
 
 
+def check_eval_numbers(args) -> None:
+    """Raise `ValueError` naming the first `cory eval` number outside its domain (issue #27 item 3: checked before
+    any model loads): counts >= 1, ``--eta`` finite and >= 0, ``--torch_threads`` >= 0."""
+    for name in ("num_batches", "batch_size", "num_samples", "max_k", "problems_per_batch", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} {getattr(args, name)} is invalid: use an integer >= 1")
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit {args.limit} is invalid: use an integer >= 1, or leave it out for every problem")
+    if args.torch_threads < 0:
+        raise ValueError(f"--torch_threads {args.torch_threads} is invalid: use >= 0 (0 = torch's default)")
+    if args.eta is not None and not (math.isfinite(args.eta) and args.eta >= 0):
+        raise ValueError(f"--eta {args.eta} is invalid: use a finite number >= 0, or leave it out for the run's "
+                         "KL coefficient")
+
+
 def _load_checkpoint(args) -> _Loaded:
     """The checkpoint's model in the evaluated seat (the pioneer's unless --model_name), with the run's layout and
     sampling, its trained weights loaded (`checkpoint.load_agent`)."""
@@ -182,8 +200,10 @@ def _load_checkpoint(args) -> _Loaded:
     state = ckpt.read_trainer_state(path)
     configs = RunConfigs.from_flat(state["config"])
     name = args.model_name or state["exchange"]["seats"]["pioneer"]
-    model, tokenizer = load_policy_model(configs.model.model, seed=configs.run.seed,
-                                         task_tokenizer=task_tokenizer(configs.env.task))
+    model, tokenizer = load_run_model(configs)  # the run's model name, dtype and seed
+    # the trained weights go onto this base: refuse another base behind the same name (issue #27 item 1)
+    check_fingerprints(state.get("inputs"), {"model": model_fingerprint(model),
+                                             "tokenizer": tokenizer_fingerprint(tokenizer)}, str(path))
     agents, ref = build_agents(model, tokenizer, configs.model, configs.sampling, algo=configs.run.algo)
     if name not in agents:
         raise ValueError(f"--model_name {name!r} is not in this checkpoint; choose one of {sorted(agents)}")

@@ -87,7 +87,7 @@ def split_num_processes(argv: Sequence[str]) -> tuple[int, list[str]]:
     Raises:
         ValueError: a value that is not an integer >= 1.
     """
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--num_processes", default="1")
     known, rest = pre.parse_known_args(list(argv))
     try:

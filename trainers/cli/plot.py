@@ -94,8 +94,9 @@ def plot_pareto(runs: dict[str, list[dict]], out: Path) -> Path:
     colors = _run_colors(runs)
     shown_runs, shown_scopes = [], []
     for label, records in runs.items():
+        two_models = final_point(records, "llm2") is not None  # a single-agent run's llm1 is its pioneer
         for scope, marker in PARETO_MARKERS.items():
-            point = final_point(records, scope)
+            point = final_point(records, scope) if two_models or scope == "pioneer" else None
             if point is not None:
                 ax.scatter(point[1], point[0], marker=marker, s=46, color=colors[label], edgecolors="black",
                            linewidths=0.4, alpha=0.85)
@@ -168,7 +169,8 @@ def plot_arm_means(arms: dict[str, list[list[dict]]], out: Path, *, scope: str =
 
 def run_plot(argv: Sequence[str]) -> int:
     """``cory plot RUN_DIR... [--out DIR]``: print the paths of the PNGs written."""
-    parser = argparse.ArgumentParser(prog="cory plot", description="PNG curves and a Pareto scatter of runs.")
+    parser = argparse.ArgumentParser(prog="cory plot", description="PNG curves and a Pareto scatter of runs.",
+                                     allow_abbrev=False)
     parser.add_argument("run_dirs", nargs="+", help="Run directories (each with metrics.jsonl).")
     parser.add_argument("--out", default=None, help="Output folder (default: the first run directory).")
     args = parser.parse_args(argv)

@@ -89,20 +89,21 @@ def check_fingerprints(saved: Mapping[str, Any] | None, current: Mapping[str, st
 
     Args:
         saved: the checkpoint's ``inputs`` (None or missing keys: written before fingerprints existed; not checked).
-        current: this run's fingerprints, one per `INPUTS` key.
+        current: this run's fingerprints by `INPUTS` key (a subset is compared on its own, e.g. `cory eval`'s model
+            and tokenizer).
         where: the checkpoint, for the message.
 
     Returns:
-        The inputs that could not be checked (absent from `saved`).
+        The inputs of `current` that could not be checked (absent from `saved`).
 
     Raises:
         trainers.loop.checkpoint.CheckpointError: (a `ValueError`) one or more inputs changed, each named with what
             it covers.
     """
     saved = dict(saved or {})
-    changed = [key for key in INPUTS if key in saved and saved[key] != current[key]]
+    changed = [key for key in INPUTS if key in saved and key in current and saved[key] != current[key]]
     if changed:
         details = "; ".join(f"{key} ({INPUTS[key]}): {saved[key][:12]}.. -> {current[key][:12]}.." for key in changed)
         raise CheckpointError(f"cannot resume {where}: its inputs changed since the run started: {details}. The same "
                          "names now hold other contents; restore them, or start a new --output_dir")
-    return [key for key in INPUTS if key not in saved]
+    return [key for key in INPUTS if key in current and key not in saved]

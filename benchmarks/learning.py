@@ -195,7 +195,8 @@ class TrainingClock:
         response length) of the evaluation that ran just before, printed; ``"eval"`` keeps the whole evaluation
         until `summary`."""
         out = {"episodes": episodes, "train_cpu_s": round(self.train_s, 2), "reward": evaluation["reward"],
-               **{k: evaluation[k] for k in POINT_KEYS if k in evaluation}, "eval": evaluation}
+               **{k: evaluation[k] for k in POINT_KEYS if k in evaluation},
+               **({"models": evaluation["models"]} if "models" in evaluation else {}), "eval": evaluation}
         if episodes:
             kl = f", KL {evaluation['kl_k1']:.2f}" if "kl_k1" in evaluation else ""
             print(f"[ladder] {arm} seed {seed}: {episodes} episodes, held-out reward {evaluation['reward']:.3f}{kl} "
@@ -264,8 +265,19 @@ def run_own_arm(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str
     rung, ppo_config = RUNGS[rung_name], trainer.ppo_config
     collective = rung.collective and trainer.config.algo == "cory"
     points = eval_points(rung, iterations, arm_spec(arm)[1])
-    evaluate = clock.excluded(lambda: trainer.evaluate(episodes=rung.eval_episodes, seed=EVAL_SEED_BASE + seed,
-                                                       collective=collective))
+    def evaluate_models() -> dict:
+        """The held-out evaluation of this point: for a CORY arm scored by its pioneer alone, `llm1` in the pioneer
+        seat (one model across role exchanges, so a curve is one model's trajectory) with `llm2`'s evaluation kept
+        under ``models``; else the arm's own pioneer (or both seats, `collective`)."""
+        kwargs = {"episodes": rung.eval_episodes, "seed": EVAL_SEED_BASE + seed, "collective": collective}
+        if trainer.config.algo != "cory" or collective:
+            return trainer.evaluate(**kwargs)
+        out = trainer.evaluate(**kwargs, model="llm1")
+        llm2 = trainer.evaluate(**kwargs, model="llm2")
+        out["models"] = {"llm2": {k: llm2[k] for k in ("reward", *POINT_KEYS) if k in llm2}}
+        return out
+
+    evaluate = clock.excluded(evaluate_models)
     curve = [clock.point(arm, seed, 0, evaluate())]
     train_reward = []
     for it in range(iterations):

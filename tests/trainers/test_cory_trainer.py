@@ -392,3 +392,17 @@ def test_eval_refuses_a_checkpoint_whose_base_model_changed_under_its_name(tiny_
     tiny_causal_lm(tok, seed=1).save_pretrained(folder)  # other weights, same shapes, same path
     assert main(["eval", run, "--num_batches", "1", "--batch_size", "2"]) == 2
     assert "its inputs changed since the run started: model" in capsys.readouterr().err
+
+
+def test_evaluate_a_named_model_in_the_pioneer_seat(tiny_run):
+    trainer = CORYTrainer(*tiny_run("named-eval", num_iterations=1, role_exchange_period=1, heldout_fraction=0.3))
+    trainer.train()  # one exchange: llm2 sits in the pioneer seat now
+    assert trainer.exchange.seats["pioneer"].name == "llm2"
+    seat = trainer.evaluate(episodes=4, seed=3)
+    assert trainer.evaluate(episodes=4, seed=3, model="llm2") == seat
+    other = trainer.evaluate(episodes=4, seed=3, model="llm1")
+    assert other["samples"] != seat["samples"] or other["kl"] != seat["kl"]
+    with pytest.raises(ValueError, match="model='llm3'"):
+        trainer.evaluate(episodes=4, seed=3, model="llm3")
+    with pytest.raises(ValueError, match="collective=False"):
+        trainer.evaluate(episodes=4, seed=3, model="llm1", collective=True)

@@ -234,7 +234,7 @@ class CORYTrainer:
         metrics["sys/peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
         return self.dist.mean_stats(metrics), self._samples(transcript)
 
-    def evaluate(self, *, episodes: int, seed: int, collective: bool = False) -> dict:
+    def evaluate(self, *, episodes: int, seed: int, collective: bool = False, model: str | None = None) -> dict:
         """Evaluate the models in their current seats on held-out queries, sampling as in training (no update).
 
         The queries come from the held-out slice (`EnvConfig.query_split="test"`) when the run has one
@@ -246,6 +246,9 @@ class CORYTrainer:
                 `CORYConfig.seed` through `derive_seed`).
             collective: both seats (knowledge transfer included) and the collective reward (needs
                 ``algo="cory"``); False: the pioneer alone, as at inference.
+            model: with the pioneer alone, evaluate this model (``"llm1"``, ``"llm2"``) in the pioneer seat
+                whatever seat it trains in now (a fixed identity across role exchanges, as the paper's per-model
+                curves); None: the model in the pioneer seat.
 
         Returns:
             dict: ``reward`` (the collective reward, or the pioneer's task reward) and, for the pioneer alone,
@@ -254,16 +257,23 @@ class CORYTrainer:
             distinct_2, response_len, samples; ``query_split``, ``num_queries``.
 
         Raises:
-            ValueError: `episodes` < 1, or `collective` without an observer seat.
+            ValueError: `episodes` < 1, `collective` without an observer seat, or `model` with `collective` or
+                not one of the run's models.
         """
         from trainers.evaluation.episodes import evaluate_heldout, heldout_env
 
         seats = {seat: bundle.agent for seat, bundle in self.exchange.seats.items()}
+        if model is not None:
+            if collective or model not in self.exchange.bundles:
+                raise ValueError(f"model={model!r}: name one of {sorted(self.exchange.bundles)}, with the pioneer "
+                                 "alone (collective=False)")
+            seats = {"pioneer": self.exchange.bundles[model].agent}
         key = (episodes, collective)
         if key not in self._heldout_envs and episodes >= 1:
             self._heldout_envs[key] = heldout_env(self._env_source, self.tokenizer, episodes=episodes,
                                                   collective=collective, reward_fn=self._reward_fn)
-        controller = getattr(self.exchange.seats["pioneer"].learner, "kl_ctl", None)  # custom learners may lack one
+        evaluated = self.exchange.bundles[model] if model is not None else self.exchange.seats["pioneer"]
+        controller = getattr(evaluated.learner, "kl_ctl", None)  # custom learners may lack one
         beta = self.ppo_config.init_kl_coef if controller is None else float(controller.value)
         eta = self.config.eta if self.config.eta is not None else beta
         return evaluate_heldout(seats, self.ref_model, self._env_source, self.tokenizer, reward_fn=self._reward_fn,

@@ -151,15 +151,20 @@ def combined_rewards(result: dict, etas: Sequence[float] = COMBINED_ETAS, key: s
 
 # ---------------------------------------------------------------------------------------------------- tables
 def table(result: dict) -> str:
-    """Markdown table of a ladder result (KL and distinct-n columns when the rung reports them)."""
+    """Markdown table of a ladder result (KL and distinct-n columns when the rung reports them). "CPU s / run" counts
+    training and the evaluations of one run (— for an arm read from a longer run, ``derived_from``); "training CPU
+    s", where the runs record it, counts training alone."""
     extra = [k for k in ("kl", "kl_k1", "distinct_1", "distinct_2") if any(k in e for e in result["arms"].values())]
-    head = ["arm", "held-out reward", "per seed", "before", *extra, "episodes", "CPU s / run"]
+    train = any("train_cpu_s" in e for e in result["arms"].values())
+    head = ["arm", "held-out reward", "per seed", "before", *extra, "episodes", "CPU s / run",
+            *(["training CPU s"] if train else [])]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for arm, e in result["arms"].items():
         seeds = ", ".join(f"{v:.3f}" for v in e["per_seed"])
         cells = [arm, f"{e['mean']:.3f} ± {e['std']:.3f} ({e['metric']})", seeds,
                  f"{e['before']:.3f} ± {e['before_std']:.3f}", *(f"{e[k]:.3f}" if k in e else "—" for k in extra),
-                 str(e["episodes"]), f"{e['cpu_s']:.0f}"]
+                 str(e["episodes"]), "—" if "derived_from" in e else f"{e['cpu_s']:.0f}",
+                 *([f"{e['train_cpu_s']:.0f}" if "train_cpu_s" in e else "—"] if train else [])]
         lines.append("| " + " | ".join(cells) + " |")
     for arm, why in result["skipped"].items():
         lines.append(f"| {arm} | skipped: {why} |" + " |" * (len(head) - 2))

@@ -369,8 +369,10 @@ def summarise(rung_name: str, runs: list[dict], skipped: dict[str, str], argv: S
                      before=before, before_std=before_std, gain_per_seed=gains,
                      episodes=rs[0]["episodes"], cpu_s=mean_std(r["cpu_s"] for r in rs)[0], metric=rs[0]["metric"],
                      curves=[r["curve"] for r in rs])
-        if all("train_cpu_s" in r for r in rs):
+        if all(r.get("train_cpu_s") is not None for r in rs):
             entry["train_cpu_s"] = mean_std(r["train_cpu_s"] for r in rs)[0]
+        if any("derived_from" in r for r in rs):  # read from a longer run: its total CPU s is not this arm's
+            entry["derived_from"] = sorted({r["derived_from"] for r in rs if "derived_from" in r})
         if rung.floor_on_gain and rung.floors:  # when each seed first gained the (smallest) floor over its base
             floor = min(rung.floors.values())
             entry["to_floor"] = {"gain": floor, "per_seed": [first_reach(r["curve"], r["before"] + floor) for r in rs]}
@@ -435,7 +437,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
                 skipped[arm] = why
     arms = [a for a in arms if a not in skipped]
     episodes = args.episodes or rung.episodes
-    out.parent.mkdir(parents=True, exist_ok=True)
     runs = []
     with tempfile.TemporaryDirectory(prefix="cory-ladder-") as tmp:
         jobs = [(args.rung, arm, seed, episodes * arm_spec(arm)[1], str(Path(tmp) / f"{arm}-s{seed}"), args.flags)
@@ -474,6 +475,9 @@ def runs_from_summary(result: dict) -> list[dict]:
 def merge(paths: Sequence[str], out: Path, argv: Sequence[str]) -> dict:
     """One result from several ladder JSONs of the same rung (runs made apart, e.g. one arm at a time): their runs
     are summarised together; each arm keeps the command that produced it (``commands``)."""
+    missing = [p for p in paths if not Path(p).is_file()]
+    if missing:
+        raise SystemExit(f"--merge: no such ladder JSON {missing}; pass the files a ladder run wrote with --out")
     parts = [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
     rungs = {part["rung"] for part in parts}
     if len(rungs) != 1:
@@ -492,6 +496,7 @@ def report(result: dict, out: Path) -> dict:
     result["equal_time"] = equal_time(result)
     result["equal_kl"] = equal_kl(result)
     result["combined_reward"] = combined_rewards(result)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1), encoding="utf-8")
     plot(result, out.with_suffix(".png"))
     tradeoff = plot_tradeoff(result, out.with_name(out.stem + "_tradeoff.png"))

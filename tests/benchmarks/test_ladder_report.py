@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks.ladder_report import (combined_rewards, equal_kl, kl_table, plot_tradeoff, point_record,
+from benchmarks.ladder_report import (combined_rewards, equal_kl, kl_table, plot_tradeoff, point_record, table,
                                       reward_at_kl)
 
 
@@ -91,6 +91,10 @@ def test_a_2x_control_run_also_gives_its_base_arm_at_the_rung_budget():
     assert [point_record(p)["episodes"] for p in base["curves"][0]] == [0, 200, 400]
     assert base["kl_k1"] == pytest.approx(4.0) and base["distinct_2"] == pytest.approx(0.9)
     assert base["train_cpu_s"] == pytest.approx(40.0)
+    assert base["derived_from"] == ["ppo-2x"] and "derived_from" not in control
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in table(result).splitlines()[2:]}
+    assert rows["ppo"][-2:] == ["—", "40 |"]  # no total CPU of its own; its training CPU s at 400 episodes
+    assert rows["ppo-2x"][-2:] == ["99", "80 |"]
     assert all(r["arm"] == "ppo-2x" for r in result["runs"])  # the derived runs are not stored twice
     json.dumps(result)  # serialisable
     # a seed on which the base arm ran itself keeps its own run

@@ -153,6 +153,10 @@ def test_merge_summarises_runs_made_apart(tmp_path):
     assert again["arms"]["cory"]["curves"] == merged["arms"]["cory"]["curves"]
     with pytest.raises(SystemExit, match="of one rung"):
         merge([str(paths[0]), str(tmp_path / "x.json")], tmp_path / "m3.json", [])
+    with pytest.raises(SystemExit, match="no such ladder JSON"):
+        merge([str(paths[0]), str(tmp_path / "absent.json")], tmp_path / "m4.json", [])
+    merge([str(p) for p in paths], tmp_path / "new" / "folder" / "m.json", [])  # --out's folder is made
+    assert (tmp_path / "new" / "folder" / "m.json").is_file()
 
 
 def test_first_reach_interpolates_episodes_and_cpu():

@@ -189,6 +189,29 @@ def kl_table(result: dict) -> str | None:
     return "\n".join(lines)
 
 
+
+def combined_table(result: dict) -> str | None:
+    """Markdown table of the combined reward r − η·KL (`result["combined_reward"]`): per arm and η, the value at
+    the arm's last evaluation point and the best over its points (mean over seeds, ± std at that point); None when
+    the points record no KL."""
+    comb = result.get("combined_reward")
+    if not comb:
+        return None
+    etas = list(comb["etas"])
+    lines = ["| arm | " + " | ".join(f"η = {float(eta):g}: last · best (episodes)" for eta in etas) + " |",
+             "|---|" + "---|" * len(etas)]
+    for arm in result["arms"]:
+        cells = []
+        for eta in etas:
+            e = comb["etas"][eta].get(arm)
+            if e is None:
+                cells.append("—")
+                continue
+            best = max(range(len(e["mean"])), key=e["mean"].__getitem__)
+            cells.append(f"{e['mean'][-1]:.3f} ± {e['std'][-1]:.3f} · {e['mean'][best]:.3f} ({e['episodes'][best]})")
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
 # ---------------------------------------------------------------------------------------------------- figures
 def plot(result: dict, path: Path) -> Path:
     """Held-out reward against training episodes, mean ± std over seeds, one line per arm."""

@@ -59,8 +59,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python benchmarks/learning.py` from a clone
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.ladder_report import (POINT_KEYS, combined_rewards, equal_kl, equal_time, first_reach,  # noqa: E402
-                                      kl_table, mean_std, plot, plot_tradeoff, point_record, table)
+from benchmarks.ladder_report import (POINT_KEYS, combined_rewards, combined_table, equal_kl,  # noqa: E402
+                                      equal_time, first_reach, kl_table, mean_std, plot, plot_tradeoff,
+                                      point_record, table)
 
 DATA = ROOT.parent / "shared" / "data"
 #: The bandit's rewarded first symbols (sanity rung).
@@ -501,8 +502,9 @@ def report(result: dict, out: Path) -> dict:
     plot(result, out.with_suffix(".png"))
     tradeoff = plot_tradeoff(result, out.with_name(out.stem + "_tradeoff.png"))
     print(table(result))
-    if kl_table(result):
-        print(kl_table(result))
+    for extra in (kl_table(result), combined_table(result)):
+        if extra:
+            print(extra)
     for arm, f in result["floors"].items():
         print(f"floor {arm}: {f['on']} >= {f['floor']} on every seed: {'met' if f['met_on_every_seed'] else 'MISSED'} "
               f"({', '.join(f'{v:.2f}' for v in f['per_seed'])})")

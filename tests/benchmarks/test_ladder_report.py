@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from benchmarks.ladder_report import (combined_rewards, equal_kl, kl_table, plot_tradeoff, point_record, table,
-                                      reward_at_kl)
+from benchmarks.ladder_report import (combined_rewards, combined_table, equal_kl, kl_table, plot_tradeoff,
+                                      point_record, reward_at_kl, table)
 
 
 def _point(episodes, reward, kl, cpu=None):
@@ -58,6 +58,13 @@ def test_combined_reward_over_training():
     assert row["episodes"] == [0, 10]
     assert row["mean"] == pytest.approx([0.1, (0.3 + (-0.1)) / 2])  # r − 0.1·KL per seed, then the mean
     assert row["std"][1] == pytest.approx(0.2828, abs=1e-4)
+    rising = [[_point(0, 0.1, 0.0), _point(10, 0.5, 1.0), _point(20, 0.6, 4.0)]] * 2  # r − 0.1·KL: .1, .4, .2
+    result = {"arms": {"a": {"seeds": [0, 1], "curves": rising}}}
+    result["combined_reward"] = combined_rewards(result, etas=(0.1,))
+    lines = combined_table(result).splitlines()
+    assert lines[0] == "| arm | η = 0.1: last · best (episodes) |"
+    assert lines[2] == "| a | 0.200 ± 0.000 · 0.400 (10) |"
+    assert combined_table({"arms": {}, "combined_reward": None}) is None
 
 
 def test_the_tradeoff_figure_is_written(tmp_path):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 __all__ = ["COMBINED_ETAS", "KL_LEVELS", "combined_rewards", "equal_kl", "equal_time", "first_reach", "kl_table",
            "mean_std", "plot", "plot_tradeoff", "point_record", "reward_at_cpu", "reward_at_kl", "table"]
@@ -171,23 +171,27 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _arm_by_column_table(result: dict, columns: dict[str, str], cell: Callable[[str, str], str | None]) -> str:
+    """Markdown table with one row per arm of `result` and one column per key of `columns` (its header text);
+    `cell(arm, key)` gives the text, None for —."""
+    lines = ["| arm | " + " | ".join(columns.values()) + " |", "|---|" + "---|" * len(columns)]
+    for arm in result["arms"]:
+        lines.append(f"| {arm} | " + " | ".join(cell(arm, key) or "—" for key in columns) + " |")
+    return "\n".join(lines)
+
+
 def kl_table(result: dict) -> str | None:
     """Markdown table of the reward at equal KL (`result["equal_kl"]`): one row per arm, one column per level,
     ``mean ± std (n seeds)``; — where no seed reaches the level."""
     eq = result.get("equal_kl")
     if not eq:
         return None
-    levels = list(eq["levels"])
-    lines = ["| arm | " + " | ".join(f"reward at KL {float(lv):g}" for lv in levels) + " |",
-             "|---|" + "---|" * len(levels)]
-    for arm in result["arms"]:
-        cells = []
-        for lv in levels:
-            e = eq["levels"][lv].get(arm)
-            cells.append("—" if e is None else f"{e['mean']:.3f} ± {e['std']:.3f} ({len(e['per_seed'])})")
-        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
+    def cell(arm: str, level: str) -> str | None:
+        e = eq["levels"][level].get(arm)
+        return None if e is None else f"{e['mean']:.3f} ± {e['std']:.3f} ({len(e['per_seed'])})"
+
+    return _arm_by_column_table(result, {lv: f"reward at KL {float(lv):g}" for lv in eq["levels"]}, cell)
 
 
 def combined_table(result: dict) -> str | None:
@@ -197,20 +201,17 @@ def combined_table(result: dict) -> str | None:
     comb = result.get("combined_reward")
     if not comb:
         return None
-    etas = list(comb["etas"])
-    lines = ["| arm | " + " | ".join(f"η = {float(eta):g}: last · best (episodes)" for eta in etas) + " |",
-             "|---|" + "---|" * len(etas)]
-    for arm in result["arms"]:
-        cells = []
-        for eta in etas:
-            e = comb["etas"][eta].get(arm)
-            if e is None:
-                cells.append("—")
-                continue
-            best = max(range(len(e["mean"])), key=e["mean"].__getitem__)
-            cells.append(f"{e['mean'][-1]:.3f} ± {e['std'][-1]:.3f} · {e['mean'][best]:.3f} ({e['episodes'][best]})")
-        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+
+    def cell(arm: str, eta: str) -> str | None:
+        e = comb["etas"][eta].get(arm)
+        if e is None:
+            return None
+        best = max(range(len(e["mean"])), key=e["mean"].__getitem__)
+        return f"{e['mean'][-1]:.3f} ± {e['std'][-1]:.3f} · {e['mean'][best]:.3f} ({e['episodes'][best]})"
+
+    return _arm_by_column_table(result, {eta: f"η = {float(eta):g}: last · best (episodes)" for eta in comb["etas"]},
+                                cell)
+
 
 # ---------------------------------------------------------------------------------------------------- figures
 def plot(result: dict, path: Path) -> Path:

@@ -65,15 +65,15 @@ def reward_at_cpu(curve: Sequence, cpu_s: float) -> float | None:
     return _interpolate(points, cpu_s)
 
 
-def reward_at_kl(curve: Sequence, level: float, key: str = "kl_k1") -> float | None:
-    """The held-out reward where one run's (KL, reward) trajectory first reaches KL `level` (nats), linearly
-    interpolated between the two evaluation points around the crossing; None when the run never reaches it (or
-    its points record no `key`).
+def reward_at_kl(curve: Sequence, level: float, key: str = "kl_k1", value: str = "reward") -> float | None:
+    """The held-out reward (or another point field, `value`: e.g. ``"distinct_2"``) where one run's (KL, reward)
+    trajectory first reaches KL `level` (nats), linearly interpolated between the two evaluation points around the
+    crossing; None when the run never reaches it (or its points record no `key` / `value`).
 
     >>> reward_at_kl([{"kl_k1": 0.0, "reward": 0.1}, {"kl_k1": 2.0, "reward": 0.3}, {"kl_k1": 6.0, "reward": 0.5}], 4)
     0.4
     """
-    points = [(p[key], p["reward"]) for p in map(point_record, curve) if key in p]
+    points = [(p[key], p[value]) for p in map(point_record, curve) if key in p and value in p]
     for (k0, r0), (k1, r1) in zip(points, points[1:]):
         if k0 < level <= k1:
             return r0 + (r1 - r0) * (level - k0) / (k1 - k0)
@@ -108,23 +108,25 @@ def equal_time(result: dict) -> dict | None:
     return {"train_cpu_s": budget, "arms": out}
 
 
-def equal_kl(result: dict, levels: Sequence[float] = KL_LEVELS, key: str = "kl_k1") -> dict | None:
-    """Each arm's held-out reward at each KL level (`reward_at_kl` per seed): ``{"key", "levels": {level: {arm:
-    {"mean", "std", "per_seed", "seeds"}}}}`` over the seeds that reach the level (an arm none of whose seeds
-    reaches it is left out); None when no curve records `key`."""
+def equal_kl(result: dict, levels: Sequence[float] = KL_LEVELS, key: str = "kl_k1",
+             value: str = "reward") -> dict | None:
+    """Each arm's held-out reward (or `value`, e.g. ``"distinct_2"``: is the text as diverse at the same KL?) at
+    each KL level (`reward_at_kl` per seed): ``{"key", "value", "levels": {level: {arm: {"mean", "std", "per_seed",
+    "seeds"}}}}`` over the seeds that reach the level (an arm none of whose seeds reaches it is left out); None when
+    no curve records `key`."""
     if not any(key in point_record(p) for e in result["arms"].values() for c in e["curves"] for p in c):
         return None
     out: dict = {}
     for level in levels:
         row = {}
         for arm, e in result["arms"].items():
-            values = [(seed, reward_at_kl(c, level, key)) for seed, c in zip(e["seeds"], e["curves"])]
+            values = [(seed, reward_at_kl(c, level, key, value)) for seed, c in zip(e["seeds"], e["curves"])]
             values = [(seed, v) for seed, v in values if v is not None]
             if values:
                 m, s = mean_std(v for _, v in values)
                 row[arm] = {"mean": m, "std": s, "per_seed": [v for _, v in values], "seeds": [s_ for s_, _ in values]}
         out[str(level)] = row
-    return {"key": key, "levels": out}
+    return {"key": key, "value": value, "levels": out}
 
 
 def combined_rewards(result: dict, etas: Sequence[float] = COMBINED_ETAS, key: str = "kl_k1") -> dict | None:
@@ -180,10 +182,10 @@ def _arm_by_column_table(result: dict, columns: dict[str, str], cell: Callable[[
     return "\n".join(lines)
 
 
-def kl_table(result: dict) -> str | None:
-    """Markdown table of the reward at equal KL (`result["equal_kl"]`): one row per arm, one column per level,
-    ``mean ± std (n seeds)``; — where no seed reaches the level."""
-    eq = result.get("equal_kl")
+def kl_table(result: dict, which: str = "equal_kl") -> str | None:
+    """Markdown table of the reward (or the field the summary holds) at equal KL (`result[which]`, an `equal_kl`
+    summary): one row per arm, one column per level, ``mean ± std (n seeds)``; — where no seed reaches the level."""
+    eq = result.get(which)
     if not eq:
         return None
 
@@ -191,7 +193,8 @@ def kl_table(result: dict) -> str | None:
         e = eq["levels"][level].get(arm)
         return None if e is None else f"{e['mean']:.3f} ± {e['std']:.3f} ({len(e['per_seed'])})"
 
-    return _arm_by_column_table(result, {lv: f"reward at KL {float(lv):g}" for lv in eq["levels"]}, cell)
+    name = eq.get("value", "reward").replace("_", "-")
+    return _arm_by_column_table(result, {lv: f"{name} at KL {float(lv):g}" for lv in eq["levels"]}, cell)
 
 
 def combined_table(result: dict) -> str | None:
@@ -223,14 +226,14 @@ def plot(result: dict, path: Path) -> Path:
     import numpy as np
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for arm, e in result["arms"].items():
+    for arm, e in _shown_arms(result).items():
         curves = [[point_record(p) for p in c] for c in e["curves"] if c]
         if not curves:
             continue
         xs = [p["episodes"] for p in curves[0]]
         ys = np.array([[p["reward"] for p in c] for c in curves if len(c) == len(xs)])
         mean, std = ys.mean(axis=0), ys.std(axis=0)
-        ax.plot(xs, mean, marker="o", ms=3, label=f"{arm} ({e['metric']})")
+        ax.plot(xs, mean, marker="o", ms=3, label=f"{_legend_name(result, arm)} ({e['metric']})")
         ax.fill_between(xs, mean - std, mean + std, alpha=0.2)
     ax.set_xlabel("training episodes")
     ax.set_ylabel("held-out reward (mean ± std over seeds)")
@@ -257,11 +260,48 @@ def _place_labels(ax, labels: list[tuple[float, float, str, tuple]], min_px: flo
             ax.annotate(text, (x, y), textcoords="offset points", xytext=(5, -9), fontsize=6.5, color=color)
 
 
+def _shown_arms(result: dict) -> dict:
+    """The arms a figure draws: all but those read from a longer ``-2x`` run (``derived_from``), whose curve is the
+    first half of that run's, drawn with it."""
+    return {arm: e for arm, e in result["arms"].items() if "derived_from" not in e}
+
+
+def _legend_name(result: dict, arm: str) -> str:
+    """`arm`, and the arm read from its first half where there is one (``ppo-2x (= ppo up to 400)``)."""
+    base = [a for a, e in result["arms"].items() if arm in e.get("derived_from", ())]
+    return f"{arm} (= {base[0]} up to {result['arms'][base[0]]['episodes']})" if base else arm
+
+
+def _draw_tradeoff(ax, trajectories: list[dict], xmax: float | None = None) -> None:
+    """Reward-against-KL lines (mean over seeds, band = std), points labelled by episodes where labels fit;
+    `xmax` zooms the x axis (labels only for points inside)."""
+    import numpy as np
+
+    finals, labels = [], []
+    for t in trajectories:
+        xs, ys, band = t["kl"], t["reward"], t["band"]
+        ax.plot(xs, ys, marker="o", ms=4, color=t["color"], label=t["label"])
+        order = np.argsort(xs)
+        ax.fill_between(xs[order], (ys - band)[order], (ys + band)[order], color=t["color"], alpha=0.12)
+        inside = [j for j in range(len(xs)) if xmax is None or xs[j] <= xmax]
+        if inside:  # each arm's last visible point is labelled first
+            finals.append((xs[inside[-1]], ys[inside[-1]], f"{t['episodes'][inside[-1]]}", t["color"]))
+            labels += [(xs[j], ys[j], f"{t['episodes'][j]}", t["color"]) for j in inside[1:-1]]
+    if xmax is not None:
+        visible = [y for t in trajectories for x, y in zip(t["kl"], t["reward"]) if x <= xmax]
+        ax.set_xlim(-0.02 * xmax, xmax)
+        ax.set_ylim(min(visible) - 0.05, max(visible) + 0.05)
+    _place_labels(ax, finals + labels)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+
+
 def plot_tradeoff(result: dict, path: Path, *, key: str = "kl_k1", eta: float = 0.1) -> Path | None:
     """The paper's view (PAPER.md §3): held-out reward against KL to the reference (mean over seeds at each
     evaluation point, band = reward std; points labelled by their training episodes wherever a label does not
-    overlap another: `_place_labels`), and the combined reward r − η·KL against episodes. None when no curve
-    records `key`."""
+    overlap another: `_place_labels`), the same zoomed to the KL range of the arms at the rung's budget when the
+    ``-2x`` controls run far beyond it, and the combined reward r − η·KL against episodes. Arms read from a longer
+    run are drawn as its first half (`_shown_arms`). None when no curve records `key`."""
     combined = combined_rewards(result, (eta,), key)
     if combined is None:
         return None
@@ -271,11 +311,9 @@ def plot_tradeoff(result: dict, path: Path, *, key: str = "kl_k1", eta: float = 
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
     colors = plt.get_cmap("tab10")
-    finals: list[tuple[float, float, str, tuple]] = []
-    labels: list[tuple[float, float, str, tuple]] = []
-    for i, (arm, e) in enumerate(result["arms"].items()):
+    trajectories = []
+    for i, (arm, e) in enumerate(_shown_arms(result).items()):
         curves = [[point_record(p) for p in c if key in point_record(p)] for c in e["curves"]]
         curves = [c for c in curves if c]
         if not curves:
@@ -283,24 +321,30 @@ def plot_tradeoff(result: dict, path: Path, *, key: str = "kl_k1", eta: float = 
         length = min(len(c) for c in curves)
         kl = np.array([[c[j][key] for j in range(length)] for c in curves])
         reward = np.array([[c[j]["reward"] for j in range(length)] for c in curves])
-        xs, ys, band = kl.mean(axis=0), reward.mean(axis=0), reward.std(axis=0)
-        color = colors(i % 10)
-        left.plot(xs, ys, marker="o", ms=4, color=color, label=f"{arm} ({len(curves)} seeds)")
-        order = np.argsort(xs)
-        left.fill_between(xs[order], (ys - band)[order], (ys + band)[order], color=color, alpha=0.12)
-        episodes = [curves[0][j]["episodes"] for j in range(length)]
-        finals.append((xs[-1], ys[-1], f"{episodes[-1]}", color))  # each arm's last point is labelled first
-        labels += [(xs[j], ys[j], f"{episodes[j]}", color) for j in range(1, length - 1)]
-        row = combined["etas"][str(eta)][arm]
+        trajectories.append({"arm": arm, "kl": kl.mean(axis=0), "reward": reward.mean(axis=0),
+                             "band": reward.std(axis=0), "episodes": [curves[0][j]["episodes"] for j in range(length)],
+                             "color": colors(i % 10), "label": f"{_legend_name(result, arm)} ({len(curves)} seeds)"})
+    # the zoom: the KL range of the arms trained on the rung's own budget (not the -2x controls)
+    budget = min((e["episodes"] for e in result["arms"].values() if "episodes" in e), default=None)
+    at_budget = [float(t["kl"].max()) for t in trajectories if result["arms"][t["arm"]].get("episodes") == budget]
+    reach = max(at_budget, default=0.0)
+    zoom = reach > 0 and max(float(t["kl"].max()) for t in trajectories) > 1.6 * reach
+    fig, axes = plt.subplots(1, 3 if zoom else 2, figsize=(17 if zoom else 12, 4.6))
+    _draw_tradeoff(axes[0], trajectories)
+    axes[0].set_title("reward against KL (numbers: training episodes)", fontsize=9)
+    if zoom:
+        _draw_tradeoff(axes[1], trajectories, xmax=1.15 * reach)
+        axes[1].set_title(f"the same, KL ≤ {1.15 * reach:.1f} (the range of the arms trained {budget} episodes)",
+                          fontsize=9)
+    for ax in axes[:-1]:
+        ax.set_xlabel(f"KL to the reference ({'k1, ' if key == 'kl_k1' else ''}nats, held-out, mean over seeds)")
+    axes[0].set_ylabel("held-out task reward (band: std over seeds)")
+    right = axes[-1]
+    for t in trajectories:
+        row = combined["etas"][str(eta)][t["arm"]]
         mean, std = np.array(row["mean"]), np.array(row["std"])
-        right.plot(row["episodes"], mean, marker="o", ms=3, color=color, label=arm)
-        right.fill_between(row["episodes"], mean - std, mean + std, color=color, alpha=0.12)
-    _place_labels(left, finals + labels)
-    left.set_xlabel(f"KL to the reference ({'k1, ' if key == 'kl_k1' else ''}nats, held-out, mean over seeds)")
-    left.set_ylabel("held-out task reward (band: std over seeds)")
-    left.set_title("reward against KL (numbers: training episodes)", fontsize=9)
-    left.grid(alpha=0.3)
-    left.legend(fontsize=7, loc="lower right")
+        right.plot(row["episodes"], mean, marker="o", ms=3, color=t["color"], label=_legend_name(result, t["arm"]))
+        right.fill_between(row["episodes"], mean - std, mean + std, color=t["color"], alpha=0.12)
     right.set_xlabel("training episodes")
     right.set_ylabel(f"combined reward r − {eta:g}·KL")
     right.set_title("combined reward (mean ± std over seeds)", fontsize=9)

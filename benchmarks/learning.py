@@ -21,7 +21,7 @@ queries, by a hash of their text, that training never draws: `EnvConfig.heldout_
 
 The JSON (``--out``, default ``benchmarks/learning_<rung>.json``) holds ``{"rung", "command", "episodes",
 "arms": {arm: {"per_seed", "mean", "std", "episodes", "cpu_s", "train_cpu_s", "curves", ...}}, "floors",
-"ceilings", "equal_time", "equal_kl", "combined_reward", "runs"}``; a curve point is a record (episodes, training CPU
+"ceilings", "equal_time", "equal_kl", "distinct_2_at_kl", "combined_reward", "runs"}``; a curve point is a record (episodes, training CPU
 s with the evaluations' share left out, held-out reward, and on the pioneer-alone rungs KL to the reference with
 the penalised and the k1 estimator, distinct-1/2, response length: `benchmarks.ladder_report`); figures of the
 held-out reward against training episodes (``.png``) and against KL with the combined reward
@@ -496,13 +496,14 @@ def report(result: dict, out: Path) -> dict:
     ceilings."""
     result["equal_time"] = equal_time(result)
     result["equal_kl"] = equal_kl(result)
+    result["distinct_2_at_kl"] = equal_kl(result, value="distinct_2")
     result["combined_reward"] = combined_rewards(result)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1), encoding="utf-8")
     plot(result, out.with_suffix(".png"))
     tradeoff = plot_tradeoff(result, out.with_name(out.stem + "_tradeoff.png"))
     print(table(result))
-    for extra in (kl_table(result), combined_table(result)):
+    for extra in (kl_table(result), kl_table(result, "distinct_2_at_kl"), combined_table(result)):
         if extra:
             print(extra)
     for arm, f in result["floors"].items():

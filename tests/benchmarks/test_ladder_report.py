@@ -49,6 +49,13 @@ def test_equal_kl_averages_the_seeds_that_reach_each_level():
     assert equal_kl({"arms": {"a": {"seeds": [0], "curves": [[[0, 0.1], [8, 0.2]]]}}}) is None
     table = kl_table({"arms": result["arms"], "equal_kl": out})
     assert "| a | 0.200 ± 0.141 (2) | 0.200 ± 0.000 (1) |" in table and "| b | 0.300 ± 0.000 (1) | — |" in table
+    # another field along the same trajectories: distinct-2 at equal KL (0.9 -> 0.5 over the first 4 nats)
+    for c in (reach, short):
+        c[0]["distinct_2"], c[1]["distinct_2"] = 0.9, 0.5
+    div = equal_kl(result, levels=(1.0,), value="distinct_2")
+    assert div["value"] == "distinct_2" and div["levels"]["1.0"]["a"]["per_seed"] == pytest.approx([0.8, 0.5])
+    lines = kl_table({"arms": result["arms"], "d": div}, "d").splitlines()
+    assert lines[0] == "| arm | distinct-2 at KL 1 |" and lines[2] == "| a | 0.650 ± 0.212 (2) |"
 
 
 def test_combined_reward_over_training():
@@ -75,6 +82,21 @@ def test_the_tradeoff_figure_is_written(tmp_path):
     assert path.stat().st_size > 10_000
     assert plot_tradeoff({"rung": "x", "arms": {"a": {"seeds": [0], "curves": [[[0, 0.1]]]}}}, tmp_path / "n.png") \
         is None
+
+
+
+def test_the_tradeoff_figure_zooms_on_the_budgets_kl_range_and_draws_a_derived_arm_once(tmp_path):
+    import matplotlib.image
+
+    from benchmarks.learning import summarise
+
+    cory = {**_long_run("cory", 0), "episodes": 400, "curve": _long_run("cory", 0)["curve"][:3]}  # KL <= 4
+    result = summarise("imdb", [_long_run("ppo-2x", 0), cory], {}, ["--rung", "imdb"])
+    assert set(result["arms"]) == {"ppo", "ppo-2x", "cory"} and result["arms"]["ppo"]["derived_from"] == ["ppo-2x"]
+    wide = matplotlib.image.imread(plot_tradeoff(result, tmp_path / "z.png"))  # ppo-2x runs to KL 8 > 1.6 x 4
+    del result["arms"]["ppo-2x"], result["arms"]["ppo"]["derived_from"]
+    narrow = matplotlib.image.imread(plot_tradeoff(result, tmp_path / "n.png"))  # every arm at the budget
+    assert wide.shape[1] > 1.3 * narrow.shape[1]  # three panels (full, zoom, combined) against two
 
 
 def _long_run(arm: str, seed: int) -> dict:

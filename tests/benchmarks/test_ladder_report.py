@@ -56,6 +56,8 @@ def test_equal_kl_averages_the_seeds_that_reach_each_level():
     assert div["value"] == "distinct_2" and div["levels"]["1.0"]["a"]["per_seed"] == pytest.approx([0.8, 0.5])
     lines = kl_table({"arms": result["arms"], "d": div}, "d").splitlines()
     assert lines[0] == "| arm | distinct-2 at KL 1 |" and lines[2] == "| a | 0.650 ± 0.212 (2) |"
+    bare = {"arms": {"a": {"seeds": [0], "curves": [[_point(0, 0.0, 0.0), _point(100, 0.4, 4.0)]]}}}
+    assert equal_kl(bare, levels=(1.0,), value="distinct_2")["levels"]["1.0"] == {}  # points without the field
 
 
 def test_combined_reward_over_training():

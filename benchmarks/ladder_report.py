@@ -22,8 +22,8 @@ import statistics
 from pathlib import Path
 from typing import Callable, Sequence
 
-__all__ = ["COMBINED_ETAS", "KL_LEVELS", "combined_rewards", "equal_kl", "equal_time", "first_reach", "kl_table",
-           "mean_std", "plot", "plot_tradeoff", "point_record", "reward_at_cpu", "reward_at_kl", "table"]
+__all__ = ["COMBINED_ETAS", "KL_LEVELS", "combined_rewards", "combined_table", "equal_kl", "equal_time", "first_reach",
+           "kl_table", "mean_std", "plot", "plot_tradeoff", "point_record", "reward_at_cpu", "reward_at_kl", "table"]
 
 #: KL levels (nats, k1, sequence sum) at which `equal_kl` compares arms.
 KL_LEVELS = (1.0, 2.0, 4.0, 6.0)

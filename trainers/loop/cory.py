@@ -263,16 +263,17 @@ class CORYTrainer:
         from trainers.evaluation.episodes import evaluate_heldout, heldout_env
 
         seats = {seat: bundle.agent for seat, bundle in self.exchange.seats.items()}
+        evaluated = self.exchange.seats["pioneer"]  # whose KL controller prices the combined reward
         if model is not None:
             if collective or model not in self.exchange.bundles:
                 raise ValueError(f"model={model!r}: name one of {sorted(self.exchange.bundles)}, with the pioneer "
                                  "alone (collective=False)")
-            seats = {"pioneer": self.exchange.bundles[model].agent}
+            evaluated = self.exchange.bundles[model]
+            seats = {"pioneer": evaluated.agent}
         key = (episodes, collective)
         if key not in self._heldout_envs and episodes >= 1:
             self._heldout_envs[key] = heldout_env(self._env_source, self.tokenizer, episodes=episodes,
                                                   collective=collective, reward_fn=self._reward_fn)
-        evaluated = self.exchange.bundles[model] if model is not None else self.exchange.seats["pioneer"]
         controller = getattr(evaluated.learner, "kl_ctl", None)  # custom learners may lack one
         beta = self.ppo_config.init_kl_coef if controller is None else float(controller.value)
         eta = self.config.eta if self.config.eta is not None else beta

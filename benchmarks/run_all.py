@@ -12,6 +12,8 @@ ppo_step.py        ppo_step.json   ``ppo_update_vs_trl`` (our PPO update ÷ TRL 
                                    ``--with-trl``), ``cory_vs_ppo_iteration``
 memory.py          memory.json     ``rss_cory_vs_ppo_full``, ``rss_cory_vs_ppo_lora``, ``rss_cory_vs_ppo_lora_gc`` (peak RSS ratios)
 ddp_scaling.py     ddp_scaling.json ``ddp_speedup_2proc`` (CORY seconds per iteration, 1 process ÷ 2 processes)
+sharding_memory.py sharding_memory.json ``rss_fsdp_vs_replicated`` (peak RSS per process), ``s_fsdp_vs_replicated``
+                                   (seconds per iteration): ``--sharding fsdp`` ÷ replicated, 2 processes, full fine-tune
 =================  ==============  ===========================================================================
 
 A value is ``null`` when it was not measured. ``machine`` records the CPU model, cores, torch version, the torch
@@ -35,7 +37,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-BENCHMARKS = ("env_step", "rollout", "ppo_step", "memory", "ddp_scaling")
+BENCHMARKS = ("env_step", "rollout", "ppo_step", "memory", "ddp_scaling", "sharding_memory")
 # key: (target, "min" when larger is better / "max" when smaller is better)
 TARGETS = {
     "rollout_vs_generate": (0.95, "min"),
@@ -47,6 +49,8 @@ TARGETS = {
     "rss_cory_vs_ppo_lora": (1.15, "max"),
     "rss_cory_vs_ppo_lora_gc": (1.15, "max"),
     "ddp_speedup_2proc": (None, "min"),
+    "rss_fsdp_vs_replicated": (None, "max"),
+    "s_fsdp_vs_replicated": (None, "max"),
 }
 
 
@@ -72,6 +76,7 @@ def commands(args: argparse.Namespace) -> dict[str, list[str]]:
         "memory": [py, str(HERE / "memory.py"), "--threads", str(args.threads),
                    "--iterations", "1" if quick else "2"],
         "ddp_scaling": [py, str(HERE / "ddp_scaling.py"), "--iterations", "2" if quick else "3"],
+        "sharding_memory": [py, str(HERE / "sharding_memory.py"), "--iterations", "2" if quick else "3"],
     }
 
 
@@ -99,7 +104,7 @@ def flatten(details: dict[str, dict | None]) -> dict[str, float | None]:
     """The flat ratio keys from the benchmarks' own JSON files (None where missing)."""
     env_step, rollout = details.get("env_step") or {}, details.get("rollout") or {}
     ppo, memory = details.get("ppo_step") or {}, details.get("memory") or {}
-    ddp = details.get("ddp_scaling") or {}
+    ddp, sharding = details.get("ddp_scaling") or {}, details.get("sharding_memory") or {}
     return {
         "rollout_vs_generate": (rollout.get("batched") or {}).get("ratio"),
         "aec_vs_generate_b1": (rollout.get("aec") or {}).get("ratio"),
@@ -111,6 +116,8 @@ def flatten(details: dict[str, dict | None]) -> dict[str, float | None]:
         "rss_cory_vs_ppo_lora": memory.get("rss_cory_vs_ppo_lora"),
         "rss_cory_vs_ppo_lora_gc": memory.get("rss_cory_vs_ppo_lora_gc"),
         "ddp_speedup_2proc": ddp.get("ddp_speedup") if ddp.get("processes") == 2 else None,
+        "rss_fsdp_vs_replicated": sharding.get("peak_rss_ratio"),
+        "s_fsdp_vs_replicated": sharding.get("time_ratio"),
     }
 
 

@@ -36,6 +36,8 @@ TOKEN_MEAN_OVER = ("optimizer_step", "mini_batch")
 ALGOS = ("cory", "ppo")
 #: `ModelConfig.dtype` names (torch dtype names; `trainers.loop.build.torch_dtype`).
 DTYPES = ("float32", "bfloat16", "float16")
+#: `CORYConfig.sharding`: "none" = full replicas per process; "fsdp" = FSDP2 shards (trainers.loop.sharding)
+SHARDINGS = ("none", "fsdp")
 
 
 def _check(cond: bool, name: str, value, fix: str) -> None:
@@ -186,6 +188,7 @@ class CORYConfig:
     torch_threads: int = field(default=0, metadata={"help": "torch.set_num_threads; 0 = leave torch's default."})
     deterministic: bool = field(default=True, metadata={"help": "torch.use_deterministic_algorithms(True, warn_only=True) so same seed => same metrics on CPU."})
     device: str = field(default="auto", metadata={"help": "Where the models live: auto (this process's GPU under a multi-GPU launch or when CUDA is available, else CPU), cpu, or a torch device such as cuda:0."})
+    sharding: str = field(default="none", metadata={"help": "With several processes: none (every process holds full replicas of the models, gradients all-reduced) or fsdp (PyTorch FSDP2: parameters, gradients and Adam state sharded over the processes; full fine-tuning; docs/distributed.md)."})
 
     def __post_init__(self) -> None:
         check_finite_fields(self)
@@ -203,6 +206,7 @@ class CORYConfig:
         _check(not (self.resume and self.overwrite), "resume", self.resume, "pass either --resume or --overwrite, not both")
         _check(self.device == "auto" or self.device == "cpu" or self.device.startswith(("cuda", "mps", "xpu")),
                "device", self.device, "use auto, cpu or a torch device such as cuda:0")
+        _check(self.sharding in SHARDINGS, "sharding", self.sharding, f"use one of {SHARDINGS}")
 
 
 #: The config classes of a run in flat-dict (and ``cory train --help``) order.

@@ -48,9 +48,11 @@ def _run(cmd: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     return proc
 
 
-def _worker(tmp_path: Path, name: str, processes: int, extra: list[str]) -> dict:
+def _worker(tmp_path: Path, name: str, processes: int, extra: list[str], worker_args: tuple[str, ...] = ()) -> dict:
+    """Run ddp_worker.py (`worker_args` are its own options, e.g. ``--dump_params FILE``) and return its report."""
     report = tmp_path / f"{name}.json"
-    program = [str(WORKER), "--report", str(report), "--", *COMMON, "--output_dir", str(tmp_path / name), *extra]
+    program = [str(WORKER), "--report", str(report), *worker_args, "--", *COMMON, "--output_dir", str(tmp_path / name),
+               *extra]
     cmd = launch_command(processes, program) if processes > 1 else [sys.executable, *program]
     _run(cmd, tmp_path)
     return json.loads(report.read_text())

@@ -5,6 +5,7 @@
 | ``cory train`` | `trainers.cli.train` | train with CORY or a single-agent baseline (options: the config dataclasses) |
 | (``cory train --num_processes N``) | `trainers.cli.launch` | start N data-parallel processes (accelerate launch) |
 | ``cory eval`` | `trainers.cli.eval` | the pioneer alone: a checkpoint on IMDB, or pass@k on GSM8K |
+| ``cory export`` | `trainers.cli.export` | one trained model of a checkpoint as a folder ``from_pretrained`` loads |
 | ``cory plot`` | `trainers.cli.plot` | PNG curves and a Pareto scatter of run directories |
 | ``cory bench`` | `trainers.cli.bench` | arms x seeds with identical settings, one table |
 
@@ -22,11 +23,13 @@ from typing import Sequence
 
 #: command -> "module:function" taking the command's arguments and returning the exit status.
 COMMANDS = {"train": "trainers.cli.train:run_train", "eval": "trainers.cli.eval:run_eval",
+            "export": "trainers.cli.export:run_export",
             "plot": "trainers.cli.plot:run_plot", "bench": "trainers.cli.bench:run_bench"}
 
-USAGE = ("usage: cory {train,eval,plot,bench} [options]\n\n"
+USAGE = ("usage: cory {train,eval,export,plot,bench} [options]\n\n"
          "  train   train with CORY (default) or the PPO baseline (--algo ppo); cory train --help\n"
          "  eval    the pioneer alone: a checkpoint on IMDB, or pass@k on GSM8K (--task gsm8k); cory eval --help\n"
+         "  export  one trained model of a checkpoint as a from_pretrained folder; cory export --help\n"
          "  plot    plot run directories; cory plot --help\n"
          "  bench   arms x seeds with identical settings, one table; cory bench --help\n")
 
@@ -36,6 +39,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # raised inside transformers when peft checks a LoRA model; nothing a user can act on
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    # FSDP2 (--sharding fsdp) warns once per module class that a transformers output is a view; cory runs no in-place
+    # op on model outputs (the sharded = replicated tests would see a lost gradient)
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor", category=UserWarning)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)

@@ -139,7 +139,7 @@ def run_eval(argv: Sequence[str]) -> int:
         model, tokenizer = load_policy_model(args.model, seed=args.seed)
         loaded = _Loaded(LLMAgent(model, tokenizer), None, None, None, EnvConfig(task="gsm8k"), args.model)
     else:
-        loaded = _load_checkpoint(args)
+        loaded = load_checkpoint_agent(args.checkpoint, args.model_name)
         task = task or loaded.env_config.task
     if task == "gsm8k":
         result = _eval_gsm8k(loaded, args)
@@ -188,10 +188,16 @@ def check_eval_numbers(args) -> None:
                          "KL coefficient")
 
 
-def _load_checkpoint(args) -> _Loaded:
-    """The checkpoint's model in the evaluated seat (the pioneer's unless --model_name), with the run's layout and
-    sampling, its trained weights loaded (`checkpoint.load_agent`)."""
-    path = Path(args.checkpoint)
+def load_checkpoint_agent(checkpoint: str | Path, model_name: str | None = None) -> _Loaded:
+    """One model of a checkpoint (a checkpoint folder, or a run directory: its latest checkpoint): `model_name`
+    (``"llm1"``, ``"llm2"``; default the model in the pioneer seat), rebuilt with the run's layout and sampling,
+    its trained weights loaded (`checkpoint.load_agent`). Used by ``cory eval`` and ``cory export``.
+
+    Raises:
+        FileNotFoundError: no checkpoint there. ValueError / CheckpointError: a model name the checkpoint lacks,
+            another base model behind the recorded name, a damaged file.
+    """
+    path = Path(checkpoint)
     if not (path / "trainer_state.json").exists():
         latest = ckpt.latest_checkpoint(path)
         if latest is None:
@@ -199,7 +205,7 @@ def _load_checkpoint(args) -> _Loaded:
         path = latest
     state = ckpt.read_trainer_state(path)
     configs = RunConfigs.from_flat(state["config"])
-    name = args.model_name or state["exchange"]["seats"]["pioneer"]
+    name = model_name or state["exchange"]["seats"]["pioneer"]
     model, tokenizer = load_run_model(configs)  # the run's model name, dtype and seed
     # the trained weights go onto this base: refuse another base behind the same name (issue #27 item 1)
     check_fingerprints(state.get("inputs"), {"model": model_fingerprint(model),

@@ -18,17 +18,20 @@ from trainers.config import CORYConfig, PPOConfig
 from trainers.learning.learners import check_learner
 from trainers.loop.distributed import check_device
 from trainers.loop.run_dir import check_output_dir
+from trainers.loop.sharding import check_sharding
 
 
-def preflight(config: CORYConfig, ppo_config: PPOConfig, num_processes: int) -> None:
-    """The checks a launcher runs once before starting `num_processes` training processes: the device, the learner
-    and its settings, the run directory.
+def preflight(config: CORYConfig, ppo_config: PPOConfig, num_processes: int, *, use_lora: bool = False) -> None:
+    """The checks a launcher runs once before starting `num_processes` training processes: the device, the
+    sharding (`use_lora`: `ModelConfig.use_lora`), the learner and its settings, the run directory.
 
     Raises:
-        ValueError / FileExistsError / FileNotFoundError: as `check_device`, `check_learner`, `check_output_dir`.
+        ValueError / FileExistsError / FileNotFoundError: as `check_device`, `check_sharding`, `check_learner`,
+            `check_output_dir`.
     """
     check_device(config.device, num_processes)
-    check_learner(config.learner, ppo_config)
+    check_sharding(config.sharding, world_size=num_processes, use_lora=use_lora)
+    check_learner(config.learner, ppo_config, sharded=config.sharding == "fsdp")
     check_output_dir(config, num_processes)
 
 

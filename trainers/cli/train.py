@@ -136,7 +136,7 @@ def run_train(argv: Sequence[str]) -> int:
     launched = launched_world_size()
     if num_processes > 1 and launched == 1:  # start the processes, each runs this command without the flag
         configs = parse_train_args(argv)  # a mistake fails here, once, not in every process
-        preflight(configs.run, configs.ppo, num_processes)
+        preflight(configs.run, configs.ppo, num_processes, use_lora=configs.model.use_lora)
         return run_launcher(launch_command(num_processes, ["-m", "trainers.cli", "train", *argv]))
     if num_processes > 1 and launched != num_processes:
         raise ValueError(f"--num_processes {num_processes} inside a launch of {launched} processes; drop the flag "
@@ -145,7 +145,9 @@ def run_train(argv: Sequence[str]) -> int:
         logging.getLogger().setLevel(logging.ERROR)
     configs = parse_train_args(argv)
     with CORYTrainer(*configs) as trainer:  # leaving it destroys the process group (a clean exit under a launcher)
-        before = heldout_eval(trainer, "before") if configs.run.eval_episodes and trainer.dist.is_main else None
+        # the main process evaluates; with FSDP2 shards every process takes part in the same episodes' forwards
+        evaluates = bool(configs.run.eval_episodes) and (trainer.dist.is_main or trainer.dist.sharded)
+        before = heldout_eval(trainer, "before") if evaluates else None
         history = trainer.train()
         after = heldout_eval(trainer, "after") if before is not None and not trainer.stopped_early else None
     if history and trainer.dist.is_main:
@@ -156,7 +158,7 @@ def run_train(argv: Sequence[str]) -> int:
         print(json.dumps({"output_dir": str(trainer.output_dir), "last_iteration": last["iteration"],
                           "pioneer_model_last_iteration": pioneer,
                           "pioneer_model_now": trainer.exchange.seats["pioneer"].name, **summary}, indent=2))
-    if after is not None:  # the result a reader looks for comes last
+    if after is not None and trainer.dist.is_main:  # the result a reader looks for comes last
         report_before_after(trainer, before, after)
     return 130 if trainer.stopped_early or trainer._stop_requested else 0
 

@@ -66,6 +66,8 @@ def _check_grpo(config) -> None:
 
 
 _grpo.check_config = _check_grpo  # what `check_learner` runs before any model is built
+# both keep their Adam as `learner.optimizer`, which a checkpoint gathers whole and re-shards on load (FSDP2 runs)
+_ppo.supports_sharding = _grpo.supports_sharding = True
 
 
 LEARNERS: dict[str, Callable[..., Learner]] = {"ppo": _ppo, "grpo": _grpo}
@@ -102,16 +104,29 @@ def accepts_dist(factory: Callable[..., Learner]) -> bool:
     return "dist" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
-def check_learner(name: str, config) -> None:
+def check_learner(name: str, config, *, sharded: bool = False) -> None:
     """Check, before any model is built, that `name` is registered and fits `config`.
 
     A factory may carry a ``check_config(config)`` attribute (GRPO's checks `group_size`); it is called here.
 
+    Args:
+        sharded: the run is FSDP2-sharded (``--sharding fsdp``): the factory must declare
+            ``supports_sharding = True``.
+
     Raises:
-        ValueError: an unknown name (lists the registered ones) or settings the learner refuses.
+        ValueError: an unknown name (lists the registered ones), settings the learner refuses, or a sharded run
+            with a factory that does not declare sharding support (its optimizer state would be checkpointed as
+            shards it cannot reload).
     """
     if name not in LEARNERS:
         raise ValueError(f"unknown learner {name!r}; registered learners: {sorted(LEARNERS)}")
+    if sharded and not getattr(LEARNERS[name], "supports_sharding", False):
+        raise ValueError(
+            f"learner {name!r} does not declare FSDP2 support (`supports_sharding = True` on its factory): its "
+            "optimizer state would hold shards that a checkpoint cannot restore. Build it on "
+            "trainers.learning.update.PolicyLearner (its `optimizer` attribute is re-sharded on load) and set "
+            "the attribute, or train with --sharding none"
+        )
     check = getattr(LEARNERS[name], "check_config", None)
     if check is not None:
         check(config)
@@ -126,11 +141,12 @@ def make_learner(name: str, agent, ref_model, config, *, dist=None) -> Learner:
             only).
 
     Raises:
-        ValueError: for an unknown name (lists the registered ones), or a multi-process run with a learner whose
-            factory takes no ``dist`` (it would not average gradients and the replicas would drift apart).
+        ValueError: for an unknown name (lists the registered ones), a multi-process run with a learner whose
+            factory takes no ``dist`` (it would not average gradients and the replicas would drift apart), or an
+            FSDP2-sharded run (``dist.sharded``) with a factory that does not declare sharding (`check_learner`).
         TypeError: if the factory's result does not implement the `Learner` protocol.
     """
-    check_learner(name, config)
+    check_learner(name, config, sharded=bool(getattr(dist, "sharded", False)))
     factory = LEARNERS[name]
     accepts = accepts_dist(factory)
     if dist is not None and dist.enabled and not accepts:

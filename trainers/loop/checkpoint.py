@@ -32,11 +32,14 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
+
+from trainers.loop.sharding import full_state, full_tensor, shard_like, sharded_optimizer_state
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +57,11 @@ class CheckpointError(ValueError):
 
 
 def trainable_state(agent) -> dict[str, torch.Tensor]:
-    """The agent's trainable tensors by parameter name (shared tensors once), contiguous CPU copies."""
+    """The agent's trainable tensors by parameter name (shared tensors once), contiguous CPU copies; FSDP2 shards
+    are gathered whole (`trainers.loop.sharding.full_tensor`: a collective, so every process calls it)."""
     params = dict(agent.named_parameters())
-    return {name: params[name].detach().to("cpu").contiguous().clone() for name in trainable_state_names(agent)}
+    return {name: full_tensor(params[name].detach()).to("cpu").contiguous().clone()
+            for name in trainable_state_names(agent)}
 
 
 def trainable_state_names(agent) -> list[str]:
@@ -71,7 +76,8 @@ def trainable_state_names(agent) -> list[str]:
 
 
 def load_trainable_state(agent, state: dict[str, torch.Tensor], *, where: str) -> None:
-    """Copy `state` into the agent's trainable parameters in place (nothing is copied unless all of it fits).
+    """Copy `state` into the agent's trainable parameters in place (nothing is copied unless all of it fits); an
+    FSDP2-sharded parameter takes its shard of the whole tensor (`trainers.loop.sharding.shard_like`).
 
     Raises:
         CheckpointError: if names, shapes or dtypes differ (a checkpoint of another model or vocabulary).
@@ -95,7 +101,7 @@ def load_trainable_state(agent, state: dict[str, torch.Tensor], *, where: str) -
                                   "expected floating-point weights")
     with torch.no_grad():
         for name, tensor in state.items():
-            params[name].copy_(tensor)
+            params[name].copy_(shard_like(tensor, params[name]))
 
 
 def _fsync(path: Path) -> None:
@@ -138,14 +144,28 @@ def checkpoint_path(output_dir: str | os.PathLike, iteration: int) -> Path:
     return Path(output_dir) / CHECKPOINT_DIR / f"iter-{iteration:06d}"
 
 
-def save_checkpoint(output_dir: str | os.PathLike, iteration: int, *, bundles: dict, exchange_state: dict,
+def bundle_states(bundles: dict, *, keep: bool = True) -> Iterator[tuple[str, dict[str, torch.Tensor], dict]]:
+    """(name, trainable tensors, learner state) of each bundle in turn, what `save_checkpoint` writes.
+
+    Lazy, one bundle at a time, so at most one model's state is held in memory. With FSDP2 shards every process
+    must run through it in step (each gathered tensor is a collective); `keep=False` (the processes that write
+    nothing) gathers and drops.
+    """
+    for name, bundle in bundles.items():
+        tensors = trainable_state(bundle.agent)
+        learner_state = full_state(bundle.learner.state_dict())
+        yield (name, tensors, learner_state) if keep else (name, {}, {})
+
+
+def save_checkpoint(output_dir: str | os.PathLike, iteration: int, *, states: Iterable, exchange_state: dict,
                     run_state: dict[str, Any], keep: int = 2) -> Path:
     """Write the checkpoint for `iteration` (0-based, done) atomically and point `latest` at it.
 
     Args:
         output_dir: run directory.
         iteration: the last completed iteration.
-        bundles: name -> `Bundle` (agent + learner).
+        states: (name, trainable tensors, learner state) per model (`bundle_states`); consumed to its end also when
+            a write fails, so that processes gathering FSDP2 shards in step with it never wait alone.
         exchange_state: `RoleExchange.state_dict()`.
         run_state: JSON-able run identity (config, model name, vocab size, ...).
         keep: how many checkpoints to keep (older ones are deleted after the new one is in place).
@@ -163,13 +183,14 @@ def save_checkpoint(output_dir: str | os.PathLike, iteration: int, *, bundles: d
     _remove_stale_temps(root)
     final = checkpoint_path(output_dir, iteration)
     tmp = root / f"{_TMP_PREFIX}iter-{iteration:06d}-{os.getpid()}"
+    states = iter(states)
     try:
         tmp.mkdir()
-        for name, bundle in bundles.items():
+        for name, tensors, learner_state in states:
             sub = tmp / name
             sub.mkdir()
-            save_file(trainable_state(bundle.agent), str(sub / "trainable.safetensors"))
-            learner_state = bundle.learner.state_dict()
+            save_file(tensors, str(sub / "trainable.safetensors"))
+            learner_state = dict(learner_state)
             torch.save(learner_state.pop("optimizer"), sub / "learner.pt")
             _write_json(sub / "learner.json", learner_state)
         torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
@@ -185,6 +206,8 @@ def save_checkpoint(output_dir: str | os.PathLike, iteration: int, *, bundles: d
         _fsync(root)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        for _ in states:  # the other processes are still gathering the remaining models with this one
+            pass
         previous = latest_checkpoint(output_dir)
         hint = " (disk full: free space, then resume with --resume)" if exc.errno == errno.ENOSPC else ""
         raise OSError(exc.errno, f"writing checkpoint {final} failed: {exc.strerror or exc}{hint}; the previous "
@@ -299,7 +322,10 @@ def load_bundle(checkpoint: str | os.PathLike, bundle) -> None:
     agent_state, where = _read_agent_state(checkpoint, bundle.name)  # read everything before changing anything
     learner_state = read_learner_state(checkpoint, bundle.name)
     load_trainable_state(bundle.agent, agent_state, where=where)
+    optimizer = getattr(bundle.learner, "optimizer", None)
     try:
+        if isinstance(optimizer, torch.optim.Optimizer):  # whole Adam moments -> this process's FSDP2 shards
+            learner_state["optimizer"] = sharded_optimizer_state(learner_state["optimizer"], optimizer)
         bundle.learner.load_state_dict(learner_state)
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise CheckpointError(f"{Path(checkpoint) / bundle.name}: the learner state does not fit this learner "

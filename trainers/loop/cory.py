@@ -48,6 +48,7 @@ from trainers.loop.inert_options import inert_options
 from trainers.loop.metrics import METRICS_FILE, SAMPLES_FILE, MetricsLogger, truncate_jsonl
 from trainers.loop.rollout import rollout_from_transcript, run_episodes
 from trainers.loop.run_dir import check_output_dir, check_resumable, latest_checkpoint_or_raise, start_output_dir
+from trainers.loop.sharding import check_sharding, gathered_for_generation, shard_agents
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +94,11 @@ class CORYTrainer:
         self.configs = RunConfigs(config, ppo_config, env_config, model_config, sampling)
         self.config, self.ppo_config, self.env_config = config, ppo_config, env_config
         self.model_config, self.sampling = model_config, sampling
-        self.dist = DataParallel.from_launcher(config.device) if dist is None else dist
+        self.dist = DataParallel.from_launcher(config.device, config.sharding) if dist is None else dist
+        if self.dist.sharding != config.sharding:
+            raise ValueError(f"the given dist has sharding={self.dist.sharding!r} but config.sharding="
+                             f"{config.sharding!r}; build it with DataParallel.from_launcher(device, sharding)")
+        check_sharding(config.sharding, world_size=self.dist.world_size, use_lora=model_config.use_lora)
         self.output_dir = Path(config.output_dir)
         has_run = check_output_dir(config, self.dist.world_size)
         self.dist.barrier()  # every process has checked the folder before the main one changes it
@@ -108,6 +113,8 @@ class CORYTrainer:
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
         self.agents, self.ref_model = build_agents(model, tokenizer, model_config, sampling, algo=config.algo)
+        if self.dist.sharded:  # before the learners build their optimizers over the (then sharded) parameters
+            shard_agents(self.agents, self.ref_model, self.dist)
         self.exchange = build_exchange(self.agents, self.ref_model, config, ppo_config, config.learner, self.dist)
         # "hub" is resolved once: every env of the run (training, evaluations) reads the same source
         self._env_source = resolved_env_config(env_config)
@@ -183,15 +190,20 @@ class CORYTrainer:
         logger.info("resumed %s at iteration %d", path, self.start_iteration)
 
     def save_checkpoint(self, iteration: int) -> Path:
-        """Write checkpoint `iteration` (main process only; the others wait until it is on disk); returns its path."""
+        """Write checkpoint `iteration` (the main process writes; the others wait until it is on disk, and with
+        FSDP2 shards first gather the models with it); returns its path."""
         path, error = ckpt.checkpoint_path(self.output_dir, iteration), None
+        states = ckpt.bundle_states(self.exchange.bundles, keep=self.dist.is_main)
         if self.dist.is_main:
             try:
-                path = ckpt.save_checkpoint(self.output_dir, iteration, bundles=self.exchange.bundles,
+                path = ckpt.save_checkpoint(self.output_dir, iteration, states=states,
                                             exchange_state=self.exchange.state_dict(), run_state=self._run_state(),
                                             keep=self.config.keep_checkpoints)
             except OSError as err:  # every process must hear of it, or the others would wait forever
                 error = err
+        elif self.dist.sharded:
+            for _ in states:  # every shard is gathered with the main process, which writes it
+                pass
         if self.dist.any(error is not None):  # also the barrier: the checkpoint is on disk (or failed) for all
             raise error if error is not None else OSError(
                 f"the main process failed to write checkpoint {path}; see its error above")
@@ -208,9 +220,10 @@ class CORYTrainer:
         t0 = time.perf_counter()
         # rank r plays rows r·B .. of a one-process batch of N·B (row i's query is drawn from stream i // group)
         acting: dict = {}  # each seat's acting log-probabilities and values: the learners' old scores when exact
-        transcript = run_episodes(self.env, {s: b.agent for s, b in seats.items()}, seed=derive_seed(seed, it, 2),
-                                  generator=sampler, group_size=group,
-                                  stream_offset=rank * (self.ppo_config.batch_size // group), acting=acting)
+        with gathered_for_generation({s: b.agent for s, b in seats.items()}) as acting_agents:  # FSDP2: see there
+            transcript = run_episodes(self.env, acting_agents, seed=derive_seed(seed, it, 2), generator=sampler,
+                                      group_size=group, stream_offset=rank * (self.ppo_config.batch_size // group),
+                                      acting=acting)
         t1 = time.perf_counter()
         pad_id = self.tokenizer.pad_token_id
         metrics: dict[str, float] = {}
@@ -277,9 +290,11 @@ class CORYTrainer:
         controller = getattr(evaluated.learner, "kl_ctl", None)  # custom learners may lack one
         beta = self.ppo_config.init_kl_coef if controller is None else float(controller.value)
         eta = self.config.eta if self.config.eta is not None else beta
-        return evaluate_heldout(seats, self.ref_model, self._env_source, self.tokenizer, reward_fn=self._reward_fn,
-                                kl_penalty=kl_estimator(self.config.learner, self.ppo_config), episodes=episodes,
-                                seed=seed, collective=collective, eta=eta, env=self._heldout_envs.get(key))
+        with gathered_for_generation(seats) as seats:  # FSDP2: every process evaluates the same episodes
+            return evaluate_heldout(seats, self.ref_model, self._env_source, self.tokenizer,
+                                    reward_fn=self._reward_fn,
+                                    kl_penalty=kl_estimator(self.config.learner, self.ppo_config), episodes=episodes,
+                                    seed=seed, collective=collective, eta=eta, env=self._heldout_envs.get(key))
 
     def _samples(self, transcript) -> list[dict]:
         out = []

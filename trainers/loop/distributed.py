@@ -68,10 +68,14 @@ class DataParallel:
         rank: this process's index in [0, W).
         device: where this process's models live (``cuda:<local rank>`` under a multi-GPU launch, else CPU).
         closed: True after `close` destroyed the process group.
+        sharding: "none" (every process holds full replicas) or "fsdp" (the models are FSDP2-sharded over the
+            processes, `trainers.loop.sharding`).
     """
 
-    def __init__(self, state=None, *, device: torch.device | str | None = None) -> None:
+    def __init__(self, state=None, *, device: torch.device | str | None = None, sharding: str = "none") -> None:
         self._state = state
+        self.sharding = sharding  # "none": replicas; "fsdp": FSDP2 shards (trainers.loop.sharding)
+        self._mesh = None
         self.closed = False  # set by close(): the process group is destroyed
         self.world_size = 1 if state is None else int(state.num_processes)
         self.rank = 0 if state is None else int(state.process_index)
@@ -81,12 +85,13 @@ class DataParallel:
         self.device = torch.device("cpu") if device.type == "cpu" else device  # one spelling of the CPU
 
     @classmethod
-    def from_launcher(cls, device: str = "auto") -> "DataParallel":
+    def from_launcher(cls, device: str = "auto", sharding: str = "none") -> "DataParallel":
         """The process group started by ``accelerate launch`` / ``torchrun`` (single-process when none started one).
 
         Args:
             device: "auto" (accelerate's choice: this process's GPU when CUDA is available, else CPU), "cpu"
                 (force CPU; gloo backend), or an explicit torch device string.
+            sharding: `CORYConfig.sharding` (recorded as `sharding`; checked by `trainers.loop.sharding.check_sharding`).
 
         Raises:
             ValueError: a device this machine or launch cannot use (`check_device`), or ``accelerate launch`` that
@@ -100,9 +105,7 @@ class DataParallel:
                 # accelerate's simple launcher: asked for several processes (it set MASTER_PORT) but started one
                 raise ValueError("accelerate launch started one process although several were asked for; add "
                                  "--multi_gpu (it selects the torchrun launcher, also on CPU-only machines)")
-            if device == "auto":
-                return cls(device="cuda" if not cpu else "cpu")
-            return cls(device=device)
+            return cls(device=("cuda" if not cpu else "cpu") if device == "auto" else device, sharding=sharding)
         from accelerate import PartialState
 
         state = PartialState(cpu=cpu)
@@ -111,13 +114,18 @@ class DataParallel:
                                "process(es); launch with `accelerate launch --multi_gpu --num_processes N` or torchrun")
         chosen = state.device
         logger.info("data-parallel process %d/%d on %s (%s backend)", state.process_index, world, chosen, state.backend)
-        return cls(state, device=chosen)
+        return cls(state, device=chosen, sharding=sharding)
 
     # ------------------------------------------------------------------ who am I
     @property
     def is_main(self) -> bool:
         """True on the process that writes logs and checkpoints (rank 0)."""
         return self.rank == 0
+
+    @property
+    def sharded(self) -> bool:
+        """True when the models are FSDP2-sharded over the processes (``sharding="fsdp"``)."""
+        return self.sharding == "fsdp"
 
     @property
     def enabled(self) -> bool:
@@ -132,6 +140,14 @@ class DataParallel:
             return
         with self._state.main_process_first():
             yield
+
+    def device_mesh(self):
+        """The 1-D ``DeviceMesh`` over every process (FSDP2's layout), built on the existing process group once."""
+        if self._mesh is None:
+            from torch.distributed.device_mesh import init_device_mesh
+
+            self._mesh = init_device_mesh(self.device.type, (self.world_size,))
+        return self._mesh
 
     def barrier(self) -> None:
         """Wait until every process reaches this line (accelerate's ``wait_for_everyone``)."""
@@ -206,13 +222,18 @@ class DataParallel:
         The gradients are all-reduced in flat fp32 buckets of at most `bucket_numel` elements (default 2^24: 64 MiB),
         so the extra memory is one bucket, not a copy of every gradient. A parameter without a gradient on this
         process contributes zeros (and receives the average), so every process ends with the same gradients and,
-        after the same optimiser step, the same weights.
+        after the same optimiser step, the same weights. FSDP2-sharded parameters (``DTensor``) are skipped: their
+        gradients were already averaged by FSDP2's reduce-scatter in backward.
         """
         if not self.enabled:
             return
         import torch.distributed as torch_dist
 
-        params = [p for p in params if p.requires_grad]
+        from trainers.loop.sharding import is_sharded
+
+        params = [p for p in params if p.requires_grad and not is_sharded(p)]
+        if not params:
+            return
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
@@ -234,21 +255,29 @@ class DataParallel:
             bucket, size = ([p], p.numel()) if p is not None else ([], 0)
 
     def broadcast_parameters(self, params: Iterable[torch.nn.Parameter]) -> None:
-        """Copy the main process's values of `params` to every process (identical starting weights)."""
+        """Copy the main process's values of `params` to every process (identical starting weights). FSDP2 shards
+        (``DTensor``) are skipped: each process holds another part, cut from weights broadcast before sharding
+        (`trainers.loop.sharding.shard_agents`)."""
         if not self.enabled:
             return
         import torch.distributed as torch_dist
 
+        from trainers.loop.sharding import is_sharded
+
         with torch.no_grad():
             for p in params:  # in place, one tensor at a time: no second copy of the weights
-                torch_dist.broadcast(p.data, src=0)
+                if not is_sharded(p):
+                    torch_dist.broadcast(p.data, src=0)
 
     def max_abs_param_difference(self, params: Iterable[torch.nn.Parameter]) -> float:
-        """Largest |θ_r − θ_0| over `params` and processes (0.0 with one process): a check that replicas agree."""
+        """Largest |θ_r − θ_0| over `params` and processes (0.0 with one process): a check that replicas agree
+        (sharded parameters are compared whole, `trainers.loop.sharding.full_tensor`: a collective)."""
         if not self.enabled:
             return 0.0
         from accelerate.utils import broadcast, gather
 
-        flat = torch.cat([p.detach().reshape(-1).to(torch.float32) for p in params]).to(self.device)
+        from trainers.loop.sharding import full_tensor
+
+        flat = torch.cat([full_tensor(p.detach()).reshape(-1).to(torch.float32) for p in params]).to(self.device)
         reference = broadcast(flat.clone(), from_process=0)
         return float(gather((flat - reference).abs().max().reshape(1)).max().item())

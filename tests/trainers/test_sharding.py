@@ -134,24 +134,26 @@ def _port() -> int:
 
 
 ARMS = {
-    "cory-ppo": ["--role_exchange_period", "2"],
+    "cory-ppo-reset-on-exchange": ["--role_exchange_period", "2", "--reset_on_exchange", "true"],
     "cory-ppo-checkpointing-bf16": ["--role_exchange_period", "2", "--gradient_checkpointing", "true", "--dtype",
                                     "bfloat16"],
     "ppo": ["--algo", "ppo"],
+    "ppo-accumulation-adaptive-kl": ["--algo", "ppo", "--mini_batch_size", "1", "--gradient_accumulation_steps", "2",
+                                     "--ppo_epochs", "2", "--adap_kl_ctrl", "true"],
     "ppo-grpo": ["--algo", "ppo", "--learner", "grpo", "--group_size", "2"],
 }
 
 
 @pytest.mark.parametrize("arm", sorted(ARMS))
 def test_sharded_run_equals_the_replicated_run_after_every_update(tmp_path, arm):
-    extra = [*ARMS[arm], "--batch_size", "2", "--mini_batch_size", "2"]
+    extra = ["--batch_size", "2", "--mini_batch_size", "2", *ARMS[arm]]
     replicated = _worker(tmp_path, "replicated", 2, [*extra, "--sharding", "none"],
                          ("--dump_params", str(tmp_path / "replicated.pt")))
     sharded = _worker(tmp_path, "sharded", 2, [*extra, "--sharding", "fsdp"], ("--dump_params", str(tmp_path / "sharded.pt")))
     assert replicated["local_param_fraction"] == 1.0
     assert 0.45 < sharded["local_param_fraction"] < 0.55  # each process holds half of every model
     a, b = torch.load(tmp_path / "replicated.pt"), torch.load(tmp_path / "sharded.pt")
-    updates = 3 * (2 if arm.startswith("cory") else 1)
+    updates = 3 * (2 if arm.startswith("cory") else 1)  # the worker records after each learner step
     assert len(a) == len(b) == updates
     moved = max(float((x - a[0]).abs().max()) for x in a[1:]) if len(a) > 1 else 1.0
     assert moved > 1e-4  # the weights changed, so equal weights are not two copies of the start

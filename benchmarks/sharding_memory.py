@@ -53,7 +53,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def run_arm(sharding: str, out_dir: Path, args: argparse.Namespace) -> dict:
     """One ``cory train`` run; its memory and speed from metrics.jsonl."""
     cmd = [sys.executable, "-m", "trainers.cli", "train", "--preset", "imdb-quick", "--model", args.model,
-           "--use_lora", "false", "--learner", "ppo", "--group_size", "1", "--learning_rate", "1.41e-5", "--batch_size", str(args.batch), "--mini_batch_size", str(args.batch),
+           "--use_lora", "false", "--learner", "ppo", "--group_size", "1", "--learning_rate", "1.41e-5",
+           "--batch_size", str(args.batch), "--mini_batch_size", str(args.batch),
            "--num_iterations", str(args.iterations), "--role_exchange_period", "0", "--eval_episodes", "0",
            "--torch_threads", "1", "--tensorboard", "false", "--log_samples", "0", "--output_dir", str(out_dir),
            "--num_processes", str(args.processes), "--sharding", sharding]

@@ -149,7 +149,8 @@ def test_sharded_run_equals_the_replicated_run_after_every_update(tmp_path, arm)
     extra = ["--batch_size", "2", "--mini_batch_size", "2", *ARMS[arm]]
     replicated = _worker(tmp_path, "replicated", 2, [*extra, "--sharding", "none"],
                          ("--dump_params", str(tmp_path / "replicated.pt")))
-    sharded = _worker(tmp_path, "sharded", 2, [*extra, "--sharding", "fsdp"], ("--dump_params", str(tmp_path / "sharded.pt")))
+    sharded = _worker(tmp_path, "sharded", 2, [*extra, "--sharding", "fsdp"],
+                      ("--dump_params", str(tmp_path / "sharded.pt")))
     assert replicated["local_param_fraction"] == 1.0
     assert 0.45 < sharded["local_param_fraction"] < 0.55  # each process holds half of every model
     a, b = torch.load(tmp_path / "replicated.pt"), torch.load(tmp_path / "sharded.pt")

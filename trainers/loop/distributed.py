@@ -91,7 +91,8 @@ class DataParallel:
         Args:
             device: "auto" (accelerate's choice: this process's GPU when CUDA is available, else CPU), "cpu"
                 (force CPU; gloo backend), or an explicit torch device string.
-            sharding: `CORYConfig.sharding` (recorded as `sharding`; checked by `trainers.loop.sharding.check_sharding`).
+            sharding: `CORYConfig.sharding`, recorded as `sharding` (checked by
+                `trainers.loop.sharding.check_sharding`).
 
         Raises:
             ValueError: a device this machine or launch cannot use (`check_device`), or ``accelerate launch`` that

@@ -15,7 +15,8 @@ Who does what:
   token-weighted loss scaling (`trainers.learning.update.step_loss_weights`) stays as it is, so the averaged gradient
   is the gradient of the token mean over the whole step, as in the replicated mode.
 * Rollouts (`gathered_for_generation`): each process generates until its own batch is done, so processes take
-  different numbers of forward steps; a layer-by-layer all-gather per step would then wait forever. The acting
+  different numbers of forward steps; per-layer all-gathers at every step would then wait forever, or fail once
+  the other process is done (measured: "Connection closed by peer"). The acting
   agent's weights are therefore gathered once when it starts acting (``FSDPModule.unshard``, kept through the
   episode's steps) and freed when the next agent acts or the rollout ends: the memory of one full policy during
   generation, as TRL's ``unwrap_model_for_generation`` does for DeepSpeed ZeRO-3.
@@ -26,8 +27,8 @@ Who does what:
 
 Supported: full fine-tuning (fp32 or bf16 weights) of CORY and the single-agent baseline, with the built-in
 learners (``ppo``, ``grpo``; a registered factory opts in with ``factory.supports_sharding = True``: its learner
-keeps its ``torch.optim`` optimizer as ``learner.optimizer``, whose state is ``state_dict()["optimizer"]``), role exchange
-(each model keeps its shards when the seats swap), activation checkpointing. Refused (`check_sharding`): one
+keeps its ``torch.optim`` optimizer as ``learner.optimizer``, whose state is ``state_dict()["optimizer"]``), role
+exchange (each model keeps its shards when the seats swap), activation checkpointing. Refused (`check_sharding`): one
 process, and memory-shared LoRA (its one frozen base serves both policies and the reference model: sharding it would
 gather the whole base for every adapter's forward; with LoRA the trainable state is small and the replicated mode
 already holds the base once per process).

@@ -75,15 +75,20 @@ def test_single_process_group_is_the_identity():
 
 
 class _LaunchedState:
-    """Stand-in for accelerate's PartialState of process 0 of 2: counts destroy_process_group calls."""
+    """Stand-in for accelerate's PartialState of process 0 of 2: records barriers and destroy_process_group calls."""
 
     num_processes, process_index, device = 2, 0, "cpu"
 
     def __init__(self):
         self.destroyed = 0
+        self.calls: list[str] = []
 
     def destroy_process_group(self):
         self.destroyed += 1
+        self.calls.append("destroy")
+
+    def wait_for_everyone(self):
+        self.calls.append("barrier")
 
 
 def test_close_destroys_the_process_group_once():
@@ -92,7 +97,10 @@ def test_close_destroys_the_process_group_once():
     assert dist.enabled and not dist.closed
     dist.close()
     dist.close()
-    assert state.destroyed == 1 and dist.closed
+    assert state.destroyed == 1 and dist.closed and state.calls == ["destroy"]  # after an error: no barrier
+    clean = _LaunchedState()
+    DataParallel(clean).close(wait=True)
+    assert clean.calls == ["barrier", "destroy"]  # a clean end meets the others first
     alone = DataParallel()
     alone.close()  # nothing to destroy
     assert not alone.closed
@@ -100,16 +108,22 @@ def test_close_destroys_the_process_group_once():
 
 def test_leaving_the_trainer_block_closes_its_group_also_after_an_error(tiny_run):
     class Recording(DataParallel):
-        closes = 0
+        def __init__(self):
+            super().__init__()
+            self.waits: list[bool] = []
 
-        def close(self):
-            self.closes += 1
+        def close(self, *, wait=False):
+            self.waits.append(wait)
 
     dist = Recording()
     with pytest.raises(RuntimeError, match="boom"):
         with CORYTrainer(*tiny_run(num_iterations=1), dist=dist):
             raise RuntimeError("boom")
-    assert dist.closes == 1
+    assert dist.waits == [False]  # after an error the others may never reach a barrier
+    clean = Recording()
+    with CORYTrainer(*tiny_run("clean", num_iterations=1), dist=clean):
+        pass
+    assert clean.waits == [True]
 
 
 def test_launched_world_size_reads_the_launcher(monkeypatch):

@@ -136,7 +136,7 @@ def run_train(argv: Sequence[str]) -> int:
     launched = launched_world_size()
     if num_processes > 1 and launched == 1:  # start the processes, each runs this command without the flag
         configs = parse_train_args(argv)  # a mistake fails here, once, not in every process
-        preflight(configs.run, configs.ppo, num_processes, use_lora=configs.model.use_lora)
+        preflight(configs, num_processes)
         return run_launcher(launch_command(num_processes, ["-m", "trainers.cli", "train", *argv]))
     if num_processes > 1 and launched != num_processes:
         raise ValueError(f"--num_processes {num_processes} inside a launch of {launched} processes; drop the flag "

@@ -149,20 +149,22 @@ class CORYTrainer:
         self._updating = False  # True once an iteration's learners may have changed the weights
         self.stopped_early = False  # set when a stop signal ended train() before num_iterations
 
-    def close(self) -> None:
-        """End this process's part of the run: destroy the data-parallel process group (`DataParallel.close`).
+    def close(self, *, wait: bool = False) -> None:
+        """End this process's part of the run: destroy the data-parallel process group (`DataParallel.close`;
+        `wait`: meet the other processes at a barrier first, for a clean end).
 
         Call it once training and evaluation are over, in every process of an ``accelerate launch`` / ``torchrun``
-        script (``with CORYTrainer(...) as trainer:`` does it on leaving the block, also after an error). With one
-        process it does nothing; the models stay usable either way.
+        script (``with CORYTrainer(...) as trainer:`` does it on leaving the block: waiting for the others when the
+        block ended normally, not after an error). With one process it does nothing; the models stay usable either
+        way.
         """
-        self.dist.close()
+        self.dist.close(wait=wait)
 
     def __enter__(self) -> "CORYTrainer":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(wait=exc_type is None)
 
     # ------------------------------------------------------------------ run directory
     def _run_state(self) -> dict[str, Any]:

@@ -208,6 +208,11 @@ class CORYConfig:
                "device", self.device, "use auto, cpu or a torch device such as cuda:0")
         _check(self.sharding in SHARDINGS, "sharding", self.sharding, f"use one of {SHARDINGS}")
 
+    @property
+    def sharded(self) -> bool:
+        """True when the models are FSDP2-sharded over the processes (``sharding="fsdp"``)."""
+        return self.sharding == "fsdp"
+
 
 #: The config classes of a run in flat-dict (and ``cory train --help``) order.
 CONFIG_CLASSES = (EnvConfig, PPOConfig, ModelConfig, SamplingConfig, CORYConfig)

@@ -36,7 +36,7 @@ def rollout(agents: dict, rank: int) -> list[list[int]]:
 
 
 def main() -> None:
-    dist = DataParallel.from_launcher("cpu", "fsdp")
+    dist = DataParallel.from_launcher("cpu")
     tokenizer = tiny_tokenizer()
     torch.manual_seed(0)
     agents = {name: LLMAgent(tiny_causal_lm(tokenizer, seed=0), tokenizer) for name in ("pioneer", "observer")}

@@ -12,35 +12,29 @@ import signal
 import socket
 import subprocess
 import sys
-from pathlib import Path
 from typing import Sequence
 
 from trainers.config import RunConfigs
 from trainers.learning.learners import check_learner
-from trainers.loop.checkpoint import read_trainer_state
 from trainers.loop.distributed import check_device
-from trainers.loop.run_dir import check_output_dir, check_resumable, latest_checkpoint_or_raise
+from trainers.loop.run_dir import check_output_dir
 from trainers.loop.sharding import check_sharding
 
 
 def preflight(configs: RunConfigs, num_processes: int) -> None:
     """The checks a launcher runs once before starting `num_processes` training processes: the device, the
-    sharding, the learner and its settings, the run directory, and for ``--resume`` that the config matches the
-    checkpoint's (`check_resumable`, the trainer's own check, here before any process starts).
+    sharding, the learner and its settings, the run directory, and for ``--resume`` the process count and the
+    config against the checkpoint's (`check_output_dir`), before any process starts.
 
     Raises:
         ValueError / FileExistsError / FileNotFoundError: as `check_device`, `check_sharding`, `check_learner`,
-            `check_output_dir`, `check_resumable`.
+            `check_output_dir`.
     """
     config = configs.run
     check_device(config.device, num_processes)
     check_sharding(config.sharding, world_size=num_processes, use_lora=configs.model.use_lora)
-    check_learner(config.learner, configs.ppo, sharded=config.sharding == "fsdp")
-    check_output_dir(config, num_processes)
-    if config.resume:
-        out = Path(config.output_dir)
-        state = read_trainer_state(latest_checkpoint_or_raise(out))
-        check_resumable(state.get("config", {}), configs.to_flat(), out)
+    check_learner(config.learner, configs.ppo, sharded=config.sharded)
+    check_output_dir(config, num_processes, configs.to_flat())
 
 
 def free_port() -> int:

@@ -146,7 +146,7 @@ def run_train(argv: Sequence[str]) -> int:
     configs = parse_train_args(argv)
     with CORYTrainer(*configs) as trainer:  # leaving it destroys the process group (a clean exit under a launcher)
         # the main process evaluates; with FSDP2 shards every process takes part in the same episodes' forwards
-        evaluates = bool(configs.run.eval_episodes) and (trainer.dist.is_main or trainer.dist.sharded)
+        evaluates = bool(configs.run.eval_episodes) and (trainer.dist.is_main or configs.run.sharded)
         before = heldout_eval(trainer, "before") if evaluates else None
         history = trainer.train()
         after = heldout_eval(trainer, "after") if before is not None and not trainer.stopped_early else None

@@ -132,21 +132,22 @@ def check_learner(name: str, config, *, sharded: bool = False) -> None:
         check(config)
 
 
-def make_learner(name: str, agent, ref_model, config, *, dist=None) -> Learner:
+def make_learner(name: str, agent, ref_model, config, *, dist=None, sharded: bool = False) -> Learner:
     """Build the learner registered as `name`.
 
     Args:
         dist: the data-parallel group (`trainers.loop.distributed.DataParallel`), passed as ``dist=`` to factories that
             accept it; a factory without ``dist`` is called as ``factory(agent, ref_model, config)`` (one process
             only).
+        sharded: the models are FSDP2-sharded (`CORYConfig.sharded`; see `check_learner`).
 
     Raises:
         ValueError: for an unknown name (lists the registered ones), a multi-process run with a learner whose
             factory takes no ``dist`` (it would not average gradients and the replicas would drift apart), or an
-            FSDP2-sharded run (``dist.sharded``) with a factory that does not declare sharding (`check_learner`).
+            FSDP2-sharded run (`sharded`) with a factory that does not declare sharding (`check_learner`).
         TypeError: if the factory's result does not implement the `Learner` protocol.
     """
-    check_learner(name, config, sharded=bool(getattr(dist, "sharded", False)))
+    check_learner(name, config, sharded=sharded)
     factory = LEARNERS[name]
     accepts = accepts_dist(factory)
     if dist is not None and dist.enabled and not accepts:

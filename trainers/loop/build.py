@@ -149,8 +149,9 @@ def build_agents(model, tokenizer, model_config: ModelConfig, sampling: Sampling
 
 def build_exchange(agents: dict[str, LLMAgent], ref: ReferenceModel, config: CORYConfig,
                    ppo_config: PPOConfig, learner: str = "ppo", dist=None) -> RoleExchange:
-    """Bundles with fresh learners (data-parallel over `dist` when given), `llm1` in the pioneer seat."""
-    bundles = [Bundle(name, agent, make_learner(learner, agent, ref, ppo_config, dist=dist))
+    """Bundles with fresh learners (data-parallel over `dist` when given; FSDP2-sharded models with
+    `CORYConfig.sharded`), `llm1` in the pioneer seat."""
+    bundles = [Bundle(name, agent, make_learner(learner, agent, ref, ppo_config, dist=dist, sharded=config.sharded))
                for name, agent in agents.items()]
     observer = bundles[1] if len(bundles) > 1 else None
     return RoleExchange(bundles[0], observer, period=config.role_exchange_period,

@@ -94,10 +94,7 @@ class CORYTrainer:
         self.configs = RunConfigs(config, ppo_config, env_config, model_config, sampling)
         self.config, self.ppo_config, self.env_config = config, ppo_config, env_config
         self.model_config, self.sampling = model_config, sampling
-        self.dist = DataParallel.from_launcher(config.device, config.sharding) if dist is None else dist
-        if self.dist.sharding != config.sharding:
-            raise ValueError(f"the given dist has sharding={self.dist.sharding!r} but config.sharding="
-                             f"{config.sharding!r}; build it with DataParallel.from_launcher(device, sharding)")
+        self.dist = DataParallel.from_launcher(config.device) if dist is None else dist
         check_sharding(config.sharding, world_size=self.dist.world_size, use_lora=model_config.use_lora)
         self.output_dir = Path(config.output_dir)
         has_run = check_output_dir(config, self.dist.world_size)
@@ -113,7 +110,7 @@ class CORYTrainer:
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
         self.agents, self.ref_model = build_agents(model, tokenizer, model_config, sampling, algo=config.algo)
-        if self.dist.sharded:  # before the learners build their optimizers over the (then sharded) parameters
+        if config.sharded:  # before the learners build their optimizers over the (then sharded) parameters
             shard_agents(self.agents, self.ref_model, self.dist)
         self.exchange = build_exchange(self.agents, self.ref_model, config, ppo_config, config.learner, self.dist)
         # "hub" is resolved once: every env of the run (training, evaluations) reads the same source
@@ -203,7 +200,7 @@ class CORYTrainer:
                                             keep=self.config.keep_checkpoints)
             except OSError as err:  # every process must hear of it, or the others would wait forever
                 error = err
-        elif self.dist.sharded:
+        elif self.config.sharded:
             for _ in states:  # every shard is gathered with the main process, which writes it
                 pass
         if self.dist.any(error is not None):  # also the barrier: the checkpoint is on disk (or failed) for all

@@ -27,6 +27,8 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import torch
 
+from trainers.loop.sharding import full_tensor, is_sharded
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["DataParallel", "check_device", "launched_world_size"]
@@ -68,13 +70,10 @@ class DataParallel:
         rank: this process's index in [0, W).
         device: where this process's models live (``cuda:<local rank>`` under a multi-GPU launch, else CPU).
         closed: True after `close` destroyed the process group.
-        sharding: "none" (every process holds full replicas) or "fsdp" (the models are FSDP2-sharded over the
-            processes, `trainers.loop.sharding`).
     """
 
-    def __init__(self, state=None, *, device: torch.device | str | None = None, sharding: str = "none") -> None:
+    def __init__(self, state=None, *, device: torch.device | str | None = None) -> None:
         self._state = state
-        self.sharding = sharding  # "none": replicas; "fsdp": FSDP2 shards (trainers.loop.sharding)
         self._mesh = None
         self.closed = False  # set by close(): the process group is destroyed
         self.world_size = 1 if state is None else int(state.num_processes)
@@ -85,14 +84,12 @@ class DataParallel:
         self.device = torch.device("cpu") if device.type == "cpu" else device  # one spelling of the CPU
 
     @classmethod
-    def from_launcher(cls, device: str = "auto", sharding: str = "none") -> "DataParallel":
+    def from_launcher(cls, device: str = "auto") -> "DataParallel":
         """The process group started by ``accelerate launch`` / ``torchrun`` (single-process when none started one).
 
         Args:
             device: "auto" (accelerate's choice: this process's GPU when CUDA is available, else CPU), "cpu"
                 (force CPU; gloo backend), or an explicit torch device string.
-            sharding: `CORYConfig.sharding`, recorded as `sharding` (checked by
-                `trainers.loop.sharding.check_sharding`).
 
         Raises:
             ValueError: a device this machine or launch cannot use (`check_device`), or ``accelerate launch`` that
@@ -106,7 +103,9 @@ class DataParallel:
                 # accelerate's simple launcher: asked for several processes (it set MASTER_PORT) but started one
                 raise ValueError("accelerate launch started one process although several were asked for; add "
                                  "--multi_gpu (it selects the torchrun launcher, also on CPU-only machines)")
-            return cls(device=("cuda" if not cpu else "cpu") if device == "auto" else device, sharding=sharding)
+            if device == "auto":
+                return cls(device="cuda" if not cpu else "cpu")
+            return cls(device=device)
         from accelerate import PartialState
 
         state = PartialState(cpu=cpu)
@@ -115,18 +114,13 @@ class DataParallel:
                                "process(es); launch with `accelerate launch --multi_gpu --num_processes N` or torchrun")
         chosen = state.device
         logger.info("data-parallel process %d/%d on %s (%s backend)", state.process_index, world, chosen, state.backend)
-        return cls(state, device=chosen, sharding=sharding)
+        return cls(state, device=chosen)
 
     # ------------------------------------------------------------------ who am I
     @property
     def is_main(self) -> bool:
         """True on the process that writes logs and checkpoints (rank 0)."""
         return self.rank == 0
-
-    @property
-    def sharded(self) -> bool:
-        """True when the models are FSDP2-sharded over the processes (``sharding="fsdp"``)."""
-        return self.sharding == "fsdp"
 
     @property
     def enabled(self) -> bool:
@@ -237,8 +231,6 @@ class DataParallel:
             return
         import torch.distributed as torch_dist
 
-        from trainers.loop.sharding import is_sharded
-
         params = [p for p in params if p.requires_grad and not is_sharded(p)]
         if not params:
             return
@@ -270,8 +262,6 @@ class DataParallel:
             return
         import torch.distributed as torch_dist
 
-        from trainers.loop.sharding import is_sharded
-
         with torch.no_grad():
             for p in params:  # in place, one tensor at a time: no second copy of the weights
                 if not is_sharded(p):
@@ -283,8 +273,6 @@ class DataParallel:
         if not self.enabled:
             return 0.0
         from accelerate.utils import broadcast, gather
-
-        from trainers.loop.sharding import full_tensor
 
         flat = torch.cat([full_tensor(p.detach()).reshape(-1).to(torch.float32) for p in params]).to(self.device)
         reference = broadcast(flat.clone(), from_process=0)

@@ -69,13 +69,17 @@ def check_writable(output_dir: Path) -> None:
                                      "checkpoints; make it writable or choose another --output_dir") from exc
 
 
-def check_output_dir(config: CORYConfig, num_processes: int = 1) -> bool:
+def check_output_dir(config: CORYConfig, num_processes: int = 1, flat_config: dict[str, Any] | None = None) -> bool:
     """Check `config.output_dir` against `resume` / `overwrite` without changing anything; True if it holds a run.
+
+    Args:
+        flat_config: the run's flat config (`RunConfigs.to_flat`); with `resume` it must match the checkpoint's
+            (`check_resumable`). None skips that check (the trainer makes it once the reward is resolved).
 
     Raises:
         FileExistsError: it holds a run and neither `resume` nor `overwrite` is set.
         FileNotFoundError: `resume` without a run or without a checkpoint.
-        ValueError: `resume` of a run trained with another number of processes.
+        ValueError: `resume` of a run trained with another number of processes, or with another config.
         OSError: the folder (or its ``checkpoints/``) is not writable (`check_writable`).
     """
     out = Path(config.output_dir)
@@ -88,7 +92,10 @@ def check_output_dir(config: CORYConfig, num_processes: int = 1) -> bool:
     if config.resume and not has_run:
         raise FileNotFoundError(f"--resume: {out} holds no run to resume; drop --resume to start one")
     if config.resume:
-        check_process_count(ckpt.read_trainer_state(latest_checkpoint_or_raise(out)), num_processes, out)
+        state = ckpt.read_trainer_state(latest_checkpoint_or_raise(out))
+        check_process_count(state, num_processes, out)
+        if flat_config is not None:
+            check_resumable(state.get("config", {}), flat_config, out)
     check_writable(out)
     return has_run
 

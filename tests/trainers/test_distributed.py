@@ -62,6 +62,19 @@ def _compared_keys(row: dict) -> list[str]:
     return [k for k in row if k.split("/")[0] in ("pioneer", "observer", "llm1", "llm2", "cory")]
 
 
+def _assert_same_metrics(history_a: list[dict], history_b: list[dict], *, min_keys: int) -> None:
+    """Every logged seat/model metric of two runs, iteration by iteration: equal within TOL (NaN where NaN), the same
+    keys in both, more than `min_keys` of them."""
+    for a, b in zip(history_a, history_b, strict=True):
+        keys = _compared_keys(a)
+        assert len(keys) > min_keys and set(keys) == set(_compared_keys(b))
+        for key in keys:
+            if math.isnan(a[key]):
+                assert math.isnan(b[key]), key
+                continue
+            assert abs(a[key] - b[key]) <= TOL + TOL * abs(a[key]), (a["iteration"], key, a[key], b[key])
+
+
 # ---------------------------------------------------------------------------------------------------- one process
 def test_single_process_group_is_the_identity():
     dist = DataParallel()
@@ -228,14 +241,7 @@ def test_two_processes_match_one_process_with_the_whole_batch(tmp_path, layout):
     assert len(two["max_replica_diff"]) == 6
     assert max(two["max_replica_diff"]) == 0.0
     assert [r["iteration"] for r in two["history"]] == [0, 1, 2]
-    for a, b in zip(one["history"], two["history"]):
-        keys = _compared_keys(a)
-        assert len(keys) > 40 and set(keys) == set(_compared_keys(b))
-        for key in keys:
-            if math.isnan(a[key]):
-                assert math.isnan(b[key]), key
-                continue
-            assert abs(a[key] - b[key]) <= TOL + TOL * abs(a[key]), (a["iteration"], key, a[key], b[key])
+    _assert_same_metrics(one["history"], two["history"], min_keys=40)
     # the run learned something: the policies moved away from the reference model
     assert any(abs(r["pioneer/kl"]) > 1e-3 for r in two["history"])
     # only the main process wrote: one line per iteration, one config, checkpoints at 2 and at the end

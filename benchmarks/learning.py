@@ -32,11 +32,11 @@ first half is arm NAME exactly (same seeds, every stream derived from (seed, ite
 reports NAME from it when NAME itself was not run on that seed.
 
 Arms: this project's (`trainers.cli.bench.ARMS`: ``ppo``, ``grpo``, ``cory``, ``cory-wo-kt``, ``cory-wo-rex``,
-``cory-grpo``) and other libraries on the same env and episode budget through a module's
-``train_and_evaluate(seed, episodes, eval_episodes)``: on ``tiny_vocab`` ``tianshou`` (one PPO per seat, collective
-reward), ``sb3-maskable-ppo`` (pioneer seat) and ``torchrl`` (one PPO per seat); on ``imdb`` ``trl-grpo`` (TRL's
-`GRPOTrainer` with this project's model, queries, reward and evaluation: `benchmarks/trl_grpo.py`); skipped with a
-note when not installed.
+``cory-grpo``, and the joint learners ``mappo`` (against ``cory`` = IPPO) and ``magrpo`` (against ``cory-grpo``)) and
+other libraries on the same env and episode budget through a module's ``train_and_evaluate(seed, episodes,
+eval_episodes)``: on ``tiny_vocab`` ``tianshou`` (one PPO per seat, collective reward), ``sb3-maskable-ppo`` (pioneer
+seat) and ``torchrl`` (one PPO per seat); on ``imdb`` ``trl-grpo`` (TRL's `GRPOTrainer` with this project's model,
+queries, reward and evaluation: `benchmarks/trl_grpo.py`); skipped with a note when not installed.
 """
 
 from __future__ import annotations
@@ -119,7 +119,8 @@ RUNGS: dict[str, Rung] = {
     ),
     "relay": Rung(
         flags=tuple("relay" if f == "tiny_vocab" else f for f in TINY), episodes=512 * 128,
-        arms=("cory", "cory-wo-kt"), floors={"cory": 1.8}, ceilings={"cory-wo-kt": 1.25},
+        arms=("cory", "cory-wo-kt", "mappo", "cory-grpo", "magrpo"), floors={"cory": 1.8},
+        ceilings={"cory-wo-kt": 1.25},
         help="tiny model on the relay task: the query is private to the pioneer, so knowledge transfer is necessary "
              "(w/o KT optimum 1.25)",
     ),

@@ -51,7 +51,7 @@ from cory_env.data import load_imdb_records
 from trainers import CORYTrainer
 from trainers.config import CORYConfig, ModelConfig, PPOConfig
 from trainers.learning.ppo import PPOLearner
-from trainers.loop.rollout import Rollout
+from trainers.learning.experience import Rollout
 
 REPO = Path(__file__).resolve().parents[1]
 IMDB_CSV = REPO.parent / "shared" / "data" / "imdb_reviews_1000.csv"

@@ -9,7 +9,7 @@ import dataclasses
 
 from agents import SamplingConfig
 from cory_env import EnvConfig
-from trainers.config import CORYConfig, ModelConfig, PPOConfig
+from trainers.config import CORYConfig, GRPOConfig, ModelConfig, PPOConfig
 
 
 def table(cls) -> str:
@@ -22,7 +22,7 @@ def table(cls) -> str:
 
 
 #: The README's order of the tables.
-ORDER = (CORYConfig, ModelConfig, SamplingConfig, PPOConfig, EnvConfig)
+ORDER = (CORYConfig, ModelConfig, SamplingConfig, PPOConfig, GRPOConfig, EnvConfig)
 
 if __name__ == "__main__":
     print("\n\n".join(table(c) for c in ORDER))

@@ -8,7 +8,7 @@ import re
 from cory_env import EnvConfig
 from tests.conftest import REPO_ROOT
 from trainers.cli.presets import PRESETS
-from trainers.config import CONFIG_CLASSES, CORYConfig, ModelConfig, PPOConfig
+from trainers.config import CONFIG_CLASSES, CORYConfig, GRPOConfig, ModelConfig, PPOConfig
 
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
 CI = (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8")
@@ -53,8 +53,9 @@ def test_the_metrics_glossary_names_every_logged_key(tmp_path):
         trainer = CORYTrainer(
             CORYConfig(output_dir=str(tmp_path / learner), num_iterations=2, role_exchange_period=1,
                        tensorboard=False, learner=learner),
-            PPOConfig(batch_size=4, mini_batch_size=2, ppo_epochs=1, group_size=group),
-            EnvConfig(min_new_tokens=2, max_new_tokens=4, context_len=64), ModelConfig(model="tiny"))
+            PPOConfig(batch_size=4, mini_batch_size=2, ppo_epochs=1),
+            EnvConfig(min_new_tokens=2, max_new_tokens=4, context_len=64), ModelConfig(model="tiny"),
+            grpo_config=GRPOConfig(group_size=group))
         logged |= {key for row in trainer.train() for key in row if key != "iteration"}
     missing = sorted({key.split("/")[-1] for key in logged} - documented)
     assert not missing, f"logged but not in the README glossary: {missing}"

@@ -1,10 +1,11 @@
-"""MARL trainer layer for CORY, in four parts a newcomer can read in this order:
+"""MARL trainer layer for CORY, in five parts a newcomer can read in this order:
 
 | package | what |
 |---|---|
-| `trainers.config` | the run's configs (`PPOConfig`, `ModelConfig`, `CORYConfig`; `EnvConfig` and `SamplingConfig` from the env and agents) and the flat dict that joins them (`RunConfigs`) |
-| `trainers.learning` | PPO maths, KL control, score scaling, the shared update loop, `PPOLearner`, `GRPOLearner`, the learner registry |
-| `trainers.loop` | rollouts, role exchange, building a run, `CORYTrainer`, run directory, checkpoints, metrics, data parallelism |
+| `trainers.config` | the run's configs (`ModelConfig`, `CORYConfig`; the learners' `PPOConfig` and `GRPOConfig`; `EnvConfig` and `SamplingConfig` from the env and agents) and the flat dict that joins them (`RunConfigs`) |
+| `trainers.learning` | PPO maths, KL control, score scaling, the shared update loop, the `Rollout`, `PPOLearner`, `GRPOLearner`, the joint-learner protocol, `MAPPO`, `MAGRPO`, the learner registry |
+| `trainers.loop` | rollouts, role exchange, building a run, `CORYTrainer`, run directory, checkpoints, metrics |
+| `trainers.distributed` | the data-parallel process group (`DataParallel`) the learners and the loop share |
 | `trainers.evaluation` | the pioneer's (and the pair's) evaluation, pass@k |
 | `trainers.cli` | the `cory` command: train, launch, eval, plot, bench, presets |
 
@@ -17,11 +18,14 @@ import importlib
 
 _EXPORTS = {
     "CORYConfig": "trainers.config", "ModelConfig": "trainers.config", "PPOConfig": "trainers.config",
-    "RunConfigs": "trainers.config",
+    "GRPOConfig": "trainers.config", "RunConfigs": "trainers.config",
     "CORYTrainer": "trainers.loop.cory", "Bundle": "trainers.loop.role_exchange",
-    "RoleExchange": "trainers.loop.role_exchange", "Rollout": "trainers.loop.rollout",
+    "RoleExchange": "trainers.loop.role_exchange", "Rollout": "trainers.learning.experience",
     "Learner": "trainers.learning.learners", "make_learner": "trainers.learning.learners",
-    "register_learner": "trainers.learning.learners",
+    "register_learner": "trainers.learning.learners", "LearnerSpec": "trainers.learning.learners",
+    "make_joint_learner": "trainers.learning.learners", "JointBatch": "trainers.learning.joint",
+    "JointLearner": "trainers.learning.joint", "IndependentLearners": "trainers.learning.joint",
+    "MAPPO": "trainers.learning.mappo", "MAGRPO": "trainers.learning.magrpo",
     "PPOLearner": "trainers.learning.ppo", "GRPOLearner": "trainers.learning.grpo",
 }
 __all__ = sorted(_EXPORTS)

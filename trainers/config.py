@@ -3,7 +3,8 @@
 | dataclass | what | package |
 |---|---|---|
 | `cory_env.EnvConfig` | task, data, episode lengths, reward, knowledge transfer | env |
-| `PPOConfig` | one learner's update (TRL names), GRPO's group options | here |
+| `PPOConfig` | the learners' update (TRL names), PPO's value head / GAE / score scaling | `trainers.learning.configs` |
+| `GRPOConfig` | the group-relative learners' options (samples per query, normalisation, KL in the loss) | `trainers.learning.configs` |
 | `ModelConfig` | the policy model: name, dtype, LoRA, value head, activation checkpointing | here |
 | `agents.SamplingConfig` | how the agents sample (temperature, top-k, top-p, repetition penalty) | agents |
 | `CORYConfig` | the run: algorithm, learner, iterations, seeds, role exchange, logging, checkpoints | here |
@@ -12,7 +13,7 @@ Each field carries its meaning, unit, range and the origin of its default in `me
 only copy (the CLI reads it through `transformers.HfArgumentParser`, the README table is built from it). PPO knob
 names and defaults are TRL 0.7–0.11 `PPOConfig`'s, so the paper's settings (official code: TRL 0.7.10) copy over.
 
-Field names are unique across the five classes, so a run's settings are also one flat ``{field: value}`` dict: the
+Field names are unique across the six classes, so a run's settings are also one flat ``{field: value}`` dict: the
 CLI flags (``--batch_size``), presets, ``--config FILE.yaml``, a run's ``config.yaml`` and a checkpoint's
 ``trainer_state.json``. `RunConfigs.to_flat` / `RunConfigs.from_flat` are the one conversion between the two forms.
 """
@@ -28,102 +29,13 @@ from agents.precision import PRECISIONS
 from agents.sampling import SamplingConfig
 from cory_env import EnvConfig
 from cory_env.config import check_finite_fields
-from trainers.learning.ppo_math import KL_PENALTY_KINDS
-
-TOKEN_MEAN_OVER = ("optimizer_step", "mini_batch")
-"""`PPOConfig.token_mean_over` values (`trainers.learning.update.step_loss_weights`)."""
+from trainers.learning.configs import TOKEN_MEAN_OVER, GRPOConfig, PPOConfig, check_field
 
 ALGOS = ("cory", "ppo")
 #: `ModelConfig.dtype` names (torch dtype names; `trainers.loop.build.torch_dtype`).
 DTYPES = ("float32", "bfloat16", "float16")
 #: `CORYConfig.sharding`: "none" = full replicas per process; "fsdp" = FSDP2 shards (trainers.loop.sharding)
 SHARDINGS = ("none", "fsdp")
-
-
-def _check(cond: bool, name: str, value, fix: str) -> None:
-    if not cond:
-        raise ValueError(f"{name}={value!r} is invalid: {fix}")
-
-
-@dataclass
-class PPOConfig:
-    """One learner's settings (TRL names; defaults = TRL 0.11.4 `PPOConfig` unless noted); GRPO reads the same
-    fields plus `group_size`, `scale_rewards` and `kl_in_loss`."""
-
-    _argument_group_name = "learner options (PPOConfig; GRPO reads them too)"  # `cory train --help` group (transformers.HfArgumentParser)
-
-    learning_rate: float = field(default=1.41e-5, metadata={"help": "Adam learning rate (TRL default 1.41e-5; paper IMDB 1.41e-5)."})
-    batch_size: int = field(default=16, metadata={"help": "Queries per iteration B (paper IMDB: 256; TRL default 128). Must be divisible by mini_batch_size * gradient_accumulation_steps."})
-    mini_batch_size: int = field(default=16, metadata={"help": "Samples per optimiser mini-batch (paper IMDB: 256)."})
-    gradient_accumulation_steps: int = field(default=1, metadata={"help": "Mini-batches accumulated per optimiser step (TRL default 1)."})
-    token_mean_over: str = field(default="optimizer_step", metadata={"help": "What a loss's token mean is taken over: optimizer_step (every response token of the optimiser step, so gradient accumulation and data-parallel splits give the gradient of the undivided batch) or mini_batch (each accumulated mini-batch its own token mean, averaged: TRL 0.11)."})
-    ppo_epochs: int = field(default=4, metadata={"help": "Passes over the rollout per update (TRL default 4; paper IMDB 4)."})
-    init_kl_coef: float = field(default=0.2, metadata={"help": "Initial KL penalty coefficient beta (TRL default 0.2; paper CORY IMDB 0.4)."})
-    adap_kl_ctrl: bool = field(default=True, metadata={"help": "Use the adaptive KL controller (Ziegler et al. 2019, TRL AdaptiveKLController); False = fixed beta."})
-    target: float = field(default=6.0, metadata={"help": "Adaptive KL controller target KL in nats per sequence (TRL default 6)."})
-    horizon: float = field(default=10000.0, metadata={"help": "Adaptive KL controller horizon in samples (TRL default 10000)."})
-    kl_penalty: str = field(default="kl", metadata={"help": "Per-token KL estimator: kl (k1 = logp - ref_logp), abs, mse, full (full-vocabulary KL; paper), k3. TRL default 'kl'."})
-    gamma: float = field(default=1.0, metadata={"help": "Discount factor for GAE, in [0, 1] (TRL default 1)."})
-    lam: float = field(default=0.95, metadata={"help": "GAE lambda, in [0, 1] (TRL default 0.95)."})
-    cliprange: float = field(default=0.2, metadata={"help": "PPO policy ratio clip epsilon (TRL default 0.2)."})
-    cliprange_value: float = field(default=0.2, metadata={"help": "Value clip range around the old values (TRL default 0.2)."})
-    vf_coef: float = field(default=0.1, metadata={"help": "Value loss coefficient (TRL default 0.1)."})
-    ent_coef: float = field(default=0.0, metadata={"help": "Entropy bonus: the loss subtracts ent_coef * mean per-token policy entropy (nats), against early collapse (TRL: none, 0; CleanRL PPO: 0.01)."})
-    max_grad_norm: Optional[float] = field(default=None, metadata={"help": "Clip the gradient norm to this value; None = no clipping (TRL default; paper: none)."})
-    early_stopping: bool = field(default=False, metadata={"help": "Stop the PPO epochs early once approx_kl > 1.5 * target_kl (TRL)."})
-    target_kl: float = field(default=1.0, metadata={"help": "approx_kl threshold for early_stopping (TRL default 1)."})
-    ratio_threshold: float = field(default=10.0, metadata={"help": "Skip a mini-batch whose mean policy ratio exceeds this (TRL default 10); skipped ones are counted in ppo/skipped_batches."})
-    use_score_scaling: bool = field(default=False, metadata={"help": "Divide scores by their running std (TRL). Paper CORY IMDB: on."})
-    use_score_norm: bool = field(default=False, metadata={"help": "With use_score_scaling, also subtract the running mean (TRL). Paper CORY IMDB: on."})
-    score_clip: Optional[float] = field(default=None, metadata={"help": "Clip (scaled) scores to [-score_clip, score_clip]; None = off (TRL default)."})
-    whiten_rewards: bool = field(default=False, metadata={"help": "Whiten the shaped per-token rewards before GAE (TRL default False)."})
-    group_size: int = field(default=1, metadata={"help": "GRPO: samples per query k. The rollout repeats each query k times in consecutive rows (batch_size must be divisible by k); 1 = distinct queries (PPO). GRPO needs k >= 2 (DeepSeekMath: 64)."})
-    scale_rewards: bool = field(default=True, metadata={"help": "GRPO: divide the group-centred rewards by the group's std (DeepSeekMath outcome supervision); False = only subtract the group mean (Dr. GRPO)."})
-    kl_in_loss: bool = field(default=True, metadata={"help": "GRPO: KL to the reference model as a k3 loss term beta * KL (DeepSeekMath eq. 3) (True), or as a sequence penalty beta * sum_t KL_t (estimator kl_penalty) subtracted from the advantage after the reward's group normalisation, centred on its group (False; beta then prices one nat in advantage units). beta = the KL controller's value (init_kl_coef)."})
-
-    def __post_init__(self) -> None:
-        check_finite_fields(self)
-        for name in ("batch_size", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs"):
-            _check(getattr(self, name) >= 1, name, getattr(self, name), "use a positive integer")
-        if self.batch_size < 2:
-            raise ValueError(
-                f"batch_size={self.batch_size} is too small: the learners whiten the advantages (PPO) and the scores "
-                "(score scaling) with the unbiased variance over the batch, which needs at least 2 tokens or scores, "
-                "and a batch of one 1-token response has one; use batch_size >= 2"
-            )
-        backward = self.mini_batch_size * self.gradient_accumulation_steps
-        if self.batch_size % backward:
-            raise ValueError(
-                f"batch_size={self.batch_size} is not divisible by mini_batch_size={self.mini_batch_size} * "
-                f"gradient_accumulation_steps={self.gradient_accumulation_steps} = {backward}; "
-                "choose batch_size as a multiple of their product"
-            )
-        _check(self.group_size >= 1, "group_size", self.group_size, "use a positive integer (1 = no grouping)")
-        if self.batch_size % self.group_size:
-            raise ValueError(
-                f"batch_size={self.batch_size} is not divisible by group_size={self.group_size}; "
-                "choose batch_size as a multiple of group_size (each query fills one group of rows)"
-            )
-        _check(self.token_mean_over in TOKEN_MEAN_OVER, "token_mean_over", self.token_mean_over,
-               f"use one of {TOKEN_MEAN_OVER}")
-        _check(self.kl_penalty in KL_PENALTY_KINDS, "kl_penalty", self.kl_penalty, f"use one of {KL_PENALTY_KINDS}")
-        _check(self.learning_rate > 0, "learning_rate", self.learning_rate, "use a positive learning rate")
-        for name in ("init_kl_coef", "vf_coef", "ent_coef", "cliprange_value"):
-            _check(getattr(self, name) >= 0, name, getattr(self, name), "use a value >= 0")
-        _check(self.cliprange > 0, "cliprange", self.cliprange,
-               "use a value > 0 (0 clips every ratio to 1: the policy gradient would vanish after the first step)")
-        for name in ("target", "horizon", "target_kl", "ratio_threshold"):
-            _check(getattr(self, name) > 0, name, getattr(self, name), "use a value > 0")
-        for name in ("gamma", "lam"):
-            _check(0.0 <= getattr(self, name) <= 1.0, name, getattr(self, name), "use a value in [0, 1]")
-        for name in ("max_grad_norm", "score_clip"):
-            value = getattr(self, name)
-            _check(value is None or value > 0, name, value, "use a positive value, or None to disable")
-
-    @property
-    def backward_batch_size(self) -> int:
-        """Samples per optimiser step: mini_batch_size * gradient_accumulation_steps."""
-        return self.mini_batch_size * self.gradient_accumulation_steps
 
 
 @dataclass
@@ -147,14 +59,14 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         check_finite_fields(self)
-        _check(self.dtype in DTYPES, "dtype", self.dtype, f"use one of {tuple(DTYPES)}")
-        _check(self.precision in PRECISIONS, "precision", self.precision, f"use one of {PRECISIONS}")
-        _check(self.lora_r >= 1, "lora_r", self.lora_r, "use a rank >= 1")
-        _check(self.lora_alpha > 0, "lora_alpha", self.lora_alpha,
+        check_field(self.dtype in DTYPES, "dtype", self.dtype, f"use one of {tuple(DTYPES)}")
+        check_field(self.precision in PRECISIONS, "precision", self.precision, f"use one of {PRECISIONS}")
+        check_field(self.lora_r >= 1, "lora_r", self.lora_r, "use a rank >= 1")
+        check_field(self.lora_alpha > 0, "lora_alpha", self.lora_alpha,
                "use a value > 0: LoRA scales the adapters' output by lora_alpha / lora_r, so 0 leaves the policy "
                "equal to the base model whatever the adapters learn (paper setting: 2 * lora_r)")
-        _check(0.0 <= self.lora_dropout < 1.0, "lora_dropout", self.lora_dropout, "use a value in [0, 1)")
-        _check(0.0 <= self.value_head_dropout < 1.0, "value_head_dropout", self.value_head_dropout, "use a value in [0, 1)")
+        check_field(0.0 <= self.lora_dropout < 1.0, "lora_dropout", self.lora_dropout, "use a value in [0, 1)")
+        check_field(0.0 <= self.value_head_dropout < 1.0, "value_head_dropout", self.value_head_dropout, "use a value in [0, 1)")
 
     @property
     def lora_modules(self) -> list[str]:
@@ -170,7 +82,7 @@ class CORYConfig:
     _argument_group_name = "run options (CORYConfig)"  # `cory train --help` group (transformers.HfArgumentParser)
 
     algo: str = field(default="cory", metadata={"help": "cory (two agents, paper) or ppo (single-agent baseline on the pioneer seat, same env and settings)."})
-    learner: str = field(default="ppo", metadata={"help": "Learner for each model, by registry name (trainers.learning.learners): ppo (PPO with a value head, TRL semantics) or grpo (critic-free GRPO; set group_size >= 2). Other registered names work too."})
+    learner: str = field(default="ppo", metadata={"help": "The MARL algorithm, by registry name (trainers.learning.learners): per-seat learners ppo (PPO with a value head, TRL semantics; IPPO under CORY) or grpo (critic-free GRPO; set group_size >= 2), or joint learners that see every seat: mappo (PPO with a centralized critic on the joint transcript; needs two seats) or magrpo (one group-relative advantage of the joint reward shared by the seats; group_size >= 2). Other registered names work too (docs/learners.md)."})
     output_dir: str = field(default="runs/cory", metadata={"help": "Run directory: config.yaml, metrics.jsonl, samples.jsonl, TensorBoard events, checkpoints/."})
     num_iterations: int = field(default=10, metadata={"help": "CORY iterations (rollout + one update per seat). Paper IMDB: about 102."})
     seed: int = field(default=0, metadata={"help": "Seed for queries, sampling, mini-batch order and dropout."})
@@ -192,21 +104,21 @@ class CORYConfig:
 
     def __post_init__(self) -> None:
         check_finite_fields(self)
-        _check(self.algo in ALGOS, "algo", self.algo, f"use one of {ALGOS}")
-        _check(self.num_iterations >= 1, "num_iterations", self.num_iterations, "use a positive integer")
-        _check(self.role_exchange_period >= 0, "role_exchange_period", self.role_exchange_period, "use >= 0 (0 disables role exchange)")
-        _check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "use >= 0 (0 = only at the end)")
-        _check(self.checkpoint_every_minutes >= 0, "checkpoint_every_minutes", self.checkpoint_every_minutes,
+        check_field(self.algo in ALGOS, "algo", self.algo, f"use one of {ALGOS}")
+        check_field(self.num_iterations >= 1, "num_iterations", self.num_iterations, "use a positive integer")
+        check_field(self.role_exchange_period >= 0, "role_exchange_period", self.role_exchange_period, "use >= 0 (0 disables role exchange)")
+        check_field(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "use >= 0 (0 = only at the end)")
+        check_field(self.checkpoint_every_minutes >= 0, "checkpoint_every_minutes", self.checkpoint_every_minutes,
                "use >= 0 (0 = no time-based checkpoints)")
-        _check(self.keep_checkpoints >= 1, "keep_checkpoints", self.keep_checkpoints, "keep at least 1 checkpoint")
-        _check(self.eta is None or self.eta >= 0, "eta", self.eta, "use eta >= 0, or None for the KL coefficient")
-        _check(self.log_samples >= 0, "log_samples", self.log_samples, "use >= 0")
-        _check(self.eval_episodes >= 0, "eval_episodes", self.eval_episodes, "use >= 0 (0 = no evaluation)")
-        _check(self.torch_threads >= 0, "torch_threads", self.torch_threads, "use >= 0 (0 = torch's default)")
-        _check(not (self.resume and self.overwrite), "resume", self.resume, "pass either --resume or --overwrite, not both")
-        _check(self.device == "auto" or self.device == "cpu" or self.device.startswith(("cuda", "mps", "xpu")),
+        check_field(self.keep_checkpoints >= 1, "keep_checkpoints", self.keep_checkpoints, "keep at least 1 checkpoint")
+        check_field(self.eta is None or self.eta >= 0, "eta", self.eta, "use eta >= 0, or None for the KL coefficient")
+        check_field(self.log_samples >= 0, "log_samples", self.log_samples, "use >= 0")
+        check_field(self.eval_episodes >= 0, "eval_episodes", self.eval_episodes, "use >= 0 (0 = no evaluation)")
+        check_field(self.torch_threads >= 0, "torch_threads", self.torch_threads, "use >= 0 (0 = torch's default)")
+        check_field(not (self.resume and self.overwrite), "resume", self.resume, "pass either --resume or --overwrite, not both")
+        check_field(self.device == "auto" or self.device == "cpu" or self.device.startswith(("cuda", "mps", "xpu")),
                "device", self.device, "use auto, cpu or a torch device such as cuda:0")
-        _check(self.sharding in SHARDINGS, "sharding", self.sharding, f"use one of {SHARDINGS}")
+        check_field(self.sharding in SHARDINGS, "sharding", self.sharding, f"use one of {SHARDINGS}")
 
     @property
     def sharded(self) -> bool:
@@ -215,31 +127,35 @@ class CORYConfig:
 
 
 #: The config classes of a run in flat-dict (and ``cory train --help``) order.
-CONFIG_CLASSES = (EnvConfig, PPOConfig, ModelConfig, SamplingConfig, CORYConfig)
+CONFIG_CLASSES = (EnvConfig, PPOConfig, GRPOConfig, ModelConfig, SamplingConfig, CORYConfig)
 
 
 class RunConfigs(NamedTuple):
-    """The five configs of a run, in `trainers.CORYTrainer`'s argument order (``CORYTrainer(*configs)``)."""
+    """The six configs of a run, in `trainers.CORYTrainer`'s argument order (``CORYTrainer(*configs)``); `grpo` may be
+    left out (its defaults)."""
 
     run: CORYConfig
     ppo: PPOConfig
     env: EnvConfig
     model: ModelConfig
     sampling: SamplingConfig
+    grpo: GRPOConfig = GRPOConfig()
 
     @classmethod
     def of(cls, configs) -> RunConfigs:
-        """The five config objects, given in any order (e.g. `CONFIG_CLASSES` order, as the CLI parses them).
+        """The config objects, given in any order (e.g. `CONFIG_CLASSES` order, as the CLI parses them).
 
         Raises:
-            TypeError: unless `configs` holds exactly one object of each class in `CONFIG_CLASSES`.
+            TypeError: unless `configs` holds exactly one object of each class in `CONFIG_CLASSES` (`GRPOConfig`
+                may be missing: its defaults).
         """
-        by_class = {type(config): config for config in configs}
-        if len(by_class) != len(configs) or set(by_class) != set(CONFIG_CLASSES):
+        classes = [type(config) for config in configs]
+        by_class = {GRPOConfig: GRPOConfig(), **dict(zip(classes, configs))}
+        if len(set(classes)) != len(classes) or set(by_class) != set(CONFIG_CLASSES):
             raise TypeError(f"expected one object of each of {[c.__name__ for c in CONFIG_CLASSES]}, got "
                             f"{[type(c).__name__ for c in configs]}")
         return cls(run=by_class[CORYConfig], ppo=by_class[PPOConfig], env=by_class[EnvConfig],
-                   model=by_class[ModelConfig], sampling=by_class[SamplingConfig])
+                   model=by_class[ModelConfig], sampling=by_class[SamplingConfig], grpo=by_class[GRPOConfig])
 
     def to_flat(self) -> dict[str, Any]:
         """The flat ``{field: value}`` dict (what ``config.yaml`` and checkpoints record), in `CONFIG_CLASSES`

@@ -20,9 +20,10 @@ from agents.sampling import sample_step
 from agents.tiny import tiny_causal_lm
 from cory_env import BatchedCORYEnv, EnvConfig
 from cory_env.tasks.tiny_vocab import CONTEXT_LEN, tiny_vocab_tokenizer
-from trainers.config import CORYConfig, ModelConfig, PPOConfig
-from trainers.loop.build import build_agents, build_exchange
-from trainers.loop.rollout import rollout_from_transcript, run_episodes, score_rollout
+from trainers.config import CORYConfig, ModelConfig, PPOConfig, RunConfigs
+from trainers.loop.build import build_agents, build_exchange, build_learners
+from trainers.loop.rollout import rollout_from_transcript, run_episodes
+from trainers.learning.experience import score_rollout
 
 
 def test_sampled_frequencies_match_the_reported_logprobs():
@@ -45,7 +46,8 @@ def _tiny_vocab_run(temperature: float, top_k: int = 0):
     ppo = PPOConfig(batch_size=16, mini_batch_size=16, ppo_epochs=1, learning_rate=1e-3)
     agents, ref = build_agents(model, tok, ModelConfig(model="tiny", value_head_dropout=0.0),
                                SamplingConfig(temperature=temperature, top_k=top_k), algo=config.algo)
-    exchange = build_exchange(agents, ref, config, ppo)
+    configs = RunConfigs.of([config, ppo, EnvConfig(), ModelConfig(), SamplingConfig()])
+    exchange = build_exchange(agents, build_learners(agents, ref, configs), config)
     env = BatchedCORYEnv(EnvConfig(task="tiny_vocab", context_len=CONTEXT_LEN), tok, batch_size=16)
     return tok, agents, ref, exchange, env
 

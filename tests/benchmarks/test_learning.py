@@ -50,7 +50,7 @@ def test_short_tiny_vocab_cory_run_beats_random(tmp_path):
 def test_knowledge_transfer_pays_on_the_relay_task(tmp_path):
     """The query is private to the pioneer: with knowledge transfer the pair learns to relay it, without it the
     observer is blind (measured at 16,384 episodes: CORY ≈ 1.4, w/o KT ≈ 0.8; README "Does it learn?")."""
-    result = _ladder(tmp_path, "--rung", "relay", "--episodes", "16384")
+    result = _ladder(tmp_path, "--rung", "relay", "--episodes", "16384", "--arms", "cory", "cory-wo-kt")
     cory, blind = result["arms"]["cory"], result["arms"]["cory-wo-kt"]
     assert cory["per_seed"][0] > 1.1, cory
     assert cory["per_seed"][0] > blind["per_seed"][0] + 0.3, (cory, blind)

@@ -23,7 +23,7 @@ import torch
 
 from trainers.cli.train import parse_train_args
 from trainers.loop.checkpoint import trainable_state
-from trainers.loop.sharding import is_sharded
+from trainers.distributed import is_sharded
 from trainers.loop.cory import CORYTrainer
 
 
@@ -42,8 +42,8 @@ def main(argv: list[str]) -> int:
     for bundle in trainer.exchange.bundles.values():
         step = bundle.learner.step
 
-        def checked_step(rollout, *, generator=None, _step=step, _agent=bundle.agent):
-            stats = _step(rollout, generator=generator)
+        def checked_step(rollout, *, generator=None, _step=step, _agent=bundle.agent, **inputs):  # critic= (mappo)
+            stats = _step(rollout, generator=generator, **inputs)
             diffs.append(trainer.dist.max_abs_param_difference(_agent.trainable_parameters()))
             if args.dump_params:
                 state = trainable_state(_agent)  # a collective under FSDP2

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainers.loop.distributed import DataParallel
+from trainers.distributed import DataParallel
 
 
 class TwoIdenticalProcesses(DataParallel):

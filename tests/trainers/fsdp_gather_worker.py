@@ -15,8 +15,8 @@ import torch
 
 from agents import LLMAgent, ReferenceModel
 from agents.tiny import tiny_causal_lm, tiny_tokenizer
-from trainers.loop.distributed import DataParallel
-from trainers.loop.sharding import gathered_for_generation, is_sharded, shard_agents
+from trainers.distributed import DataParallel, is_sharded
+from trainers.loop.sharding import gathered_for_generation, shard_agents
 
 
 def rollout(agents: dict, rank: int) -> list[list[int]]:

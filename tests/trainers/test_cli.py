@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -186,9 +187,15 @@ def test_options_are_never_abbreviated_and_help_groups_them():
         parse_train_args(["--pres", "tiny"])
     help_text = cory("train", "--help").stdout
     groups = ["run options (CORYConfig)", "model options (ModelConfig)", "task and episode options (EnvConfig)",
-              "learner options (PPOConfig", "sampling options (SamplingConfig)"]
+              "learner options read by every learner", "learner options read by ppo, mappo",
+              "learner options read by grpo, magrpo", "sampling options (SamplingConfig)"]
     where = [help_text.index(g) for g in groups]
     assert where == sorted(where) and help_text.index("--preset PRESET") < where[0]
+    # issue #24: the learners' flags are grouped by the learners that read them (their LearnerSpecs)
+    flag = lambda name: re.search(rf"^  --{name}\b", help_text, flags=re.M).start()  # noqa: E731
+    assert where[3] < flag("learning_rate") < flag("cliprange") < where[4]
+    assert where[4] < flag("gamma") < flag("vf_coef") < where[5]
+    assert where[5] < flag("group_size") < where[6]
 
 
 def test_plot_of_a_missing_run_leaves_no_folder(tmp_path):

@@ -357,7 +357,7 @@ def test_cory_eval_loads_the_agent_only(tiny_run, monkeypatch, capsys):
     def no_learner(*args, **kwargs):
         raise AssertionError("cory eval must not build a learner")
 
-    monkeypatch.setattr(build, "make_learner", no_learner)
+    monkeypatch.setattr(build, "make_joint_learner", no_learner)
     monkeypatch.setattr(PolicyLearner, "__init__", no_learner)
     loaded = []
     real_load_agent = ckpt.load_agent

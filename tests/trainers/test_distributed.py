@@ -28,7 +28,7 @@ from trainers.learning.learners import make_learner, register_learner, LEARNERS
 from trainers.learning.score_scaling import RunningMoments
 from trainers.loop.checkpoint import latest_checkpoint
 from trainers.loop.cory import CORYTrainer
-from trainers.loop.distributed import DataParallel, launched_world_size
+from trainers.distributed import DataParallel, launched_world_size
 from trainers.loop.metrics import read_jsonl
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
@@ -205,7 +205,7 @@ def test_a_learner_without_dist_is_refused_in_a_multi_process_run(tiny_run):
     dist.world_size = 2  # pretend: the check happens before any collective
 
     def old_style(agent, ref_model, config):
-        return LEARNERS["ppo"](agent, ref_model, config)
+        return LEARNERS["ppo"].factory(agent, ref_model, config)
 
     register_learner("old-style", old_style, overwrite=True)
     try:
@@ -230,9 +230,15 @@ def test_resume_with_another_process_count_is_refused(tiny_run):
 
 
 # ---------------------------------------------------------------------------------------------------- two processes
-@pytest.mark.parametrize("layout", ["full", "lora"])
+LAYOUTS = {"full": [], "lora": ["--use_lora", "true", "--lora_target_modules", "q_proj,v_proj"],
+           # joint learners (issue #24): MAPPO's centralized critic, MAGRPO's shared group advantage (one group of 2
+           # per process: groups never span processes)
+           "mappo": ["--learner", "mappo"], "magrpo": ["--learner", "magrpo", "--group_size", "2"]}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_two_processes_match_one_process_with_the_whole_batch(tmp_path, layout):
-    extra = ["--use_lora", "true", "--lora_target_modules", "q_proj,v_proj"] if layout == "lora" else []
+    extra = LAYOUTS[layout]
     one = _worker(tmp_path, "one", 1, [*extra, "--batch_size", "4", "--mini_batch_size", "4"])
     two = _worker(tmp_path, "two", 2, [*extra, "--batch_size", "2", "--mini_batch_size", "2"])
     assert (one["world_size"], two["world_size"]) == (1, 2)
@@ -242,8 +248,10 @@ def test_two_processes_match_one_process_with_the_whole_batch(tmp_path, layout):
     assert max(two["max_replica_diff"]) == 0.0
     assert [r["iteration"] for r in two["history"]] == [0, 1, 2]
     _assert_same_metrics(one["history"], two["history"], min_keys=40)
-    # the run learned something: the policies moved away from the reference model
-    assert any(abs(r["pioneer/kl"]) > 1e-3 for r in two["history"])
+    # the run learned something: the policies moved away from the reference model (not MAGRPO: with top_k 1 a
+    # group's samples are one answer, so its advantages are 0; its equality above is the check)
+    if layout != "magrpo":
+        assert any(abs(r["pioneer/kl"]) > 1e-3 for r in two["history"])
     # only the main process wrote: one line per iteration, one config, checkpoints at 2 and at the end
     run = tmp_path / "two"
     assert [r["iteration"] for r in read_jsonl(run / "metrics.jsonl")] == [0, 1, 2]

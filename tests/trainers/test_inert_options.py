@@ -22,6 +22,8 @@ from trainers.loop.inert_options import inert_options
         ({"learner": "grpo"}, {"group_size": 2, "vf_coef": 0.5, "whiten_rewards": True}, {},
          "vf_coef=0.5, whiten_rewards=True do(es) nothing with learner='grpo'"),
         ({"learner": "grpo"}, {"group_size": 2, "kl_penalty": "abs"}, {}, "kl_penalty='abs' do(es) nothing"),
+        ({"learner": "magrpo"}, {"group_size": 2, "gamma": 0.9}, {}, "gamma=0.9 do(es) nothing with learner='magrpo'"),
+        ({"learner": "mappo"}, {"scale_rewards": False}, {}, "scale_rewards=False do(es) nothing with learner='mappo'"),
         ({}, {"kl_in_loss": False}, {}, "kl_in_loss=False do(es) nothing with learner='ppo'"),
         ({}, {"target_kl": 0.1}, {}, "target_kl=0.1 does nothing without early_stopping=True"),
         ({}, {"use_score_scaling": False, "use_score_norm": True}, {}, "use_score_norm=True does nothing"),

@@ -25,9 +25,10 @@ def registry(monkeypatch):
 
 
 def _guide_code() -> str:
+    """Every python block of docs/learners.md, in order (the REINFORCE learner, then the joint learner on it)."""
     blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), flags=re.S)
-    assert len(blocks) == 1
-    return blocks[0]
+    assert len(blocks) == 2
+    return "\n".join(blocks)
 
 
 def test_guide_learner_runs_cory_through_the_registry(registry, tiny_run):
@@ -52,11 +53,40 @@ def test_guide_learner_runs_cory_through_the_registry(registry, tiny_run):
     assert rows[0]["cory/role_exchange"] == 1.0
 
 
+def test_guide_joint_learner_pays_every_seat_the_joint_reward_and_moves_with_role_exchange(registry, tiny_run):
+    namespace: dict = {}
+    exec(compile(_guide_code(), str(GUIDE), "exec"), namespace)  # noqa: S102 - our own documentation
+    assert registry["team-reinforce"].joint
+    # partner_reward_coef 0.5: the env pays r1 + 0.5 r2; the team learner pays every seat r1 + r2
+    configs = tiny_run(learner="team-reinforce", num_iterations=2, role_exchange_period=1, partner_reward_coef=0.5)
+    seen = []
+    real = namespace["ReinforceLearner"].step
+
+    def spy(self, rollout, *, generator=None):
+        seen.append((self, rollout.scores.clone(), rollout.task_reward.clone()))
+        return real(self, rollout, generator=generator)
+
+    namespace["ReinforceLearner"].step = spy
+    trainer = CORYTrainer(*configs, reward_fn=lambda queries, responses: [float(len(r)) for r in responses])
+    assert isinstance(trainer.algorithm, namespace["TeamReinforce"])
+    rows = trainer.train()
+    learners_ = trainer.algorithm.learners
+    # iteration 0: llm1 pioneer, llm2 observer; iteration 1 after the exchange: llm2 pioneer
+    assert [s[0] for s in seen] == [learners_["llm1"], learners_["llm2"], learners_["llm2"], learners_["llm1"]]
+    for i in (0, 2):  # both seats of an iteration are paid the same joint reward: the sum of their task rewards
+        (_, pioneer, r1), (_, observer, r2) = seen[i], seen[i + 1]
+        torch.testing.assert_close(pioneer, r1 + r2)
+        torch.testing.assert_close(observer, pioneer)
+    assert rows[1]["pioneer/task_reward"] == rows[1]["llm2/task_reward"]
+
+
 def test_two_different_learners_share_one_role_exchange(registry, tiny_run):
     configs = tiny_run(learner="ppo", group_size=2, num_iterations=2, role_exchange_period=1)
     trainer = CORYTrainer(*configs)
     llm2 = trainer.exchange.bundles["llm2"]
-    llm2.learner = make_learner("grpo", llm2.agent, trainer.ref_model, configs.ppo)
+    # per-seat learners of two kinds: the algorithm (IndependentLearners) steps them, the bundle moves it
+    llm2.learner = trainer.algorithm.learners["llm2"] = make_learner("grpo", llm2.agent, trainer.ref_model,
+                                                                      configs.ppo, configs.grpo)
     rows = trainer.train()
     assert type(trainer.exchange.bundles["llm1"].learner) is PPOLearner
     assert type(trainer.exchange.bundles["llm2"].learner) is GRPOLearner

@@ -14,7 +14,7 @@ from tests.trainers import trl_reference as trl
 from trainers.config import PPOConfig
 from trainers.learning.ppo import PPOLearner
 from tests.trainers.fake_dist import TwoIdenticalProcesses
-from trainers.loop.rollout import Rollout, pad_sequences
+from trainers.learning.experience import Rollout, pad_sequences
 
 QUERIES = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14], [15]]
 RESPONSES = [[20, 21, 22, 23], [24], [25, 26], [27, 28, 29]]

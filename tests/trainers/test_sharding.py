@@ -71,16 +71,16 @@ def test_a_learner_without_sharding_support_is_refused_only_when_sharded():
     register_learner("no_shard_test", factory)
     try:
         check_learner("no_shard_test", None)  # replicated: fine
-        with pytest.raises(ValueError, match="supports_sharding = True"):
+        with pytest.raises(ValueError, match="supports_sharding=True"):
             check_learner("no_shard_test", None, sharded=True)
-        factory.supports_sharding = True
+        register_learner("no_shard_test", factory, supports_sharding=True, overwrite=True)
         check_learner("no_shard_test", None, sharded=True)
     finally:
         LEARNERS.pop("no_shard_test")
-    from trainers.config import PPOConfig
+    from trainers.config import GRPOConfig, PPOConfig
 
-    for name in ("ppo", "grpo"):
-        check_learner(name, PPOConfig(batch_size=4, mini_batch_size=4, group_size=2), sharded=True)
+    for name in ("ppo", "grpo", "mappo", "magrpo"):
+        check_learner(name, PPOConfig(batch_size=4, mini_batch_size=4), GRPOConfig(group_size=2), sharded=True)
 
 
 @pytest.mark.parametrize("extra, message", [

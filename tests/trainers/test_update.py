@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from trainers.config import PPOConfig
+from trainers.config import GRPOConfig, PPOConfig
 from trainers.learning.update import (
     NonFiniteLossError,
     backward_batches,
@@ -16,7 +16,7 @@ from trainers.learning.update import (
     optimizer_step,
 )
 from tests.trainers.fake_dist import TwoIdenticalProcesses
-from trainers.loop.distributed import DataParallel
+from trainers.distributed import DataParallel
 
 
 def _flat(batches):
@@ -166,7 +166,7 @@ def _step_gradient(learner_cls, tiny_tok, *, mini_batch: int, accum: int, over: 
 
     from agents import LLMAgent, ReferenceModel, ValueHead
     from agents.tiny import tiny_causal_lm
-    from trainers.loop.rollout import Rollout, pad_sequences
+    from trainers.learning.experience import Rollout, pad_sequences
 
     torch.manual_seed(0)  # the value head's initialisation
     base = tiny_causal_lm(tiny_tok, seed=0)
@@ -177,8 +177,8 @@ def _step_gradient(learner_cls, tiny_tok, *, mini_batch: int, accum: int, over: 
             p.add_(0.05 * torch.randn(p.shape, generator=gen))
     agent = LLMAgent(policy, tiny_tok, value_head=ValueHead(policy.config.hidden_size, dropout=0.0))
     config = PPOConfig(batch_size=4, mini_batch_size=mini_batch, gradient_accumulation_steps=accum, ppo_epochs=1,
-                       token_mean_over=over, **extra)
-    learner = learner_cls(agent, ReferenceModel(base), config)
+                       token_mean_over=over)
+    learner = learner_cls(agent, ReferenceModel(base), config, *([GRPOConfig(**extra)] if extra else []))
     learner.optimizer = _GradientRecorder(learner._params)
     query, query_mask = pad_sequences([[5, 6], [7, 8, 9], [10], [11, 12]], 0, side="left")
     response, response_mask = pad_sequences([[20], list(range(30, 42)), [21, 22, 23], list(range(50, 70))], 0,

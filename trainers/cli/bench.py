@@ -37,6 +37,10 @@ ARMS: dict[str, list[str]] = {
     # critic-free GRPO learners (4 samples per query; batch_size must be a multiple of 4)
     "cory-grpo": ["--algo", "cory", "--learner", "grpo", "--group_size", "4"],
     "grpo": ["--algo", "ppo", "--learner", "grpo", "--group_size", "4"],
+    # joint learners (trainers.learning.joint): a centralized critic (MAPPO) against IPPO = "cory"; the joint
+    # reward's shared group advantage in MAGRPO's centred form (its eq. 1) against "cory-grpo"
+    "mappo": ["--algo", "cory", "--learner", "mappo"],
+    "magrpo": ["--algo", "cory", "--learner", "magrpo", "--group_size", "4", "--scale_rewards", "false"],
 }
 
 

@@ -214,7 +214,7 @@ def load_checkpoint_agent(checkpoint: str | Path, model_name: str | None = None)
     if name not in agents:
         raise ValueError(f"--model_name {name!r} is not in this checkpoint; choose one of {sorted(agents)}")
     ckpt.load_agent(path, name, agents[name])
-    kind = kl_estimator(configs.run.learner, configs.ppo)
+    kind = kl_estimator(configs.run.learner, configs.ppo, configs.grpo)
     return _Loaded(agents[name], ref, name, path, configs.env, f"{configs.model.model} ({path}, {name})", kind)
 
 

@@ -16,7 +16,7 @@ from typing import Sequence
 
 from trainers.config import RunConfigs
 from trainers.learning.learners import check_learner
-from trainers.loop.distributed import check_device
+from trainers.distributed import check_device
 from trainers.loop.run_dir import check_output_dir
 from trainers.loop.sharding import check_sharding
 
@@ -54,7 +54,7 @@ def launch_command(num_processes: int, program: Sequence[str], *, port: int | No
         port: the rendezvous port; default a free one.
 
     ``--multi_gpu`` selects accelerate's torchrun launcher, which also serves CPU-only machines (each process then
-    trains on the CPU with the gloo backend; `trainers.loop.distributed`).
+    trains on the CPU with the gloo backend; `trainers.distributed`).
     """
     return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "1",
             "--num_processes", str(num_processes), "--mixed_precision", "no", "--dynamo_backend", "no",

@@ -9,6 +9,7 @@ field's help. Values resolve as command-line flags > `--config FILE.yaml` > `--p
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import json
 import logging
@@ -21,12 +22,47 @@ import yaml
 
 from trainers.cli.launch import launch_command, preflight, run_launcher, split_num_processes
 from trainers.cli.presets import PRESETS, preset
-from trainers.config import CORYConfig, ModelConfig, PPOConfig, RunConfigs, flat_field_types
+from trainers.config import CORYConfig, GRPOConfig, ModelConfig, PPOConfig, RunConfigs, flat_field_types
+from trainers.learning.learners import LEARNERS
 from agents.sampling import SamplingConfig
 from cory_env import EnvConfig
 
-#: `cory train --help` order of the config groups: the run, the model, the task, the learner, sampling.
-HELP_ORDER = (CORYConfig, ModelConfig, EnvConfig, PPOConfig, SamplingConfig)
+#: `cory train --help` order of the config groups: the run, the model, the task, the learners, sampling.
+HELP_ORDER = (CORYConfig, ModelConfig, EnvConfig, PPOConfig, GRPOConfig, SamplingConfig)
+#: The config classes whose flags `cory train --help` regroups by the learners that read them.
+LEARNER_CONFIGS = (PPOConfig, GRPOConfig)
+
+
+def learner_readers(config_class: type, name: str) -> tuple[str, ...]:
+    """The registered learners that read field `name` of `config_class` (`PPOConfig`: all but those whose
+    `LearnerSpec.ignores` names it; another class: those whose `LearnerSpec.config_class` it is)."""
+    if config_class is PPOConfig:
+        return tuple(n for n, spec in LEARNERS.items() if name not in spec.ignores)
+    return tuple(n for n, spec in LEARNERS.items() if spec.config_class is config_class)
+
+
+def group_flags_by_learner(parser: argparse.ArgumentParser) -> None:
+    """Regroup the learners' flags in `parser`'s help: one group per set of learners that read them ("options read
+    by every learner", "options read by ppo, mappo", ...), from the registered `LearnerSpec`s."""
+    by_dest = {}
+    for group in list(parser._action_groups):
+        if group.title in {c._argument_group_name for c in LEARNER_CONFIGS}:
+            by_dest.update({a.dest: a for a in group._group_actions})
+            parser._action_groups.remove(group)
+    groups: dict[tuple[str, ...], list] = {}
+    for config_class in LEARNER_CONFIGS:
+        for f in dataclasses.fields(config_class):
+            if f.name in by_dest:
+                groups.setdefault(learner_readers(config_class, f.name), []).append(by_dest[f.name])
+    everyone = tuple(LEARNERS)
+    for readers, actions in sorted(groups.items(), key=lambda kv: (kv[0] != everyone, -len(kv[0]))):
+        who = "every learner" if readers == everyone else ", ".join(readers) or "no registered learner"
+        group = parser.add_argument_group(f"learner options read by {who} (--learner)")
+        group._group_actions.extend(actions)
+    sampling = [g for g in parser._action_groups if g.title == SamplingConfig._argument_group_name]
+    for group in sampling:  # sampling last, as in HELP_ORDER
+        parser._action_groups.remove(group)
+        parser._action_groups.append(group)
 
 logger = logging.getLogger("cory")
 
@@ -113,6 +149,7 @@ def parse_train_args(argv: Sequence[str]) -> RunConfigs:
                         help="Data-parallel processes on this machine (accelerate launch; GPUs, or CPU with gloo). "
                              "batch_size counts one process's episodes.")
     parser.set_defaults(**defaults)
+    group_flags_by_learner(parser)
     *configs, extra, remaining = parser.parse_args_into_dataclasses(args=list(argv), return_remaining_strings=True)
     if extra.num_processes != 1:  # run_train takes it off before parsing; anywhere else it would be ignored
         raise ValueError(f"--num_processes {extra.num_processes} is handled by `cory train` (it launches the "
@@ -130,7 +167,7 @@ def parse_train_args(argv: Sequence[str]) -> RunConfigs:
 def run_train(argv: Sequence[str]) -> int:
     """``cory train ...``; returns the exit status (130 when a stop signal ended training early)."""
     from trainers.loop.cory import CORYTrainer
-    from trainers.loop.distributed import launched_world_size
+    from trainers.distributed import launched_world_size
 
     num_processes, argv = split_num_processes(argv)
     launched = launched_world_size()

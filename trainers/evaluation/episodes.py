@@ -14,7 +14,8 @@ import torch
 
 from cory_env import BatchedCORYEnv, EnvConfig
 from trainers.learning import ppo_math
-from trainers.loop.rollout import rollout_from_transcript, run_episodes, score_rollout
+from trainers.loop.rollout import rollout_from_transcript, run_episodes
+from trainers.learning.experience import score_rollout
 
 
 def distinct_n(texts: Sequence[str], n: int) -> float:

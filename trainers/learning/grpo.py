@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import torch
 
-from trainers.config import PPOConfig
+from trainers.learning.configs import GRPOConfig, PPOConfig
 from trainers.learning import ppo_math
 from trainers.learning.update import PolicyLearner, pooled_minibatch_loss
-from trainers.loop.rollout import Rollout, score_rollout
+from trainers.learning.experience import Rollout, score_rollout
 
 STD_EPS = 1e-4
 """Added to the group std before dividing (TRL `GRPOTrainer`'s constant); a zero-std group gets advantage 0."""
@@ -74,7 +74,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: bool = Tr
         raise ValueError(f"rewards must be (B,), got shape {tuple(rewards.shape)}")
     if group_size < 2:
         raise ValueError(f"group_size must be >= 2 for group-relative advantages, got {group_size}; "
-                         "set PPOConfig.group_size (--group_size) to the samples per query")
+                         "set GRPOConfig.group_size (--group_size) to the samples per query")
     if rewards.shape[0] % group_size:
         raise ValueError(f"{rewards.shape[0]} rewards do not split into groups of {group_size}; "
                          "use a batch size that is a multiple of group_size")
@@ -152,9 +152,10 @@ def grpo_loss(
     return loss, stats
 
 
-def penalised_kl_kind(config: PPOConfig) -> str:
-    """The KL estimator GRPO penalises (and logs as `kl`): k3 when `kl_in_loss`, else `kl_penalty`."""
-    return "k3" if config.kl_in_loss else config.kl_penalty
+def penalised_kl_kind(config: PPOConfig, options: GRPOConfig) -> str:
+    """The KL estimator GRPO penalises (and logs as `kl`): k3 when `GRPOConfig.kl_in_loss`, else
+    `PPOConfig.kl_penalty`."""
+    return "k3" if options.kl_in_loss else config.kl_penalty
 
 
 class GRPOLearner(PolicyLearner):
@@ -165,8 +166,9 @@ class GRPOLearner(PolicyLearner):
         agent: an `agents.LLMAgent` with `evaluate(...)` and `trainable_parameters()` (its value head is unused).
         ref_model: the shared frozen `agents.ReferenceModel`.
         config: `PPOConfig` (reads learning_rate, batch_size, mini_batch_size, gradient_accumulation_steps,
-            ppo_epochs, cliprange, init_kl_coef/adap_kl_ctrl/target/horizon, kl_penalty, max_grad_norm,
-            group_size, scale_rewards, kl_in_loss); sizes count this process's rows.
+            ppo_epochs, cliprange, ent_coef, init_kl_coef/adap_kl_ctrl/target/horizon, kl_penalty, max_grad_norm,
+            token_mean_over); sizes count this process's rows.
+        options: `GRPOConfig` (group_size, scale_rewards, kl_in_loss); None = its defaults (group_size 1, refused).
         dist: the data-parallel group (default single process): gradients averaged, the loss a global token mean,
             the KL controller on the global KL (groups never span processes: rows of one query stay together).
 
@@ -178,39 +180,57 @@ class GRPOLearner(PolicyLearner):
     (fraction of groups whose scores are all equal: no task signal, whatever the KL penalty), response_len, epochs.
 
     Raises:
-        ValueError: if `config.group_size` < 2, or the reference model shares a trainable parameter with the agent.
+        ValueError: if `options.group_size` < 2 or does not divide `batch_size`, or the reference model shares a
+            trainable parameter with the agent.
     """
 
     name = "grpo"
 
+    def __init__(self, agent, ref_model, config: PPOConfig, options: GRPOConfig | None = None, *,
+                 dist=None) -> None:
+        self.options = GRPOConfig() if options is None else options
+        super().__init__(agent, ref_model, config, dist=dist)
+
+    def check_config(self, config: PPOConfig) -> None:
+        GRPOLearner.check_options(config, self.options)
+
     @staticmethod
-    def check_config(config: PPOConfig) -> None:
-        """Raise `ValueError` for settings GRPO cannot run: `group_size` < 2, or ``kl_penalty="full"`` in the reward."""
-        if config.group_size < 2:
-            raise ValueError(f"GRPO needs group_size >= 2 (samples per query), got {config.group_size}; "
+    def check_options(config: PPOConfig, options: GRPOConfig) -> None:
+        """Raise `ValueError` for settings GRPO cannot run: `group_size` < 2 or not dividing `batch_size`, or
+        ``kl_penalty="full"`` in the reward."""
+        if options.group_size < 2:
+            raise ValueError(f"GRPO needs group_size >= 2 (samples per query), got {options.group_size}; "
                              "pass --group_size 4 (batch_size must be a multiple of it)")
-        if config.kl_penalty == "full" and not config.kl_in_loss:
+        if config.batch_size % options.group_size:
+            raise ValueError(f"batch_size={config.batch_size} is not divisible by group_size={options.group_size}; "
+                             "choose batch_size as a multiple of group_size (each query fills one group of rows)")
+        if config.kl_penalty == "full" and not options.kl_in_loss:
             raise ValueError("kl_penalty='full' is not supported by GRPO's reward penalty; use kl, abs, mse or k3")
 
     # ------------------------------------------------------------------ the update
-    def prepare(self, rollout: Rollout) -> dict[str, torch.Tensor]:
+    def prepare(self, rollout: Rollout, critic: Rollout | None = None) -> dict[str, torch.Tensor]:
         """Old and reference logprobs, per-token KL, sequence rewards and advantages (no grad).
+
+        Raises:
+            ValueError: a `critic` input: GRPO trains no value head (use ``--learner mappo``'s PPO learners).
 
         Returns:
             dict of float32 tensors: logprobs, ref_logprobs, kl (B, T; 0 on padding), rewards (B,; the scores,
             without any KL), advantages (B,).
         """
-        cfg, mask = self.config, rollout.response_mask
+        if critic is not None:
+            raise ValueError("GRPO has no critic: it cannot read a critic input; use a PPO learner (mappo)")
+        opts, mask = self.options, rollout.response_mask
         old, ref = score_rollout(self.agent, self.ref_model, rollout, need_values=False)
-        kl = ppo_math.kl_penalty(old.logprobs, ref.logprobs, penalised_kl_kind(cfg), mask=mask)
+        kl = ppo_math.kl_penalty(old.logprobs, ref.logprobs, penalised_kl_kind(self.config, opts), mask=mask)
         rewards = rollout.scores.float()
-        penalty = None if cfg.kl_in_loss else float(self.kl_ctl.value) * kl.sum(dim=-1)
-        advantages = group_advantages(rewards, cfg.group_size, scale=cfg.scale_rewards, penalty=penalty)
+        penalty = None if opts.kl_in_loss else float(self.kl_ctl.value) * kl.sum(dim=-1)
+        advantages = group_advantages(rewards, opts.group_size, scale=opts.scale_rewards, penalty=penalty)
         return {"logprobs": old.logprobs, "ref_logprobs": ref.logprobs, "kl": kl, "rewards": rewards,
                 "advantages": advantages}
 
     def _update_stats(self, rollout, data, stats, epochs, stopped) -> dict[str, float]:
-        grouped = data["rewards"].view(-1, self.config.group_size)  # the task (collective) rewards, no KL
+        grouped = data["rewards"].view(-1, self.options.group_size)  # the task (collective) rewards, no KL
         return {"reward_std": float(grouped.std(dim=-1).mean()),
                 "zero_std_groups": float((grouped.max(dim=-1).values == grouped.min(dim=-1).values).float().mean()),
                 "response_len": float(rollout.response_mask.sum(dim=-1).float().mean()),
@@ -223,7 +243,7 @@ class GRPOLearner(PolicyLearner):
         new = self.agent.evaluate(mb.query, mb.query_mask, mb.response, mb.response_mask, allowed=mb.allowed)
         loss, stats = grpo_loss(new.logprobs, data["logprobs"][idx, :width], data["ref_logprobs"][idx, :width],
                                 data["advantages"][idx], mb.response_mask, cliprange=self.config.cliprange,
-                                kl_coef=beta if self.config.kl_in_loss else 0.0, entropy=new.entropy,
+                                kl_coef=beta if self.options.kl_in_loss else 0.0, entropy=new.entropy,
                                 ent_coef=self.config.ent_coef)
         return pooled_minibatch_loss(self.dist, loss, stats, mb.response_mask, algo="GRPO",
                                      terms=("policy_loss", "kl_loss"), fix="lower learning_rate or set max_grad_norm")

@@ -1,30 +1,39 @@
-"""The learner protocol and the registry of learners by name (`CORYConfig`/CLI `--learner`).
+"""The learner protocols and the registry of learners by name (`CORYConfig.learner`, ``--learner``).
 
-A learner owns one model's optimisation: it is built from an agent, the shared reference model and a config, and the
-trainer and the role-exchange wrapper only ever call the methods below. Any object with them plugs in; register a
-factory with `register_learner` and pick it with `--learner NAME` (guide: docs/learners.md).
+Two kinds plug in (guide and worked examples: docs/learners.md):
 
-Agents act, learners learn (Tianshou's Policy/Algorithm split): acting on batched observations is the agent's job
-(`agents.LLMAgent.act_batch`, KV cached, called by `trainers.loop.rollout.run_episodes`); a learner never samples. It
-receives a finished `Rollout` of its seat, re-scores it with `agent.evaluate` (and the reference model) and updates
-the agent's trainable parameters in place. So one agent class serves every learner, and a learner can be swapped
-without touching rollout code. A learner that needs several samples per query (GRPO) asks for them through
-`PPOConfig.group_size`, which the trainer passes to the rollout.
+* a **per-seat learner** (`Learner`) owns one model's optimisation: built once per model from its agent, the shared
+  reference model and the `PPOConfig`, it receives its seat's finished `Rollout` each iteration. The trainer runs
+  the per-seat learners of a run as one `trainers.learning.joint.IndependentLearners` (independent learning, IPPO).
+* a **joint learner** (`trainers.learning.joint.JointLearner`) is a MARL algorithm: built once from every model,
+  it receives the whole iteration (`JointBatch`: every seat's rollout, which model sits where) and updates the
+  models it owns.
 
-| name | class | critic | notes |
-|---|---|---|---|
-| ``"ppo"`` | `trainers.learning.ppo.PPOLearner` | value head | TRL 0.11 PPO, the paper's learner |
-| ``"grpo"`` | `trainers.learning.grpo.GRPOLearner` | none | group-relative advantages, needs ``group_size >= 2`` |
+Each entry of `LEARNERS` is a `LearnerSpec`: the factory and what the trainer must know before building it (its
+config class, the responses per query it wants, the KL estimator it logs, the `PPOConfig` fields it ignores, whether
+it needs several seats or supports FSDP2). Agents act, learners learn (Tianshou's Policy/Algorithm split): sampling
+is `agents.LLMAgent.act_batch`'s job (called by the rollout loop); a learner never samples, it re-scores the
+rollout with `agent.evaluate` (and the reference model) and updates the agent's trainable parameters in place.
+
+| name | kind | class | critic | advantage |
+|---|---|---|---|---|
+| ``"ppo"`` | per seat | `trainers.learning.ppo.PPOLearner` | own value head on the seat's prompt | GAE (TRL 0.11 PPO) |
+| ``"grpo"`` | per seat | `trainers.learning.grpo.GRPOLearner` | none | the seat's scores, group-relative |
+| ``"mappo"`` | joint | `trainers.learning.mappo.MAPPO` | own value head on the joint transcript | GAE |
+| ``"magrpo"`` | joint | `trainers.learning.magrpo.MAGRPO` | none | the joint reward, group-relative, shared |
 """
-
 from __future__ import annotations
 
+import dataclasses
 import inspect
-from typing import Any, Callable, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Protocol, runtime_checkable
 
 import torch
 
-from trainers.loop.rollout import Rollout
+from trainers.learning.configs import GRPOConfig, PPOConfig
+from trainers.learning.experience import Rollout
+from trainers.learning.joint import IndependentLearners, JointLearner
 
 
 @runtime_checkable
@@ -47,52 +56,176 @@ class Learner(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+@dataclass(frozen=True)
+class LearnerSpec:
+    """What the trainer knows of a registered learner before any model is built (`register_learner`).
+
+    Attributes:
+        factory: per-seat: ``factory(agent, ref_model, config[, options=][, dist=]) -> Learner``, called once per
+            model; joint (`joint`): ``factory(agents, ref_model, config[, options=][, dist=]) -> JointLearner``
+            with ``agents`` = model name -> agent, called once per run. ``config`` is the `PPOConfig`; ``options``
+            (passed only when `config_class` is not `PPOConfig`) the run's instance of `config_class`.
+        joint: the factory builds a `trainers.learning.joint.JointLearner` (sees every seat) instead of one
+            per-seat `Learner` per model.
+        config_class: the config class holding the learner's own options: `PPOConfig` (ppo, mappo) or
+            `GRPOConfig` (grpo, magrpo); None for a learner with none beyond `PPOConfig`'s update.
+        ignores: `PPOConfig` fields the learner never reads (`cory train` warns when one is set:
+            `trainers.loop.inert_options`).
+        value_head: the learner trains the agents' value heads (else ``value_head_dropout`` does nothing).
+        samples_per_query: ``options -> k``, responses per query the rollout must hold in consecutive rows
+            (GRPO's group); None = 1.
+        kl_kind: ``(config, options) -> estimator``, the `ppo_math.kl_penalty` kind it penalises and logs as
+            ``kl``; None = ``config.kl_penalty``.
+        check: ``(config, options) -> None``, raising `ValueError` for settings it cannot run.
+        needs_partner: refuses a run with a single seat (a centralized critic needs other seats to centralise).
+        supports_sharding: keeps its optimizer as ``learner.optimizer`` on each per-model learner, which
+            checkpoints gather whole and re-shard on load (``--sharding fsdp``).
+        summary: one line for tables and ``--help``.
+    """
+
+    factory: Callable[..., Any]
+    joint: bool = False
+    config_class: type | None = None
+    ignores: tuple[str, ...] = ()
+    value_head: bool = True
+    samples_per_query: Callable[[Any], int] | None = None
+    kl_kind: Callable[[Any, Any], str] | None = None
+    check: Callable[[Any, Any], None] | None = None
+    needs_partner: bool = False
+    supports_sharding: bool = False
+    summary: str = ""
+
+    def options_from(self, configs: Iterable[Any]) -> Any:
+        """The run's instance of `config_class` among `configs` (e.g. a `trainers.config.RunConfigs`), or None when
+        the learner has no options beyond `PPOConfig` (which every factory gets as ``config``)."""
+        if self.config_class is None or self.config_class is PPOConfig:
+            return None
+        for config in configs:
+            if isinstance(config, self.config_class):
+                return config
+        return self.config_class()
+
+    def group_size(self, options: Any) -> int:
+        """Responses per query this learner needs (`samples_per_query`; 1 without)."""
+        return 1 if self.samples_per_query is None else int(self.samples_per_query(options))
+
+    def kl_estimator(self, config: PPOConfig, options: Any) -> str:
+        """The per-token KL estimator it penalises and logs as ``kl`` (`kl_kind`; else ``config.kl_penalty``)."""
+        return config.kl_penalty if self.kl_kind is None else self.kl_kind(config, options)
+
+    def _kwargs(self, options: Any, dist) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {}
+        if self.config_class is not None and self.config_class is not PPOConfig:
+            kwargs["options"] = options
+        if dist is not None and accepts_dist(self.factory):
+            kwargs["dist"] = dist
+        return kwargs
+
+
+def _grpo_group(options: GRPOConfig) -> int:
+    return options.group_size
+
+
+def _grpo_kl(config: PPOConfig, options: GRPOConfig) -> str:
+    from trainers.learning.grpo import penalised_kl_kind
+
+    return penalised_kl_kind(config, options)
+
+
+def _grpo_check(config: PPOConfig, options: GRPOConfig) -> None:
+    from trainers.learning.grpo import GRPOLearner
+
+    GRPOLearner.check_options(config, options)
+
+
 def _ppo(agent, ref_model, config, dist=None):
     from trainers.learning.ppo import PPOLearner
 
     return PPOLearner(agent, ref_model, config, dist=dist)
 
 
-def _grpo(agent, ref_model, config, dist=None):
+def _grpo(agent, ref_model, config, options=None, dist=None):
     from trainers.learning.grpo import GRPOLearner
 
-    return GRPOLearner(agent, ref_model, config, dist=dist)
+    return GRPOLearner(agent, ref_model, config, options, dist=dist)
 
 
-def _check_grpo(config) -> None:
-    from trainers.learning.grpo import GRPOLearner
+def _mappo(agents, ref_model, config, dist=None):
+    from trainers.learning.mappo import MAPPO
 
-    GRPOLearner.check_config(config)
-
-
-_grpo.check_config = _check_grpo  # what `check_learner` runs before any model is built
-# both keep their Adam as `learner.optimizer`, which a checkpoint gathers whole and re-shards on load (FSDP2 runs)
-_ppo.supports_sharding = _grpo.supports_sharding = True
+    return MAPPO(agents, ref_model, config, dist=dist)
 
 
-LEARNERS: dict[str, Callable[..., Learner]] = {"ppo": _ppo, "grpo": _grpo}
+def _magrpo(agents, ref_model, config, options=None, dist=None):
+    from trainers.learning.magrpo import MAGRPO
+
+    return MAGRPO(agents, ref_model, config, options, dist=dist)
 
 
-def register_learner(name: str, factory: Callable[..., Learner], *, overwrite: bool = False) -> None:
-    """Make `factory(agent, ref_model, config) -> Learner` available as `--learner name`.
+#: `PPOConfig` fields only PPO's value head, GAE, score scaling, early stopping and ratio guard read.
+PPO_ONLY = ("gamma", "lam", "vf_coef", "cliprange_value", "whiten_rewards", "use_score_scaling", "use_score_norm",
+            "score_clip", "early_stopping", "target_kl", "ratio_threshold")
+
+_GROUP = dict(config_class=GRPOConfig, ignores=PPO_ONLY, value_head=False, samples_per_query=_grpo_group,
+              kl_kind=_grpo_kl, check=_grpo_check, supports_sharding=True)
+
+LEARNERS: dict[str, LearnerSpec] = {
+    "ppo": LearnerSpec(_ppo, config_class=PPOConfig, supports_sharding=True,
+                       summary="per seat: TRL 0.11 PPO with a value head (the paper's learner; IPPO under CORY)"),
+    "grpo": LearnerSpec(_grpo, summary="per seat: critic-free GRPO, group-relative advantages (DeepSeekMath)",
+                        **_GROUP),
+    "mappo": LearnerSpec(_mappo, joint=True, config_class=PPOConfig, needs_partner=True, supports_sharding=True,
+                         summary="joint: PPO with a centralized critic on the joint transcript (MAPPO)"),
+    "magrpo": LearnerSpec(_magrpo, joint=True, summary="joint: one group-relative advantage of the joint reward "
+                          "shared by every seat (MAGRPO)", **_GROUP),
+}
+"""Registered learners by name (`CORYConfig.learner`, ``--learner``)."""
+
+
+def register_learner(name: str, factory: Callable[..., Any] | LearnerSpec, *, overwrite: bool = False,
+                     **spec: Any) -> None:
+    """Make a learner available as `--learner name`.
 
     Args:
         name: registry key (e.g. "reinforce").
-        factory: called once per model with (agent, shared reference model, `PPOConfig`).
+        factory: a per-seat factory ``(agent, ref_model, config) -> Learner`` (called once per model with the
+            shared reference model and the `PPOConfig`), or a whole `LearnerSpec`.
         overwrite: replace an existing entry of the same name.
+        **spec: `LearnerSpec` fields for a plain factory (``joint=True``, ``config_class=``, ``ignores=``,
+            ``samples_per_query=``, ``kl_kind=``, ``check=``, ``needs_partner=``, ``supports_sharding=``, ...).
 
     Raises:
-        TypeError: if `factory` is not callable.
+        TypeError: if `factory` is not callable, or `spec` names no `LearnerSpec` field.
         ValueError: if `name` is empty, or already registered and not `overwrite`.
     """
-    if not callable(factory):
+    if isinstance(factory, LearnerSpec):
+        entry = dataclasses.replace(factory, **spec)
+    elif not callable(factory):
         raise TypeError(f"learner factory for {name!r} must be callable (agent, ref_model, config) -> Learner, "
                         f"got {type(factory).__name__}")
+    else:
+        fields = {f.name for f in dataclasses.fields(LearnerSpec)}
+        unknown = sorted(set(spec) - fields)
+        if unknown:
+            raise TypeError(f"register_learner({name!r}): unknown LearnerSpec field(s) {unknown}; valid: "
+                            f"{sorted(fields - {'factory'})}")
+        entry = LearnerSpec(factory, **spec)
     if not isinstance(name, str) or not name:
         raise ValueError(f"learner name must be a non-empty str, got {name!r}")
     if name in LEARNERS and not overwrite:
         raise ValueError(f"learner {name!r} is already registered; pass overwrite=True to replace it")
-    LEARNERS[name] = factory
+    LEARNERS[name] = entry
+
+
+def learner_spec(name: str) -> LearnerSpec:
+    """The registered `LearnerSpec` of `name`.
+
+    Raises:
+        ValueError: an unknown name (lists the registered ones).
+    """
+    if name not in LEARNERS:
+        raise ValueError(f"unknown learner {name!r}; registered learners: {sorted(LEARNERS)}")
+    return LEARNERS[name]
 
 
 def accepts_dist(factory: Callable[..., Learner]) -> bool:
@@ -104,72 +237,117 @@ def accepts_dist(factory: Callable[..., Learner]) -> bool:
     return "dist" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
-def check_learner(name: str, config, *, sharded: bool = False) -> None:
-    """Check, before any model is built, that `name` is registered and fits `config`.
-
-    A factory may carry a ``check_config(config)`` attribute (GRPO's checks `group_size`); it is called here.
+def check_learner(name: str, config, options: Any = None, *, sharded: bool = False, seats: int = 2) -> None:
+    """Check, before any model is built, that `name` is registered and fits the run.
 
     Args:
-        sharded: the run is FSDP2-sharded (``--sharding fsdp``): the factory must declare
-            ``supports_sharding = True``.
+        config: the run's `PPOConfig`; options: its instance of the learner's `config_class` (None: defaults).
+        sharded: the run is FSDP2-sharded (``--sharding fsdp``): the learner must declare ``supports_sharding``.
+        seats: how many seats the run has (1 for the single-agent baseline ``--algo ppo``, 2 for CORY).
 
     Raises:
-        ValueError: an unknown name (lists the registered ones), settings the learner refuses, or a sharded run
-            with a factory that does not declare sharding support (its optimizer state would be checkpointed as
-            shards it cannot reload).
+        ValueError: an unknown name (lists the registered ones); settings the learner refuses (its `check`); a
+            batch that does not split into its groups of `samples_per_query`; a learner that `needs_partner` on a
+            single seat; a sharded run with a learner that does not declare sharding support.
     """
-    if name not in LEARNERS:
-        raise ValueError(f"unknown learner {name!r}; registered learners: {sorted(LEARNERS)}")
-    if sharded and not getattr(LEARNERS[name], "supports_sharding", False):
+    spec = learner_spec(name)
+    if sharded and not spec.supports_sharding:
         raise ValueError(
-            f"learner {name!r} does not declare FSDP2 support (`supports_sharding = True` on its factory): its "
+            f"learner {name!r} does not declare FSDP2 support (register it with `supports_sharding=True`): its "
             "optimizer state would hold shards that a checkpoint cannot restore. Build it on "
             "trainers.learning.update.PolicyLearner (its `optimizer` attribute is re-sharded on load) and set "
-            "the attribute, or train with --sharding none"
+            "supports_sharding, or train with --sharding none"
         )
-    check = getattr(LEARNERS[name], "check_config", None)
-    if check is not None:
-        check(config)
+    if spec.needs_partner and seats < 2:
+        raise ValueError(f"learner {name!r} needs at least two seats (its critic is centralised over the seats' "
+                         "joint transcript), but this run has one (--algo ppo); use --algo cory, or --learner ppo "
+                         "for the single-agent baseline")
+    if options is None and spec.config_class not in (None, PPOConfig):
+        options = spec.config_class()
+    if spec.check is not None:
+        spec.check(config, options)
+    k = spec.group_size(options)
+    if config is not None and config.batch_size % k:
+        raise ValueError(f"batch_size={config.batch_size} is not divisible by group_size={k}: learner {name!r} "
+                         "plays each query k times in consecutive rows; choose batch_size as a multiple of it")
 
 
-def make_learner(name: str, agent, ref_model, config, *, dist=None, sharded: bool = False) -> Learner:
-    """Build the learner registered as `name`.
+def _checked_result(name: str, result: Any, protocol: type, methods: tuple[str, ...]) -> Any:
+    if not isinstance(result, protocol):
+        missing = [m for m in methods if not hasattr(result, m)]
+        raise TypeError(f"learner factory {name!r} returned {type(result).__name__}, which lacks {missing}")
+    return result
 
-    Args:
-        dist: the data-parallel group (`trainers.loop.distributed.DataParallel`), passed as ``dist=`` to factories that
-            accept it; a factory without ``dist`` is called as ``factory(agent, ref_model, config)`` (one process
-            only).
-        sharded: the models are FSDP2-sharded (`CORYConfig.sharded`; see `check_learner`).
 
-    Raises:
-        ValueError: for an unknown name (lists the registered ones), a multi-process run with a learner whose
-            factory takes no ``dist`` (it would not average gradients and the replicas would drift apart), or an
-            FSDP2-sharded run (`sharded`) with a factory that does not declare sharding (`check_learner`).
-        TypeError: if the factory's result does not implement the `Learner` protocol.
-    """
-    check_learner(name, config, sharded=sharded)
-    factory = LEARNERS[name]
-    accepts = accepts_dist(factory)
-    if dist is not None and dist.enabled and not accepts:
+def _check_dist(name: str, spec: LearnerSpec, dist) -> None:
+    if dist is not None and dist.enabled and not accepts_dist(spec.factory):
         raise ValueError(
             f"learner {name!r} cannot train data-parallel: its factory takes no `dist` argument, so it would not "
             f"average gradients across the {dist.world_size} processes. Add a `dist=None` keyword and call "
             "dist.sync_gradients(params) before each optimiser step (docs/learners.md), or run one process"
         )
-    learner = factory(agent, ref_model, config, dist=dist) if accepts and dist is not None else \
-        factory(agent, ref_model, config)
-    if not isinstance(learner, Learner):
-        missing = [m for m in ("step", "reset_state", "state_dict", "load_state_dict") if not hasattr(learner, m)]
-        raise TypeError(f"learner factory {name!r} returned {type(learner).__name__}, which lacks {missing}")
-    return learner
 
 
-def kl_estimator(name: str, config) -> str:
-    """The per-token KL estimator learner `name` penalises and logs as ``kl`` (`ppo_math.kl_penalty` kind):
-    GRPO's (k3 when `kl_in_loss`, `trainers.learning.grpo.penalised_kl_kind`), else `PPOConfig.kl_penalty`; evaluations
-    report the KL with the same estimator as training."""
-    if name == "grpo":
-        from trainers.learning.grpo import penalised_kl_kind
+def make_learner(name: str, agent, ref_model, config, options: Any = None, *, dist=None,
+                 sharded: bool = False) -> Learner:
+    """Build the per-seat learner registered as `name` for one model.
 
-        return penalised_kl_kind(config)
-    return config.kl_penalty
+    Args:
+        options: the run's instance of the learner's `config_class` (e.g. `GRPOConfig`), passed as ``options=``
+            to factories whose spec declares one; None = that class's defaults.
+        dist: the data-parallel group (`trainers.distributed.DataParallel`), passed as ``dist=`` to factories that
+            accept it; a factory without ``dist`` is called without it (one process only).
+        sharded: the models are FSDP2-sharded (`CORYConfig.sharded`; see `check_learner`).
+
+    Raises:
+        ValueError: for an unknown name, a joint learner (build it with `make_joint_learner`), a multi-process run
+            with a factory that takes no ``dist`` (it would not average gradients and the replicas would drift
+            apart), or what `check_learner` refuses.
+        TypeError: if the factory's result does not implement the `Learner` protocol.
+    """
+    spec = learner_spec(name)
+    if spec.joint:
+        raise ValueError(f"learner {name!r} is a joint learner (it updates every model from all seats together); "
+                         "build it with make_joint_learner(name, agents, ref_model, config)")
+    options = spec.options_from([options]) if options is not None else spec.options_from([])
+    check_learner(name, config, options, sharded=sharded, seats=2)
+    _check_dist(name, spec, dist)
+    learner = spec.factory(agent, ref_model, config, **spec._kwargs(options, dist))
+    return _checked_result(name, learner, Learner, ("step", "reset_state", "state_dict", "load_state_dict"))
+
+
+def make_joint_learner(name: str, agents: dict[str, Any], ref_model, config, options: Any = None, *, dist=None,
+                       sharded: bool = False) -> JointLearner:
+    """The run's MARL algorithm over `agents` (model name -> agent): the joint learner registered as `name`, or the
+    per-seat learner `name` built once per model and run as `trainers.learning.joint.IndependentLearners`.
+
+    Args:
+        agents: every model of the run (``{"llm1": ..., "llm2": ...}``; one for the single-agent baseline).
+        options, dist, sharded: as `make_learner`.
+
+    Raises:
+        ValueError / TypeError: as `make_learner`; also a joint factory whose result lacks `learners` for some
+            model (it must own every model it is given) or the `JointLearner` methods.
+    """
+    spec = learner_spec(name)
+    if not spec.joint:
+        return IndependentLearners({model: make_learner(name, agent, ref_model, config, options, dist=dist,
+                                                        sharded=sharded) for model, agent in agents.items()})
+    options = spec.options_from([options]) if options is not None else spec.options_from([])
+    check_learner(name, config, options, sharded=sharded, seats=len(agents))
+    _check_dist(name, spec, dist)
+    joint = _checked_result(name, spec.factory(agents, ref_model, config, **spec._kwargs(options, dist)),
+                            JointLearner, ("learners", "step"))
+    missing = sorted(set(agents) - set(joint.learners))
+    if missing:
+        raise TypeError(f"joint learner {name!r} owns no learner for model(s) {missing}: `learners` must map every "
+                        "model it was built for to its per-model learner (state, checkpoints, role exchange)")
+    return joint
+
+
+def kl_estimator(name: str, config, options: Any = None) -> str:
+    """The per-token KL estimator learner `name` penalises and logs as ``kl`` (`ppo_math.kl_penalty` kind;
+    `LearnerSpec.kl_estimator`: GRPO's k3 when `kl_in_loss`, else `PPOConfig.kl_penalty`); evaluations report the
+    KL with the same estimator as training."""
+    spec = learner_spec(name)
+    return spec.kl_estimator(config, spec.options_from([options]) if options is not None else spec.options_from([]))

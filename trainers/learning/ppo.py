@@ -26,7 +26,16 @@ import torch
 from trainers.learning import ppo_math
 from trainers.learning.score_scaling import RunningMoments, scale_scores
 from trainers.learning.update import PolicyLearner, pooled_minibatch_loss
-from trainers.loop.rollout import Rollout, score_rollout
+from trainers.learning.experience import Rollout, score_rollout
+
+
+def critic_values(agent, critic: Rollout) -> torch.Tensor:
+    """The value head's predictions (float32 (B, T), no grad, eval mode) at the response tokens of `critic`: the
+    same responses after the critic's own prompt (`PolicyLearner.step`'s ``critic``)."""
+    agent.eval()
+    with torch.no_grad():
+        return agent.evaluate(critic.query, critic.query_mask, critic.response, critic.response_mask,
+                              allowed=critic.allowed).values.float()
 
 
 class PPOLearner(PolicyLearner):
@@ -37,7 +46,7 @@ class PPOLearner(PolicyLearner):
         agent: an `agents.LLMAgent` (policy + value head) with `evaluate(...)` and `trainable_parameters()`.
         ref_model: the shared frozen `agents.ReferenceModel` (never optimised).
         config: `PPOConfig` (`batch_size` and `mini_batch_size` count this process's rows).
-        dist: the data-parallel group (`trainers.loop.distributed.DataParallel`); default single process. With several
+        dist: the data-parallel group (`trainers.distributed.DataParallel`); default single process. With several
             processes every statistic that steers the update (score moments, advantage whitening, the ratio guard,
             early stopping, the KL controller) is global and gradients are averaged, so the replicas stay equal.
 
@@ -67,12 +76,16 @@ class PPOLearner(PolicyLearner):
         self.score_moments.load_state_dict(state["score_moments"])
 
     # ------------------------------------------------------------------ the update
-    def prepare(self, rollout: Rollout) -> dict[str, torch.Tensor]:
+    def prepare(self, rollout: Rollout, critic: Rollout | None = None) -> dict[str, Any]:
         """Scores, old logprobs/values, reference logprobs, shaped rewards, advantages and returns (no grad).
+
+        Args:
+            critic: the value head's input (same responses, another prompt: `PolicyLearner.step`); None = the
+                rollout's own prompt.
 
         Returns:
             dict with float32 tensors: scores (B,), logprobs, ref_logprobs, values, kl, rewards, non_score_reward,
-            advantages, returns (all (B, T), zero on padding).
+            advantages, returns (all (B, T), zero on padding); ``"critic"``: `critic` (the mini-batches read it).
         """
         cfg = self.config
         mask = rollout.response_mask
@@ -82,17 +95,18 @@ class PPOLearner(PolicyLearner):
             reduce_sum=self._reduce_sum,
         )
         full = cfg.kl_penalty == "full"
-        old, ref = score_rollout(self.agent, self.ref_model, rollout, return_logits=full)
+        old, ref = score_rollout(self.agent, self.ref_model, rollout, return_logits=full, need_values=critic is None)
+        values = old.values if critic is None else critic_values(self.agent, critic)
         rewards, non_score_reward, kl = ppo_math.compute_rewards(
             scores, old.logprobs, ref.logprobs, mask, self.kl_ctl.value, cfg.kl_penalty,
             logits=old.logits if full else None, ref_logits=ref.logits if full else None,
         )
-        advantages, returns = ppo_math.gae_advantages(rewards, old.values, mask, cfg.gamma, cfg.lam,
+        advantages, returns = ppo_math.gae_advantages(rewards, values, mask, cfg.gamma, cfg.lam,
                                                       whiten_rewards=cfg.whiten_rewards, reduce_sum=self._reduce_sum)
         return {
-            "scores": scores, "logprobs": old.logprobs, "ref_logprobs": ref.logprobs, "values": old.values * mask,
+            "scores": scores, "logprobs": old.logprobs, "ref_logprobs": ref.logprobs, "values": values * mask,
             "kl": kl, "rewards": rewards, "non_score_reward": non_score_reward,
-            "advantages": advantages, "returns": returns,
+            "advantages": advantages, "returns": returns, "critic": critic,
         }
 
     def _stop_after_epoch(self):
@@ -115,10 +129,15 @@ class PPOLearner(PolicyLearner):
         mb = rollout.select(idx)
         width = mb.response.shape[1]
         new = self.agent.evaluate(mb.query, mb.query_mask, mb.response, mb.response_mask, allowed=mb.allowed)
+        values = new.values
+        if data["critic"] is not None:  # a centralized critic: the value head reads the joint transcript
+            cmb = data["critic"].select(idx)
+            values = self.agent.evaluate(cmb.query, cmb.query_mask, cmb.response, cmb.response_mask,
+                                         allowed=cmb.allowed).values
         loss, stats = ppo_math.ppo_loss(
             logprobs=new.logprobs,
             old_logprobs=data["logprobs"][idx, :width],
-            values=new.values,
+            values=values,
             old_values=data["values"][idx, :width],
             advantages=data["advantages"][idx, :width],
             returns=data["returns"][idx, :width],

@@ -62,7 +62,7 @@ WHITEN_EPS = 1e-8
 """Added to the variance before the reciprocal square root in `masked_whiten` (TRL's constant)."""
 
 SumFn = Callable[[torch.Tensor], torch.Tensor]
-"""Sums a tensor over the data-parallel processes (`trainers.loop.distributed.DataParallel.sum`)."""
+"""Sums a tensor over the data-parallel processes (`trainers.distributed.DataParallel.sum`)."""
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -212,7 +212,7 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, 
         mask: bool (B, T).
         shift_mean: if False, keep the original mean (used by TRL's `whiten_rewards`).
         reduce_sum: data-parallel training: a function summing a tensor over processes
-            (`trainers.loop.distributed.DataParallel.sum`); μ and σ² then pool the masked elements of every process
+            (`trainers.distributed.DataParallel.sum`); μ and σ² then pool the masked elements of every process
             (two-pass: the global mean, then the global sum of squared deviations). None: this process only.
 
     Returns:

@@ -57,7 +57,7 @@ class RunningMoments:
         Args:
             xs: float, any shape (typically (B,)); all elements count.
             reduce_sum: data-parallel training: a function summing a tensor over processes
-                (`trainers.loop.distributed.DataParallel.sum`); the batch is then every process's scores together, so all
+                (`trainers.distributed.DataParallel.sum`); the batch is then every process's scores together, so all
                 processes hold the same moments (TRL's ``get_global_statistics``). None: this process only.
 
         Returns:

@@ -23,11 +23,11 @@ from typing import Any
 
 import torch
 
-from trainers.config import TOKEN_MEAN_OVER, PPOConfig
+from trainers.learning.configs import TOKEN_MEAN_OVER, PPOConfig
 from trainers.learning.kl_control import make_kl_controller
 from trainers.learning.ppo_math import masked_delta
-from trainers.loop.distributed import DataParallel
-from trainers.loop.rollout import Rollout
+from trainers.distributed import DataParallel
+from trainers.learning.experience import Rollout
 
 logger = logging.getLogger(__name__)
 
@@ -312,7 +312,7 @@ class PolicyLearner:
         agent: an `agents.LLMAgent` with `evaluate(...)` and `trainable_parameters()`.
         ref_model: the shared frozen `agents.ReferenceModel` (never optimised).
         config: `PPOConfig` (sizes count this process's rows).
-        dist: the data-parallel group (`trainers.loop.distributed.DataParallel`); default single process.
+        dist: the data-parallel group (`trainers.distributed.DataParallel`); default single process.
 
     Raises:
         ValueError: settings the learner refuses (`check_config`), or a reference model that shares a trainable
@@ -348,8 +348,9 @@ class PolicyLearner:
         self.kl_ctl.load_state_dict(state["kl_ctl"])
 
     # ------------------------------------------------------------------ what a learner defines
-    def prepare(self, rollout: Rollout) -> dict[str, torch.Tensor]:
-        """No-grad tensors of the rollout; must hold ``logprobs``, ``ref_logprobs`` and ``kl`` (B, T)."""
+    def prepare(self, rollout: Rollout, critic: Rollout | None = None) -> dict[str, Any]:
+        """No-grad tensors of the rollout; must hold ``logprobs``, ``ref_logprobs`` and ``kl`` (B, T). `critic`: the
+        value head's input when it differs from the policy's (`step`); a learner without a critic refuses it."""
         raise NotImplementedError
 
     def _minibatch_loss(self, rollout: Rollout, data: dict[str, torch.Tensor],
@@ -367,12 +368,16 @@ class PolicyLearner:
         return {}
 
     # ------------------------------------------------------------------ the update
-    def step(self, rollout: Rollout, *, generator: torch.Generator | None = None) -> dict[str, float]:
+    def step(self, rollout: Rollout, *, generator: torch.Generator | None = None,
+             critic: Rollout | None = None) -> dict[str, float]:
         """One update on `rollout` (see the class docstring).
 
         Args:
             rollout: this seat's experience (B must equal `config.batch_size`).
             generator: torch generator for the mini-batch order (seeded by the trainer).
+            critic: the same rows' responses after another prompt, which the value head reads instead of the seat's
+                own prompt (a centralized critic's joint transcript, `trainers.learning.mappo`); None = the seat's
+                prompt. Only learners with a value head accept it.
 
         Returns:
             Flat stats (python floats), averaged over processes: the mini-batch loss statistics; task_reward,
@@ -387,7 +392,14 @@ class PolicyLearner:
         cfg = self.config
         rollout = checked_rollout(rollout, cfg, self.agent.device)
         mask = rollout.response_mask
-        data = self.prepare(rollout)
+        if critic is None:
+            data = self.prepare(rollout)
+        else:
+            critic = checked_rollout(critic, cfg, self.agent.device)
+            if not torch.equal(critic.response_mask, mask):
+                raise ValueError("the critic's input must hold the rollout's responses (same response_mask); build "
+                                 "it with trainers.learning.mappo.joint_critic_inputs")
+            data = self.prepare(rollout, critic)
         kl_coef = float(self.kl_ctl.value)
         self.agent.train()
         stats, epochs, stopped = run_epochs(cfg, self.optimizer, self._params, self.dist, generator,

@@ -31,8 +31,9 @@ from agents.tiny import tiny_causal_lm, tiny_tokenizer
 from cory_env import BatchedCORYEnv, EnvConfig
 from cory_env.data import resolve_imdb_source
 from cory_env.tasks import task_tokenizer
-from trainers.config import DTYPES, CORYConfig, ModelConfig, PPOConfig, RunConfigs
-from trainers.learning.learners import make_learner
+from trainers.config import DTYPES, CORYConfig, ModelConfig, RunConfigs
+from trainers.learning.joint import JointLearner
+from trainers.learning.learners import learner_spec, make_joint_learner
 from trainers.loop.role_exchange import Bundle, RoleExchange
 
 logger = logging.getLogger(__name__)
@@ -147,12 +148,19 @@ def build_agents(model, tokenizer, model_config: ModelConfig, sampling: Sampling
     return agents, ref
 
 
-def build_exchange(agents: dict[str, LLMAgent], ref: ReferenceModel, config: CORYConfig,
-                   ppo_config: PPOConfig, learner: str = "ppo", dist=None) -> RoleExchange:
-    """Bundles with fresh learners (data-parallel over `dist` when given; FSDP2-sharded models with
-    `CORYConfig.sharded`), `llm1` in the pioneer seat."""
-    bundles = [Bundle(name, agent, make_learner(learner, agent, ref, ppo_config, dist=dist, sharded=config.sharded))
-               for name, agent in agents.items()]
+def build_learners(agents: dict[str, LLMAgent], ref: ReferenceModel, configs: RunConfigs,
+                   dist=None) -> JointLearner:
+    """The run's MARL algorithm over `agents` (`trainers.learning.learners.make_joint_learner`): the joint learner
+    ``configs.run.learner``, or its per-seat learner once per model as `IndependentLearners`; data-parallel over
+    `dist` when given, FSDP2-sharded models with `CORYConfig.sharded`."""
+    name = configs.run.learner
+    return make_joint_learner(name, agents, ref, configs.ppo, learner_spec(name).options_from(configs), dist=dist,
+                              sharded=configs.run.sharded)
+
+
+def build_exchange(agents: dict[str, LLMAgent], algorithm: JointLearner, config: CORYConfig) -> RoleExchange:
+    """One bundle per model (its agent and its learner from `algorithm.learners`), `llm1` in the pioneer seat."""
+    bundles = [Bundle(name, agent, algorithm.learners[name]) for name, agent in agents.items()]
     observer = bundles[1] if len(bundles) > 1 else None
     return RoleExchange(bundles[0], observer, period=config.role_exchange_period,
                         reset_on_exchange=config.reset_on_exchange)

@@ -39,7 +39,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from trainers.loop.sharding import full_state, full_tensor, shard_like, sharded_optimizer_state
+from trainers.distributed import full_tensor
+from trainers.loop.sharding import full_state, shard_like, sharded_optimizer_state
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ continues exactly as an uninterrupted one. Ctrl-C finishes the current iteration
 Data-parallel (``accelerate launch --multi_gpu --num_processes N -m trainers.cli train ...`` or
 ``cory train --num_processes N``): every process rolls out its own ``batch_size`` episodes (rank r plays the rows
 r·B .. (r+1)·B − 1 of a one-process run with batch N·B, same queries) and the learners keep the replicas equal
-(`trainers.loop.distributed`); only the main process writes config, logs and checkpoints.
+(`trainers.distributed`); only the main process writes config, logs and checkpoints.
 """
 
 from __future__ import annotations
@@ -36,12 +36,13 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from agents import SamplingConfig
 from cory_env import SEATS, EnvConfig
 from cory_env.rewards import reward_name
-from trainers.config import CORYConfig, ModelConfig, PPOConfig, RunConfigs
-from trainers.learning.learners import kl_estimator
+from trainers.config import CORYConfig, GRPOConfig, ModelConfig, PPOConfig, RunConfigs
+from trainers.learning.joint import JointBatch
+from trainers.learning.learners import check_learner, learner_spec
 from trainers.loop import checkpoint as ckpt
-from trainers.loop.build import (build_agents, build_env, build_exchange, load_run_model, resolved_env_config,
-                                 seed_everything)
-from trainers.loop.distributed import DataParallel
+from trainers.loop.build import (build_agents, build_env, build_exchange, build_learners, load_run_model,
+                                 resolved_env_config, seed_everything)
+from trainers.distributed import DataParallel
 from trainers.loop.fingerprint import (check_fingerprints, data_fingerprint, model_fingerprint, reward_fingerprint,
                                        tokenizer_fingerprint)
 from trainers.loop.inert_options import inert_options
@@ -71,8 +72,10 @@ class CORYTrainer:
         ppo_config: each learner's PPO settings (`batch_size` = episodes per iteration).
         env_config: the task and episode settings.
         model_config: the policy model (`ModelConfig`: name, dtype, LoRA, value heads); default `ModelConfig()`.
-        sampling: how the agents sample (`agents.SamplingConfig`); default `SamplingConfig()`. The five configs
-            are a `trainers.config.RunConfigs` in this order: ``CORYTrainer(*configs)``.
+        sampling: how the agents sample (`agents.SamplingConfig`); default `SamplingConfig()`.
+        grpo_config: the group-relative learners' options (`GRPOConfig`: ``--learner grpo`` / ``magrpo``); default
+            `GRPOConfig()`. The six configs are a `trainers.config.RunConfigs` in this order:
+            ``CORYTrainer(*configs)``.
         model, tokenizer: an already loaded policy model and tokenizer (else loaded from `model_config.model`).
         reward_fn: optional reward callable overriding `env_config.reward`; config.yaml records it as
             ``module:function`` when it is importable by that name (`cory_env.rewards.reward_name`).
@@ -87,11 +90,19 @@ class CORYTrainer:
     """
 
     def __init__(self, config: CORYConfig, ppo_config: PPOConfig, env_config: EnvConfig,
-                 model_config: ModelConfig | None = None, sampling: SamplingConfig | None = None, *,
+                 model_config: ModelConfig | None = None, sampling: SamplingConfig | None = None,
+                 grpo_config: GRPOConfig | None = None, *,
                  model=None, tokenizer=None, reward_fn=None, dist: DataParallel | None = None) -> None:
         model_config = ModelConfig() if model_config is None else model_config
         sampling = SamplingConfig() if sampling is None else sampling
-        self.configs = RunConfigs(config, ppo_config, env_config, model_config, sampling)
+        grpo_config = GRPOConfig() if grpo_config is None else grpo_config
+        self.configs = RunConfigs(config, ppo_config, env_config, model_config, sampling, grpo_config)
+        # the learner and its settings are checked before anything is loaded
+        self.learner_spec = learner_spec(config.learner)
+        self.learner_options = self.learner_spec.options_from(self.configs)
+        check_learner(config.learner, ppo_config, self.learner_options, sharded=config.sharded,
+                      seats=1 if config.algo == "ppo" else 2)
+        self.group_size = self.learner_spec.group_size(self.learner_options)  # responses per query
         self.config, self.ppo_config, self.env_config = config, ppo_config, env_config
         self.model_config, self.sampling = model_config, sampling
         self.dist = DataParallel.from_launcher(config.device) if dist is None else dist
@@ -112,7 +123,8 @@ class CORYTrainer:
         self.agents, self.ref_model = build_agents(model, tokenizer, model_config, sampling, algo=config.algo)
         if config.sharded:  # before the learners build their optimizers over the (then sharded) parameters
             shard_agents(self.agents, self.ref_model, self.dist)
-        self.exchange = build_exchange(self.agents, self.ref_model, config, ppo_config, config.learner, self.dist)
+        self.algorithm = build_learners(self.agents, self.ref_model, self.configs, self.dist)  # the MARL algorithm
+        self.exchange = build_exchange(self.agents, self.algorithm, config)
         # "hub" is resolved once: every env of the run (training, evaluations) reads the same source
         self._env_source = resolved_env_config(env_config)
         self.env = build_env(self._env_source, tokenizer, batch_size=ppo_config.batch_size,
@@ -210,12 +222,13 @@ class CORYTrainer:
 
     # ------------------------------------------------------------------ one iteration
     def iteration(self, it: int) -> tuple[dict[str, float], list[dict]]:
-        """Rollout, one update per seat, role exchange; returns (metrics, sample texts)."""
+        """Rollout, one update of every model (`JointBatch` to the algorithm), role exchange; returns (metrics,
+        sample texts)."""
         seed, rank = self.config.seed, self.dist.rank
         torch.manual_seed(derive_seed(seed, it, 0, rank))  # dropout and anything else on the global RNG
         sampler = torch.Generator(device=self.dist.device).manual_seed(derive_seed(seed, it, 1, rank))
         seats = self.exchange.seats
-        group = self.ppo_config.group_size
+        group = self.group_size
         t0 = time.perf_counter()
         # rank r plays rows r·B .. of a one-process batch of N·B (row i's query is drawn from stream i // group)
         acting: dict = {}  # each seat's acting log-probabilities and values: the learners' old scores when exact
@@ -227,10 +240,15 @@ class CORYTrainer:
         pad_id = self.tokenizer.pad_token_id
         metrics: dict[str, float] = {}
         self._updating = True  # from here on the weights may change: a failure can no longer keep iteration it - 1
-        for seat, bundle in seats.items():
-            rollout = rollout_from_transcript(transcript, seat, pad_id, acting=acting.get(seat))
-            order = torch.Generator().manual_seed(derive_seed(seed, it, 3 + SEATS.index(seat)))
-            stats = bundle.learner.step(rollout, generator=order)
+        batch = JointBatch(
+            rollouts={seat: rollout_from_transcript(transcript, seat, pad_id, acting=acting.get(seat))
+                      for seat in seats},
+            models={seat: bundle.name for seat, bundle in seats.items()},
+            generators={seat: torch.Generator().manual_seed(derive_seed(seed, it, 3 + SEATS.index(seat)))
+                        for seat in seats},
+            group_size=group)
+        for seat, stats in self.algorithm.step(batch).items():
+            bundle = seats[seat]
             eta = self.config.eta if self.config.eta is not None else stats["kl_coef"]
             stats["combined_reward"] = stats["task_reward"] - eta * stats["kl"]
             for key, value in stats.items():
@@ -292,7 +310,8 @@ class CORYTrainer:
         with gathered_for_generation(seats) as seats:  # FSDP2: every process evaluates the same episodes
             return evaluate_heldout(seats, self.ref_model, self._env_source, self.tokenizer,
                                     reward_fn=self._reward_fn,
-                                    kl_penalty=kl_estimator(self.config.learner, self.ppo_config), episodes=episodes,
+                                    kl_penalty=self.learner_spec.kl_estimator(self.ppo_config, self.learner_options),
+                                    episodes=episodes,
                                     seed=seed, collective=collective, eta=eta, env=self._heldout_envs.get(key))
 
     def _samples(self, transcript) -> list[dict]:

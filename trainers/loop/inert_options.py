@@ -15,15 +15,9 @@ import dataclasses
 from typing import Any
 
 from trainers.config import RunConfigs
+from trainers.learning.learners import learner_spec
 
-__all__ = ["IGNORED_BY_LEARNER", "inert_options"]
-
-IGNORED_BY_LEARNER: dict[str, tuple[str, ...]] = {
-    "ppo": ("scale_rewards", "kl_in_loss"),
-    "grpo": ("gamma", "lam", "vf_coef", "cliprange_value", "whiten_rewards", "use_score_scaling", "use_score_norm",
-             "score_clip", "early_stopping", "target_kl", "ratio_threshold"),
-}
-"""`PPOConfig` fields each built-in learner never reads (GRPO has no value head, no GAE and no score scaling)."""
+__all__ = ["inert_options"]
 
 IMDB_ONLY = ("reward", "min_review_chars", "query_min_tokens", "query_max_tokens")
 """`EnvConfig` fields only the IMDB task reads."""
@@ -73,19 +67,26 @@ def inert_options(configs: RunConfigs) -> list[str]:
             out.append(f"{', '.join(moot)} do(es) nothing with disable_dropout=True (every dropout is off, so the "
                        "rollout's scores and the update's forward are one function); pass --disable_dropout false "
                        "to train with dropout")
-    ignored = _changed(ppo_config, *IGNORED_BY_LEARNER.get(config.learner, ()))
-    if config.learner == "grpo":
-        if not model_config.disable_dropout:
-            ignored += _changed(model_config, "value_head_dropout")
-        if ppo_config.kl_in_loss:
-            ignored += _changed(ppo_config, "kl_penalty")  # the loss term is always k3
+    # what the learner declares it ignores (`LearnerSpec`): PPOConfig fields, another learner's options class,
+    # the value head, and the KL estimator when it penalises another one
+    spec = learner_spec(config.learner)
+    options = spec.options_from(configs)
+    reads = lambda name: name not in spec.ignores  # noqa: E731 - a PPOConfig field the learner reads
+    ignored = _changed(ppo_config, *spec.ignores)
+    if spec.config_class is not type(configs.grpo):
+        ignored += _changed(configs.grpo, *(f.name for f in dataclasses.fields(configs.grpo)))
+    if not spec.value_head and not model_config.disable_dropout:
+        ignored += _changed(model_config, "value_head_dropout")
+    kl_kind = spec.kl_estimator(ppo_config, options)
+    if kl_kind != ppo_config.kl_penalty:
+        ignored += _changed(ppo_config, "kl_penalty")
     if ignored:
-        out.append(f"{', '.join(ignored)} do(es) nothing with learner={config.learner!r}"
-                   + (" (no value head, no GAE, no score scaling; with kl_in_loss the KL term is k3)"
-                      if config.learner == "grpo" else " (GRPO options)"))
-    if config.learner == "ppo" and not ppo_config.early_stopping and _changed(ppo_config, "target_kl"):
+        out.append(f"{', '.join(ignored)} do(es) nothing with learner={config.learner!r} (its LearnerSpec declares "
+                   f"them unread; its KL estimator is {kl_kind}; `cory train --help` groups the options by the "
+                   "learners that read them)")
+    if reads("target_kl") and not ppo_config.early_stopping and _changed(ppo_config, "target_kl"):
         out.append(f"target_kl={ppo_config.target_kl} does nothing without early_stopping=True")
-    if config.learner == "ppo" and ppo_config.use_score_norm and not ppo_config.use_score_scaling:
+    if reads("use_score_norm") and ppo_config.use_score_norm and not ppo_config.use_score_scaling:
         out.append("use_score_norm=True does nothing without use_score_scaling=True (as in TRL)")
     if ppo_config.adap_kl_ctrl and ppo_config.init_kl_coef == 0:
         out.append("adap_kl_ctrl=True with init_kl_coef=0: the adaptive controller scales β multiplicatively, so it "

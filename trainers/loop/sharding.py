@@ -45,6 +45,7 @@ import torch
 from torch import nn
 
 from trainers.config import SHARDINGS
+from trainers.distributed import full_tensor, is_sharded
 
 logger = logging.getLogger(__name__)
 
@@ -76,19 +77,6 @@ def check_sharding(sharding: str, *, world_size: int, use_lora: bool) -> None:
         raise ValueError("--sharding fsdp shards full fine-tuning only: memory-shared LoRA keeps one frozen base for "
                          "both policies and the reference model; use --use_lora true with --sharding none (the base "
                          "is held once per process), or --use_lora false to shard a full fine-tune")
-
-
-def is_sharded(tensor: torch.Tensor) -> bool:
-    """True for a ``DTensor`` (a parameter, gradient or optimizer state that FSDP2 sharded)."""
-    from torch.distributed.tensor import DTensor
-
-    return isinstance(tensor, DTensor)
-
-
-def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """The whole tensor: a ``DTensor`` all-gathered (a collective: every process must call it, in the same order),
-    anything else as it is."""
-    return tensor.full_tensor() if is_sharded(tensor) else tensor
 
 
 def full_state(state: Any) -> Any:
@@ -175,7 +163,7 @@ def shard_agents(agents: Mapping[str, Any], ref_model, dist) -> None:
     Args:
         agents: name -> `agents.LLMAgent` (full fine-tuning: each with its own LM).
         ref_model: the `agents.ReferenceModel` (a separate frozen copy).
-        dist: the run's `trainers.loop.distributed.DataParallel` (``world_size`` >= 2).
+        dist: the run's `trainers.distributed.DataParallel` (``world_size`` >= 2).
     """
     mesh = dist.device_mesh()
     for agent in agents.values():

@@ -27,11 +27,22 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import torch
 
-from trainers.loop.sharding import full_tensor, is_sharded
-
 logger = logging.getLogger(__name__)
 
-__all__ = ["DataParallel", "check_device", "launched_world_size"]
+__all__ = ["DataParallel", "check_device", "full_tensor", "is_sharded", "launched_world_size"]
+
+
+def is_sharded(tensor: torch.Tensor) -> bool:
+    """True for a ``DTensor`` (a parameter, gradient or optimizer state that FSDP2 sharded)."""
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(tensor, DTensor)
+
+
+def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: a ``DTensor`` all-gathered (a collective: every process must call it, in the same order),
+    anything else as it is."""
+    return tensor.full_tensor() if is_sharded(tensor) else tensor
 
 
 def check_device(device: str, world_size: int) -> bool:

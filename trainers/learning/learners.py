@@ -262,8 +262,7 @@ def check_learner(name: str, config, options: Any = None, *, sharded: bool = Fal
         raise ValueError(f"learner {name!r} needs at least two seats (its critic is centralised over the seats' "
                          "joint transcript), but this run has one (--algo ppo); use --algo cory, or --learner ppo "
                          "for the single-agent baseline")
-    if options is None and spec.config_class not in (None, PPOConfig):
-        options = spec.config_class()
+    options = spec.options_from([options])  # None: the learner's defaults
     if spec.check is not None:
         spec.check(config, options)
     k = spec.group_size(options)
@@ -309,7 +308,7 @@ def make_learner(name: str, agent, ref_model, config, options: Any = None, *, di
     if spec.joint:
         raise ValueError(f"learner {name!r} is a joint learner (it updates every model from all seats together); "
                          "build it with make_joint_learner(name, agents, ref_model, config)")
-    options = spec.options_from([options]) if options is not None else spec.options_from([])
+    options = spec.options_from([options])
     check_learner(name, config, options, sharded=sharded, seats=2)
     _check_dist(name, spec, dist)
     learner = spec.factory(agent, ref_model, config, **spec._kwargs(options, dist))
@@ -333,7 +332,7 @@ def make_joint_learner(name: str, agents: dict[str, Any], ref_model, config, opt
     if not spec.joint:
         return IndependentLearners({model: make_learner(name, agent, ref_model, config, options, dist=dist,
                                                         sharded=sharded) for model, agent in agents.items()})
-    options = spec.options_from([options]) if options is not None else spec.options_from([])
+    options = spec.options_from([options])
     check_learner(name, config, options, sharded=sharded, seats=len(agents))
     _check_dist(name, spec, dist)
     joint = _checked_result(name, spec.factory(agents, ref_model, config, **spec._kwargs(options, dist)),
@@ -350,4 +349,4 @@ def kl_estimator(name: str, config, options: Any = None) -> str:
     `LearnerSpec.kl_estimator`: GRPO's k3 when `kl_in_loss`, else `PPOConfig.kl_penalty`); evaluations report the
     KL with the same estimator as training."""
     spec = learner_spec(name)
-    return spec.kl_estimator(config, spec.options_from([options]) if options is not None else spec.options_from([]))
+    return spec.kl_estimator(config, spec.options_from([options]))

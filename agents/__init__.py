@@ -2,7 +2,7 @@
 
 from agents.loading import DEFAULT_MODEL, load_model_and_tokenizer, load_tokenizer
 from agents.policy import EvalOutput, LLMAgent
-from agents.reference import ReferenceModel, ReferenceOutput, build_shared_lora, copy_for_two_agents
+from agents.reference import ReferenceModel, ReferenceOutput, build_shared_lora, copy_for_agents
 from agents.sampling import SamplingConfig
 from agents.value_head import ValueHead
 
@@ -15,7 +15,7 @@ __all__ = [
     "SamplingConfig",
     "ValueHead",
     "build_shared_lora",
-    "copy_for_two_agents",
+    "copy_for_agents",
     "load_model_and_tokenizer",
     "load_tokenizer",
 ]

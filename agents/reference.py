@@ -1,10 +1,11 @@
-"""The frozen reference model shared by both seats, and the two memory layouts that provide it.
+"""The frozen reference model shared by every seat, and the two memory layouts that provide it.
 
-* **Full fine-tuning** (the paper's IMDB setting): `copy_for_two_agents` deep-copies the LM into two trainable
-  policies (llm1, llm2) and keeps the original, frozen, as the reference model: three copies of the weights.
-* **Memory-shared LoRA**: `build_shared_lora` wraps one frozen base in a single ``PeftModel`` holding two adapters
-  ("llm1", "llm2"). Each `LLMAgent` holds that ``PeftModel`` plus its ``adapter_name`` and activates its adapter
-  before every forward; the reference model is the same base with adapters disabled
+* **Full fine-tuning** (the paper's IMDB setting): `copy_for_agents` deep-copies the LM into N trainable
+  policies (llm1, llm2 for CORY's two seats) and keeps the original, frozen, as the reference model: N + 1 copies of
+  the weights.
+* **Memory-shared LoRA**: `build_shared_lora` wraps one frozen base in a single ``PeftModel`` holding one adapter
+  per seat ("llm1", "llm2", ...). Each `LLMAgent` holds that ``PeftModel`` plus its ``adapter_name`` and activates
+  its adapter before every forward; the reference model is the same base with adapters disabled
   (``with model.disable_adapter():``). The base weights exist once.
 
 `ReferenceModel` scores responses with the same forward and maths as the agents (`agents.forward`), so their
@@ -104,21 +105,28 @@ def build_shared_lora(
     return peft_model
 
 
-def copy_for_two_agents(model: PreTrainedModel) -> tuple[PreTrainedModel, PreTrainedModel, "ReferenceModel"]:
-    """Full fine-tuning layout: two independent trainable copies plus the frozen original as reference.
+def copy_for_agents(model: PreTrainedModel, n: int = 2) -> tuple[list[PreTrainedModel], "ReferenceModel"]:
+    """Full fine-tuning layout: `n` independent trainable copies (one per seat; CORY: 2) plus the frozen original as
+    reference.
 
     Args:
         model: the initial checkpoint; it becomes the reference model (frozen, eval mode).
+        n: how many policies (>= 1).
 
     Returns:
-        ``(policy_llm1, policy_llm2, reference)``; the policies are deep copies with ``requires_grad=True``.
+        ``([policy_llm1, ..., policy_llmN], reference)``; the policies are deep copies with ``requires_grad=True``.
+
+    Raises:
+        ValueError: n < 1.
     """
+    if n < 1:
+        raise ValueError(f"n must be >= 1 policies, got {n}")
     policies = []
-    for _ in range(2):
+    for _ in range(n):
         policy = copy.deepcopy(model)
         policy.requires_grad_(True)
         policies.append(policy)
-    return policies[0], policies[1], ReferenceModel(model)
+    return policies, ReferenceModel(model)
 
 
 @dataclass

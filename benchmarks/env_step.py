@@ -27,7 +27,7 @@ def aec_step_us(make_env, episodes: int, seed: int = 0) -> float:
     """Median µs of live-seat `step` calls over `episodes` episodes (random tokens, EOS excluded)."""
     aec = make_env()
     rng = np.random.default_rng(seed)
-    V = aec.action_space("pioneer").n
+    V = aec.action_space(aec.possible_agents[0]).n
     times = []
     for ep in range(episodes):
         aec.reset(seed=seed + ep)

@@ -5,6 +5,7 @@
     python benchmarks/learning.py --rung tiny_vocab --episodes 8192 --arms ppo cory tianshou sb3-maskable-ppo torchrl
     python benchmarks/learning.py --rung imdb --arms grpo --jobs 2      # SmolLM2-135M + LoRA on real IMDB reviews
     python benchmarks/learning.py --rung tiny_vocab --arms cory cory-wo-kt --seeds 0 --out /tmp/kt.json
+    python benchmarks/learning.py --rung chain_relay --jobs 2          # 3 seats with and without knowledge transfer
 
 Each rung fixes the task, the model, the settings every arm shares and the episode budget (the same for every arm;
 an episode = one query answered by every seat of the arm). Each (arm, seed) trains in its own process (fresh
@@ -17,6 +18,7 @@ queries, by a hash of their text, that training never draws: `EnvConfig.heldout_
 | sanity | pioneer reward of a one-token bandit: 1 when the first answer symbol is one of ``a b c`` | 3/17 ≈ 0.18 | ppo ≥ 0.9 within 60 CPU s |
 | tiny_vocab | single-agent arms: pioneer reward (optimum 1); CORY arms: collective reward (optimum 2) | 0.23 / 0.42 | ppo ≥ 0.9, cory ≥ 1.8 |
 | relay | collective reward (optimum 2); the query is private to the pioneer (`cory_env.tasks.relay`) | ≈ 0.23 | cory ≥ 1.8; cory-wo-kt ≤ 1.25 (its optimum) |
+| chain_relay | collective reward of 3 seats (optimum 3); the query is private to the first seat, seat k reads seat k − 1 (`cory_env.tasks.chain_relay`) | ≈ 0.69 | chain3 ≥ 2.7 (0.9 × its optimum); chain3-wo-kt ≤ 1.546 (its optimum on the held-out slice) |
 | imdb | the pioneer's held-out VADER reward (also KL to the reference and distinct-1/2) | the base model | ≥ base + 0.2 for ppo and cory |
 
 The JSON (``--out``, default ``benchmarks/learning_<rung>.json``) holds ``{"rung", "command", "episodes",
@@ -32,7 +34,8 @@ first half is arm NAME exactly (same seeds, every stream derived from (seed, ite
 reports NAME from it when NAME itself was not run on that seed.
 
 Arms: this project's (`trainers.cli.bench.ARMS`: ``ppo``, ``grpo``, ``cory``, ``cory-wo-kt``, ``cory-wo-rex``,
-``cory-grpo``, and the joint learners ``mappo`` (against ``cory`` = IPPO) and ``magrpo`` (against ``cory-grpo``)) and
+``cory-grpo``, the joint learners ``mappo`` (against ``cory`` = IPPO) and ``magrpo`` (against ``cory-grpo``), and the
+three-seat chains ``chain3`` / ``chain3-wo-kt``) and
 other libraries on the same env and episode budget through a module's ``train_and_evaluate(seed, episodes,
 eval_episodes)``: on ``tiny_vocab`` ``tianshou`` (one PPO per seat, collective reward), ``sb3-maskable-ppo`` (pioneer
 seat) and ``torchrl`` (one PPO per seat); on ``imdb`` ``trl-grpo`` (TRL's `GRPOTrainer` with this project's model,
@@ -62,6 +65,7 @@ if str(ROOT) not in sys.path:  # `python benchmarks/learning.py` from a clone
 from benchmarks.ladder_report import (POINT_KEYS, combined_rewards, combined_table, equal_kl,  # noqa: E402
                                       equal_time, first_reach, kl_table, mean_std, plot, plot_tradeoff,
                                       point_record, table)
+from cory_env.tasks.chain_relay import without_kt_optimum  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 #: The bandit's rewarded first symbols (sanity rung).
@@ -124,6 +128,14 @@ RUNGS: dict[str, Rung] = {
         help="tiny model on the relay task: the query is private to the pioneer, so knowledge transfer is necessary "
              "(w/o KT optimum 1.25)",
     ),
+    "chain_relay": Rung(
+        flags=tuple("chain_relay" if f == "tiny_vocab" else f for f in TINY), episodes=512 * 256,
+        arms=("chain3", "chain3-wo-kt", "chain3-mappo", "chain3-grpo", "chain3-magrpo"), floors={"chain3": 2.7},
+        ceilings={"chain3-wo-kt": round(without_kt_optimum(3, heldout_fraction=0.2), 3)},
+        help="tiny model on the chain-relay task: 3 seats, the query private to the first, seat k reads seat k-1 "
+             "only (optimum 3; without knowledge transfer 1 + 2p = 1.546 on the held-out slice: "
+             "cory_env.tasks.chain_relay)",
+    ),
     "imdb": Rung(
         flags=("--model", "smollm2-135m-instruct", "--task", "imdb",
                "--data_path", str(DATA / "imdb_reviews_1000.csv"), "--heldout_fraction", "0.2",
@@ -158,9 +170,9 @@ class ExternalArm:
 
 #: Other libraries' arms.
 EXTERNAL_ARMS = {
-    "tianshou": ExternalArm("examples.tianshou_marl", "collective", "tiny_vocab", "dev"),
-    "sb3-maskable-ppo": ExternalArm("examples.sb3_baseline", "pioneer", "tiny_vocab", "baselines"),
-    "torchrl": ExternalArm("examples.torchrl_marl", "collective", "tiny_vocab", "baselines"),
+    "tianshou": ExternalArm("trainers.adapters.tianshou", "collective", "tiny_vocab", "dev"),
+    "sb3-maskable-ppo": ExternalArm("trainers.adapters.sb3", "pioneer", "tiny_vocab", "baselines"),
+    "torchrl": ExternalArm("trainers.adapters.torchrl", "collective", "tiny_vocab", "baselines"),
     "trl-grpo": ExternalArm("benchmarks.trl_grpo", "pioneer", "imdb", "trl", requires=("trl",)),
 }
 
@@ -237,7 +249,7 @@ def arm_configs(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str
     configs = parse_train_args(
         [*RUNGS[rung_name].flags, *ARMS[arm_spec(arm)[0]], *flags, "--seed", str(seed), "--output_dir", run_dir,
          "--overwrite", "true", "--tensorboard", "false", "--log_samples", "0", "--torch_threads", "1",
-         "--num_iterations", "1"])
+         "--checkpoint_every_minutes", "0", "--num_iterations", "1"])
     iterations = max(1, episodes // configs.ppo.batch_size)
     return configs._replace(run=replace(configs.run, num_iterations=iterations)), iterations
 
@@ -265,28 +277,33 @@ def run_own_arm(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str
     clock = TrainingClock()
     trainer, iterations = build_arm_trainer(rung_name, arm, seed, episodes, run_dir, flags)
     rung, ppo_config = RUNGS[rung_name], trainer.ppo_config
-    collective = rung.collective and trainer.config.algo == "cory"
+    collective = rung.collective and trainer.seating.num_seats > 1
     points = eval_points(rung, iterations, arm_spec(arm)[1])
     def evaluate_models() -> dict:
-        """The held-out evaluation of this point: for a CORY arm scored by its pioneer alone, `llm1` in the pioneer
-        seat (one model across role exchanges, so a curve is one model's trajectory) with `llm2`'s evaluation kept
-        under ``models``; else the arm's own pioneer (or both seats, `collective`)."""
+        """The held-out evaluation of this point: for a multi-seat arm scored by its pioneer alone, `llm1` in the
+        pioneer seat (one model across role exchanges, so a curve is one model's trajectory) with the other models'
+        evaluations kept under ``models``; else the arm's own pioneer (or every seat, `collective`)."""
         kwargs = {"episodes": rung.eval_episodes, "seed": EVAL_SEED_BASE + seed, "collective": collective}
-        if trainer.config.algo != "cory" or collective:
+        if trainer.seating.num_seats == 1 or collective:
             return trainer.evaluate(**kwargs)
-        out = trainer.evaluate(**kwargs, model="llm1")
-        llm2 = trainer.evaluate(**kwargs, model="llm2")
-        out["models"] = {"llm2": {k: llm2[k] for k in ("reward", *POINT_KEYS) if k in llm2}}
+        first, *others = trainer.agents  # llm1 … llmN
+        out = trainer.evaluate(**kwargs, model=first)
+        out["models"] = {}
+        for name in others:
+            other = trainer.evaluate(**kwargs, model=name)
+            out["models"][name] = {k: other[k] for k in ("reward", *POINT_KEYS) if k in other}
         return out
 
     evaluate = clock.excluded(evaluate_models)
     curve = [clock.point(arm, seed, 0, evaluate())]
-    train_reward = []
-    for it in range(iterations):
-        metrics, _ = trainer.iteration(it)
-        train_reward.append(metrics["cory/collective_reward" if collective else "pioneer/task_reward"])
-        if it + 1 in points:
-            curve.append(clock.point(arm, seed, (it + 1) * ppo_config.batch_size, evaluate()))
+
+    def at_point(_, done: int) -> dict:  # the training loop's evaluation hook (`CORYTrainer.train`)
+        evaluation = evaluate()
+        curve.append(clock.point(arm, seed, done * ppo_config.batch_size, evaluation))
+        return evaluation
+
+    history = trainer.train(eval_at=points, evaluate=at_point)
+    train_reward = [row["cory/collective_reward" if collective else "pioneer/task_reward"] for row in history]
     return {"arm": arm, "seed": seed, "episodes": iterations * ppo_config.batch_size, **clock.summary(curve),
             "train_reward": train_reward, "metric": "collective" if collective else "pioneer"}
 

@@ -48,6 +48,7 @@ from agents.loading import resolve_local_dir
 from agents.value_head import ValueHead
 from cory_env import BatchedCORYEnv, EnvConfig, make_task
 from cory_env.data import load_imdb_records
+from cory_env.seating import PIONEER
 from trainers import CORYTrainer
 from trainers.config import CORYConfig, ModelConfig, PPOConfig
 from trainers.learning.ppo import PPOLearner
@@ -178,12 +179,12 @@ def time_cory_vs_ppo(model, tokenizer, args: argparse.Namespace) -> dict:
     key = "cpu_seconds" if args.threads == 1 else "seconds"  # see ppo_update_vs_trl
     for algo in ("ppo", "cory"):
         with tempfile.TemporaryDirectory() as tmp:
-            config = CORYConfig(algo=algo, output_dir=tmp, seed=args.seed, tensorboard=False,
+            config = CORYConfig(output_dir=tmp, seed=args.seed, tensorboard=False,
                                 log_samples=0, torch_threads=args.threads, role_exchange_period=0)
-            trainer = CORYTrainer(config, ppo_config(args), env_config, ModelConfig(model=args.model),
+            seated = dataclasses.replace(env_config, seating=algo)  # "ppo": the pioneer alone; "cory": both seats
+            trainer = CORYTrainer(config, ppo_config(args), seated, ModelConfig(model=args.model),
                                   model=model, tokenizer=tokenizer)
-            trainer.env = BatchedCORYEnv(env_config, tokenizer, batch_size=args.batch_size, task=task,
-                                         single_agent=algo == "ppo")
+            trainer.env = BatchedCORYEnv(seated, tokenizer, batch_size=args.batch_size, task=task)
             runs = []
             for it in range(args.repeats + 1):  # iteration 0 is the warm-up
                 start, cpu_start = time.perf_counter(), time.process_time()
@@ -203,7 +204,7 @@ def time_cory_vs_ppo(model, tokenizer, args: argparse.Namespace) -> dict:
     out["ratio"] = round(out["cory"][key] / out["ppo"][key], 3)
     out["ratio_from"] = key
     tokens = out["cory"]["forward_tokens"]
-    out["forward_token_ratio"] = round(sum(tokens.values()) / out["ppo"]["forward_tokens"]["pioneer"], 3)
+    out["forward_token_ratio"] = round(sum(tokens.values()) / out["ppo"]["forward_tokens"][PIONEER], 3)
     out["target"] = 2.1
     return out
 

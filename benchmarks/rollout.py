@@ -73,8 +73,8 @@ def env_batched(env, agent, seed, generator):
         obs, *_ = env.step(agent.act_batch(obs, generator=generator))
     seconds = time.perf_counter() - start
     tr = env.transcript()
-    tokens = sum(len(r) for seat in ("pioneer", "observer") for r in tr.seats[seat].response_ids)
-    prompts = [tr.seats[seat].prompt_ids for seat in ("pioneer", "observer")]
+    tokens = sum(len(r) for seat in tr.seats.values() for r in seat.response_ids)
+    prompts = [seat.prompt_ids for seat in tr.seats.values()]
     return tokens, seconds, prompts
 
 
@@ -87,8 +87,8 @@ def env_aec(env, agent, seed, generator):
         env.step(None if term or trunc else agent.act(obs, generator=generator))
     seconds = time.perf_counter() - start
     tr = env.transcript()
-    tokens = sum(len(tr.seats[seat].response_ids[0]) for seat in ("pioneer", "observer"))
-    prompts = [tr.seats[seat].prompt_ids for seat in ("pioneer", "observer")]
+    tokens = sum(len(seat.response_ids[0]) for seat in tr.seats.values())
+    prompts = [seat.prompt_ids for seat in tr.seats.values()]
     return tokens, seconds, prompts
 
 

@@ -49,6 +49,7 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
     from peft import LoraConfig
 
     from agents import LLMAgent, ReferenceModel
+    from cory_env.seating import PIONEER
     from benchmarks.learning import EVAL_SEED_BASE, RUNGS, TrainingClock, arm_configs, eval_points
     from trainers.evaluation.episodes import evaluate_heldout
     from trainers.learning.learners import kl_estimator
@@ -63,15 +64,14 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
     ppo, cfg, model_cfg, env_cfg, sampling = configs.ppo, configs.run, configs.model, configs.env, configs.sampling
     k = configs.grpo.group_size
     base, tokenizer = load_run_model(configs)
-    env = build_env(env_cfg, tokenizer, batch_size=ppo.batch_size, single_agent=cfg.algo == "ppo",
-                    reward_fn=rung.reward_fn)
+    env = build_env(env_cfg, tokenizer, batch_size=ppo.batch_size, reward_fn=rung.reward_fn)
     model = None  # TRL's PEFT model, once built
 
     def evaluate() -> dict:
         was_training = model.training
         model.eval()
         try:
-            seats = {"pioneer": LLMAgent(model, tokenizer, sampling=sampling, adapter_name="default")}
+            seats = {PIONEER: LLMAgent(model, tokenizer, sampling=sampling, adapter_name="default")}
             return evaluate_heldout(seats, ReferenceModel(model, disable_adapters=True), env_cfg,
                                     tokenizer, episodes=eval_episodes, seed=EVAL_SEED_BASE + seed,
                                     reward_fn=rung.reward_fn, kl_penalty=kl_estimator("grpo", ppo, configs.grpo))

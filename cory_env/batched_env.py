@@ -1,9 +1,9 @@
 """`BatchedCORYEnv`: B CORY episodes at once, the view trainers roll out through.
 
 Same episode rules, observations and rewards as the AEC env (`cory_env.token_env`), with a leading batch axis:
-the batch moves in lock-step phases (all pioneers, then all observers). Rows whose response ended keep receiving
-actions, which are ignored (pad is appended with attention mask 0), so each step shifts every left-padded
-window left by one column and a KV-cached agent can reuse its cache.
+the batch moves in lock-step phases, one per seat of the seating (all pioneers, then all observers, ...). Rows
+whose response ended keep receiving actions, which are ignored (pad is appended with attention mask 0), so each
+step shifts every left-padded window left by one column and a KV-cached agent can reuse its cache.
 
 Example:
     >>> from agents.tiny import tiny_tokenizer
@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from cory_env.config import EnvConfig, resolve_config
-from cory_env.episode import SEATS, EpisodeBatch, EpisodeTranscript, readonly_view
+from cory_env.episode import EpisodeBatch, EpisodeTranscript, readonly_view
+from cory_env.seating import Seating
 
 __all__ = ["BatchedCORYEnv"]
 
@@ -34,8 +35,9 @@ class BatchedCORYEnv:
         batch_size: B.
         reward_fn: reward name or callable overriding the task's.
         task: a task name or `Task` object (default: ``config.task``).
-        single_agent: pioneer only (PPO baseline, evaluation): episodes end with the pioneer's response, whose
-            reward is its own task reward; `possible_agents`, rewards, infos and the transcript hold "pioneer" only.
+        seating: a `cory_env.seating.Seating`, or a seating spec (``"cory"``, ``"ppo"``: the pioneer alone, the PPO
+            baseline's and the evaluations' env, ``"chain:N"``); default ``config.seating`` (None: the task's
+            default seating). `possible_agents`, rewards, infos and the transcript hold its seats.
         **kwargs: `EnvConfig` fields.
 
     Raises:
@@ -43,12 +45,16 @@ class BatchedCORYEnv:
     """
 
     def __init__(self, config: EnvConfig | None = None, tokenizer=None, batch_size: int = 1, reward_fn=None,
-                 task=None, single_agent: bool = False, **kwargs) -> None:
+                 task=None, seating: Seating | str | None = None, **kwargs) -> None:
         if isinstance(task, str):
             kwargs["task"], task = task, None
+        if isinstance(seating, str):
+            kwargs["seating"], seating = seating, None
         self.config = resolve_config(config, **kwargs)
         self._episode = EpisodeBatch.from_config(self.config, tokenizer, batch_size=batch_size, task=task,
-                                                 reward_fn=reward_fn, single_agent=single_agent)
+                                                 reward_fn=reward_fn, seating=seating)
+        #: The `Seating` played.
+        self.seating = self._episode.seating
         self.tokenizer = self._episode.tokenizer
         self.pad_token_id = self._episode.pad_id
         self.possible_agents = list(self._episode.seats)
@@ -67,9 +73,8 @@ class BatchedCORYEnv:
 
     @property
     def agent_selection(self) -> str | None:
-        """The seat acting now: "pioneer", "observer", or None when done (or before reset)."""
-        phase = self._episode.phase
-        return phase if phase in SEATS else None
+        """The seat acting now ("pioneer", "observer", ... in seating order), or None when done (or before reset)."""
+        return self._episode.acting
 
     @property
     def done(self) -> bool:
@@ -100,7 +105,7 @@ class BatchedCORYEnv:
         consecutive rows share a query; ``options={"stream_offset": o}`` adds o to every row's stream.
 
         Returns:
-            (pioneer observation, info) with ``info["query_text"]`` the B query texts.
+            (the first seat's observation, info) with ``info["query_text"]`` the B query texts.
         """
         options = options or {}
         self._episode.reset(seed=seed, queries=options.get("queries"), group_size=options.get("group_size", 1),
@@ -114,10 +119,10 @@ class BatchedCORYEnv:
             actions: int (B,) token ids (numpy or CPU tensor); ignored for rows in ``~active``.
 
         Returns:
-            ``(obs, rewards, terminations, truncations, infos)``: the next acting seat's observation (the
-            observer's last one once done); rewards seat -> float64 (B,), 0 until done, then the collective
-            reward; terminations seat -> bool (B,), all True once done; truncations all False; infos seat ->
-            ``{}`` until done, then ``task_reward`` float64 (B,), ``response_text`` list[str], ``response_len``
+            ``(obs, rewards, terminations, truncations, infos)``: the next acting seat's observation (the last
+            seat's last one once done); rewards seat -> float64 (B,), 0 until done, then the seat's reward
+            (R = M · r: the collective reward); terminations seat -> bool (B,), all True once done; truncations
+            all False; infos seat -> ``{}`` until done, then ``task_reward`` float64 (B,), ``response_text`` list[str], ``response_len``
             int64 (B,). Returned arrays are read-only.
 
         Raises:

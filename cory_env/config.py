@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 
 from cory_env.prompts import OBSERVER_REQUIRED, parse_template
+from cory_env.seating import parse_seating_spec
 
 __all__ = ["EnvConfig", "RenderModeError", "check_finite_fields", "check_render_mode", "resolve_config"]
 
@@ -36,7 +37,8 @@ class EnvConfig:
         metadata={"help": "Built-in task name: 'imdb' (sentiment continuation, the paper's IMDB setting) or "
                           "'gsm8k' (grade-school maths, exact-answer reward) or 'tiny_vocab' (20-token cooperative toy task, "
                           "optimum 2) or 'relay' (tiny_vocab with the query private to the pioneer: knowledge "
-                          "transfer is necessary). A `Task` object can be passed to the env instead."},
+                          "transfer is necessary) or 'chain_relay' (a chain of 3 seats passing a private query "
+                          "along, optimum 3). A `Task` object can be passed to the env instead."},
     )
     data_path: str | None = field(
         default=None,
@@ -101,22 +103,30 @@ class EnvConfig:
         metadata={"help": "If a query does not fit the context window, keep its last tokens and log a warning "
                           "(True) or raise ValueError (False)."},
     )
+    seating: str | None = field(
+        default=None,
+        metadata={"help": "The seat line-up (cory_env.seating): cory (pioneer, then observer: the paper), ppo "
+                          "(the pioneer alone: the single-agent baseline; --algo is another name for this option), "
+                          "chain:N (N seats in order; seat k reads the earlier seats); None: the task's default "
+                          "(cory; chain:3 for chain_relay).", "aliases": ["--algo"]},
+    )
     knowledge_transfer: bool = field(
         default=True,
-        metadata={"help": "True: the observer's prompt is the knowledge-transfer template over q and the "
-                          "pioneer's response a1 (CORY). False: the observer sees the pioneer's prompt alone "
-                          "(the paper's 'w/o KT' ablation)."},
+        metadata={"help": "True: each seat after the first reads the earlier seats' responses (the observer's "
+                          "prompt is the knowledge-transfer template over q and a1: CORY). False: no seat reads "
+                          "another; the observer sees the pioneer's prompt alone (the paper's 'w/o KT' ablation)."},
     )
     partner_reward_coef: float = field(
         default=1.0,
-        metadata={"help": "c in the collective reward r_i + c * r_j (paper: 1, cooperative; -1 competitive; "
-                          "0 independent)."},
+        metadata={"help": "c in the collective reward r_i + c * r_j, and off the diagonal of the reward matrix of "
+                          "N seats (paper: 1, cooperative; -1 competitive; 0 independent)."},
     )
     observer_template: str | None = field(
         default=None,
-        metadata={"help": "Knowledge-transfer template with {query} and {response} placeholders; None: the "
-                          "task's default (IMDB, official code: 'I can make this sentence \"{query}{response}\" "
-                          "more positive: {query}')."},
+        metadata={"help": "Knowledge-transfer template with {query} and {response} placeholders (the prompt of "
+                          "a seat that sees the query and reads earlier seats); None: the task's default (IMDB, "
+                          "official code: 'I can make this sentence \"{query}{response}\" more positive: "
+                          "{query}')."},
     )
     pioneer_template: str | None = field(
         default=None,
@@ -150,6 +160,8 @@ class EnvConfig:
             raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must be >= min_new_tokens "
                              f"({self.min_new_tokens}); raise max_new_tokens or lower min_new_tokens")
         _check_int("context_len", self.context_len, 2, "use a window of at least prompt + max_new_tokens tokens")
+        if self.seating is not None:
+            parse_seating_spec(self.seating)
         if self.observer_template is not None:
             parse_template(self.observer_template, required=OBSERVER_REQUIRED, name="observer_template")
         if self.pioneer_template is not None:

@@ -1,10 +1,12 @@
 """`EpisodeBatch`: the pure state of B CORY episodes advancing in lock-step (no PettingZoo).
 
-One episode: the pioneer writes a response a1 to its prompt, one token per step; once every pioneer response in
-the batch has ended, each observer prompt is built by the knowledge-transfer template from the query q and a1
-(token ids spliced, a1 without its trailing EOS); the observers write a2; then both seats get the collective
-reward and the episode is done. A response ends at EOS (kept as its last token) or at the episode's response
-length, drawn from [min_new_tokens, max_new_tokens] and shared by both seats.
+One episode is played by the seats of a `cory_env.seating.Seating`, in order: CORY's pioneer writes a response a1 to
+its prompt, one token per step; once every pioneer response in the batch has ended, each observer prompt is built by
+the knowledge-transfer template from the query q and a1 (token ids spliced, a1 without its trailing EOS); the
+observers write a2; then every seat gets its reward (R = M · r: the collective reward) and the episode is done. With
+N seats the phases continue the same way, seat k's prompt showing what its `Seat` sees (the query, the responses of
+the seats it reads). A response ends at EOS (kept as its last token) or at the episode's response length, drawn from
+[min_new_tokens, max_new_tokens] and shared by every seat.
 
 Each seat has a write-once buffer (B, L + T_max): its prompt is right-aligned at column L, token k of the
 response goes to column L + k, and its observation window after k tokens is columns [k, k + L). Rows whose
@@ -17,8 +19,9 @@ Seeding: row i of ``reset(seed=s)`` draws from its own generator, stream ``(s, i
 seeding made row i of seed s row i − 1 of seed s + 1), and ``stream_offset=o`` moves row i to stream ``(s, o + i)``.
 So a B-row batch equals B single-row batches reset with seed s and stream offsets 0, ..., B - 1.
 
-The AEC env (`cory_env.token_env`) is the B = 1 view, `cory_env.BatchedCORYEnv` the batched one. With
-``single_agent=True`` (PPO baseline, evaluation) only the pioneer acts and is rewarded with its own task reward.
+The AEC env (`cory_env.token_env`) is the B = 1 view, `cory_env.BatchedCORYEnv` the batched one. The single-agent
+seating (`Seating.single_agent()`, ``seating="ppo"``: the PPO baseline, evaluation) has the pioneer alone, rewarded
+with its own task reward.
 """
 
 from __future__ import annotations
@@ -30,17 +33,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from cory_env.config import EnvConfig
-from cory_env.prompts import OBSERVER_REQUIRED, PromptTemplate
-from cory_env.rewards import collective_reward, score_texts
+from cory_env.rewards import score_texts
+from cory_env.seating import Seating, seating_of
 from cory_env.tasks import Task, make_task
 from cory_env.tokenizer import prepare_tokenizer
 
-__all__ = ["SEATS", "EpisodeBatch", "EpisodeTranscript", "SeatTranscript", "readonly_view"]
+__all__ = ["EpisodeBatch", "EpisodeTranscript", "SeatTranscript", "readonly_view"]
 
 logger = logging.getLogger(__name__)
-
-#: Seat ids in acting order (PettingZoo `possible_agents`).
-SEATS = ("pioneer", "observer")
 
 
 @dataclass
@@ -56,10 +56,10 @@ class SeatTranscript:
 
 @dataclass
 class EpisodeTranscript:
-    """B finished episodes: queries, records and, per seat, prompts, responses (EOS kept when emitted), texts,
-    task rewards (float64 (B,)) and collective rewards (float64 (B,)); ``allowed`` is the task's bool (V,) set of
-    allowed actions (None: every token), which a learner needs to score actions under the distribution they were
-    sampled from."""
+    """B finished episodes: queries, records and, per seat (in acting order), prompts, responses (EOS kept when
+    emitted), texts, task rewards (float64 (B,)) and rewards (float64 (B,): R = M · r, the collective reward);
+    ``allowed`` is the task's bool (V,) set of allowed actions (None: every token), which a learner needs to score
+    actions under the distribution they were sampled from."""
 
     query_ids: list[list[int]]
     query_text: list[str]
@@ -82,28 +82,26 @@ def _clean_cut(tokenizer, part: list[int], full: str, *, end: bool) -> bool:
 
 
 class EpisodeBatch:
-    """B CORY episodes in lock-step phases: ``phase`` is None (before reset), "pioneer", "observer", "done".
+    """B CORY episodes in lock-step phases: ``phase`` is None (before reset), the acting seat's name (in seating
+    order), "done".
 
     Args:
-        task: the `Task` (records, reward function, templates, lengths, action mask).
+        task: the `Task` (records, reward function, templates, lengths, action mask, default seating).
         tokenizer: prepared tokenizer (`prepare_tokenizer`); V = ``len(tokenizer)``.
         batch_size: B.
         context_len: L, observation window length in tokens.
-        knowledge_transfer: False gives the observer the task's `observer_template_without_kt`, by default the
-            pioneer's prompt (the paper's w/o KT ablation).
-        partner_reward_coef: c in the collective reward r_i + c * r_j.
+        seating: the `Seating` (seats, what each sees, reward matrix); None: the task's default seating
+            (`cory_env.seating.seating_of`: CORY's two seats unless the task declares others).
         truncate_query: truncate too-long queries from the left with a warning (True) or raise (False).
-        single_agent: pioneer only (the PPO baseline and evaluation): the episode ends with the pioneer's
-            response, its reward is its own task reward, and `seats` is ``("pioneer",)``.
 
     Raises:
-        ValueError: if B < 1, or L cannot hold a template + the shortest query + its response(s) +
-            max_new_tokens, or the task's action mask is not (V,).
+        ValueError: if B < 1, a seat has no valid template on the task (`Seating.template_of`) or an empty one, L
+            cannot hold a template + the shortest query + the responses it reads + max_new_tokens, or the task's
+            action mask is not (V,).
     """
 
     def __init__(self, task: Task, tokenizer, *, batch_size: int = 1, context_len: int = 128,
-                 knowledge_transfer: bool = True, partner_reward_coef: float = 1.0,
-                 truncate_query: bool = True, single_agent: bool = False) -> None:
+                 seating: Seating | None = None, truncate_query: bool = True) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         self.task, self.tokenizer = task, tokenizer
@@ -111,37 +109,35 @@ class EpisodeBatch:
         self.vocab_size = len(tokenizer)
         self.eos_id, self.pad_id = int(tokenizer.eos_token_id), int(tokenizer.pad_token_id)
         self.max_new_tokens = task.max_new_tokens
-        self.partner_reward_coef = float(partner_reward_coef)
         self.truncate_query = truncate_query
+        self.seating = seating_of(seating, task=task)
         #: Seats that act in this batch, in order.
-        self.seats = ("pioneer",) if single_agent else SEATS
-        pioneer = PromptTemplate(task.pioneer_template, tokenizer, name="pioneer_template")
-        if knowledge_transfer:
-            observer = PromptTemplate(task.observer_template, tokenizer, required=OBSERVER_REQUIRED,
-                                      name="observer_template")
-        elif task.observer_template_without_kt is not None:
-            observer = PromptTemplate(task.observer_template_without_kt, tokenizer, required=(),
-                                      name="observer_template_without_kt")
-        else:
-            observer = pioneer
-        self.prompts = {"pioneer": pioneer} if single_agent else {"pioneer": pioneer, "observer": observer}
+        self.seats = self.seating.names
+        self.prompts = self.seating.prompt_templates(task, tokenizer)
+        for seat, prompt in self.prompts.items():
+            if not (prompt.literal_len or prompt.query_count or prompt.response_slots):
+                raise ValueError(f"seat {seat!r}: its prompt {prompt.template!r} ({prompt.name}) holds no token; a "
+                                 "prompt needs at least one token of text")
         self.query_budget = self._query_budget()
         self.action_mask, self.allowed = self._action_mask(task.action_mask)
         self._check_records()
         self._rngs: list[np.random.Generator] | None = None
         self._record_ids: dict[int, tuple[list[int], list[int] | None]] = {}  # ids, clean cut lengths
+        self._k: dict[str, int] = {}  # seat -> tokens written by every active row (set at reset)
         self.phase: str | None = None
 
     # ----- construction helpers -------------------------------------------------------------------------------
     @classmethod
     def from_config(cls, config: EnvConfig, tokenizer, *, batch_size: int = 1, task: Task | str | None = None,
-                    reward_fn=None, single_agent: bool = False) -> EpisodeBatch:
-        """Build from an `EnvConfig`: resolve the tokenizer (`prepare_tokenizer`), the task and an optional reward
-        override (name or callable).
+                    reward_fn=None, seating: Seating | str | None = None) -> EpisodeBatch:
+        """Build from an `EnvConfig`: resolve the tokenizer (`prepare_tokenizer`), the task, an optional reward
+        override (name or callable) and the seating.
 
         A task given by name (or None: ``config.task``) is built from `config` by its builder, which reads the
         config's templates and reward; a `Task` object gets the config's templates when they are set. `reward_fn`
         replaces the task's reward either way. Each is resolved once, by `Task` (`cory_env.rewards.make_reward_fn`).
+        The seating is `seating` when it is a `Seating`, else the spec `seating` (or ``config.seating``) on the
+        task with ``config.knowledge_transfer`` and ``config.partner_reward_coef`` (`cory_env.seating.seating_of`).
         """
         tokenizer = prepare_tokenizer(tokenizer)
         overrides = {}
@@ -154,22 +150,24 @@ class EpisodeBatch:
         overrides["reward_fn"] = reward_fn
         overrides = {k: v for k, v in overrides.items() if v is not None}
         task = replace(task, **overrides) if overrides else task
-        return cls(task, tokenizer, batch_size=batch_size, context_len=config.context_len,
-                   knowledge_transfer=config.knowledge_transfer, partner_reward_coef=config.partner_reward_coef,
-                   truncate_query=config.truncate_query, single_agent=single_agent)
+        seating = seating_of(config.seating if seating is None else seating, task=task,
+                             knowledge_transfer=config.knowledge_transfer,
+                             partner_reward_coef=config.partner_reward_coef)
+        return cls(task, tokenizer, batch_size=batch_size, context_len=config.context_len, seating=seating,
+                   truncate_query=config.truncate_query)
 
     def _query_budget(self) -> int:
         """Most query tokens for which every seat's prompt + max_new_tokens fits in L."""
         L, T = self.context_len, self.max_new_tokens
-        room = [(L - T - p.literal_len - p.response_count * T, p.query_count) for p in self.prompts.values()]
+        room = [(L - T - p.literal_len - p.response_slots * T, p.query_count) for p in self.prompts.values()]
         # a prompt without {query} (a private query, `cory_env.tasks.relay`) only has to fit itself
         budget = min(free // count if count else (L if free >= 0 else -1) for free, count in room)
         shortest = self.task.query_tokens[0] if self.task.query_tokens else 1
         if budget < shortest:
             need = max(p.prompt_len(shortest, T) for p in self.prompts.values()) + T
             raise ValueError(f"context_len={L} is too small: the longest prompt (template + {shortest}-token query "
-                             f"+ pioneer response) plus max_new_tokens={T} needs {need} tokens; raise context_len "
-                             f"to >= {need} or lower max_new_tokens")
+                             f"+ the responses it reads) plus max_new_tokens={T} needs {need} tokens; raise "
+                             f"context_len to >= {need} or lower max_new_tokens")
         return budget
 
     def _check_records(self) -> None:
@@ -250,12 +248,14 @@ class EpisodeBatch:
             if rec["query"] is None:
                 rec["query"] = text
         W = self.context_len + self.max_new_tokens
-        self._ids = {s: np.full((B, W), self.pad_id, dtype=np.int64) for s in SEATS}
-        self._mask = {s: np.zeros((B, W), dtype=np.int64) for s in SEATS}
-        self._views = {s: (readonly_view(self._ids[s]), readonly_view(self._mask[s])) for s in SEATS}
-        self._k = dict.fromkeys(SEATS, 0)
+        self._ids = {s: np.full((B, W), self.pad_id, dtype=np.int64) for s in self.seats}
+        self._mask = {s: np.zeros((B, W), dtype=np.int64) for s in self.seats}
+        self._views = {s: (readonly_view(self._ids[s]), readonly_view(self._mask[s])) for s in self.seats}
+        self._k = dict.fromkeys(self.seats, 0)
         self.prompt_ids: dict[str, list[list[int]]] = {}
-        self._start_phase("pioneer", [self.prompts["pioneer"].build(q) for q in query_ids])
+        self._answers: dict[str, list[list[int]]] = {}  # each ended seat's responses without their EOS
+        first = self.seats[0]  # reads no seat (`Seating`)
+        self._start_phase(first, [self.prompts[first].build(q) for q in query_ids])
 
     def _record_query(self, index: int, q_len: int | None) -> list[int]:
         """Record `index`'s query ids: its first `q_len` tokens (all when None), moved to the nearest character
@@ -325,16 +325,16 @@ class EpisodeBatch:
             check: validate `actions` (callers that validated already pass False).
 
         Returns:
-            True when this step ended the phase (the observer's turn begins, or the episode is done).
+            True when this step ended the phase (the next seat's turn begins, or the episode is done).
 
         Raises:
             RuntimeError: before `reset` or after the episode is done.
             TypeError, ValueError: for non-integer actions, a wrong shape, or (active rows) ids outside [0, V)
                 or banned by the action mask; the seat, row and value are named.
         """
-        seat = self.phase
-        if seat not in SEATS:
-            raise RuntimeError("step() before reset()" if seat is None else
+        seat = self.acting
+        if seat is None:
+            raise RuntimeError("step() before reset()" if self.phase is None else
                                "the episode is done; call reset() to start a new one")
         if check:
             actions = self._checked(actions, seat)
@@ -396,33 +396,37 @@ class EpisodeBatch:
         self.phase = seat
 
     def _end_phase(self, seat: str) -> None:
-        if seat == "pioneer" and len(self.seats) == 2:
-            a1 = [r[:-1] if r and r[-1] == self.eos_id else r for r in self.response_ids("pioneer")]
-            observer = self.prompts["observer"]
-            self._start_phase("observer", [observer.build(q, r) for q, r in zip(self.query_ids, a1)])
+        k = self.seats.index(seat)
+        self._answers[seat] = [r[:-1] if r and r[-1] == self.eos_id else r for r in self.response_ids(seat)]
+        if k + 1 < len(self.seats):  # the next seat's prompt: what it sees of the query and the earlier answers
+            nxt = self.seats[k + 1]
+            reads, template = self.seating.seats[k + 1].reads, self.prompts[nxt]
+            prompts = [template.build(q, [t for s in reads for t in self._answers[s][i]],
+                                      seat_responses={s: self._answers[s][i] for s in reads})
+                       for i, q in enumerate(self.query_ids)]
+            self._start_phase(nxt, prompts)
             return
         seats, B = self.seats, self.batch_size
         self.response = {s: self.response_ids(s) for s in seats}
         self.response_text = {s: self.tokenizer.batch_decode(self.response[s], skip_special_tokens=True)
                               for s in seats}
         records = list(self.records)
-        if len(seats) == 2:  # the observer's rows also carry the pioneer's answer (partner-aware rewards)
-            records += [{**r, "partner_response": a1} for r, a1 in zip(self.records, self.response_text["pioneer"])]
+        for j in range(1, len(seats)):  # later seats' rows also carry the earlier answers (partner-aware rewards)
+            earlier = [self.response_text[s] for s in seats[:j]]
+            records += [{**r, "partner_response": earlier[-1][i], "partner_responses": [e[i] for e in earlier]}
+                        for i, r in enumerate(self.records)]
         scores = score_texts(self.task.reward_fn, self.task.name, self.query_text * len(seats),
                              [text for s in seats for text in self.response_text[s]], records)
         self.task_reward = {s: scores[i * B:(i + 1) * B] for i, s in enumerate(seats)}
-        if len(seats) == 2:
-            self.reward = collective_reward(scores[:B], scores[B:], self.partner_reward_coef)
-        else:
-            self.reward = {"pioneer": scores.copy()}
+        self.reward = self.seating.rewards([self.task_reward[s] for s in seats])
         self.phase = "done"
 
     # ----- views ----------------------------------------------------------------------------------------------
     def window(self, seat: str) -> tuple[np.ndarray, np.ndarray]:
         """A seat's current observation window: read-only int64 (B, L) input_ids and attention_mask views.
 
-        Before the observer's phase its window is all padding (mask 0); after its phase it stays on the last
-        window (prompt + whole response)."""
+        Before the seat's phase its window is all padding (mask 0); after its phase it stays on the last window
+        (prompt + whole response)."""
         k, (ids, mask) = self._k[seat], self._views[seat]
         return ids[:, k:k + self.context_len], mask[:, k:k + self.context_len]
 
@@ -440,9 +444,14 @@ class EpisodeBatch:
     @property
     def active(self) -> np.ndarray:
         """bool (B,) copy: rows still writing in the current phase (all False once done)."""
-        if self.phase in SEATS:
+        if self.acting is not None:
             return self._active.copy()
         return np.zeros(self.batch_size, dtype=bool)
+
+    @property
+    def acting(self) -> str | None:
+        """The seat writing now, or None (before `reset`, or done)."""
+        return self.phase if self.phase in self._k else None
 
     @property
     def done(self) -> bool:

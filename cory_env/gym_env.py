@@ -2,17 +2,22 @@
 # CORY pioneer seat as a Gymnasium env (``cory/Pioneer-v0``, ``cory/TinyVocab-v0``)
 
 The single-agent view of a CORY task for standard RL libraries: the pioneer answers the query token by token, and
-the episode ends with its response; the reward is its own task reward (the PPO baseline's setting). Same task,
-reward, tokenizer, prompt and observations as the PettingZoo env's pioneer seat (`cory_env.token_env`), over the
-same episode core (`EpisodeBatch`, B = 1, ``single_agent=True``).
+the episode ends with its response; the reward is its own task reward (the PPO baseline's setting: the seating
+``"ppo"``, the default). Same task, reward, tokenizer, prompt and observations as the PettingZoo env's pioneer seat
+(`cory_env.token_env`), over the same episode core (`EpisodeBatch`, B = 1).
+
+With a seating of N > 1 seats (``seating="cory"``, ``"chain:N"``) the learner still plays the pioneer, and a fixed
+**partner policy** plays the later seats once its response ends (default: uniform over the allowed tokens, from
+the env's seeded ``np_random``); the reward is then the pioneer's seat reward R = (M · r)_pioneer, e.g. the
+collective reward r1 + r2 (training one seat of a seating against fixed partners).
 
 | | |
 |---|---|
 | Import | ``import cory_env; gymnasium.make("cory/TinyVocab-v0")`` or ``cory_env.gym_env.PioneerEnv(...)`` |
 | Action space | ``Discrete(V)``, the next token id |
 | Observation space | ``Dict`` of ``input_ids`` (L,) int64, ``attention_mask`` (L,) int64, ``action_mask`` (V,) int8 |
-| Reward | 0 on every step; r(q, a) when the response ends (EOS or the episode's response length) |
-| Termination | when the response ends; never truncated (responses have a bounded length) |
+| Reward | 0 on every step; r(q, a) when the response ends (EOS or the episode's response length); with partners, the pioneer's seat reward once they answered |
+| Termination | when the response ends (with partners: once the last seat answered); never truncated (responses have a bounded length) |
 
 Registered ids (``import cory_env`` registers them):
 
@@ -31,8 +36,9 @@ returns the same mask as bool (V,): the method name sb3-contrib's ``MaskablePPO`
 ## Arguments
 
 ``config`` (`EnvConfig`) or its fields, ``tokenizer`` (required unless the task is ``"tiny_vocab"``),
-``reward_fn``, ``task`` (name or `Task`), ``render_mode`` (None or "ansi"). ``reset(seed, options)`` with
-``options={"query": text or token ids}`` plays that query.
+``reward_fn``, ``task`` (name or `Task`), ``seating`` (a `cory_env.seating.Seating` or a spec; default ``"ppo"``,
+the pioneer alone), ``partner_policy`` (``(seat, observation) -> token id`` for the later seats), ``render_mode``
+(None or "ansi"). ``reset(seed, options)`` with ``options={"query": text or token ids}`` plays that query.
 
 ## Version history
 
@@ -50,11 +56,13 @@ from gymnasium import spaces
 
 from cory_env.config import check_render_mode, resolve_config
 from cory_env.episode import EpisodeBatch
+from cory_env.seating import Seating
 from cory_env.tasks import task_tokenizer
 
 __all__ = ["PioneerEnv", "register_envs"]
 
-SEAT = "pioneer"
+#: `PioneerEnv`'s seating when none is given: the pioneer alone (the single-agent baseline).
+ALONE = "ppo"
 
 
 class PioneerEnv(gym.Env):
@@ -66,6 +74,10 @@ class PioneerEnv(gym.Env):
             `cory_env.tasks.task_tokenizer`).
         reward_fn: reward name or callable overriding the task's.
         task: a task name or `Task` object (default: ``config.task``).
+        seating: a `Seating` or a seating spec; default ``config.seating``, and ``"ppo"`` (the pioneer alone) when
+            that is None too. The learner plays its first seat.
+        partner_policy: ``(seat, observation) -> int`` token id for every later seat (observation: that seat's
+            window, as the pioneer's); None: uniform over the allowed tokens, drawn from ``self.np_random``.
         render_mode: None or "ansi".
         **kwargs: `EnvConfig` fields.
 
@@ -75,17 +87,26 @@ class PioneerEnv(gym.Env):
 
     metadata = {"render_modes": ["ansi"]}
 
-    def __init__(self, config=None, tokenizer=None, *, reward_fn=None, task=None, render_mode: str | None = None,
+    def __init__(self, config=None, tokenizer=None, *, reward_fn=None, task=None,
+                 seating: Seating | str | None = None, partner_policy=None, render_mode: str | None = None,
                  **kwargs) -> None:
         check_render_mode(render_mode, self.metadata["render_modes"])
         if isinstance(task, str):
             kwargs["task"], task = task, None
+        if isinstance(seating, str):
+            kwargs["seating"], seating = seating, None
         self.config = resolve_config(config, **kwargs)
         if tokenizer is None and task is None:  # a task with its own vocabulary (tiny_vocab) brings its tokenizer
             tokenizer = task_tokenizer(self.config.task)
         self.render_mode = render_mode
+        if seating is None and self.config.seating is None:
+            seating = ALONE
         self._episode = EpisodeBatch.from_config(self.config, tokenizer, batch_size=1, task=task,
-                                                 reward_fn=reward_fn, single_agent=True)
+                                                 reward_fn=reward_fn, seating=seating)
+        #: The `Seating` played; the learner is its first seat.
+        self.seating = self._episode.seating
+        self.seat = self.seating.first
+        self._partner = self._uniform_partner if partner_policy is None else partner_policy
         self.tokenizer = self._episode.tokenizer
         V, L = self._episode.vocab_size, self.config.context_len
         self.action_space = spaces.Discrete(V)
@@ -96,10 +117,21 @@ class PioneerEnv(gym.Env):
         })
         self._action = np.zeros(1, dtype=np.int64)
 
-    def _obs(self) -> dict[str, np.ndarray]:
-        ids, mask = self._episode.window(SEAT)
+    def _obs(self, seat: str | None = None) -> dict[str, np.ndarray]:
+        ids, mask = self._episode.window(seat or self.seat)
         return {"input_ids": ids[0].copy(), "attention_mask": mask[0].copy(),
                 "action_mask": self._episode.action_mask.copy()}
+
+    def _uniform_partner(self, seat: str, observation: dict[str, np.ndarray]) -> int:  # noqa: ARG002 - policy API
+        return int(self.np_random.choice(np.flatnonzero(observation["action_mask"])))
+
+    def _play_partners(self) -> None:
+        """The later seats answer with the partner policy until the episode is done."""
+        ep = self._episode
+        while not ep.done:
+            seat = ep.acting
+            self._action[0] = self._partner(seat, self._obs(seat))
+            ep.step(self._action)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         """Start an episode; ``options={"query": text or token ids}`` plays that query; ``options={"stream_offset":
@@ -118,18 +150,18 @@ class PioneerEnv(gym.Env):
         return self._obs(), {"query_text": self._episode.query_text[0]}
 
     def step(self, action) -> tuple[dict, float, bool, bool, dict[str, Any]]:
-        """Append one token to the pioneer's response.
+        """Append one token to the pioneer's response (once it ends, the partners answer).
 
         Returns:
-            (observation, reward, terminated, truncated, info); at the end info holds ``task_reward`` (float),
-            ``response_text`` (str) and ``response_len`` (int, tokens).
+            (observation, reward, terminated, truncated, info); at the end info holds the pioneer's ``task_reward``
+            (float), ``response_text`` (str) and ``response_len`` (int, tokens).
 
         Raises:
             RuntimeError: before `reset` or after the episode ended.
             TypeError: for a non-integer action.
-            ValueError: for a token id outside [0, V).
+            ValueError: for a token id outside [0, V), or a partner's action that the episode refuses.
         """
-        if self._episode.phase != SEAT:
+        if self._episode.acting != self.seat:
             raise RuntimeError("step() before reset()" if self._episode.phase is None else
                                "the episode ended; call reset()")
         a = np.asarray(action)
@@ -138,13 +170,14 @@ class PioneerEnv(gym.Env):
         if not 0 <= int(a.reshape(-1)[0]) < self.action_space.n:
             raise ValueError(f"action {int(a.reshape(-1)[0])} is outside the vocabulary [0, {self.action_space.n})")
         self._action[0] = int(a.reshape(-1)[0])
-        self._episode.step(self._action, check=False)
+        if self._episode.step(self._action, check=False) and not self._episode.done:
+            self._play_partners()
         if not self._episode.done:
             return self._obs(), 0.0, False, False, {}
-        ep = self._episode
-        info = {"task_reward": float(ep.task_reward[SEAT][0]), "response_text": ep.response_text[SEAT][0],
-                "response_len": len(ep.response[SEAT][0])}
-        return self._obs(), float(ep.reward[SEAT][0]), True, False, info
+        ep, seat = self._episode, self.seat
+        info = {"task_reward": float(ep.task_reward[seat][0]), "response_text": ep.response_text[seat][0],
+                "response_len": len(ep.response[seat][0])}
+        return self._obs(), float(ep.reward[seat][0]), True, False, info
 
     def action_masks(self) -> np.ndarray:
         """The current action mask as bool (V,) (True = allowed), a copy of the observation's ``action_mask``.
@@ -158,8 +191,8 @@ class PioneerEnv(gym.Env):
         """The query and the response so far as text (render_mode "ansi")."""
         if self.render_mode is None or self._episode.phase is None:
             return None
-        text = self.tokenizer.decode(self._episode.response_ids(SEAT)[0], skip_special_tokens=True)
-        return f"query: {self._episode.query_text[0]!r}\npioneer: {text!r}"
+        text = self.tokenizer.decode(self._episode.response_ids(self.seat)[0], skip_special_tokens=True)
+        return f"query: {self._episode.query_text[0]!r}\n{self.seat}: {text!r}"
 
     def close(self) -> None:
         """Nothing to release."""

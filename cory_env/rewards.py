@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from cory_env.seating import Seating
+
 __all__ = [
     "REWARD_NAMES",
     "DistilbertImdbReward",
@@ -262,7 +264,7 @@ def collective_reward(r_pioneer: np.ndarray, r_observer: np.ndarray, coef: float
     get the same collective reward ``r1 + r2``.
 
     Source: CORY (arXiv 2410.06101) §1 step 5 (collective reward R = r1 + r2); c = -1 is the paper's competitive
-    ablation.
+    ablation. The N-seat form is `cory_env.seating.Seating.rewards` (R = M · r), which this calls.
 
     Args:
         r_pioneer: float (B,), task reward of the pioneer's response.
@@ -286,4 +288,4 @@ def collective_reward(r_pioneer: np.ndarray, r_observer: np.ndarray, coef: float
         raise ValueError(f"r_pioneer {r1.shape} and r_observer {r2.shape} must have the same shape (B,)")
     if not math.isfinite(coef):
         raise ValueError(f"coef must be finite, got {coef}")
-    return {"pioneer": r1 + coef * r2, "observer": r2 + coef * r1}
+    return Seating.cory(partner_reward_coef=coef).rewards([r1, r2])

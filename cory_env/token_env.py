@@ -8,11 +8,11 @@ answers a query q token by token; then the **observer** answers the same q after
 | | |
 |---|---|
 | Import | ``from cory_env import env, raw_env`` |
-| Agents | ``possible_agents = ["pioneer", "observer"]`` (seats; models move between them at role exchange) |
+| Agents | ``possible_agents = ["pioneer", "observer"]`` (seats; models move between them at role exchange); any seating: its seat names (`cory_env.seating`) |
 | Action space | ``Discrete(V)``, V = ``len(tokenizer)``: the next token id |
 | Observation space | ``Dict`` of ``input_ids`` (L,) int64, ``attention_mask`` (L,) int64, ``action_mask`` (V,) int8 |
-| Reward | 0 on every step; at the end both seats get r_i + c * r_j (c = ``partner_reward_coef``, default 1) |
-| Arguments | ``config`` (`EnvConfig`) or its fields, ``tokenizer``, ``reward_fn``, ``task``, ``render_mode`` |
+| Reward | 0 on every step; at the end both seats get r_i + c * r_j (c = ``partner_reward_coef``, default 1); N seats: R = M · r |
+| Arguments | ``config`` (`EnvConfig`) or its fields, ``tokenizer``, ``reward_fn``, ``task``, ``seating``, ``render_mode`` |
 
 ## Observation
 
@@ -32,12 +32,16 @@ knowledge-transfer template filled with the query's and the pioneer's exact toke
 paper's w/o KT ablation) the observer's prompt is the pioneer's (the query alone). Both seats stay live until
 the observer's response ends; then both terminate together and must each be stepped once with ``None``.
 
+Other line-ups are data (`cory_env.seating.Seating`; ``seating="ppo"`` the pioneer alone, ``seating="chain:N"``
+N seats, seat k reading seats < k): the seats act in order, each seat's prompt shows what its `Seat` sees (the
+query, the responses of the seats it reads), and every seat terminates when the last one's response ends.
+
 ## Rewards
 
 Intermediate rewards are 0. When the observer's response ends, the task reward scores *text* (query + response,
 decoded with ``skip_special_tokens=True``; never the observer's template): r1 = r(q, a1), r2 = r(q, a2). Both
-seats then get their collective reward r_i + c * r_j. The per-token KL penalty to the reference model is **not**
-part of the env reward: it is the learners' job (TRL-style PPO adds -beta * KL_t on every response token).
+seats then get their collective reward r_i + c * r_j (with N seats: R_i = Σ_j M_ij r_j, `Seating.reward_matrix`).
+The per-token KL penalty to the reference model is **not** part of the env reward: it is the learners' job (TRL-style PPO adds -beta * KL_t on every response token).
 ``infos[seat]`` then holds ``task_reward`` (float), ``response_text`` (str) and ``response_len`` (int, tokens).
 
 ## Arguments
@@ -50,6 +54,8 @@ See `cory_env.config.EnvConfig` for every field. Also:
 * ``reward_fn``: a reward name (``"vader"``, ``"distilbert-imdb"``) or a callable ``(queries, responses)`` or
   ``(queries, responses, records)`` returning one float per pair; overrides the task's reward.
 * ``task``: a task name or a `cory_env.tasks.Task` object.
+* ``seating``: a `cory_env.seating.Seating` or a seating spec (``"cory"``, ``"ppo"``, ``"chain:N"``); default the
+  config's ``seating`` field (None: the task's default line-up).
 * ``reset(seed, options)``: ``options={"query": text or token ids}`` plays that query (whole; it is truncated from
   the left with a warning if it does not fit L, or raises with ``truncate_query=False``); ``options={"stream_offset":
   i}`` draws the episode from stream ``(seed, i)``, the stream of row i of a `BatchedCORYEnv` reset with the same seed.
@@ -74,7 +80,8 @@ from pettingzoo import AECEnv
 from pettingzoo.utils import AgentSelector, wrappers
 
 from cory_env.config import EnvConfig, check_render_mode, resolve_config
-from cory_env.episode import SEATS, EpisodeBatch
+from cory_env.episode import EpisodeBatch
+from cory_env.seating import Seating
 
 __all__ = ["env", "raw_env"]
 
@@ -96,6 +103,7 @@ class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
         tokenizer: tokenizer object or name (required).
         reward_fn: reward name or callable overriding the task's.
         task: a task name or `Task` object (default: ``config.task``).
+        seating: a `Seating` or a seating spec (default: ``config.seating``; None: the task's default seating).
         render_mode: None or "ansi".
         **kwargs: `EnvConfig` fields.
 
@@ -106,28 +114,32 @@ class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
     metadata = {"name": "cory_token_v0", "render_modes": ["ansi"], "is_parallelizable": False}
 
     def __init__(self, config: EnvConfig | None = None, tokenizer=None, *, reward_fn=None, task=None,
-                 render_mode: str | None = None, **kwargs) -> None:
+                 seating: Seating | str | None = None, render_mode: str | None = None, **kwargs) -> None:
         super().__init__()
         check_render_mode(render_mode, self.metadata["render_modes"])
         if isinstance(task, str):
             kwargs["task"], task = task, None
+        if isinstance(seating, str):
+            kwargs["seating"], seating = seating, None
         self.config = resolve_config(config, **kwargs)
         self.render_mode = render_mode
         self._episode = EpisodeBatch.from_config(self.config, tokenizer, batch_size=1, task=task,
-                                                 reward_fn=reward_fn)
+                                                 reward_fn=reward_fn, seating=seating)
+        #: The `Seating` played.
+        self.seating = self._episode.seating
         self.tokenizer = self._episode.tokenizer
         V, L = self._episode.vocab_size, self.config.context_len
-        self.possible_agents = list(SEATS)
+        self.possible_agents = list(self.seating.names)
         self.agents: list[str] = []
         self.agent_selection = None
         self.rewards, self._cumulative_rewards, self.terminations, self.truncations, self.infos = {}, {}, {}, {}, {}
-        self._action_spaces = {s: spaces.Discrete(V) for s in SEATS}
+        self._action_spaces = {s: spaces.Discrete(V) for s in self.possible_agents}
         self._observation_spaces = {
             s: spaces.Dict({
                 "input_ids": spaces.Box(0, V - 1, shape=(L,), dtype=np.int64),
                 "attention_mask": spaces.Box(0, 1, shape=(L,), dtype=np.int64),
                 "action_mask": spaces.Box(0, 1, shape=(V,), dtype=np.int8),
-            }) for s in SEATS
+            }) for s in self.possible_agents
         }
         self._selector = AgentSelector(self.possible_agents)
         self._action = np.zeros(1, dtype=np.int64)
@@ -141,8 +153,8 @@ class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
 
     def observe(self, agent: str) -> dict[str, np.ndarray]:
         """The seat's window: ``input_ids`` (L,) int64, ``attention_mask`` (L,) int64, ``action_mask`` (V,) int8."""
-        if agent not in SEATS:
-            raise ValueError(f"unknown agent {agent!r}; agents are {list(SEATS)}")
+        if agent not in self._action_spaces:
+            raise ValueError(f"unknown agent {agent!r}; agents are {self.possible_agents}")
         if self._episode.phase is None:
             raise RuntimeError("observe() before reset(); call reset(seed=...) first")
         ids, mask = self._episode.window(agent)
@@ -174,7 +186,7 @@ class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
         """
         if not self.agents:
             raise RuntimeError("step() before reset()" if self._episode.phase is None else
-                               "the episode is over (both seats finished); call reset()")
+                               "the episode is over (every seat finished); call reset()")
         agent = self.agent_selection
         if self.terminations[agent] or self.truncations[agent]:
             if action is not None:
@@ -190,7 +202,7 @@ class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
         self._accumulate_rewards()
 
     def render(self) -> str | None:
-        """The query and both seats' responses so far as text (render_mode "ansi")."""
+        """The query and every seat's response so far as text (render_mode "ansi")."""
         if self.render_mode is None:
             logger.warning("render() called without render_mode; create the env with render_mode='ansi'")
             return None
@@ -198,7 +210,7 @@ class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
         if ep.phase is None:
             return "(no episode: call reset())"
         lines = [f"query: {ep.query_text[0]!r}"]
-        for seat in SEATS:
+        for seat in self.possible_agents:
             text = self.tokenizer.decode(ep.response_ids(seat)[0], skip_special_tokens=True)
             lines.append(f"{seat}: {text!r}")
         return "\n".join(lines)
@@ -229,7 +241,7 @@ class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
 
     def _finish(self) -> None:
         ep = self._episode
-        for seat in SEATS:
+        for seat in self.possible_agents:
             self.rewards[seat] = float(ep.reward[seat][0])
             self.terminations[seat] = True
             self.infos[seat] = {"task_reward": float(ep.task_reward[seat][0]),

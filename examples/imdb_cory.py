@@ -33,13 +33,13 @@ def parse_args(algo: str = "cory") -> argparse.Namespace:
 def build_configs(args: argparse.Namespace, algo: str) -> tuple[CORYConfig, PPOConfig, EnvConfig, ModelConfig]:
     tiny = args.model == "tiny"
     cory = CORYConfig(
-        algo=algo, output_dir=args.output_dir, num_iterations=args.num_iterations, seed=args.seed,
+        output_dir=args.output_dir, num_iterations=args.num_iterations, seed=args.seed,
         role_exchange_period=args.role_exchange_period, overwrite=True, torch_threads=args.torch_threads,
     )
     ppo = PPOConfig(batch_size=args.batch_size, mini_batch_size=args.batch_size, ppo_epochs=2,
                     learning_rate=1e-3 if tiny else 2e-4)
     env = EnvConfig(task="imdb", data_path=args.data_path, reward="vader", min_new_tokens=4, max_new_tokens=12,
-                    context_len=96)
+                    context_len=96, seating=algo)  # the seat line-up: "cory" (two seats) or "ppo" (the pioneer)
     model = ModelConfig(model=args.model, use_lora=not tiny)
     return cory, ppo, env, model
 
@@ -51,7 +51,7 @@ def main(algo: str = "cory") -> None:
         history = trainer.train()
     for row in history:
         print(f"iter {row['iteration']:3d}  pioneer task_reward {row['pioneer/task_reward']:+.3f}  "
-              f"kl {row['pioneer/kl']:.3f}  pioneer={'llm1' if row['cory/pioneer_is_llm1'] else 'llm2'}")
+              f"kl {row['pioneer/kl']:.3f}  pioneer={'llm1' if row['cory/llm1_seat'] == 0 else 'llm2'}")
 
 
 if __name__ == "__main__":

@@ -2,280 +2,25 @@
 
     python examples/torchrl_marl.py                         # 8000 episodes, ~170 CPU s: collective ~0.43 -> ~1.54
     python examples/torchrl_marl.py --episodes 32 --eval_episodes 8      # smoke test, seconds
+    python examples/torchrl_marl.py --task chain_relay      # three seats passing a private query along
 
 Needs the ``baselines`` extra (``pip install -e ".[baselines]"``: stable-baselines3, sb3-contrib, torchrl).
-
-Pipeline: ``cory_env.env(task="tiny_vocab")`` (PettingZoo AEC) → ``torchrl.envs.PettingZooWrapper(use_mask=True,
-categorical_actions=True)``: one group per seat, ``(seat, "observation")`` = the window's ``input_ids`` and
-``attention_mask``, ``(seat, "action_mask")``, ``(seat, "mask")`` = "this seat acts now" → ``Collector``
-with ``trajs_per_batch`` (whole episodes only, concatenated) → `seat_transitions` → per seat ``GAE`` and
-``ClipPPOLoss`` over an MLP on the embedded token window (`TokenMLP`), actions from a ``MaskedCategorical``.
-
-**Sequential reward** (the trap of Tianshou issue #399): TorchRL records, at every step, every seat's reward from
-PettingZoo's ``rewards`` dict. The collective reward arrives for both seats on the observer's last step, so the
-pioneer's reward sits on a step where the pioneer did not act (its ``mask`` is False) and its own transitions all
-show reward 0 and ``done`` False. `seat_transitions` gives each seat its own transitions (the steps where it
-acts), credits every reward the seat receives until its next action to its latest action, and marks the seat's
-last action of each episode terminal. Without it, PPO on the pioneer's steps learns from zero rewards.
+The adapter (`trainers.adapters.torchrl`): ``torchrl.envs.PettingZooWrapper`` over the AEC env (one group per seat)
+→ ``Collector`` of whole episodes → `seat_transitions` (each seat's own transitions, its reward on its last action:
+the trap of Tianshou issue #399) → per seat ``GAE`` and ``ClipPPOLoss``.
 
 The task (`cory_env.tasks.tiny_vocab`): the query is 4 of 16 symbols; the pioneer names 2 of them, the observer
 must name the other 2 (it sees the pioneer's answer). Collective reward: random ≈ 0.42, optimum 2.
-`train_and_evaluate` is the entry point for benchmarks (`benchmarks/learning.py`, arm ``torchrl``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
-import warnings
 
 import torch
-from tensordict import TensorDict
-from tensordict.nn import TensorDictModule, TensorDictSequential
-from torchrl.collectors import Collector
-from torchrl.envs import PettingZooWrapper, SerialEnv
-from torchrl.envs.utils import ExplorationType, set_exploration_type
-from torchrl.modules import MaskedCategorical, ProbabilisticActor, ValueOperator
-from torchrl.objectives import ClipPPOLoss
-from torchrl.objectives.value import GAE
 
-from cory_env import SEATS
-from cory_env.tasks.tiny_vocab import ANSWER_LEN, CONTEXT_LEN, tiny_vocab_tokenizer
-from cory_env.token_env import env as cory_aec_env
-
-#: Evaluation queries and sampling use seeds from here on; training uses `seed`.
-EVAL_SEED_OFFSET = 1_000_000
-#: Most env steps of one tiny-vocabulary episode (both seats answer with at most ANSWER_LEN tokens).
-MAX_EPISODE_STEPS = 2 * ANSWER_LEN
-
-
-def make_env(seed: int | None = None) -> PettingZooWrapper:
-    """TorchRL's ``PettingZooWrapper`` over the CORY AEC env on the tiny-vocabulary task (with its action mask).
-
-    Args:
-        seed: seeds the first reset (None: PettingZoo's default).
-    """
-    aec = cory_aec_env(task="tiny_vocab", tokenizer=tiny_vocab_tokenizer(), context_len=CONTEXT_LEN)
-    with warnings.catch_warnings():  # "PettingZoo in TorchRL is tested using version == 1.24.3": 1.27 works
-        warnings.filterwarnings("ignore", message="PettingZoo in TorchRL is tested", category=UserWarning)
-        return PettingZooWrapper(env=aec, use_mask=True, categorical_actions=True, seed=seed)
-
-
-def make_batched_env(num_envs: int, seed: int) -> SerialEnv:
-    """`num_envs` `make_env` copies stepped together in one process (TorchRL ``SerialEnv``, batch (num_envs,)),
-    seeded seed, seed + 1, ...: the policy runs once per batched step (TorchRL's per-step overhead dominates)."""
-    env = SerialEnv(num_envs, make_env)
-    env.set_seed(seed)
-    return env
-
-
-class TokenMLP(torch.nn.Module):
-    """Embed the token window (padding gets id V), flatten, one hidden layer: (..., L) ids -> (..., out).
-
-    Args:
-        vocab_size: V; token ids lie in [0, V).
-        context_len: L.
-        out: output features (V logits for an actor, 1 for a critic).
-        hidden: hidden units; embed_dim: embedding width per token.
-    """
-
-    def __init__(self, vocab_size: int, context_len: int, out: int, *, hidden: int = 64, embed_dim: int = 16) -> None:
-        super().__init__()
-        self.pad_id = vocab_size
-        self.embed = torch.nn.Embedding(vocab_size + 1, embed_dim)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(embed_dim * context_len, hidden), torch.nn.Tanh(),
-                                       torch.nn.Linear(hidden, out))
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        ids = torch.where(attention_mask > 0, input_ids, torch.full_like(input_ids, self.pad_id))
-        return self.mlp(self.embed(ids).flatten(start_dim=-2))
-
-
-def _obs_keys(seat: str) -> list[tuple[str, ...]]:
-    return [(seat, "observation", "input_ids"), (seat, "observation", "attention_mask")]
-
-
-def make_actor_critic(seat: str, vocab_size: int, context_len: int) -> tuple[ProbabilisticActor, ValueOperator]:
-    """The seat's actor (``MaskedCategorical`` over `TokenMLP` logits and ``(seat, "action_mask")``, writing
-    ``(seat, "action")`` and ``(seat, "action_log_prob")``) and critic (``(seat, "state_value")``)."""
-    logits = TensorDictModule(TokenMLP(vocab_size, context_len, vocab_size), in_keys=_obs_keys(seat),
-                              out_keys=[(seat, "logits")])
-    actor = ProbabilisticActor(logits, in_keys={"logits": (seat, "logits"), "mask": (seat, "action_mask")},
-                               out_keys=[(seat, "action")], distribution_class=MaskedCategorical,
-                               return_log_prob=True, log_prob_key=(seat, "action_log_prob"))
-    critic = ValueOperator(TokenMLP(vocab_size, context_len, 1), in_keys=_obs_keys(seat),
-                           out_keys=[(seat, "state_value")])
-    return actor, critic
-
-
-def seat_transitions(data: TensorDict, seat: str) -> TensorDict:
-    """One seat's own transitions from a turn-based rollout, with its rewards and ends where PPO needs them.
-
-    `data` is a flat rollout of whole episodes in time order (``Collector(..., trajs_per_batch=n,
-    traj_format="cat")``): batch (T,), with ``(seat, "mask")`` bool (T, 1) = the seat acts at that step, and
-    ``("next", seat, "reward")`` float (T, 1, 1) = what PettingZoo's ``rewards[seat]`` held after the step,
-    whoever acted. For the k-th step where the seat acts, at time t_k, the result holds the seat's observation,
-    action and log-prob at t_k, and:
-
-    * ``("next", seat, "reward")``: the sum of the seat's rewards over steps t_k .. t_{k+1} - 1 (up to its next
-      action, or the episode's end): the collective reward that arrives on the partner's last step is credited to
-      the seat's last action (Tianshou issue #399's trap). Rewards before the seat's first action in an episode
-      have no action to go to and are dropped (the CORY env pays none).
-    * ``("next", seat, "done")`` / ``"terminated"``: True on the seat's last action of each episode (the env
-      never truncates).
-    * ``("next", seat, "observation")``: the seat's observation at t_{k+1} (its next decision point).
-
-    Returns:
-        A TensorDict of batch (M,) (M = steps where the seat acts) holding only the seat's group, its ``next``
-        and ``("next", "done")``; group entries keep TorchRL's agent dimension (1).
-
-    Raises:
-        KeyError: if `data` has no group `seat`; ValueError: if it is not 1-D or the seat never acts.
-    """
-    if data.batch_dims != 1:
-        raise ValueError(f"expected a flat (T,) rollout of whole episodes, got batch {tuple(data.batch_size)}")
-    acts = data.get((seat, "mask")).reshape(-1)
-    idx = acts.nonzero().squeeze(-1)
-    if idx.numel() == 0:
-        raise ValueError(f"seat {seat!r} never acts in this rollout of {data.numel()} steps")
-    step_done = data.get(("next", "done")).reshape(-1)
-    episode = torch.cumsum(step_done.long(), 0) - step_done.long()           # episode index of every step
-    owner = torch.cumsum(acts.long(), 0) - 1                                 # the seat's latest action so far
-    valid = (owner >= 0) & (episode[idx[owner.clamp(min=0)]] == episode)
-    rewards = data.get(("next", seat, "reward")).reshape(-1)
-    credited = torch.zeros(idx.numel(), dtype=rewards.dtype).index_add_(0, owner[valid], rewards[valid])
-    last = torch.ones(idx.numel(), dtype=torch.bool)
-    last[:-1] = episode[idx[1:]] != episode[idx[:-1]]
-    following = torch.cat([idx[1:], idx[-1:]])                               # the seat's next decision step
-    out = data.select(seat, ("next", seat))[idx]
-    out.set(("next", seat, "observation"), data.get((seat, "observation"))[following])
-    out.set(("next", seat, "reward"), credited.view(-1, 1, 1))
-    for key in ("done", "terminated"):
-        out.set(("next", seat, key), last.view(-1, 1, 1))
-    out.set(("next", seat, "truncated"), torch.zeros_like(last).view(-1, 1, 1))
-    return out
-
-
-class SeatPPO:
-    """TorchRL PPO for one seat: ``GAE`` (γ = 1, λ = 0.95) and ``ClipPPOLoss`` over `seat_transitions`."""
-
-    def __init__(self, seat: str, actor: ProbabilisticActor, critic: ValueOperator, *, lr: float,
-                 epochs: int, minibatch_size: int, entropy_coeff: float) -> None:
-        self.seat, self.epochs, self.minibatch_size = seat, epochs, minibatch_size
-        keys = {"reward": (seat, "reward"), "done": (seat, "done"), "terminated": (seat, "terminated"),
-                "value": (seat, "state_value"), "advantage": (seat, "advantage"),
-                "value_target": (seat, "value_target")}
-        self.gae = GAE(gamma=1.0, lmbda=0.95, value_network=critic, average_gae=False)
-        self.gae.set_keys(**keys)
-        self.loss = ClipPPOLoss(actor, critic, clip_epsilon=0.2, entropy_coeff=entropy_coeff, critic_coeff=0.5,
-                                normalize_advantage=True, loss_critic_type="smooth_l1")
-        self.loss.set_keys(action=(seat, "action"), sample_log_prob=(seat, "action_log_prob"), **keys)
-        self.optimizer = torch.optim.Adam(self.loss.parameters(), lr=lr)
-
-    def update(self, data: TensorDict) -> dict[str, float]:
-        """PPO epochs over the seat's transitions from a rollout of whole episodes; returns mean losses."""
-        batch = seat_transitions(data, self.seat)
-        with torch.no_grad():
-            self.gae(batch)
-        stats: dict[str, float] = {}
-        steps = 0
-        for _ in range(self.epochs):
-            for mb in torch.randperm(batch.numel()).split(self.minibatch_size):
-                losses = self.loss(batch[mb])
-                total = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]
-                self.optimizer.zero_grad()
-                total.backward()
-                torch.nn.utils.clip_grad_norm_(self.loss.parameters(), 1.0)
-                self.optimizer.step()
-                for key in ("loss_objective", "loss_critic", "loss_entropy"):
-                    stats[key] = stats.get(key, 0.0) + float(losses[key].detach())
-                steps += 1
-        return {f"{self.seat}/{k}": v / steps for k, v in stats.items()}
-
-
-def evaluate(env: SerialEnv, policy: TensorDictSequential, episodes: int, seed: int) -> float:
-    """Mean collective reward over `episodes` episodes of a sampled (not argmax) rollout of `policy` on `env`.
-
-    `env` (batch (n,), `make_batched_env`) is reseeded with `seed` (sub-env i: seed + i) and torch with `seed`
-    (the global RNG is restored afterwards), so every call with the same seed plays the same queries and noise.
-    Each sub-env plays ceil(episodes / n) whole episodes; the first `episodes` of them, sub-env by sub-env, count.
-    """
-    n = env.batch_size[0]
-    per_env = -(-episodes // n)
-    with torch.random.fork_rng(devices=[]), set_exploration_type(ExplorationType.RANDOM), torch.no_grad():
-        torch.manual_seed(seed)
-        env.set_seed(seed)
-        rollout = env.rollout(MAX_EPISODE_STEPS * per_env, policy, break_when_any_done=False)
-    collective = []
-    for i in range(n):
-        ends = rollout[i].get(("next", "done")).reshape(-1)
-        collective.append(rollout[i].get(("next", "observer", "reward")).reshape(-1)[ends][:per_env])
-    return float(torch.cat(collective)[:episodes].mean())
-
-
-def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, episodes_per_update: int = 64,
-                       epochs: int = 4, minibatch_size: int = 64, lr: float = 3e-3, entropy_coeff: float = 0.01,
-                       num_envs: int = 16, num_evals: int = 4) -> dict:
-    """Train one TorchRL PPO per seat on the tiny-vocabulary task for `episodes` episodes.
-
-    Each update collects `episodes_per_update` whole episodes (the last one fewer if the budget says so), then runs
-    each seat's `SeatPPO.update`. Evaluation (`evaluate`, seed ``EVAL_SEED_OFFSET + seed``, disjoint from the
-    training seed) runs before training, about every ``episodes / num_evals`` episodes, and at the end.
-
-    Args:
-        seed: seeds torch and the training env.
-        episodes: training budget in episodes (one episode = the pioneer's and the observer's answers), >= 1.
-        eval_episodes: evaluation episodes per point, >= 1.
-        episodes_per_update, epochs, minibatch_size, lr, entropy_coeff: PPO settings (per seat).
-        num_envs: envs stepped together (`make_batched_env`), for training and for evaluation.
-        num_evals: evaluation points during training (>= 1), besides the one before.
-
-    Returns:
-        ``{"before": float, "after": float, "episodes": int, "curve": [[episodes_so_far, reward], ...],
-        "cpu_s": float}``: rewards are mean collective rewards in [0, 2] (optimum 2, random ≈ 0.42);
-        ``episodes`` = training episodes used (= `episodes`); ``cpu_s`` the process CPU seconds of the call.
-
-    Raises:
-        ValueError: if a count is < 1.
-    """
-    for name, value in (("episodes", episodes), ("eval_episodes", eval_episodes), ("num_evals", num_evals),
-                        ("episodes_per_update", episodes_per_update), ("epochs", epochs),
-                        ("minibatch_size", minibatch_size), ("num_envs", num_envs)):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
-    cpu0 = time.process_time()
-    torch.manual_seed(seed)
-    env = make_batched_env(num_envs, seed)
-    V = env.action_spec[SEATS[0], "action"].space.n
-    learners, actors = [], []
-    for seat in SEATS:
-        actor, critic = make_actor_critic(seat, V, CONTEXT_LEN)
-        actors.append(actor)
-        learners.append(SeatPPO(seat, actor, critic, lr=lr, epochs=epochs, minibatch_size=minibatch_size,
-                                entropy_coeff=entropy_coeff))
-    policy = TensorDictSequential(*actors)
-    eval_env, eval_seed = make_batched_env(num_envs, EVAL_SEED_OFFSET + seed), EVAL_SEED_OFFSET + seed
-    curve = [[0, evaluate(eval_env, policy, eval_episodes, eval_seed)]]
-    collector = Collector(env, policy, frames_per_batch=MAX_EPISODE_STEPS * episodes_per_update,
-                          trajs_per_batch=episodes_per_update, traj_format="cat",
-                          auto_register_policy_transforms=False)
-    used, next_eval = 0, episodes / num_evals
-    for data in collector:
-        ends = data.get(("next", "done")).reshape(-1).nonzero().squeeze(-1)   # last step of each episode
-        data = data[: int(ends[min(episodes - used, ends.numel()) - 1]) + 1]    # never past the budget
-        for learner in learners:
-            learner.update(data)
-        used += int(data.get(("next", "done")).sum())
-        if used >= next_eval or used >= episodes:
-            curve.append([used, evaluate(eval_env, policy, eval_episodes, eval_seed)])
-            next_eval = (int(used * num_evals / episodes) + 1) * episodes / num_evals
-        if used >= episodes:
-            break
-    collector.shutdown()
-    eval_env.close()
-    return {"before": curve[0][1], "after": curve[-1][1], "episodes": used, "curve": curve,
-            "cpu_s": time.process_time() - cpu0}
+from trainers.adapters.torchrl import train_and_evaluate
 
 
 def main(argv=None) -> dict:
@@ -290,17 +35,19 @@ def main(argv=None) -> dict:
     parser.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (per seat).")
     parser.add_argument("--entropy_coeff", type=float, default=0.01, help="Entropy bonus coefficient.")
     parser.add_argument("--num_envs", type=int, default=16, help="Envs stepped together (TorchRL SerialEnv).")
+    parser.add_argument("--task", default="tiny_vocab", help="A toy task: tiny_vocab, relay or chain_relay.")
+    parser.add_argument("--seating", default=None, help="Seating spec (cory, chain:N); default the task's.")
     parser.add_argument("--torch_threads", type=int, default=1, help="torch.set_num_threads.")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.torch_threads)
     result = train_and_evaluate(args.seed, args.episodes, args.eval_episodes, num_evals=args.num_evals,
                                 episodes_per_update=args.episodes_per_update, epochs=args.epochs,
                                 minibatch_size=args.minibatch_size, lr=args.lr, entropy_coeff=args.entropy_coeff,
-                                num_envs=args.num_envs)
+                                num_envs=args.num_envs, task=args.task, seating=args.seating)
     for done, reward in result["curve"]:
         print(f"episodes {done}: mean collective reward {reward:.3f}", flush=True)
-    print(f"before {result['before']:.3f} -> after {result['after']:.3f} (optimum 2, random ≈ 0.42) in "
-          f"{result['episodes']} episodes, {result['cpu_s']:.1f} CPU s", flush=True)
+    print(f"before {result['before']:.3f} -> after {result['after']:.3f} in {result['episodes']} episodes, "
+          f"{result['cpu_s']:.1f} CPU s", flush=True)
     print(json.dumps(result))
     return result
 

@@ -52,11 +52,11 @@ def test_the_metrics_glossary_names_every_logged_key(tmp_path):
     for learner, group in (("ppo", 1), ("grpo", 2)):
         trainer = CORYTrainer(
             CORYConfig(output_dir=str(tmp_path / learner), num_iterations=2, role_exchange_period=1,
-                       tensorboard=False, learner=learner),
+                       tensorboard=False, learner=learner, eval_every=2, eval_episodes=2),
             PPOConfig(batch_size=4, mini_batch_size=2, ppo_epochs=1),
             EnvConfig(min_new_tokens=2, max_new_tokens=4, context_len=64), ModelConfig(model="tiny"),
             grpo_config=GRPOConfig(group_size=group))
-        logged |= {key for row in trainer.train() for key in row if key != "iteration"}
+        logged |= {key for row in trainer.train() for key in row if key not in ("iteration", "eval")}
     missing = sorted({key.split("/")[-1] for key in logged} - documented)
     assert not missing, f"logged but not in the README glossary: {missing}"
 
@@ -70,3 +70,14 @@ def test_the_options_tables_are_exactly_what_docs_options_table_prints():
     spec.loader.exec_module(module)
     printed = "\n\n".join(module.table(c) for c in module.ORDER)
     assert printed in README, "README option tables differ from `python docs/options_table.py`: paste its output"
+
+
+def test_the_environment_blocks_run():
+    """The "Using the environment" code blocks (an AEC episode, then the seatings) run as written, in order."""
+    section = README[README.index("## Using the environment"):README.index("## Use the env with other libraries")]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 2
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - our own documentation
+    assert namespace["chain"].possible_agents == ["pioneer", "observer_1", "observer_2"]

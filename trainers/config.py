@@ -2,12 +2,12 @@
 
 | dataclass | what | package |
 |---|---|---|
-| `cory_env.EnvConfig` | task, data, episode lengths, reward, knowledge transfer | env |
+| `cory_env.EnvConfig` | task, data, episode lengths, reward, seating, knowledge transfer | env |
 | `PPOConfig` | the learners' update (TRL names), PPO's value head / GAE / score scaling | `trainers.learning.configs` |
 | `GRPOConfig` | the group-relative learners' options (samples per query, normalisation, KL in the loss) | `trainers.learning.configs` |
 | `ModelConfig` | the policy model: name, dtype, LoRA, value head, activation checkpointing | here |
 | `agents.SamplingConfig` | how the agents sample (temperature, top-k, top-p, repetition penalty) | agents |
-| `CORYConfig` | the run: algorithm, learner, iterations, seeds, role exchange, logging, checkpoints | here |
+| `CORYConfig` | the run: learner, iterations, seeds, role exchange, logging, checkpoints | here |
 
 Each field carries its meaning, unit, range and the origin of its default in `metadata["help"]`; that help is the
 only copy (the CLI reads it through `transformers.HfArgumentParser`, the README table is built from it). PPO knob
@@ -15,7 +15,9 @@ names and defaults are TRL 0.7–0.11 `PPOConfig`'s, so the paper's settings (of
 
 Field names are unique across the six classes, so a run's settings are also one flat ``{field: value}`` dict: the
 CLI flags (``--batch_size``), presets, ``--config FILE.yaml``, a run's ``config.yaml`` and a checkpoint's
-``trainer_state.json``. `RunConfigs.to_flat` / `RunConfigs.from_flat` are the one conversion between the two forms.
+``trainer_state.json``. `RunConfigs.to_flat` / `RunConfigs.from_flat` are the one conversion between the two forms;
+`migrate_flat` reads a flat config written by an earlier version (a field that moved: ``algo`` is now
+`EnvConfig.seating`, whose CLI flag ``--algo`` still is).
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from cory_env import EnvConfig
 from cory_env.config import check_finite_fields
 from trainers.learning.configs import TOKEN_MEAN_OVER, GRPOConfig, PPOConfig, check_field
 
-ALGOS = ("cory", "ppo")
 #: `ModelConfig.dtype` names (torch dtype names; `trainers.loop.build.torch_dtype`).
 DTYPES = ("float32", "bfloat16", "float16")
 #: `CORYConfig.sharding`: "none" = full replicas per process; "fsdp" = FSDP2 shards (trainers.loop.sharding)
@@ -76,17 +77,16 @@ class ModelConfig:
 
 @dataclass
 class CORYConfig:
-    """The run: algorithm, learner, iterations, seeds, role exchange, logging and checkpoints (the model is
-    `ModelConfig`, sampling `agents.SamplingConfig`)."""
+    """The run: learner, iterations, seeds, role exchange, logging and checkpoints (the model is `ModelConfig`,
+    sampling `agents.SamplingConfig`, the seat line-up `EnvConfig.seating`)."""
 
     _argument_group_name = "run options (CORYConfig)"  # `cory train --help` group (transformers.HfArgumentParser)
 
-    algo: str = field(default="cory", metadata={"help": "cory (two agents, paper) or ppo (single-agent baseline on the pioneer seat, same env and settings)."})
     learner: str = field(default="ppo", metadata={"help": "The MARL algorithm, by registry name (trainers.learning.learners): per-seat learners ppo (PPO with a value head, TRL semantics; IPPO under CORY) or grpo (critic-free GRPO; set group_size >= 2), or joint learners that see every seat: mappo (PPO with a centralized critic on the joint transcript; needs two seats) or magrpo (one group-relative advantage of the joint reward shared by the seats; group_size >= 2). Other registered names work too (docs/learners.md)."})
     output_dir: str = field(default="runs/cory", metadata={"help": "Run directory: config.yaml, metrics.jsonl, samples.jsonl, TensorBoard events, checkpoints/."})
     num_iterations: int = field(default=10, metadata={"help": "CORY iterations (rollout + one update per seat). Paper IMDB: about 102."})
     seed: int = field(default=0, metadata={"help": "Seed for queries, sampling, mini-batch order and dropout."})
-    role_exchange_period: int = field(default=5, metadata={"help": "T_REx: iterations between role exchanges (official code: swap_freq=5). 0 disables (ablation w/o REx)."})
+    role_exchange_period: int = field(default=5, metadata={"help": "T_REx: iterations between role exchanges (official code: swap_freq=5): the models rotate one seat forward (two seats: they swap). 0 disables (ablation w/o REx)."})
     reset_on_exchange: bool = field(default=False, metadata={"help": "Replicate the official code: fresh Adam state, KL controller and score statistics at every role exchange."})
     eta: Optional[float] = field(default=None, metadata={"help": "eta in the logged combined reward = task reward - eta * KL; None = the seat's current KL coefficient."})
     checkpoint_every: int = field(default=0, metadata={"help": "Save a checkpoint every N iterations (always at the end); 0 = only at the end (and by time, checkpoint_every_minutes)."})
@@ -96,6 +96,7 @@ class CORYConfig:
     overwrite: bool = field(default=False, metadata={"help": "Delete an existing run in output_dir and start afresh."})
     log_samples: int = field(default=4, metadata={"help": "Sample texts written to samples.jsonl per iteration."})
     eval_episodes: int = field(default=0, metadata={"help": "cory train: before and after training, evaluate the pioneer alone on this many held-out queries (the held-out slice when heldout_fraction > 0), print both and write eval.json; 0 = off."})
+    eval_every: int = field(default=0, metadata={"help": "Also evaluate the pioneer alone on eval_episodes held-out queries after every N iterations (the same queries each time), logged as eval/reward, eval/kl, ... with that iteration's metrics; 0 = off."})
     tensorboard: bool = field(default=True, metadata={"help": "Write TensorBoard events to output_dir."})
     torch_threads: int = field(default=0, metadata={"help": "torch.set_num_threads; 0 = leave torch's default."})
     deterministic: bool = field(default=True, metadata={"help": "torch.use_deterministic_algorithms(True, warn_only=True) so same seed => same metrics on CPU."})
@@ -104,7 +105,6 @@ class CORYConfig:
 
     def __post_init__(self) -> None:
         check_finite_fields(self)
-        check_field(self.algo in ALGOS, "algo", self.algo, f"use one of {ALGOS}")
         check_field(self.num_iterations >= 1, "num_iterations", self.num_iterations, "use a positive integer")
         check_field(self.role_exchange_period >= 0, "role_exchange_period", self.role_exchange_period, "use >= 0 (0 disables role exchange)")
         check_field(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "use >= 0 (0 = only at the end)")
@@ -114,6 +114,7 @@ class CORYConfig:
         check_field(self.eta is None or self.eta >= 0, "eta", self.eta, "use eta >= 0, or None for the KL coefficient")
         check_field(self.log_samples >= 0, "log_samples", self.log_samples, "use >= 0")
         check_field(self.eval_episodes >= 0, "eval_episodes", self.eval_episodes, "use >= 0 (0 = no evaluation)")
+        check_field(self.eval_every >= 0, "eval_every", self.eval_every, "use >= 0 (0 = no periodic evaluation)")
         check_field(self.torch_threads >= 0, "torch_threads", self.torch_threads, "use >= 0 (0 = torch's default)")
         check_field(not (self.resume and self.overwrite), "resume", self.resume, "pass either --resume or --overwrite, not both")
         check_field(self.device == "auto" or self.device == "cpu" or self.device.startswith(("cuda", "mps", "xpu")),
@@ -176,12 +177,30 @@ class RunConfigs(NamedTuple):
         Raises:
             ValueError: an unknown key with `strict` (the valid ones are listed), or a value a config refuses.
         """
+        flat = migrate_flat(flat)
         if strict:
             unknown = sorted(set(flat) - set(flat_field_types()))
             if unknown:
                 raise ValueError(f"unknown option(s) {unknown}; valid options: {', '.join(sorted(flat_field_types()))}")
         return cls.of([c(**{f.name: flat[f.name] for f in dataclasses.fields(c) if f.name in flat})
                        for c in CONFIG_CLASSES])
+
+
+#: Flat keys of earlier versions -> what they became: ``algo`` (``cory``: the task's default seating, ``ppo``: the
+#: pioneer alone) is `EnvConfig.seating`.
+MOVED_FIELDS = {"algo": "seating"}
+
+
+def migrate_flat(flat: dict[str, Any]) -> dict[str, Any]:
+    """`flat` in today's field names (`MOVED_FIELDS`): a run's ``config.yaml``, a checkpoint's config or a YAML file
+    written before a field moved reads as it ran. ``algo: cory`` was every task's two seats, the default seating
+    (None); ``algo: ppo`` is the seating ``ppo``; a key already in today's name wins."""
+    if "algo" not in flat:
+        return flat
+    out = {k: v for k, v in flat.items() if k != "algo"}
+    if flat["algo"] != "cory" and "seating" not in out:
+        out["seating"] = flat["algo"]  # "ppo", or a value EnvConfig refuses by name
+    return out
 
 
 def flat_field_types() -> dict[str, Any]:

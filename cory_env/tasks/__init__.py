@@ -9,6 +9,7 @@ module is missing or needs extra data costs nothing until it is asked for.
 | ``"gsm8k"`` | `cory_env.tasks.gsm8k.make_gsm8k_task` | GSM8K questions (whole) | answer correctness |
 | ``"tiny_vocab"`` | `cory_env.tasks.tiny_vocab.make_tiny_vocab_task` | 4 of 16 symbols | split them with the partner |
 | ``"relay"`` | `cory_env.tasks.relay.make_relay_task` | 4 of 16 symbols, seen by the pioneer only | the observer repeats the pioneer's valid symbols |
+| ``"chain_relay"`` | `cory_env.tasks.chain_relay.make_chain_relay_task` | 4 of 16 symbols, seen by the first of 3 seats only | every seat names query symbols it can only learn down the chain |
 
 `task_tokenizer(name)` gives a task's own tokenizer (the toy tasks' 20-token vocabulary), None for tasks that use
 the model's.
@@ -28,12 +29,14 @@ TASK_BUILDERS: dict[str, str] = {
     "gsm8k": "cory_env.tasks.gsm8k:make_gsm8k_task",
     "tiny_vocab": "cory_env.tasks.tiny_vocab:make_tiny_vocab_task",
     "relay": "cory_env.tasks.relay:make_relay_task",
+    "chain_relay": "cory_env.tasks.chain_relay:make_chain_relay_task",
 }
 #: Task name -> "module:function" of the tokenizer the task brings with it (its own vocabulary): what a tiny random
 #: model is built for, and the Gymnasium view's default tokenizer. Tasks not listed use the model's tokenizer.
 TASK_TOKENIZERS: dict[str, str] = {
     "tiny_vocab": "cory_env.tasks.tiny_vocab:tiny_vocab_tokenizer",
     "relay": "cory_env.tasks.tiny_vocab:tiny_vocab_tokenizer",
+    "chain_relay": "cory_env.tasks.tiny_vocab:tiny_vocab_tokenizer",
 }
 
 

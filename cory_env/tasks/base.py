@@ -1,4 +1,4 @@
-"""`Task`: what a CORY episode is about (queries, task reward, prompt templates, lengths)."""
+"""`Task`: what a CORY episode is about (queries, task reward, prompt templates, lengths, default seating)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import numpy as np
 
 from cory_env.prompts import OBSERVER_REQUIRED, PIONEER_TEMPLATE, parse_template
 from cory_env.rewards import make_reward_fn
+from cory_env.seating import READS
 
 __all__ = ["Task"]
 
@@ -25,19 +26,28 @@ class Task:
         reward_fn: ``reward_fn(query_texts, response_texts, records) -> sequence of floats``, one per pair,
             scoring query text + response text; a reward name or a 2-argument ``(queries, responses)`` callable
             is accepted and normalised to that form (`cory_env.rewards.make_reward_fn`).
-        observer_template: knowledge-transfer template with a ``{response}`` placeholder (the pioneer's answer)
-            and usually ``{query}`` (a task may keep the query private to the pioneer: `cory_env.tasks.relay`).
-        pioneer_template: pioneer template with a ``{query}`` placeholder.
-        observer_template_without_kt: the observer's prompt when knowledge transfer is off (the w/o KT ablation);
-            no ``{response}``. None: the pioneer's template (the paper's ablation: the observer answers q alone).
+        observer_template: knowledge-transfer template, the prompt of a seat that sees the query and reads earlier
+            seats: ``{query}`` and ``{response}`` (the read seats' answers; `cory_env.seating`).
+        pioneer_template: the prompt of a seat that sees the query and reads no seat (the pioneer; every seat
+            without knowledge transfer): a ``{query}`` placeholder.
+        response_only_template: the prompt of a seat that reads earlier seats but does not see the query (a query
+            private to the first seat: `cory_env.tasks.relay`): ``{response}``, no ``{query}``; None: none (such a
+            seating is refused).
+        blank_template: the prompt of a seat that sees neither the query nor a response (a private query without
+            knowledge transfer): no placeholder; None: none.
+        num_seats: the task's default number of seats (`EnvConfig.seating` None): 2 (CORY).
+        private_query: its default seatings show the query to the first seat only (Seat.sees_query).
+        seat_reads: what each seat of its default seatings reads: ``"all"`` earlier seats, or ``"previous"`` (the
+            seat just before).
         query_tokens: ``(min, max)``: keep the first k tokens of the query text, k drawn per episode from
             [min, max] (IMDB: (2, 7)); None keeps the whole query.
         min_new_tokens, max_new_tokens: per-episode response length range in tokens (shared by both seats).
-        action_mask: optional int8 (V,) array, 1 = token allowed, applied to every step of both seats.
+        action_mask: optional int8 (V,) array, 1 = token allowed, applied to every step of every seat.
 
     Raises:
         ValueError: (at construction) for empty records, any record without a non-empty "query" text, a template
-            without its placeholders, bad lengths or an all-zero action mask.
+            without its placeholders (or with one its view does not show), bad lengths, seat defaults or an
+            all-zero action mask.
         TypeError: if `reward_fn` is neither a reward name nor a 2- or 3-argument callable.
     """
 
@@ -46,7 +56,11 @@ class Task:
     reward_fn: Callable[[list[str], list[str], list[dict]], Sequence[float]] | str
     observer_template: str
     pioneer_template: str = PIONEER_TEMPLATE
-    observer_template_without_kt: str | None = None
+    response_only_template: str | None = None
+    blank_template: str | None = None
+    num_seats: int = 2
+    private_query: bool = False
+    seat_reads: str = "all"
     query_tokens: tuple[int, int] | None = None
     min_new_tokens: int = 4
     max_new_tokens: int = 15
@@ -68,13 +82,21 @@ class Task:
         object.__setattr__(self, "reward_fn", make_reward_fn(self.reward_fn))
         parse_template(self.observer_template, required=OBSERVER_REQUIRED, name="observer_template")
         parse_template(self.pioneer_template, required=("query",), name="pioneer_template")
-        if self.observer_template_without_kt is not None:
-            pairs = parse_template(self.observer_template_without_kt, required=(),
-                                   name="observer_template_without_kt")
-            if any(placeholder == "response" for _, placeholder in pairs):
-                raise ValueError(f"task {self.name!r}: observer_template_without_kt "
-                                 f"{self.observer_template_without_kt!r} shows the pioneer's answer {{response}}, "
-                                 "which is knowledge transfer; remove it, or use observer_template")
+        for name, required in (("response_only_template", ("response",)), ("blank_template", ())):
+            template = getattr(self, name)
+            if template is None:
+                continue
+            shown = {p for _, p in parse_template(template, required=required, name=name) if p}
+            if shown - set(required):
+                raise ValueError(f"task {self.name!r}: {name} {template!r} shows "
+                                 f"{', '.join('{' + p + '}' for p in sorted(shown - set(required)))}, which its seat "
+                                 f"does not see; remove {'it' if len(shown - set(required)) == 1 else 'them'}")
+        if isinstance(self.num_seats, bool) or not isinstance(self.num_seats, int) or self.num_seats < 1:
+            raise ValueError(f"task {self.name!r}: num_seats must be an int >= 1, got {self.num_seats!r}")
+        if not isinstance(self.private_query, bool):
+            raise ValueError(f"task {self.name!r}: private_query must be True or False, got {self.private_query!r}")
+        if self.seat_reads not in READS:
+            raise ValueError(f"task {self.name!r}: seat_reads must be one of {READS}, got {self.seat_reads!r}")
         if self.query_tokens is not None:
             lo, hi = self.query_tokens
             if not 1 <= lo <= hi:

@@ -8,9 +8,10 @@ hidden from the observer (same 20-token vocabulary, queries, held-out slice and 
 | | |
 |---|---|
 | Query q | 4 distinct symbols of ``a`` … ``p`` (the 1820 `tiny_vocab` queries) |
+| Seating | CORY's two seats with a **private query** (`Task.private_query`): the observer never sees q |
 | Pioneer prompt | ``"{query} ?"`` |
-| Observer prompt, knowledge transfer | ``": {response} ?"`` (the pioneer's answer a1 only, never q) |
-| Observer prompt, w/o knowledge transfer | ``": ?"`` (nothing: the ablation removes the observer's only information) |
+| Observer prompt, knowledge transfer | ``": {response} ?"`` (the pioneer's answer a1 only, never q: the task's `response_only_template`) |
+| Observer prompt, w/o knowledge transfer | ``": ?"`` (nothing: the ablation removes the observer's only information; `blank_template`) |
 | Response | exactly 2 tokens (EOS ends it earlier); only symbols and EOS are allowed |
 | Task reward r(q, a) | pioneer: r1 = |set(a1) ∩ q| / 2; observer: r2 = |set(a2) ∩ set(a1) ∩ q| / 2 (repeat the pioneer's valid symbols) |
 
@@ -28,14 +29,8 @@ from __future__ import annotations
 from cory_env.tasks.base import Task
 from cory_env.tasks.tiny_vocab import ANSWER_LEN, symbol_task
 
-__all__ = ["OBSERVER_TEMPLATE", "OBSERVER_TEMPLATE_WITHOUT_KT", "PIONEER_TEMPLATE", "WITHOUT_KT_OPTIMUM",
-           "make_relay_task", "relay_reward"]
+__all__ = ["WITHOUT_KT_OPTIMUM", "make_relay_task", "relay_reward"]
 
-PIONEER_TEMPLATE = "{query} ?"
-#: The observer sees the pioneer's answer and not the query.
-OBSERVER_TEMPLATE = ": {response} ?"
-#: The w/o KT ablation: the observer sees neither.
-OBSERVER_TEMPLATE_WITHOUT_KT = ": ?"
 #: The best collective reward without knowledge transfer (module docstring).
 WITHOUT_KT_OPTIMUM = 1.25
 
@@ -71,12 +66,11 @@ def make_relay_task(config=None, tokenizer=None) -> Task:
 
     Args:
         config: `EnvConfig` or None; ``heldout_fraction`` / ``query_split`` pick a side of the same held-out slice as
-            `tiny_vocab`; ``observer_template`` / ``pioneer_template``, when set, replace the task's.
+            `tiny_vocab`; ``observer_template`` / ``pioneer_template``, when set, replace the task's (the observer
+            template is the prompt of a seat that sees q, which relay's own seating has not).
         tokenizer: with the `tiny_vocab` tokenizer, the action mask allows only the 16 symbols and EOS.
 
     Returns:
-        ``Task(name="relay", ...)``.
+        ``Task(name="relay", private_query=True, ...)``.
     """
-    return symbol_task("relay", relay_reward, config, tokenizer, observer_template=OBSERVER_TEMPLATE,
-                       pioneer_template=PIONEER_TEMPLATE,
-                       observer_template_without_kt=OBSERVER_TEMPLATE_WITHOUT_KT)
+    return symbol_task("relay", relay_reward, config, tokenizer, private_query=True)

@@ -9,6 +9,7 @@ reward needs cooperation: the observer only scores well if it reads the pioneer'
 | Query q | 4 distinct symbols, e.g. ``"c f h k"`` (all 1820 4-subsets, each in a fixed shuffled order) |
 | Pioneer prompt | ``"{query} ?"`` |
 | Observer prompt | ``"{query} : {response} ?"`` (knowledge transfer: q, then the pioneer's answer a1) |
+| Prompts of seats that do not see q | ``": {response} ?"`` (the answers it reads), ``": ?"`` (nothing): `cory_env.tasks.relay` |
 | Response | exactly 2 tokens (EOS ends it earlier); with the task's tokenizer only symbols and EOS are allowed |
 | Task reward r(q, a) | (distinct symbols of a's first 2 that are in q, not in the partner's answer) / 2 |
 
@@ -42,10 +43,12 @@ from cory_env.tasks.base import Task
 
 __all__ = [
     "ANSWER_LEN",
+    "BLANK_TEMPLATE",
     "CONTEXT_LEN",
     "OBSERVER_TEMPLATE",
     "PIONEER_TEMPLATE",
     "QUERY_LEN",
+    "RESPONSE_ONLY_TEMPLATE",
     "SYMBOLS",
     "VOCAB",
     "make_tiny_vocab_task",
@@ -68,6 +71,10 @@ ANSWER_LEN = 2
 CONTEXT_LEN = 12
 PIONEER_TEMPLATE = "{query} ?"
 OBSERVER_TEMPLATE = "{query} : {response} ?"
+#: A seat that reads the earlier answers but not the query (a private query).
+RESPONSE_ONLY_TEMPLATE = ": {response} ?"
+#: A seat that sees neither (a private query without knowledge transfer).
+BLANK_TEMPLATE = ": ?"
 
 
 def tiny_vocab_tokenizer():
@@ -142,33 +149,36 @@ def make_tiny_vocab_task(config=None, tokenizer=None) -> Task:
     Returns:
         ``Task(name="tiny_vocab", ...)``.
     """
-    return symbol_task("tiny_vocab", tiny_vocab_reward, config, tokenizer, observer_template=OBSERVER_TEMPLATE,
-                       pioneer_template=PIONEER_TEMPLATE)
+    return symbol_task("tiny_vocab", tiny_vocab_reward, config, tokenizer)
 
 
-def symbol_task(name: str, reward_fn, config, tokenizer, *, observer_template: str, pioneer_template: str,
-                observer_template_without_kt: str | None = None) -> Task:
-    """A task over the 1820 symbol queries (`tiny_vocab_records`) with `ANSWER_LEN`-token answers: `tiny_vocab` and
-    `relay` differ only in their name, reward and templates.
+def symbol_task(name: str, reward_fn, config, tokenizer, *, private_query: bool = False, num_seats: int = 2,
+                seat_reads: str = "all") -> Task:
+    """A task over the 1820 symbol queries (`tiny_vocab_records`) with `ANSWER_LEN`-token answers and this module's
+    four templates: `tiny_vocab`, `relay` and `chain_relay` differ only in their name, reward and default seating.
 
     Args:
         name, reward_fn: the task's.
         config: `EnvConfig` or None: ``heldout_fraction`` / ``query_split`` pick a side of the fixed held-out slice
             (`cory_env.data.heldout_split`, by a hash of the query text); ``observer_template`` /
-            ``pioneer_template``, when set, replace the given templates.
+            ``pioneer_template``, when set, replace the module's.
         tokenizer: with the task's own tokenizer, the action mask allows only the 16 symbols and EOS.
-        observer_template, pioneer_template, observer_template_without_kt: the task's templates.
+        private_query, num_seats, seat_reads: the task's default seating (`Task`).
     """
     return Task(
         name=name,
         records=(tiny_vocab_records() if config is None
                  else heldout_split(tiny_vocab_records(), config.query_split, config.heldout_fraction)),
         reward_fn=reward_fn,
-        observer_template=observer_template if config is None or config.observer_template is None
+        observer_template=OBSERVER_TEMPLATE if config is None or config.observer_template is None
         else config.observer_template,
-        pioneer_template=pioneer_template if config is None or config.pioneer_template is None
+        pioneer_template=PIONEER_TEMPLATE if config is None or config.pioneer_template is None
         else config.pioneer_template,
-        observer_template_without_kt=observer_template_without_kt,
+        response_only_template=RESPONSE_ONLY_TEMPLATE,
+        blank_template=BLANK_TEMPLATE,
+        num_seats=num_seats,
+        private_query=private_query,
+        seat_reads=seat_reads,
         query_tokens=None,
         min_new_tokens=ANSWER_LEN,
         max_new_tokens=ANSWER_LEN,

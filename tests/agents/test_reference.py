@@ -6,7 +6,7 @@ import pytest
 import torch
 from peft import LoraConfig
 
-from agents import LLMAgent, ReferenceModel, build_shared_lora, copy_for_two_agents
+from agents import LLMAgent, ReferenceModel, build_shared_lora, copy_for_agents
 
 Q = torch.tensor([[0, 0, 5, 6, 7], [8, 9, 10, 11, 12]])
 QM = Q != 0
@@ -53,8 +53,8 @@ def test_reference_refuses_disable_adapters_for_plain_model(tiny_model):
         ReferenceModel(tiny_model, disable_adapters=True)
 
 
-def test_copy_for_two_agents_makes_independent_copies(tiny_tok, tiny_model):
-    p1, p2, ref = copy_for_two_agents(tiny_model)
+def test_copy_for_agents_makes_independent_copies(tiny_tok, tiny_model):
+    (p1, p2), ref = copy_for_agents(tiny_model)
     assert ref.model is tiny_model and not any(p.requires_grad for p in ref.parameters())
     ptrs = [{p.data_ptr() for p in m.parameters()} for m in (p1, p2, tiny_model)]
     assert not (ptrs[0] & ptrs[1]) and not (ptrs[0] & ptrs[2]) and not (ptrs[1] & ptrs[2])
@@ -64,6 +64,15 @@ def test_copy_for_two_agents_makes_independent_copies(tiny_tok, tiny_model):
     train_one_step(a1)
     torch.testing.assert_close(ref.logits(Q, QM, R, RM), before)
     torch.testing.assert_close(LLMAgent(p2, tiny_tok).evaluate(Q, QM, R, RM).logprobs.detach(), other)
+
+
+def test_copy_for_agents_makes_one_policy_per_seat(tiny_model):
+    policies, ref = copy_for_agents(tiny_model, 3)
+    assert len(policies) == 3 and len({id(p) for p in policies}) == 3
+    assert all(all(q.requires_grad for q in p.parameters()) for p in policies)
+    assert ref.model is tiny_model
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        copy_for_agents(tiny_model, 0)
 
 
 def test_lora_reference_equals_base_after_training(shared):

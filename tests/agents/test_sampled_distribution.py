@@ -19,6 +19,7 @@ from agents import LLMAgent, SamplingConfig
 from agents.sampling import sample_step
 from agents.tiny import tiny_causal_lm
 from cory_env import BatchedCORYEnv, EnvConfig
+from cory_env.seating import Seating
 from cory_env.tasks.tiny_vocab import CONTEXT_LEN, tiny_vocab_tokenizer
 from trainers.config import CORYConfig, ModelConfig, PPOConfig, RunConfigs
 from trainers.loop.build import build_agents, build_exchange, build_learners
@@ -42,12 +43,12 @@ def test_sampled_frequencies_match_the_reported_logprobs():
 def _tiny_vocab_run(temperature: float, top_k: int = 0):
     tok = tiny_vocab_tokenizer()
     model = tiny_causal_lm(tok, seed=3)
-    config = CORYConfig(algo="cory")
+    config = CORYConfig()
     ppo = PPOConfig(batch_size=16, mini_batch_size=16, ppo_epochs=1, learning_rate=1e-3)
     agents, ref = build_agents(model, tok, ModelConfig(model="tiny", value_head_dropout=0.0),
-                               SamplingConfig(temperature=temperature, top_k=top_k), algo=config.algo)
+                               SamplingConfig(temperature=temperature, top_k=top_k), num_models=2)
     configs = RunConfigs.of([config, ppo, EnvConfig(), ModelConfig(), SamplingConfig()])
-    exchange = build_exchange(agents, build_learners(agents, ref, configs), config)
+    exchange = build_exchange(agents, build_learners(agents, ref, configs), config, Seating.cory())
     env = BatchedCORYEnv(EnvConfig(task="tiny_vocab", context_len=CONTEXT_LEN), tok, batch_size=16)
     return tok, agents, ref, exchange, env
 
@@ -99,10 +100,10 @@ def test_truncated_sampling_warns_that_the_ratio_is_approximate(caplog):
     tok = tiny_vocab_tokenizer()
     with caplog.at_level("WARNING", logger="trainers.loop.build"):
         build_agents(tiny_causal_lm(tok, seed=0), tok, ModelConfig(model="tiny"), SamplingConfig(temperature=0.5),
-                     algo="ppo")
+                     num_models=1)
     assert not caplog.records  # temperature alone is exact
     with caplog.at_level("WARNING", logger="trainers.loop.build"):
-        build_agents(tiny_causal_lm(tok, seed=0), tok, ModelConfig(model="tiny"), SamplingConfig(top_k=5), algo="ppo")
+        build_agents(tiny_causal_lm(tok, seed=0), tok, ModelConfig(model="tiny"), SamplingConfig(top_k=5), num_models=1)
     assert any("approximate (slightly off-policy)" in r.getMessage() for r in caplog.records)
 
 

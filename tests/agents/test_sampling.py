@@ -93,7 +93,7 @@ def test_repetition_penalty_reads_only_the_real_tokens_of_the_window(tiny_tok, t
 
     agent._sampler._penalties = Recorder(agent._sampler._penalties)
     env = BatchedCORYEnv(EnvConfig(context_len=32, min_new_tokens=1, max_new_tokens=1), tiny_tok, batch_size=1,
-                         single_agent=True)
+                         seating="ppo")
     obs, _ = env.reset(seed=0, options={"queries": ["The end."]})
     assert obs["attention_mask"][0, 0] == 0 and obs["input_ids"][0, 0] == tiny_tok.eos_token_id  # padded with EOS
     agent.act_batch(obs, generator=torch.Generator().manual_seed(0))

@@ -6,49 +6,52 @@ import numpy as np
 import pytest
 
 from cory_env import BatchedCORYEnv, EnvConfig, raw_env
+from cory_env.seating import SEATS, Seating, seat_names
 
 from .conftest import char_count_reward
 
 B, SEED = 8, 11
 
 
-def _action_tables(vocab: int, eos: int, max_new: int) -> dict[str, np.ndarray]:
+def _action_tables(vocab: int, eos: int, max_new: int, seats=SEATS) -> dict[str, np.ndarray]:
     """Per seat an int (B, max_new) table: row i's k-th token; about 1 in 6 is EOS."""
     rng = np.random.default_rng(123)
     tables = {}
-    for seat in ("pioneer", "observer"):
+    for seat in seats:
         table = rng.integers(1, vocab, size=(B, max_new))
         table[rng.random((B, max_new)) < 0.17] = eos
         tables[seat] = table
     return tables
 
 
-@pytest.mark.parametrize("reward", ["vader", "chars"])
-def test_batched_equals_aec_envs(tiny_tok, reward):
+@pytest.mark.parametrize(("reward", "seats"), [("vader", 2), ("chars", 2), ("chars", 1), ("chars", 3), ("chars", 4)])
+def test_batched_equals_aec_envs(tiny_tok, reward, seats):
+    """Row i of a B-row batch = an AEC env reset with stream_offset i, for seatings of 1 to 4 seats."""
     reward_fn = char_count_reward if reward == "chars" else None
-    config = EnvConfig(max_new_tokens=9, min_new_tokens=2)
-    tables = _action_tables(len(tiny_tok), tiny_tok.eos_token_id, config.max_new_tokens)
+    config = EnvConfig(max_new_tokens=9, min_new_tokens=2, seating=f"chain:{seats}", partner_reward_coef=0.5)
+    names = seat_names(seats)
+    tables = _action_tables(len(tiny_tok), tiny_tok.eos_token_id, config.max_new_tokens, names)
 
     benv = BatchedCORYEnv(config, tiny_tok, batch_size=B, reward_fn=reward_fn)
+    assert benv.possible_agents == list(names)
     obs, info = benv.reset(seed=SEED)
-    first_obs = {"pioneer": {k: v.copy() for k, v in obs.items()}}
-    step = 0
-    while benv.agent_selection == "pioneer":
-        obs, *_ = benv.step(tables["pioneer"][:, step])
-        step += 1
-    first_obs["observer"] = {k: v.copy() for k, v in obs.items()}
-    step = 0
-    while not benv.done:
-        obs, rewards, terminations, truncations, infos = benv.step(tables["observer"][:, step])
-        step += 1
+    first_obs = {}
+    for seat in names:
+        assert benv.agent_selection == seat
+        first_obs[seat] = {k: v.copy() for k, v in obs.items()}
+        step = 0
+        while benv.agent_selection == seat:
+            obs, rewards, terminations, truncations, infos = benv.step(tables[seat][:, step])
+            step += 1
+    assert benv.done
     batched = benv.transcript()
-    assert terminations["pioneer"].all() and not truncations["observer"].any()
+    assert all(terminations[s].all() for s in names) and not any(truncations[s].any() for s in names)
 
     for i in range(B):
         aec = raw_env(config, tokenizer=tiny_tok, reward_fn=reward_fn)
         aec.reset(seed=SEED, options={"stream_offset": i})
-        counts = {"pioneer": 0, "observer": 0}
-        for seat in ("pioneer", "observer"):
+        counts = dict.fromkeys(names, 0)
+        for seat in names:
             assert aec.agent_selection == seat
             seat_obs = aec.observe(seat)
             for key in ("input_ids", "attention_mask"):
@@ -59,7 +62,7 @@ def test_batched_equals_aec_envs(tiny_tok, reward):
         single = aec.transcript()
         assert single.query_ids[0] == batched.query_ids[i]
         assert single.query_text[0] == batched.query_text[i]
-        for seat in ("pioneer", "observer"):
+        for seat in names:
             got, want = single.seats[seat], batched.seats[seat]
             assert got.prompt_ids[0] == want.prompt_ids[i]
             assert got.response_ids[0] == want.response_ids[i]
@@ -77,7 +80,7 @@ def _rows(transcript) -> list[tuple]:
 def test_neighbouring_seeds_draw_independent_query_streams(tiny_tok, imdb_csv):
     # Issue #27 item 9: with `seed + row` seeding, row i of seed s was row i + 1 of seed s - 1 (63 of 64 shared)
     config = EnvConfig(data_path=str(imdb_csv), min_new_tokens=1, max_new_tokens=1)
-    env = BatchedCORYEnv(config, tiny_tok, batch_size=64, single_agent=True)
+    env = BatchedCORYEnv(config, tiny_tok, batch_size=64, seating="ppo")
     played = []
     for seed in (10_000, 10_001):
         env.reset(seed=seed)
@@ -92,8 +95,8 @@ def test_neighbouring_seeds_draw_independent_query_streams(tiny_tok, imdb_csv):
 
 def test_stream_offset_plays_the_rows_of_a_larger_batch(tiny_tok):
     config = EnvConfig(min_new_tokens=1, max_new_tokens=1)
-    big = BatchedCORYEnv(config, tiny_tok, batch_size=8, single_agent=True)
-    part = BatchedCORYEnv(config, tiny_tok, batch_size=4, single_agent=True)
+    big = BatchedCORYEnv(config, tiny_tok, batch_size=8, seating="ppo")
+    part = BatchedCORYEnv(config, tiny_tok, batch_size=4, seating="ppo")
     transcripts = []
     for env, options in ((big, {"group_size": 2}), (part, {"group_size": 2, "stream_offset": 2})):
         env.reset(seed=3, options=options)
@@ -164,7 +167,7 @@ def test_transcript_before_done_raises(tiny_tok):
 
 
 def test_single_agent_mode_ends_after_the_pioneer(tiny_tok):
-    benv = BatchedCORYEnv(tokenizer=tiny_tok, batch_size=2, reward_fn=char_count_reward, single_agent=True,
+    benv = BatchedCORYEnv(tokenizer=tiny_tok, batch_size=2, reward_fn=char_count_reward, seating="ppo",
                           min_new_tokens=2, max_new_tokens=2, partner_reward_coef=-1.0)
     assert benv.possible_agents == ["pioneer"] and benv.pad_token_id == tiny_tok.pad_token_id
     x = tiny_tok.convert_tokens_to_ids("x")
@@ -300,7 +303,7 @@ def test_episode_batch_defaults(tiny_tok):
 
     task = _task(observer_template="Q {query} A {response} B")
     batch = EpisodeBatch(task, tiny_tok)
-    assert (batch.batch_size, batch.context_len, batch.partner_reward_coef) == (1, 128, 1.0)
+    assert (batch.batch_size, batch.context_len) == (1, 128) and batch.seating == Seating.cory()
     assert batch.seats == ("pioneer", "observer") and batch.truncate_query is True
     assert batch.prompts["observer"].template == "Q {query} A {response} B"  # knowledge transfer on
     assert EpisodeBatch.from_config(EnvConfig(), tiny_tok, task=task).batch_size == 1
@@ -323,17 +326,19 @@ def test_the_context_must_hold_the_shortest_query(tiny_tok, query_tokens, shorte
     task = _task(pioneer_template="{query}", query_tokens=query_tokens, min_new_tokens=2, max_new_tokens=2)
     assert EpisodeBatch(task, tiny_tok, context_len=shortest + 4).query_budget == shortest
     with pytest.raises(ValueError, match=f"^context_len={shortest + 3} is too small: the longest prompt \\(template "
-                                         f"\\+ {shortest}-token query \\+ pioneer response\\) plus "
+                                         f"\\+ {shortest}-token query \\+ the responses it reads\\) plus "
                                          f"max_new_tokens=2 needs {shortest + 4} tokens"):
         EpisodeBatch(task, tiny_tok, context_len=shortest + 3)
 
 
 def test_a_prompt_without_the_query_only_has_to_fit_itself(tiny_tok):
-    """The relay layout: the observer sees the pioneer's response, not the query ("{response}", T = 2: 2 + 2
-    tokens). Its prompt puts no bound on the query; the pioneer's ("{query}": q + 2) does."""
+    """The relay layout: the observer sees the pioneer's response, not the query (a private query: the task's
+    response_only_template "{response}", T = 2: 2 + 2 tokens). Its prompt puts no bound on the query; the pioneer's
+    ("{query}": q + 2) does."""
     from cory_env.episode import EpisodeBatch
 
-    task = _task(pioneer_template="{query}", observer_template="{response}", min_new_tokens=2, max_new_tokens=2)
+    task = _task(pioneer_template="{query}", response_only_template="{response}", private_query=True,
+                 min_new_tokens=2, max_new_tokens=2)
     assert EpisodeBatch(task, tiny_tok, context_len=4).query_budget == 2  # observer: exactly enough
     with pytest.raises(ValueError, match="^context_len=3 is too small"):
         EpisodeBatch(task, tiny_tok, context_len=3)  # observer: one token short (the pioneer's budget would be 1)

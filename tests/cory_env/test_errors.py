@@ -268,7 +268,8 @@ def test_reward_function_wrong_count(tiny_tok):
 
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"observer_template": "no placeholders"}, r"observer_template 'no placeholders' lacks the placeholder\(s\) "
-                                               r"\{response\}"),
+                                               r"\{query\}, \{response\}"),
+    ({"observer_template": "{response} only"}, r"lacks the placeholder\(s\) \{query\}"),
     ({"observer_template": "{query} only"}, r"lacks the placeholder\(s\) \{response\}"),
     ({"pioneer_template": "Review:"}, r"pioneer_template 'Review:' lacks the placeholder\(s\) \{query\}"),
     ({"observer_template": "{query}{response}{answer}"}, r"uses the placeholder \{answer\}"),

@@ -6,10 +6,10 @@ Properties (checked after every step, on > 1000 generated episodes):
   rejected action leaves the env exactly as it was;
 * PettingZoo AEC invariants: ``agents`` is an ordered subset of ``possible_agents``; ``rewards``,
   ``_cumulative_rewards``, ``terminations``, ``truncations`` and ``infos`` are keyed by ``agents``;
-  ``agent_selection`` is live; observations lie in ``observation_space``; rewards are 0 until both seats terminate
+  ``agent_selection`` is live; observations lie in ``observation_space``; rewards are 0 until every seat terminates
   together; a finished seat only accepts ``None`` (dead step) and is then removed;
 * reward accumulation: summing ``last()`` rewards per seat over an episode gives exactly its collective reward
-  r_i + c * r_j, where r is the (scripted) task reward of the decoded response;
+  r_i + c * Σ_{j≠i} r_j, where r is the (scripted) task reward of the decoded response; seatings of 1 to 4 seats;
 * the batched view: windows keep shape and dtype, ``active`` only falls within a phase, rewards are 0 until done
   and then the collective reward, every response is 1..max_new_tokens tokens and ends at its first EOS.
 
@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from cory_env import BatchedCORYEnv, raw_env
+from cory_env.seating import seat_names
 
 from .conftest import char_count_reward
 
@@ -59,11 +60,11 @@ def _cached(kind: str, key: tuple, make):
     return _ENVS[(kind, key)]
 
 
-def _aec(tok, setting, coef, kt):
+def _aec(tok, setting, coef, kt, seats):
     lo, hi, L, trunc = setting
-    return _cached("aec", (setting, coef, kt), lambda: raw_env(
+    return _cached("aec", (setting, coef, kt, seats), lambda: raw_env(
         tokenizer=tok, reward_fn=char_count_reward, min_new_tokens=lo, max_new_tokens=hi, context_len=L,
-        truncate_query=trunc, partner_reward_coef=coef, knowledge_transfer=kt))
+        truncate_query=trunc, partner_reward_coef=coef, knowledge_transfer=kt, seating=f"chain:{seats}"))
 
 
 def _is_token(action) -> bool:
@@ -91,11 +92,11 @@ def _check_aec_invariants(env) -> None:
     if env.agents:
         assert env.agent_selection in env.agents
     assert not any(env.truncations.values())
-    if env.agents and not any(env.terminations.values()):
+    if env.agents and not any(env.terminations.values()):  # every seat terminates at once, at the end
         assert all(r == 0.0 for r in env.rewards.values()) and all(i == {} for i in env.infos.values())
         assert env.agents == env.possible_agents
     else:
-        assert all(env.terminations.values())  # both seats terminate together
+        assert all(env.terminations.values())  # every seat terminates together
     for agent in env.agents:
         obs = env.observe(agent)
         assert env.observation_space(agent).contains(obs)
@@ -110,19 +111,20 @@ def _check_transcript(transcript, coef: float, max_new: int) -> None:
             assert 1 <= len(ids) <= max_new
             assert EOS not in ids[:-1]  # a response ends at its first EOS
             assert r == len(text)  # the scripted reward scored the decoded response text
-    if len(seats) == 2:
-        r1, r2 = seats["pioneer"].task_reward, seats["observer"].task_reward
-        np.testing.assert_allclose(seats["pioneer"].reward, r1 + coef * r2)
-        np.testing.assert_allclose(seats["observer"].reward, r2 + coef * r1)
+    r = [t.task_reward for t in seats.values()]
+    for i, t in enumerate(seats.values()):  # R_i = r_i + c * (sum of the other seats' r_j)
+        others = sum((r[j] for j in range(len(r)) if j != i), np.zeros_like(r[i]))
+        np.testing.assert_allclose(t.reward, r[i] + coef * others)
 
 
 @pytest.mark.slow
 @FUZZ
 @given(seed=st.integers(0, 2**31 - 1), query=queries, moves=st.lists(actions, max_size=40),
        setting=st.sampled_from(SETTINGS), coef=st.sampled_from([1.0, -1.0, 0.0, 0.5]), kt=st.booleans(),
-       data=st.data())
-def test_aec_env_under_random_actions(tiny_tok, seed, query, moves, setting, coef, kt, data):
-    env = _aec(tiny_tok, setting, coef, kt)
+       seats=st.integers(1, 4), data=st.data())
+def test_aec_env_under_random_actions(tiny_tok, seed, query, moves, setting, coef, kt, seats, data):
+    env = _aec(tiny_tok, setting, coef, kt, seats)
+    assert env.possible_agents == list(seat_names(seats))
     try:
         env.reset(seed=seed, options=None if query is None else {"query": query})
     except DOCUMENTED as err:  # empty query, ids outside the vocabulary, too long without truncation
@@ -175,12 +177,12 @@ batch_actions = st.one_of(
 @FUZZ
 @given(seed=st.integers(0, 2**31 - 1), batch=st.integers(1, 3), query_pool=st.lists(queries, max_size=3),
        moves=st.lists(batch_actions, max_size=30), setting=st.sampled_from(SETTINGS),
-       coef=st.sampled_from([1.0, -1.0, 0.0]), single=st.booleans(), data=st.data())
-def test_batched_env_under_random_actions(tiny_tok, seed, batch, query_pool, moves, setting, coef, single, data):
+       coef=st.sampled_from([1.0, -1.0, 0.0]), seats=st.integers(1, 4), data=st.data())
+def test_batched_env_under_random_actions(tiny_tok, seed, batch, query_pool, moves, setting, coef, seats, data):
     lo, hi, L, trunc = setting
-    env = _cached("batched", (setting, coef, single, batch), lambda: BatchedCORYEnv(
-        tokenizer=tiny_tok, batch_size=batch, reward_fn=char_count_reward, single_agent=single, min_new_tokens=lo,
-        max_new_tokens=hi, context_len=L, truncate_query=trunc, partner_reward_coef=coef))
+    env = _cached("batched", (setting, coef, seats, batch), lambda: BatchedCORYEnv(
+        tokenizer=tiny_tok, batch_size=batch, reward_fn=char_count_reward, seating=f"chain:{seats}",
+        min_new_tokens=lo, max_new_tokens=hi, context_len=L, truncate_query=trunc, partner_reward_coef=coef))
     qs = None if not query_pool or query_pool[0] is None else [q for q in query_pool if q is not None]
     try:
         obs, info = env.reset(seed=seed, options=None if qs is None else {"queries": qs})
@@ -229,6 +231,6 @@ def test_batched_env_under_random_actions(tiny_tok, seed, batch, query_pool, mov
         env.step(np.zeros(batch, dtype=np.int64))
     transcript = env.transcript()
     _check_transcript(transcript, coef, hi)
-    if single:
-        assert list(transcript.seats) == ["pioneer"]
+    assert tuple(transcript.seats) == seat_names(seats)
+    if seats == 1:
         np.testing.assert_array_equal(transcript.seats["pioneer"].reward, transcript.seats["pioneer"].task_reward)

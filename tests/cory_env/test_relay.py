@@ -81,9 +81,16 @@ def test_relay_shares_tiny_vocab_queries_split_and_mask():
     np.testing.assert_array_equal(relay.action_mask, tiny.action_mask)
 
 
-def test_a_template_without_kt_may_not_show_the_response():
+def test_the_private_views_templates_may_show_only_what_their_seat_sees():
     base = {"name": "t", "records": [{"query": "q"}], "reward_fn": lambda q, r: [0.0] * len(q),
-            "observer_template": "{response}"}
-    assert Task(**base).observer_template == "{response}"  # a private query: the observer template may omit it
-    with pytest.raises(ValueError, match=r"observer_template_without_kt .* shows the pioneer's answer"):
-        Task(**base, observer_template_without_kt="saw {response}")
+            "observer_template": "{query} {response}"}
+    task = Task(**base, response_only_template="{response}", blank_template=": ?", private_query=True)
+    assert (task.response_only_template, task.blank_template) == ("{response}", ": ?")
+    with pytest.raises(ValueError, match=r"response_only_template 'q {query} a {response}' shows \{query\}, which its "
+                                         r"seat does not see; remove it"):
+        Task(**base, response_only_template="q {query} a {response}")
+    with pytest.raises(ValueError, match=r"response_only_template ': \?' lacks the placeholder\(s\) \{response\}"):
+        Task(**base, response_only_template=": ?")
+    with pytest.raises(ValueError, match=r"blank_template 'saw \{response\}' shows \{response\}, which its seat does "
+                                         r"not see"):
+        Task(**base, blank_template="saw {response}")

@@ -45,7 +45,6 @@ def test_ppo_config_rejects(kwargs, field):
     "kwargs, field",
     [
         ({"role_exchange_period": -1}, "role_exchange_period"),
-        ({"algo": "mappo"}, "algo"),
         ({"checkpoint_every": -2}, "checkpoint_every"),
         ({"eta": -1.0}, "eta"),
         ({"resume": True, "overwrite": True}, "resume"),
@@ -70,6 +69,8 @@ def test_cory_config_rejects(kwargs, field):
         ({"cliprange": 0.0}, "cliprange"),
         ({"torch_threads": -1}, "torch_threads"),
         ({"token_mean_over": "sequence"}, "token_mean_over"),
+        ({"seating": "chain:0"}, "seating"),
+        ({"algo": "mappo"}, "seating='mappo' is not a seating spec"),
     ],
 )
 def test_model_and_sampling_configs_reject(flat, field):
@@ -120,3 +121,12 @@ def test_batch_size_one_is_refused_with_the_real_reason():
     with pytest.raises(ValueError, match=r"batch_size=1.*whiten.*at least 2 tokens.*batch_size >= 2"):
         PPOConfig(batch_size=1, mini_batch_size=1)
     PPOConfig(batch_size=2, mini_batch_size=1)
+
+
+@pytest.mark.parametrize(("old", "seating"), [("cory", None), ("ppo", "ppo")])
+def test_a_flat_config_of_the_algo_era_reads_as_its_seating(old, seating):
+    """`algo` moved to `EnvConfig.seating` (issue #23): a run's config.yaml written before still loads as it ran."""
+    configs = RunConfigs.from_flat({"algo": old, "num_iterations": 3}, strict=True)
+    assert configs.env.seating == seating and configs.run.num_iterations == 3
+    assert "algo" not in configs.to_flat()
+    assert RunConfigs.from_flat({"algo": "ppo", "seating": "chain:3"}).env.seating == "chain:3"  # today's key wins

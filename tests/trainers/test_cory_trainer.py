@@ -171,7 +171,7 @@ def test_fingerprints_follow_content():
 
 
 def test_ppo_baseline_logs_under_pioneer_only(tiny_run):
-    configs = tiny_run(algo="ppo", num_iterations=2)
+    configs = tiny_run(seating="ppo", num_iterations=2)
     trainer = CORYTrainer(*configs)
     rows = trainer.train()
     assert list(trainer.exchange.seats) == ["pioneer"]

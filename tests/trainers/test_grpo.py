@@ -109,12 +109,12 @@ def test_grpo_loss_ignores_padding_and_broadcasts_sequence_advantage():
 
 @pytest.fixture()
 def grpo_parts(tiny_tok, tiny_model):
-    from agents import LLMAgent, copy_for_two_agents
+    from agents import LLMAgent, copy_for_agents
 
-    llm1, _, ref = copy_for_two_agents(tiny_model)
+    (llm1, _), ref = copy_for_agents(tiny_model)
     agent = LLMAgent(llm1, tiny_tok)
     env = BatchedCORYEnv(EnvConfig(min_new_tokens=2, max_new_tokens=4, context_len=48), tiny_tok, batch_size=4,
-                         single_agent=True)
+                         seating="ppo")
     return agent, ref, env
 
 
@@ -197,7 +197,7 @@ def test_group_size_one_is_rejected(grpo_parts):
 
 @pytest.mark.parametrize("algo", ["cory", "ppo"])
 def test_trainer_runs_grpo_for_cory_and_the_single_agent_baseline(tiny_run, algo):
-    configs = tiny_run(algo=algo, learner="grpo", group_size=2, num_iterations=2)
+    configs = tiny_run(seating=algo, learner="grpo", group_size=2, num_iterations=2)
     trainer = CORYTrainer(*configs)
     rows = trainer.train()
     assert type(trainer.exchange.seats["pioneer"].learner) is GRPOLearner
@@ -232,7 +232,7 @@ def _grpo_rollout(agent, tiny_tok, batch_size: int, scores=None, *, mask_unused_
     """A real group rollout (group size 2) of `batch_size` rows; optional scores; optionally an action mask that
     forbids every token the responses do not use (the sampled tokens stay allowed)."""
     env = BatchedCORYEnv(EnvConfig(min_new_tokens=2, max_new_tokens=4, context_len=48), tiny_tok,
-                         batch_size=batch_size, single_agent=True)
+                         batch_size=batch_size, seating="ppo")
     transcript = run_episodes(env, {"pioneer": agent}, seed=0, generator=torch.Generator().manual_seed(0),
                               group_size=2)
     rollout = rollout_from_transcript(transcript, "pioneer", tiny_tok.pad_token_id)

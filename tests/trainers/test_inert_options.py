@@ -6,9 +6,18 @@ import logging
 
 import pytest
 
+from cory_env.seating import Seating, config_seating
 from trainers.config import RunConfigs
 from trainers.loop.cory import CORYTrainer
 from trainers.loop.inert_options import inert_options
+
+
+def _inert(flat: dict) -> list[str]:
+    """inert_options of a flat config, with its seating (tasks whose data needs the hub take CORY's two seats)."""
+    configs = RunConfigs.from_flat(flat, strict=True)
+    if configs.env.task == "gsm8k":
+        return inert_options(configs, Seating.from_spec(configs.env.seating or "cory"))
+    return inert_options(configs, config_seating(configs.env))
 
 
 @pytest.mark.parametrize(
@@ -17,7 +26,14 @@ from trainers.loop.inert_options import inert_options
         ({"num_iterations": 3, "role_exchange_period": 5}, {}, {}, "role_exchange_period=5 > num_iterations=3"),
         ({"num_iterations": 5, "role_exchange_period": 5}, {}, {}, "no iteration runs with swapped roles"),
         ({"role_exchange_period": 0, "reset_on_exchange": True}, {}, {}, "reset_on_exchange=True does nothing"),
-        ({"algo": "ppo"}, {}, {"knowledge_transfer": False}, "knowledge_transfer=False do(es) nothing with algo='ppo'"),
+        ({}, {}, {"seating": "ppo", "knowledge_transfer": False},
+         "knowledge_transfer=False do(es) nothing with seating='ppo'"),
+        ({}, {}, {"seating": "ppo", "observer_template": "{query}: {response}"},
+         "observer_template='{query}: {response}' do(es) nothing with seating='ppo'"),
+        ({}, {}, {"task": "relay", "observer_template": "{query} {response}"},
+         "observer_template='{query} {response}' does nothing with this seating: no seat both sees the query"),
+        ({"num_iterations": 10, "role_exchange_period": 12}, {}, {"task": "chain_relay"},
+         "role_exchange_period=12 > num_iterations=10"),
         ({"lora_r": 8}, {}, {}, "lora_r=8 do(es) nothing without use_lora=True"),
         ({"learner": "grpo"}, {"group_size": 2, "vf_coef": 0.5, "whiten_rewards": True}, {},
          "vf_coef=0.5, whiten_rewards=True do(es) nothing with learner='grpo'"),
@@ -31,19 +47,20 @@ from trainers.loop.inert_options import inert_options
         ({}, {"adap_kl_ctrl": False, "target": 1.0}, {}, "target=1.0 do(es) nothing with adap_kl_ctrl=False"),
         ({}, {}, {"task": "gsm8k", "reward": "distilbert-imdb"}, "reward='distilbert-imdb' do(es) nothing with task"),
         ({"num_iterations": 4, "checkpoint_every": 4}, {}, {}, "only the final checkpoint"),
+        ({"eval_every": 2}, {}, {}, "eval_every=2 does nothing with eval_episodes=0"),
     ],
 )
 def test_each_inert_combination_is_named(cory, ppo, env, expected):
-    messages = inert_options(RunConfigs.from_flat({**cory, **ppo, **env}, strict=True))
+    messages = _inert({**cory, **ppo, **env})
     assert any(expected in m for m in messages), messages
 
 
 def test_defaults_and_the_presets_are_quiet():
     from trainers.cli.presets import PRESETS
 
-    assert inert_options(RunConfigs.from_flat({})) == []
+    assert _inert({}) == []
     for name, preset in PRESETS.items():
-        assert inert_options(RunConfigs.from_flat(preset, strict=True)) == [], name
+        assert _inert(preset) == [], name
 
 
 def test_the_trainer_says_so_at_start(tiny_run, caplog):

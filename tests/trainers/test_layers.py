@@ -33,3 +33,18 @@ def test_the_check_reads_imports_inside_functions(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("def f():\n    from trainers.loop.rollout import run_episodes\n")
     assert _imports(probe) == ["trainers.loop.rollout"]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "trainers" / "adapters").glob("*.py")), ids=lambda p: p.name)
+def test_the_adapters_import_only_the_env_and_their_library(path):
+    """Issue #23: the adapters to other RL libraries sit on the env alone (any seating), not on this project's
+    trainer, learners, agents or CLI."""
+    ours = [m for m in _imports(path) if m.split(".")[0] in ("trainers", "agents", "benchmarks", "examples")]
+    assert not ours, f"{path.name} imports {ours}: trainers.adapters may import cory_env and its library only"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "cory_env").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_env_imports_nothing_above_it(path):
+    """data -> env -> agents -> trainers: cory_env never imports the agents, the trainers or the examples."""
+    upward = [m for m in _imports(path) if m.split(".")[0] in ("agents", "trainers", "benchmarks", "examples")]
+    assert not upward, f"{path} imports {upward}"

@@ -64,7 +64,7 @@ def test_evaluate_and_entropy_bonus_refuse_bad_calls(tmp_path):
                                              "--tensorboard", "false"]))
     with pytest.raises(ValueError, match="episodes must be >= 1"):
         trainer.evaluate(episodes=0, seed=0)
-    with pytest.raises(ValueError, match="a collective evaluation needs both seats"):
+    with pytest.raises(ValueError, match=r"a collective evaluation needs two or more seats, got \['pioneer'\]"):
         trainer.evaluate(episodes=4, seed=0, collective=True)
 
 

@@ -1,5 +1,6 @@
 import pytest
 
+from cory_env.seating import seat_names
 from trainers.loop.role_exchange import Bundle, RoleExchange
 
 
@@ -11,10 +12,13 @@ class FakeLearner:
         self.resets += 1
 
 
-def make(period, reset=False):
-    a = Bundle("llm1", object(), FakeLearner())
-    b = Bundle("llm2", object(), FakeLearner())
-    return RoleExchange(a, b, period=period, reset_on_exchange=reset), a, b
+def bundles(n):
+    return [Bundle(f"llm{k}", object(), FakeLearner()) for k in range(1, n + 1)]
+
+
+def make(period, reset=False, n=2):
+    made = bundles(n)
+    return RoleExchange(made, seat_names(n), period=period, reset_on_exchange=reset), *made
 
 
 def test_swaps_every_period_in_memory():
@@ -29,16 +33,28 @@ def test_swaps_every_period_in_memory():
     assert a.learner.resets == 0
 
 
+def test_three_models_rotate_one_seat_forward_and_visit_every_seat():
+    ex, a, b, c = make(period=1, n=3)
+    seen = []
+    for it in range(4):
+        seen.append([bundle.name for bundle in ex.seats.values()])
+        ex.after_iteration(it)
+    # the observer_1 model becomes pioneer, the pioneer's model goes to the last seat
+    assert seen == [["llm1", "llm2", "llm3"], ["llm2", "llm3", "llm1"], ["llm3", "llm1", "llm2"],
+                    ["llm1", "llm2", "llm3"]]
+    assert list(ex.seats) == ["pioneer", "observer_1", "observer_2"] and ex.seat_of("llm3") == "observer_1"
+
+
 def test_period_zero_disables():
     ex, a, _ = make(period=0)
     assert not any(ex.after_iteration(it) for it in range(10))
     assert ex.seats["pioneer"] is a
 
 
-def test_reset_on_exchange_resets_both_learners():
-    ex, a, b = make(period=1, reset=True)
+def test_reset_on_exchange_resets_every_learner():
+    ex, a, b, c = make(period=1, reset=True, n=3)
     ex.after_iteration(0)
-    assert (a.learner.resets, b.learner.resets) == (1, 1)
+    assert (a.learner.resets, b.learner.resets, c.learner.resets) == (1, 1, 1)
 
 
 def test_state_round_trip_and_seat_lookup():
@@ -53,15 +69,24 @@ def test_state_round_trip_and_seat_lookup():
         fresh.load_state_dict({"seats": {"pioneer": "llm9", "observer": "llm1"}, "num_exchanges": 0})
 
 
+def test_a_checkpoint_of_another_seating_is_refused():
+    ex, *_ = make(period=1, n=3)
+    with pytest.raises(ValueError, match=r"the checkpoint seats \['pioneer', 'observer'\], this run's seating has "
+                                         r"\['pioneer', 'observer_1', 'observer_2'\]"):
+        ex.load_state_dict({"seats": {"pioneer": "llm1", "observer": "llm2"}, "num_exchanges": 0})
+
+
 def test_rejects_bad_construction():
     with pytest.raises(ValueError, match="role_exchange_period"):
         make(period=-1)
     with pytest.raises(ValueError, match="different names"):
-        RoleExchange(Bundle("x", 1, FakeLearner()), Bundle("x", 2, FakeLearner()), period=1)
+        RoleExchange([Bundle("x", 1, FakeLearner()), Bundle("x", 2, FakeLearner())], seat_names(2), period=1)
+    with pytest.raises(ValueError, match=r"3 bundle\(s\) for the seats \['pioneer', 'observer'\]"):
+        RoleExchange(bundles(3), seat_names(2), period=1)
 
 
 def test_single_agent_never_exchanges():
-    ex = RoleExchange(Bundle("llm1", 1, FakeLearner()), None, period=5)
+    ex = RoleExchange(bundles(1), seat_names(1), period=5)
     assert list(ex.seats) == ["pioneer"]
     assert not any(ex.after_iteration(it) for it in range(10))
 

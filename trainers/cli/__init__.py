@@ -27,7 +27,8 @@ COMMANDS = {"train": "trainers.cli.train:run_train", "eval": "trainers.cli.eval:
             "plot": "trainers.cli.plot:run_plot", "bench": "trainers.cli.bench:run_bench"}
 
 USAGE = ("usage: cory {train,eval,export,plot,bench} [options]\n\n"
-         "  train   train with CORY (default) or the PPO baseline (--algo ppo); cory train --help\n"
+         "  train   train with CORY (default), the PPO baseline (--algo ppo) or N seats (--seating chain:N); "
+         "cory train --help\n"
          "  eval    the pioneer alone: a checkpoint on IMDB, or pass@k on GSM8K (--task gsm8k); cory eval --help\n"
          "  export  one trained model of a checkpoint as a from_pretrained folder; cory export --help\n"
          "  plot    plot run directories; cory plot --help\n"

@@ -23,24 +23,32 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from trainers.cli.plot import QUANTITIES, plot_arm_means, plot_runs
+from cory_env.seating import PIONEER
+from trainers.cli.plot import MODEL_SCOPE, QUANTITIES, plot_arm_means, plot_runs, scopes_of
 from trainers.loop.checkpoint import latest_checkpoint
 from trainers.loop.metrics import METRICS_FILE, read_jsonl
 
 # arm name -> `cory train` flags that define it (on top of the shared flags)
 ARMS: dict[str, list[str]] = {
-    "cory": ["--algo", "cory"],
-    "ppo": ["--algo", "ppo"],
-    "cory-wo-kt": ["--algo", "cory", "--knowledge_transfer", "false"],
-    "cory-wo-rex": ["--algo", "cory", "--role_exchange_period", "0"],
-    "cory-competitive": ["--algo", "cory", "--partner_reward_coef", "-1"],
+    "cory": ["--seating", "cory"],
+    "ppo": ["--seating", "ppo"],
+    "cory-wo-kt": ["--seating", "cory", "--knowledge_transfer", "false"],
+    "cory-wo-rex": ["--seating", "cory", "--role_exchange_period", "0"],
+    "cory-competitive": ["--seating", "cory", "--partner_reward_coef", "-1"],
     # critic-free GRPO learners (4 samples per query; batch_size must be a multiple of 4)
-    "cory-grpo": ["--algo", "cory", "--learner", "grpo", "--group_size", "4"],
-    "grpo": ["--algo", "ppo", "--learner", "grpo", "--group_size", "4"],
+    "cory-grpo": ["--seating", "cory", "--learner", "grpo", "--group_size", "4"],
+    "grpo": ["--seating", "ppo", "--learner", "grpo", "--group_size", "4"],
     # joint learners (trainers.learning.joint): a centralized critic (MAPPO) against IPPO = "cory"; the joint
     # reward's shared group advantage in MAGRPO's centred form (its eq. 1) against "cory-grpo"
-    "mappo": ["--algo", "cory", "--learner", "mappo"],
-    "magrpo": ["--algo", "cory", "--learner", "magrpo", "--group_size", "4", "--scale_rewards", "false"],
+    "mappo": ["--seating", "cory", "--learner", "mappo"],
+    "magrpo": ["--seating", "cory", "--learner", "magrpo", "--group_size", "4", "--scale_rewards", "false"],
+    # a chain of three seats (seat k reads the earlier seats as the task declares) with and without transfer, and
+    # the joint learners on it (against "chain3" = IPPO and "chain3-grpo")
+    "chain3": ["--seating", "chain:3"],
+    "chain3-wo-kt": ["--seating", "chain:3", "--knowledge_transfer", "false"],
+    "chain3-mappo": ["--seating", "chain:3", "--learner", "mappo"],
+    "chain3-grpo": ["--seating", "chain:3", "--learner", "grpo", "--group_size", "4"],
+    "chain3-magrpo": ["--seating", "chain:3", "--learner", "magrpo", "--group_size", "4", "--scale_rewards", "false"],
 }
 
 
@@ -53,10 +61,11 @@ def parse_arm(spec: str, seeds: Sequence[int]) -> tuple[str, list[int]]:
 
 
 def final_metrics(records: list[dict], last: int) -> dict[str, float]:
-    """Mean of the last `last` iterations of pioneer/, llm1/ and llm2/ quantities present in `records`."""
+    """Mean of the last `last` iterations of the pioneer's and the models' (llm1, llm2, ...) quantities present in
+    `records`."""
     tail = records[-last:]
     out = {}
-    for scope in ("pioneer", "llm1", "llm2"):
+    for scope in [PIONEER] + [s for s in scopes_of({"run": records}) if s.startswith(MODEL_SCOPE)]:
         for qty in QUANTITIES:
             key = f"{scope}/{qty}"
             values = [r[key] for r in tail if key in r]
@@ -78,7 +87,7 @@ def summary_table(results: dict[str, list[dict]]) -> str:
     lines = ["| arm | seeds | task reward | KL (nats) | combined reward | iter time (s) | peak RSS (GB) |",
              "|---|---|---|---|---|---|---|"]
     for arm, runs in results.items():
-        cells = [_mean_std([r["final"][f"pioneer/{q}"] for r in runs if f"pioneer/{q}" in r["final"]])
+        cells = [_mean_std([r["final"][f"{PIONEER}/{q}"] for r in runs if f"{PIONEER}/{q}" in r["final"]])
                  for q in QUANTITIES]
         it_time = _mean_std([r["iteration_s"] for r in runs])
         rss = _mean_std([r["peak_rss_gb"] for r in runs if r.get("peak_rss_gb") is not None])

@@ -36,8 +36,9 @@ from transformers import HfArgumentParser
 
 from agents import LLMAgent, SamplingConfig
 from cory_env import EnvConfig, make_reward_fn
+from cory_env.seating import PIONEER
 from trainers.config import RunConfigs
-from trainers.evaluation.episodes import evaluate_pioneer
+from trainers.evaluation.episodes import PIONEER_ALONE, evaluate_pioneer
 from trainers.evaluation.passk import PAPER_EVAL_SAMPLING, evaluate_pass_at_k
 from trainers.learning.learners import kl_estimator
 from trainers.loop import checkpoint as ckpt
@@ -205,12 +206,13 @@ def load_checkpoint_agent(checkpoint: str | Path, model_name: str | None = None)
         path = latest
     state = ckpt.read_trainer_state(path)
     configs = RunConfigs.from_flat(state["config"])
-    name = model_name or state["exchange"]["seats"]["pioneer"]
+    seats = state["exchange"]["seats"]  # seat -> model
+    name = model_name or seats[PIONEER]  # every built-in seating's first seat
     model, tokenizer = load_run_model(configs)  # the run's model name, dtype and seed
     # the trained weights go onto this base: refuse another base behind the same name (issue #27 item 1)
     check_fingerprints(state.get("inputs"), {"model": model_fingerprint(model),
                                              "tokenizer": tokenizer_fingerprint(tokenizer)}, str(path))
-    agents, ref = build_agents(model, tokenizer, configs.model, configs.sampling, algo=configs.run.algo)
+    agents, ref = build_agents(model, tokenizer, configs.model, configs.sampling, num_models=len(seats))
     if name not in agents:
         raise ValueError(f"--model_name {name!r} is not in this checkpoint; choose one of {sorted(agents)}")
     ckpt.load_agent(path, name, agents[name])
@@ -231,7 +233,7 @@ def _eval_imdb(loaded: _Loaded, args) -> dict[str, Any]:
     if eta is None:  # the model's final KL coefficient
         eta = float(ckpt.read_learner_state(where, model_name, with_optimizer=False)["kl_ctl"]["value"])
     env_cfg = dataclasses.replace(env_cfg, reward=_run_reward(env_cfg.reward, args.reward))
-    env = build_env(env_cfg, agent.tokenizer, batch_size=args.batch_size, single_agent=True)
+    env = build_env(dataclasses.replace(env_cfg, seating=PIONEER_ALONE), agent.tokenizer, batch_size=args.batch_size)
     result = evaluate_pioneer(agent, loaded.ref_model, env, num_batches=args.num_batches, seed=args.seed, eta=eta,
                               kl_penalty=loaded.kl_penalty)
     result = {"checkpoint": str(where), "model_name": model_name, "eta": eta,

@@ -16,10 +16,27 @@ import matplotlib
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from cory_env.seating import PIONEER
 from trainers.loop.metrics import METRICS_FILE, read_jsonl
 
 QUANTITIES = ("task_reward", "kl", "combined_reward")
-SCOPES = ("pioneer", "observer", "llm1", "llm2")
+#: Metric-scope prefix of the model identities (``llm1`` … ``llmN``); the other scopes with a task reward are seats.
+MODEL_SCOPE = "llm"
+
+
+def scopes_of(runs: dict[str, list[dict]]) -> list[str]:
+    """The scopes with a task reward in `runs`: the seats in acting order (``pioneer``, ``observer``, ...), then the
+    models (``llm1``, ``llm2``, ...)."""
+    seen: dict[str, None] = {}
+    for records in runs.values():
+        for record in records:
+            for key in record:
+                scope, _, qty = key.partition("/")
+                if qty == "task_reward":
+                    seen.setdefault(scope)
+    models = sorted((s for s in seen if s.startswith(MODEL_SCOPE) and s[len(MODEL_SCOPE):].isdigit()),
+                    key=lambda s: int(s[len(MODEL_SCOPE):]))
+    return [s for s in seen if s not in models] + models
 
 
 def load_runs(run_dirs: Sequence[str | Path]) -> dict[str, list[dict]]:
@@ -40,7 +57,7 @@ def load_runs(run_dirs: Sequence[str | Path]) -> dict[str, list[dict]]:
     return runs
 
 
-def final_point(records: list[dict], scope: str = "pioneer", last: int = 3) -> tuple[float, float] | None:
+def final_point(records: list[dict], scope: str = PIONEER, last: int = 3) -> tuple[float, float] | None:
     """(task_reward, kl) averaged over the last `last` iterations for `scope`, or None if absent."""
     rows = [r for r in records if f"{scope}/task_reward" in r][-last:]
     if not rows:
@@ -56,12 +73,14 @@ def _run_colors(runs: dict[str, list[dict]]) -> dict[str, tuple]:
 
 
 def plot_curves(runs: dict[str, list[dict]], out: Path) -> Path:
-    """A grid: rows = task_reward, kl, combined_reward; columns = pioneer, observer, llm1, llm2."""
-    fig = Figure(figsize=(4 * len(SCOPES), 2.8 * len(QUANTITIES)))
-    axes = fig.subplots(len(QUANTITIES), len(SCOPES), squeeze=False, sharex=True)
+    """A grid: rows = task_reward, kl, combined_reward; columns = the seats (pioneer, observer, ...), then the models
+    (llm1, llm2, ...)."""
+    scopes = scopes_of(runs) or [PIONEER]
+    fig = Figure(figsize=(4 * len(scopes), 2.8 * len(QUANTITIES)))
+    axes = fig.subplots(len(QUANTITIES), len(scopes), squeeze=False, sharex=True)
     colors = _run_colors(runs)
     for i, qty in enumerate(QUANTITIES):
-        for j, scope in enumerate(SCOPES):
+        for j, scope in enumerate(scopes):
             ax = axes[i][j]
             key = f"{scope}/{qty}"
             for label, records in runs.items():
@@ -81,22 +100,29 @@ def plot_curves(runs: dict[str, list[dict]], out: Path) -> Path:
     return out
 
 
-#: Marker of each scope in the Pareto view (its own legend; colours are runs).
-PARETO_MARKERS = {"pioneer": "o", "llm1": "^", "llm2": "v"}
+#: Markers of the Pareto view (its own legend; colours are runs): the pioneer seat, then each model in turn.
+PIONEER_MARKER, MODEL_MARKERS = "o", "^v<>sDph"
+
+
+def pareto_markers(runs: dict[str, list[dict]]) -> dict[str, str]:
+    """Scope -> marker: the pioneer seat, and every model identity (llm1, llm2, ...) found in `runs`."""
+    models = [s for s in scopes_of(runs) if s.startswith(MODEL_SCOPE) and s[len(MODEL_SCOPE):].isdigit()]
+    return {PIONEER: PIONEER_MARKER, **{m: MODEL_MARKERS[k % len(MODEL_MARKERS)] for k, m in enumerate(models)}}
 
 
 def plot_pareto(runs: dict[str, list[dict]], out: Path) -> Path:
-    """Final task reward vs KL per run (pioneer seat; llm1 and llm2 too where present): colour = run, marker =
-    scope, both explained by legends beside the axes (no text at the points, which overlapped when two points were
-    close)."""
+    """Final task reward vs KL per run (pioneer seat; each model llm1, llm2, ... too where the run has several):
+    colour = run, marker = scope, both explained by legends beside the axes (no text at the points, which
+    overlapped when two points were close)."""
     fig = Figure(figsize=(7.5, 4.2))
     ax = fig.subplots()
     colors = _run_colors(runs)
+    markers = pareto_markers(runs)
     shown_runs, shown_scopes = [], []
     for label, records in runs.items():
-        two_models = final_point(records, "llm2") is not None  # a single-agent run's llm1 is its pioneer
-        for scope, marker in PARETO_MARKERS.items():
-            point = final_point(records, scope) if two_models or scope == "pioneer" else None
+        several = final_point(records, f"{MODEL_SCOPE}2") is not None  # a single-agent run's llm1 is its pioneer
+        for scope, marker in markers.items():
+            point = final_point(records, scope) if several or scope == PIONEER else None
             if point is not None:
                 ax.scatter(point[1], point[0], marker=marker, s=46, color=colors[label], edgecolors="black",
                            linewidths=0.4, alpha=0.85)
@@ -108,7 +134,7 @@ def plot_pareto(runs: dict[str, list[dict]], out: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.margins(0.12)
     run_handles = [Line2D([], [], ls="", marker="s", ms=7, color=colors[label], label=label) for label in shown_runs]
-    scope_handles = [Line2D([], [], ls="", marker=PARETO_MARKERS[scope], ms=7, color="grey", markeredgecolor="black",
+    scope_handles = [Line2D([], [], ls="", marker=markers[scope], ms=7, color="grey", markeredgecolor="black",
                             label=scope) for scope in shown_scopes]
     if run_handles:
         first = ax.legend(handles=run_handles, title="run", fontsize=7, title_fontsize=8, loc="upper left",
@@ -134,7 +160,7 @@ def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path) -> list[Path]
     return [plot_curves(runs, out_dir / "curves.png"), plot_pareto(runs, out_dir / "pareto.png")]
 
 
-def plot_arm_means(arms: dict[str, list[list[dict]]], out: Path, *, scope: str = "pioneer", window: int = 3) -> Path:
+def plot_arm_means(arms: dict[str, list[list[dict]]], out: Path, *, scope: str = PIONEER, window: int = 3) -> Path:
     """Per arm, the mean over its seeds of `scope`'s task reward, KL and combined reward per iteration, smoothed
     with a trailing moving average of `window` iterations (shaded: ± one std over seeds, same smoothing)."""
     import numpy as np

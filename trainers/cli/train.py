@@ -22,7 +22,8 @@ import yaml
 
 from trainers.cli.launch import launch_command, preflight, run_launcher, split_num_processes
 from trainers.cli.presets import PRESETS, preset
-from trainers.config import CORYConfig, GRPOConfig, ModelConfig, PPOConfig, RunConfigs, flat_field_types
+from trainers.config import (CORYConfig, GRPOConfig, ModelConfig, PPOConfig, RunConfigs, flat_field_types,
+                             migrate_flat)
 from trainers.learning.learners import LEARNERS
 from agents.sampling import SamplingConfig
 from cory_env import EnvConfig
@@ -97,6 +98,7 @@ def load_yaml_config(path: str | Path) -> dict[str, Any]:
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of option: value, got {type(data).__name__}")
+    data = migrate_flat(data)  # a run's config.yaml written before a field moved
     types = flat_field_types()
     data = {key: _yaml_float(value) if float in (types.get(key), *typing.get_args(types.get(key))) else value
             for key, value in data.items()}
@@ -142,7 +144,8 @@ def parse_train_args(argv: Sequence[str]) -> RunConfigs:
     # help: the common options first, then one group per config (its `_argument_group_name`); no abbreviations:
     # argparse would take --num_iteration for --num_iterations
     parser = HfArgumentParser(HELP_ORDER, prog="cory train", allow_abbrev=False,
-                              description="Train with CORY (or the PPO baseline) on a CORY env.")
+                              description="Train with CORY (or the PPO baseline, --algo ppo, or a chain of N seats, "
+                                          "--seating chain:N) on a CORY env.")
     parser.add_argument("--preset", default=None, help=f"Preset: {', '.join(sorted(PRESETS))}.")
     parser.add_argument("--config", default=None, help="YAML file of option: value (e.g. a run's config.yaml).")
     parser.add_argument("--num_processes", default=1, type=int,
@@ -189,26 +192,24 @@ def run_train(argv: Sequence[str]) -> int:
         after = heldout_eval(trainer, "after") if before is not None and not trainer.stopped_early else None
     if history and trainer.dist.is_main:
         last = history[-1]
-        summary = {k: round(v, 4) for k, v in last.items() if k.split("/")[0] in ("pioneer", "observer", "cory")
+        scopes = (*trainer.seating.names, "cory")
+        summary = {k: round(v, 4) for k, v in last.items() if k.split("/")[0] in scopes
                    and k.split("/")[-1] in ("task_reward", "kl", "combined_reward", "collective_reward")}
-        pioneer = "llm1" if last.get("cory/pioneer_is_llm1", 1.0) else "llm2"
+        first = trainer.seating.first
+        pioneer = next(m for m in trainer.exchange.bundles if last[f"cory/{m}_seat"] == 0.0)
         print(json.dumps({"output_dir": str(trainer.output_dir), "last_iteration": last["iteration"],
                           "pioneer_model_last_iteration": pioneer,
-                          "pioneer_model_now": trainer.exchange.seats["pioneer"].name, **summary}, indent=2))
+                          "pioneer_model_now": trainer.exchange.seats[first].name, **summary}, indent=2))
     if after is not None and trainer.dist.is_main:  # the result a reader looks for comes last
         report_before_after(trainer, before, after)
     return 130 if trainer.stopped_early or trainer._stop_requested else 0
-
-
-#: Query/sampling seed of `cory train --eval_episodes` (training derives its streams from --seed; see derive_seed).
-EVAL_SEED = 2_000_003
 
 
 def heldout_eval(trainer, when: str) -> dict:
     """The pioneer's held-out evaluation (`CORYTrainer.evaluate`) with the same queries and sampling seeds each
     time, so that "before" and "after" differ only by training."""
     logger.info("evaluating the pioneer on %d held-out queries (%s training)", trainer.config.eval_episodes, when)
-    out = trainer.evaluate(episodes=trainer.config.eval_episodes, seed=EVAL_SEED)
+    out = trainer.heldout_evaluation()
     return {k: v for k, v in out.items() if k != "samples"} | {"iteration": trainer.start_iteration if when ==
                                                                "before" else trainer.config.num_iterations}
 

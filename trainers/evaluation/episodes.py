@@ -17,6 +17,9 @@ from trainers.learning import ppo_math
 from trainers.loop.rollout import rollout_from_transcript, run_episodes
 from trainers.learning.experience import score_rollout
 
+#: The seating of a pioneer-alone evaluation (`cory_env.seating.SEATING_SPECS`: the first seat, its own reward).
+PIONEER_ALONE = "ppo"
+
 
 def distinct_n(texts: Sequence[str], n: int) -> float:
     """Distinct-n (Li et al. 2016, arXiv:1510.03055): unique n-grams / all n-grams over whitespace tokens.
@@ -60,24 +63,25 @@ def evaluation_batches(env, seats: dict, *, num_batches: int, seed: int, acting:
 
 
 def evaluate_collective(seats: dict, env, *, num_batches: int, seed: int) -> dict:
-    """Run both seats (pioneer, then observer with knowledge transfer) on `num_batches` batches of a two-seat env.
+    """Run every seat (pioneer, then observer with knowledge transfer, ...) on `num_batches` batches of the env.
 
     Args:
         seats: seat id -> agent (``{"pioneer": ..., "observer": ...}``, e.g. `RoleExchange.seats` agents).
-        env: a two-seat `BatchedCORYEnv` (e.g. on the held-out query split).
+        env: a `BatchedCORYEnv` of those seats (e.g. on the held-out query split).
         num_batches: batches of `env.batch_size` queries; seed: query/sampling seed.
 
     Returns:
-        dict: collective_reward (mean of r(q, a1) + c·r(q, a2)), pioneer_task_reward, observer_task_reward,
-        num_queries.
+        dict: collective_reward (mean of the first seat's reward R = (M · r)_0: r(q, a1) + c·r(q, a2) for CORY),
+        ``<seat>_task_reward`` for every seat (pioneer_task_reward, observer_task_reward, ...), num_queries.
     """
-    collective, pioneer, observer = [], [], []
+    first = env.possible_agents[0]
+    collective, task = [], {seat: [] for seat in env.possible_agents}
     for transcript in evaluation_batches(env, seats, num_batches=num_batches, seed=seed):
-        collective.extend(np.asarray(transcript.seats["pioneer"].reward, dtype=float).tolist())
-        pioneer.extend(np.asarray(transcript.seats["pioneer"].task_reward, dtype=float).tolist())
-        observer.extend(np.asarray(transcript.seats["observer"].task_reward, dtype=float).tolist())
-    return {"collective_reward": float(np.mean(collective)), "pioneer_task_reward": float(np.mean(pioneer)),
-            "observer_task_reward": float(np.mean(observer)), "num_queries": len(collective)}
+        collective.extend(np.asarray(transcript.seats[first].reward, dtype=float).tolist())
+        for seat, rewards in task.items():
+            rewards.extend(np.asarray(transcript.seats[seat].task_reward, dtype=float).tolist())
+    return {"collective_reward": float(np.mean(collective)),
+            **{f"{seat}_task_reward": float(np.mean(r)) for seat, r in task.items()}, "num_queries": len(collective)}
 
 
 def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta: float,
@@ -87,7 +91,7 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
     Args:
         agent: the model to evaluate, seated as pioneer.
         ref_model: the reference model (for KL).
-        env: a single-agent `BatchedCORYEnv`.
+        env: a single-seat `BatchedCORYEnv` (``seating="ppo"``).
         num_batches: batches of `env.batch_size` queries.
         seed: query/sampling seed (use one the training run did not use for held-out queries).
         eta: coefficient of the combined reward = task_reward − eta · KL.
@@ -101,9 +105,10 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
     """
     rewards, kls, k1s, lengths, texts, samples = [], [], [], [], [], []
     acting: dict = {}
-    for transcript in evaluation_batches(env, {"pioneer": agent}, num_batches=num_batches, seed=seed, acting=acting):
-        rollout = rollout_from_transcript(transcript, "pioneer", env.pad_token_id, acting=acting.get("pioneer"))
-        seat = transcript.seats["pioneer"]
+    (first,) = env.possible_agents
+    for transcript in evaluation_batches(env, {first: agent}, num_batches=num_batches, seed=seed, acting=acting):
+        rollout = rollout_from_transcript(transcript, first, env.pad_token_id, acting=acting.get(first))
+        seat = transcript.seats[first]
         rewards.extend(np.asarray(seat.task_reward, dtype=float).tolist())
         kl, k1 = sequence_kls(agent, ref_model, rollout, kl_penalty)
         kls.extend(kl.tolist())
@@ -125,11 +130,13 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
 def heldout_env(env_config: EnvConfig, tokenizer, *, episodes: int, collective: bool = False,
                 reward_fn=None) -> BatchedCORYEnv:
     """The env `evaluate_heldout` plays: the held-out query split (``query_split="test"``) when `env_config` has one
-    (`heldout_fraction` > 0), else the training queries; batches of min(`episodes`, 64) rows; both seats when
-    `collective`, else the pioneer alone. Build it once and pass it to every evaluation of a run."""
+    (`heldout_fraction` > 0), else the training queries; batches of min(`episodes`, 64) rows; the run's seating
+    when `collective`, else the pioneer alone (``seating="ppo"``). Build it once and pass it to every evaluation of
+    a run."""
     split = "test" if env_config.heldout_fraction > 0 else "train"
-    return BatchedCORYEnv(replace(env_config, query_split=split), tokenizer, batch_size=min(episodes, 64),
-                          reward_fn=reward_fn, single_agent=not collective)
+    seating = env_config.seating if collective else PIONEER_ALONE
+    return BatchedCORYEnv(replace(env_config, query_split=split, seating=seating), tokenizer,
+                          batch_size=min(episodes, 64), reward_fn=reward_fn)
 
 
 def evaluate_heldout(seats: dict, ref_model, env_config: EnvConfig, tokenizer, *, episodes: int, seed: int,
@@ -142,13 +149,13 @@ def evaluate_heldout(seats: dict, ref_model, env_config: EnvConfig, tokenizer, *
     model wrapped as an `agents.LLMAgent` can be evaluated this way, e.g. one trained by another library.
 
     Args:
-        seats: seat id -> agent (``{"pioneer": ...}``, plus ``"observer"`` for a collective evaluation).
+        seats: seat id -> agent (``{"pioneer": ...}``, plus every other seat for a collective evaluation).
         ref_model: the reference model (for the pioneer's KL).
         env_config: the run's env config; tokenizer: the run's tokenizer.
         episodes: queries to answer (rounded up to whole batches of at most 64).
         seed: query and sampling seed; use one training never uses.
-        collective: both seats (knowledge transfer included) and the collective reward; False: the pioneer
-            alone, as at inference.
+        collective: every seat of the run's seating (knowledge transfer included) and the collective reward;
+            False: the pioneer alone, as at inference.
         reward_fn: the run's reward callable (None: the config's reward).
         kl_penalty: KL estimator reported as `kl` (the one that shaped the run's reward).
         eta: η of the reported combined reward = task reward − η · kl (the run's KL coefficient, as `cory eval`).
@@ -161,21 +168,25 @@ def evaluate_heldout(seats: dict, ref_model, env_config: EnvConfig, tokenizer, *
         for both seats those of `evaluate_collective`; ``query_split``, ``num_queries``.
 
     Raises:
-        ValueError: `episodes` < 1, or `collective` without an observer seat.
+        ValueError: `episodes` < 1, or `collective` with a single seat or without an agent for every seat.
     """
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
-    if collective and "observer" not in seats:
-        raise ValueError("a collective evaluation needs both seats (algo='cory'); use collective=False")
+    if collective and len(seats) < 2:
+        raise ValueError(f"a collective evaluation needs two or more seats, got {sorted(seats)} (a single-seat "
+                         "seating); use collective=False")
     if env is None:
         env = heldout_env(env_config, tokenizer, episodes=episodes, collective=collective, reward_fn=reward_fn)
+    if collective and set(seats) != set(env.possible_agents):
+        raise ValueError(f"a collective evaluation needs an agent for every seat {env.possible_agents}, got "
+                         f"{sorted(seats)}")
     batches = -(-episodes // env.batch_size)
     if collective:
         out = evaluate_collective(seats, env, num_batches=batches, seed=seed)
         out["reward"] = out["collective_reward"]
     else:
-        out = evaluate_pioneer(seats["pioneer"], ref_model, env, num_batches=batches, seed=seed, eta=eta,
-                               kl_penalty=kl_penalty)
+        out = evaluate_pioneer(seats[env.possible_agents[0]], ref_model, env, num_batches=batches, seed=seed,
+                               eta=eta, kl_penalty=kl_penalty)
         out["reward"] = out["task_reward"]
     out["query_split"] = env.config.query_split
     return out

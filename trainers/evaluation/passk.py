@@ -33,6 +33,7 @@ from agents.sampling import SamplingConfig
 from cory_env import BatchedCORYEnv, EnvConfig
 from cory_env.prompts import PromptTemplate
 from cory_env.tasks.gsm8k_answers import answers_match, extract_answer, has_answer_format
+from trainers.evaluation.episodes import PIONEER_ALONE
 from trainers.loop.rollout import run_episodes
 
 __all__ = ["PAPER_EVAL_SAMPLING", "evaluate_pass_at_k", "pass_at_k", "pass_at_k_first", "pass_at_k_table"]
@@ -215,11 +216,12 @@ def evaluate_pass_at_k(
         rows = len(batch) * num_samples
         if rows not in envs:
             envs[rows] = BatchedCORYEnv(env_config, tokenizer, batch_size=rows, task=task, reward_fn=_unscored,
-                                        single_agent=True)
+                                        seating=PIONEER_ALONE)
         queries = [record["query"] for record in batch for _ in range(num_samples)]
-        transcript = run_episodes(envs[rows], {"pioneer": agent}, seed=seed + b,
+        (pioneer,) = envs[rows].possible_agents
+        transcript = run_episodes(envs[rows], {pioneer: agent}, seed=seed + b,
                                   generator=torch.Generator().manual_seed(seed + b), queries=queries)
-        seat = transcript.seats["pioneer"]
+        seat = transcript.seats[pioneer]
         for p, record in enumerate(batch):
             texts = seat.response_text[p * num_samples:(p + 1) * num_samples]
             preds = [extract_answer(text) for text in texts]

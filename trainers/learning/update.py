@@ -88,7 +88,7 @@ def checked_trainable_parameters(agent, ref_model) -> list[torch.nn.Parameter]:
     if shared:
         raise ValueError(
             f"the reference model shares {len(shared)} trainable parameter tensors with the policy; "
-            "the reference must be a frozen copy (agents.copy_for_two_agents) or the LoRA base with adapters off"
+            "the reference must be a frozen copy (agents.copy_for_agents) or the LoRA base with adapters off"
         )
     if not params:
         raise ValueError("the agent has no trainable parameter; check use_lora / requires_grad settings")

@@ -1,17 +1,17 @@
-"""Build a run's pieces from its configs: tokenizer and models, the two bundles (or one), the batched env.
+"""Build a run's pieces from its configs: the seating, tokenizer and models, one bundle per seat, the batched env.
 
-Layouts (PAPER.md §1, issue "LLM agents"):
+Layouts (PAPER.md §1, issue "LLM agents"), for a seating of N seats (`cory_env.seating`; CORY: 2):
 
-* full fine-tuning: the loaded model becomes `llm1`; `llm2` and the frozen reference model are copies of it.
-* memory-shared LoRA (`use_lora`): one frozen base with two adapters (`llm1`, `llm2`); the reference model is the
-  same base with adapters disabled, so there is no third copy of the weights.
+* full fine-tuning: N trainable copies of the loaded model (`llm1` … `llmN`); the loaded model is the frozen
+  reference model.
+* memory-shared LoRA (`use_lora`): one frozen base with N adapters (`llm1` … `llmN`); the reference model is the
+  same base with adapters disabled, so there is no extra copy of the weights.
 
-The single-agent baseline (`algo="ppo"`) builds `llm1` only, in the pioneer seat.
+The single-agent seating (``--seating ppo``) builds `llm1` only, in the pioneer seat.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 
@@ -22,7 +22,7 @@ from agents import (
     ReferenceModel,
     SamplingConfig,
     build_shared_lora,
-    copy_for_two_agents,
+    copy_for_agents,
     load_model_and_tokenizer,
 )
 from agents.dropout import disable_dropout
@@ -30,6 +30,7 @@ from agents.precision import resolve_precision
 from agents.tiny import tiny_causal_lm, tiny_tokenizer
 from cory_env import BatchedCORYEnv, EnvConfig
 from cory_env.data import resolve_imdb_source
+from cory_env.seating import Seating
 from cory_env.tasks import task_tokenizer
 from trainers.config import DTYPES, CORYConfig, ModelConfig, RunConfigs
 from trainers.learning.joint import JointLearner
@@ -87,18 +88,23 @@ def enable_activation_checkpointing(model) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
+def model_names(num_models: int) -> tuple[str, ...]:
+    """``("llm1", …, "llmN")``: the model identities (the paper's plot labels), one per seat."""
+    return tuple(f"llm{k}" for k in range(1, num_models + 1))
+
+
 def build_agents(model, tokenizer, model_config: ModelConfig, sampling: SamplingConfig, *,
-                 algo: str = "cory") -> tuple[dict[str, LLMAgent], ReferenceModel]:
-    """Two agents (`llm1`, `llm2`; one for the single-agent baseline ``algo="ppo"``) and the shared frozen reference
-    model, in `model_config`'s layout (full fine-tuning copies, or memory-shared LoRA), sampling with `sampling`;
-    the agents are in eval mode (the learners switch to train mode only inside their update), and with
-    `ModelConfig.disable_dropout` every dropout in them has probability 0 (`agents.dropout.disable_dropout`).
+                 num_models: int = 2) -> tuple[dict[str, LLMAgent], ReferenceModel]:
+    """`num_models` agents (`llm1` … `llmN`, one per seat: 2 for CORY, 1 for the single-agent seating) and the shared
+    frozen reference model, in `model_config`'s layout (full fine-tuning copies, or memory-shared LoRA), sampling
+    with `sampling`; the agents are in eval mode (the learners switch to train mode only inside their update), and
+    with `ModelConfig.disable_dropout` every dropout in them has probability 0 (`agents.dropout.disable_dropout`).
     Agents and reference compute in `ModelConfig.precision` (resolved for the model's device:
     `agents.precision.resolve_precision`).
 
     Raises:
         ValueError: ``dtype="float16"`` on a CPU; ``precision="fp16-mixed"`` on a CPU."""
-    names = ("llm1", "llm2") if algo == "cory" else ("llm1",)
+    names = model_names(num_models)
     device = next(model.parameters()).device
     if device.type == "cpu" and model_config.dtype == "float16":
         raise ValueError("dtype='float16' is refused on a CPU: CPU float16 matmuls are missing or slower than "
@@ -130,17 +136,11 @@ def build_agents(model, tokenizer, model_config: ModelConfig, sampling: Sampling
         agents = {n: LLMAgent(shared, tokenizer, sampling=sampling, adapter_name=n, value_head_dropout=head_dropout,
                               precision=precision) for n in names}
         ref = ReferenceModel(shared, disable_adapters=True, precision=precision)
-    elif len(names) == 2:
-        llm1, llm2, ref = copy_for_two_agents(model)
-        ref.precision = precision
-        agents = {"llm1": LLMAgent(llm1, tokenizer, sampling=sampling, value_head_dropout=head_dropout,
-                                   precision=precision),
-                  "llm2": LLMAgent(llm2, tokenizer, sampling=sampling, value_head_dropout=head_dropout,
-                                   precision=precision)}
     else:
-        agents = {"llm1": LLMAgent(copy.deepcopy(model).requires_grad_(True), tokenizer, sampling=sampling,
-                                   value_head_dropout=head_dropout, precision=precision)}
-        ref = ReferenceModel(model, precision=precision)
+        policies, ref = copy_for_agents(model, len(names))
+        ref.precision = precision
+        agents = {n: LLMAgent(policy, tokenizer, sampling=sampling, value_head_dropout=head_dropout,
+                              precision=precision) for n, policy in zip(names, policies)}
     for agent in agents.values():  # peft leaves a LoRA model in train mode: dropout must not touch rollouts/scoring
         agent.eval()
     if model_config.disable_dropout:  # rollout scoring (eval mode) and update (train mode): one function
@@ -158,19 +158,19 @@ def build_learners(agents: dict[str, LLMAgent], ref: ReferenceModel, configs: Ru
                               sharded=configs.run.sharded)
 
 
-def build_exchange(agents: dict[str, LLMAgent], algorithm: JointLearner, config: CORYConfig) -> RoleExchange:
-    """One bundle per model (its agent and its learner from `algorithm.learners`), `llm1` in the pioneer seat."""
+def build_exchange(agents: dict[str, LLMAgent], algorithm: JointLearner, config: CORYConfig,
+                   seating: Seating) -> RoleExchange:
+    """One bundle per model (its agent and its learner from `algorithm.learners`), `llm1` … `llmN` in the seats in
+    order."""
     bundles = [Bundle(name, agent, algorithm.learners[name]) for name, agent in agents.items()]
-    observer = bundles[1] if len(bundles) > 1 else None
-    return RoleExchange(bundles[0], observer, period=config.role_exchange_period,
+    return RoleExchange(bundles, seating.names, period=config.role_exchange_period,
                         reset_on_exchange=config.reset_on_exchange)
 
 
-def build_env(env_config: EnvConfig, tokenizer, *, batch_size: int, single_agent: bool = False,
-              reward_fn=None) -> BatchedCORYEnv:
-    """The batched env of `batch_size` rows (`PPOConfig.batch_size` in training); `single_agent`: the pioneer seat
-    only (single-agent baselines, the pioneer's evaluation); `reward_fn` overrides `env_config.reward`."""
-    return BatchedCORYEnv(env_config, tokenizer, batch_size=batch_size, reward_fn=reward_fn, single_agent=single_agent)
+def build_env(env_config: EnvConfig, tokenizer, *, batch_size: int, reward_fn=None) -> BatchedCORYEnv:
+    """The batched env of `batch_size` rows (`PPOConfig.batch_size` in training) playing `env_config`'s seating;
+    `reward_fn` overrides `env_config.reward`."""
+    return BatchedCORYEnv(env_config, tokenizer, batch_size=batch_size, reward_fn=reward_fn)
 
 
 def resolved_env_config(env_config: EnvConfig) -> EnvConfig:

@@ -1,12 +1,18 @@
-"""`CORYTrainer`: the CORY loop (paper §1), and the single-agent PPO baseline on the same env (`algo="ppo"`).
+"""`CORYTrainer`: the CORY loop (paper §1), for any seating (`EnvConfig.seating`): CORY's two seats, the single-agent
+PPO baseline on the same env (``seating="ppo"``, ``--algo ppo``), a chain of N seats.
 
-One iteration:
+One iteration (files visited: `trainers.loop.rollout` → `trainers.learning.joint` and the learners →
+`trainers.loop.role_exchange` → `trainers.loop.metrics` / `trainers.loop.checkpoint`):
 
 1. roll out B episodes through the batched env: the pioneer answers, the observer answers after seeing the
-   pioneer's answer (knowledge transfer), both get the collective reward;
-2. each seat's learner updates on its own prompt and response against the one shared reference model;
-3. log `scope/quantity` metrics for seats (`pioneer/`, `observer/`) and model identities (`llm1/`, `llm2/`);
-4. role exchange every `role_exchange_period` iterations; checkpoint every `checkpoint_every`.
+   pioneer's answer (knowledge transfer), and so on along the seating; every seat gets its reward (the collective
+   reward);
+2. the MARL algorithm updates every model from the seats' rollouts (per-seat learners: each seat's own prompt and
+   response) against the one shared reference model;
+3. log `scope/quantity` metrics for seats (`pioneer/`, `observer/`, ...) and model identities (`llm1/` … `llmN/`),
+   with the model ↔ seat map (`cory/llm1_seat`, ...);
+4. role exchange (rotation over the seats) every `role_exchange_period` iterations; checkpoint every
+   `checkpoint_every`; a held-out evaluation every `eval_every` iterations when asked (`train`).
 
 Same seed ⇒ same metrics on CPU: every source of randomness is derived from (seed, iteration), so a resumed run
 continues exactly as an uninterrupted one. Ctrl-C finishes the current iteration, writes a checkpoint and returns.
@@ -24,7 +30,7 @@ import resource
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Collection
 
 import numpy as np
 import psutil
@@ -34,7 +40,8 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from agents import SamplingConfig
-from cory_env import SEATS, EnvConfig
+from cory_env import EnvConfig
+from cory_env.seating import config_seating
 from cory_env.rewards import reward_name
 from trainers.config import CORYConfig, GRPOConfig, ModelConfig, PPOConfig, RunConfigs
 from trainers.learning.joint import JointBatch
@@ -56,6 +63,9 @@ logger = logging.getLogger(__name__)
 # signals that stop training cleanly: finish the iteration, write a checkpoint, return (Ctrl-C; a scheduler's TERM)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 PROGRESS_KEYS = ("pioneer/task_reward", "observer/task_reward", "pioneer/kl", "cory/collective_reward")
+#: Query/sampling seed of the run's held-out evaluations (`CORYTrainer.heldout_evaluation`; `cory train
+#: --eval_episodes`, `--eval_every`): training derives its streams from --seed (`derive_seed`), never this one.
+EVAL_SEED = 2_000_003
 
 
 def derive_seed(seed: int, iteration: int, stream: int, rank: int = 0) -> int:
@@ -65,7 +75,7 @@ def derive_seed(seed: int, iteration: int, stream: int, rank: int = 0) -> int:
 
 
 class CORYTrainer:
-    """Trains two LLM agents with CORY (or one with PPO) on a CORY env.
+    """Trains one LLM agent per seat of the run's seating (CORY: two; the single-agent baseline: one) on a CORY env.
 
     Args:
         config: the run (`CORYConfig`).
@@ -97,11 +107,14 @@ class CORYTrainer:
         sampling = SamplingConfig() if sampling is None else sampling
         grpo_config = GRPOConfig() if grpo_config is None else grpo_config
         self.configs = RunConfigs(config, ppo_config, env_config, model_config, sampling, grpo_config)
-        # the learner and its settings are checked before anything is loaded
+        # "hub" is resolved once: every env of the run (training, evaluations) reads the same source
+        self._env_source = resolved_env_config(env_config)
+        # the seating, the learner and their settings are checked before anything is loaded
+        self.seating = config_seating(self._env_source)
         self.learner_spec = learner_spec(config.learner)
         self.learner_options = self.learner_spec.options_from(self.configs)
         check_learner(config.learner, ppo_config, self.learner_options, sharded=config.sharded,
-                      seats=1 if config.algo == "ppo" else 2)
+                      seats=self.seating.num_seats)
         self.group_size = self.learner_spec.group_size(self.learner_options)  # responses per query
         self.config, self.ppo_config, self.env_config = config, ppo_config, env_config
         self.model_config, self.sampling = model_config, sampling
@@ -120,15 +133,13 @@ class CORYTrainer:
         self._model_fingerprint = model_fingerprint(model)  # as loaded: the reference model is built from it
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
-        self.agents, self.ref_model = build_agents(model, tokenizer, model_config, sampling, algo=config.algo)
+        self.agents, self.ref_model = build_agents(model, tokenizer, model_config, sampling,
+                                                   num_models=self.seating.num_seats)
         if config.sharded:  # before the learners build their optimizers over the (then sharded) parameters
             shard_agents(self.agents, self.ref_model, self.dist)
         self.algorithm = build_learners(self.agents, self.ref_model, self.configs, self.dist)  # the MARL algorithm
-        self.exchange = build_exchange(self.agents, self.algorithm, config)
-        # "hub" is resolved once: every env of the run (training, evaluations) reads the same source
-        self._env_source = resolved_env_config(env_config)
-        self.env = build_env(self._env_source, tokenizer, batch_size=ppo_config.batch_size,
-                             single_agent=config.algo == "ppo", reward_fn=reward_fn)
+        self.exchange = build_exchange(self.agents, self.algorithm, config, self.seating)
+        self.env = build_env(self._env_source, tokenizer, batch_size=ppo_config.batch_size, reward_fn=reward_fn)
         self._heldout_envs: dict[tuple[int, bool], Any] = {}  # (episodes, collective) -> env, built once
         self._reward_fn = reward_fn
         self.start_iteration = 0
@@ -140,7 +151,7 @@ class CORYTrainer:
                        "data": data_fingerprint(task.records),
                        "reward": reward_fingerprint(task.reward_fn, self.config_dict["reward"])}
         if self.dist.is_main:
-            for message in inert_options(self.configs):
+            for message in inert_options(self.configs, self.seating):
                 logger.warning("%s", message)
         # model, tokenizer, data, reward and configs are all checked: only now is the run folder changed
         if config.resume:
@@ -244,8 +255,8 @@ class CORYTrainer:
             rollouts={seat: rollout_from_transcript(transcript, seat, pad_id, acting=acting.get(seat))
                       for seat in seats},
             models={seat: bundle.name for seat, bundle in seats.items()},
-            generators={seat: torch.Generator().manual_seed(derive_seed(seed, it, 3 + SEATS.index(seat)))
-                        for seat in seats},
+            generators={seat: torch.Generator().manual_seed(derive_seed(seed, it, 3 + k))
+                        for k, seat in enumerate(seats)},
             group_size=group)
         for seat, stats in self.algorithm.step(batch).items():
             bundle = seats[seat]
@@ -255,8 +266,11 @@ class CORYTrainer:
                 metrics[f"{seat}/{key}"] = value
                 metrics[f"{bundle.name}/{key}"] = value
         t2 = time.perf_counter()
-        metrics["cory/collective_reward"] = float(np.mean(transcript.seats["pioneer"].reward))
-        metrics["cory/pioneer_is_llm1"] = float(self.exchange.seats["pioneer"].name == "llm1")  # during this iteration
+        first = self.seating.first
+        metrics["cory/collective_reward"] = float(np.mean(transcript.seats[first].reward))
+        metrics["cory/pioneer_is_llm1"] = float(seats[first].name == "llm1")  # during this iteration
+        for k, bundle in enumerate(seats.values()):  # the model <-> seat map of this iteration (seat index)
+            metrics[f"cory/{bundle.name}_seat"] = float(k)
         metrics["cory/role_exchange"] = float(self.exchange.after_iteration(it))
         metrics["time/rollout_s"] = t1 - t0
         metrics["time/update_s"] = t2 - t1
@@ -274,8 +288,8 @@ class CORYTrainer:
             episodes: queries to answer (rounded up to whole batches of at most 64).
             seed: query and sampling seed; use one training never uses (its query streams derive from
                 `CORYConfig.seed` through `derive_seed`).
-            collective: both seats (knowledge transfer included) and the collective reward (needs
-                ``algo="cory"``); False: the pioneer alone, as at inference.
+            collective: every seat (knowledge transfer included) and the collective reward (needs two or more
+                seats); False: the pioneer alone, as at inference.
             model: with the pioneer alone, evaluate this model (``"llm1"``, ``"llm2"``) in the pioneer seat
                 whatever seat it trains in now (a fixed identity across role exchanges, as the paper's per-model
                 curves); None: the model in the pioneer seat.
@@ -293,13 +307,14 @@ class CORYTrainer:
         from trainers.evaluation.episodes import evaluate_heldout, heldout_env
 
         seats = {seat: bundle.agent for seat, bundle in self.exchange.seats.items()}
-        evaluated = self.exchange.seats["pioneer"]  # whose KL controller prices the combined reward
+        first = self.seating.first
+        evaluated = self.exchange.seats[first]  # whose KL controller prices the combined reward
         if model is not None:
             if collective or model not in self.exchange.bundles:
                 raise ValueError(f"model={model!r}: name one of {sorted(self.exchange.bundles)}, with the pioneer "
                                  "alone (collective=False)")
             evaluated = self.exchange.bundles[model]
-            seats = {"pioneer": evaluated.agent}
+            seats = {first: evaluated.agent}
         key = (episodes, collective)
         if key not in self._heldout_envs and episodes >= 1:
             self._heldout_envs[key] = heldout_env(self._env_source, self.tokenizer, episodes=episodes,
@@ -321,7 +336,7 @@ class CORYTrainer:
             for seat, seat_t in transcript.seats.items():
                 sample[f"{seat}_response"] = seat_t.response_text[i]
                 sample[f"{seat}_task_reward"] = float(seat_t.task_reward[i])
-            sample["reward"] = float(transcript.seats["pioneer"].reward[i])
+            sample["reward"] = float(transcript.seats[self.seating.first].reward[i])
             out.append(sample)
         return out
 
@@ -349,12 +364,39 @@ class CORYTrainer:
                      "fixed)", iteration + 1, path)
         return iteration
 
-    def train(self) -> list[dict[str, float]]:
+    def heldout_evaluation(self) -> dict:
+        """The run's own held-out evaluation: the pioneer alone on `CORYConfig.eval_episodes` queries with the seed
+        `EVAL_SEED` (the same queries and sampling streams every time, so two points differ only by training)."""
+        return self.evaluate(episodes=self.config.eval_episodes, seed=EVAL_SEED)
+
+    def _evaluate_now(self, done: int, eval_at: Collection[int],
+                      evaluate: Callable[[CORYTrainer, int], dict] | None) -> dict | None:
+        """The evaluation due after `done` finished iterations (`train`), or None when none is due here."""
+        every = self.config.eval_every
+        due = done in eval_at or (every > 0 and done % every == 0 and self.config.eval_episodes > 0)
+        if not due or not (self.dist.is_main or self.config.sharded):  # sharded: every process takes part
+            return None
+        return evaluate(self, done) if evaluate is not None else self.heldout_evaluation()
+
+    def train(self, *, eval_at: Collection[int] = (),
+              evaluate: Callable[[CORYTrainer, int], dict] | None = None) -> list[dict[str, float]]:
         """Run iterations `start_iteration .. num_iterations-1`; returns their metrics.
 
         Checkpoints: every `checkpoint_every` iterations, after the first iteration that ends
         `checkpoint_every_minutes` after the last checkpoint, at a stop signal, at the end, and when an iteration
         fails in its rollout (a reward or data error: the weights are still those of the iteration before).
+
+        Evaluation hook: after iteration ``it`` (role exchange included), when ``it + 1`` is a multiple of
+        `CORYConfig.eval_every` (with `CORYConfig.eval_episodes` > 0) or is in `eval_at`, ``evaluate(self, it + 1)``
+        runs (default `heldout_evaluation`); its dict is kept in that iteration's history row under ``"eval"`` and its
+        numeric top-level values are logged with the iteration's metrics as ``eval/<key>`` (``eval/reward``,
+        ``eval/kl``, ...). The main process evaluates (every process with FSDP2 shards).
+
+        Args:
+            eval_at: 1-based counts of finished iterations after which to evaluate too (e.g. a learning curve's
+                points).
+            evaluate: ``(trainer, finished iterations) -> dict`` run at those points (e.g. several models on held-out
+                queries, with the training clock read there).
 
         Raises:
             trainers.learning.update.NonFiniteLossError: a NaN/inf loss; the last checkpoint on disk is untouched.
@@ -374,7 +416,8 @@ class CORYTrainer:
         last_saved = self.start_iteration - 1
         saved_at = time.monotonic()
         bar = tqdm(range(self.start_iteration, cfg.num_iterations), initial=self.start_iteration,
-                   total=cfg.num_iterations, desc=cfg.algo, dynamic_ncols=True, disable=not main)
+                   total=cfg.num_iterations, desc=self.seating.label, dynamic_ncols=True,
+                   disable=None if main else True)  # None: a bar on a terminal only, not in logs
         try:
             with logging_redirect_tqdm():  # log lines above the live bar, not glued onto it
                 for it in bar:
@@ -385,10 +428,16 @@ class CORYTrainer:
                         if not self._updating and last_saved < it - 1:
                             last_saved = self._save_before_failure(it - 1, last_saved)
                         raise
+                    evaluation = self._evaluate_now(it + 1, eval_at, evaluate)
+                    row = {"iteration": it, **metrics}
+                    if evaluation is not None:
+                        metrics = {**metrics, **{f"eval/{k}": float(v) for k, v in evaluation.items()
+                                                 if isinstance(v, (int, float)) and not isinstance(v, bool)}}
+                        row = {"iteration": it, **metrics, "eval": evaluation}
                     if main:
                         logger_.log(it, metrics)
                         logger_.log_samples(it, samples)
-                    history.append({"iteration": it, **metrics})
+                    history.append(row)
                     bar.set_postfix({k.split("/")[0][:3] + "/" + k.split("/")[1][:6]: f"{metrics[k]:.3f}"
                                      for k in PROGRESS_KEYS if k in metrics})
                     last = it == cfg.num_iterations - 1

@@ -4,8 +4,9 @@
 option, its value, why, and what to change. `CORYTrainer` logs them as warnings before training. An option only
 counts when it differs from its default (or is switched on), so defaults never warn.
 
+>>> from cory_env.seating import Seating
 >>> from trainers.config import RunConfigs
->>> inert_options(RunConfigs.from_flat({"num_iterations": 3, "role_exchange_period": 5}))[0][:59]
+>>> inert_options(RunConfigs.from_flat({"num_iterations": 3, "role_exchange_period": 5}), Seating.cory())[0][:59]
 'role_exchange_period=5 > num_iterations=3: no role exchange'
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from cory_env.seating import Seating
 from trainers.config import RunConfigs
 from trainers.learning.learners import learner_spec
 
@@ -21,7 +23,7 @@ __all__ = ["inert_options"]
 
 IMDB_ONLY = ("reward", "min_review_chars", "query_min_tokens", "query_max_tokens")
 """`EnvConfig` fields only the IMDB task reads."""
-HELDOUT_TASKS = ("imdb", "tiny_vocab", "relay")
+HELDOUT_TASKS = ("imdb", "tiny_vocab", "relay", "chain_relay")
 """Tasks that read `EnvConfig.heldout_fraction` (a fixed held-out slice of their queries)."""
 
 
@@ -31,11 +33,12 @@ def _changed(config: Any, *names: str) -> list[str]:
     return [f"{n}={getattr(config, n)!r}" for n in names if getattr(config, n) != defaults[n]]
 
 
-def inert_options(configs: RunConfigs) -> list[str]:
+def inert_options(configs: RunConfigs, seating: Seating) -> list[str]:
     """Messages for the options that cannot take effect in this combination (empty when every option counts).
 
     Args:
         configs: the run's configs.
+        seating: the run's seating (`cory_env.seating.config_seating` of ``configs.env``).
 
     Returns:
         One message per inert option or group of options, in config order.
@@ -43,20 +46,26 @@ def inert_options(configs: RunConfigs) -> list[str]:
     config, ppo_config, env_config, model_config = configs.run, configs.ppo, configs.env, configs.model
     out: list[str] = []
     period, n = config.role_exchange_period, config.num_iterations
-    exchanges = config.algo == "cory" and 0 < period < n
-    if config.algo == "cory" and period > 0 and not exchanges:
+    seats = seating.num_seats
+    exchanges = seats > 1 and 0 < period < n
+    if seats > 1 and period > 0 and not exchanges:
         when = ("no role exchange happens" if period > n
                 else "the only role exchange follows the last iteration, so no iteration runs with swapped roles")
         out.append(f"role_exchange_period={period} {'>' if period > n else '=='} num_iterations={n}: {when}; "
                    f"lower role_exchange_period below {n} (or 0 to disable role exchange on purpose)")
     if config.reset_on_exchange and not exchanges:
         out.append("reset_on_exchange=True does nothing: no role exchange happens in this run")
-    if config.algo == "ppo":
+    if seats == 1:
         moot = _changed(config, "role_exchange_period") + _changed(env_config, "knowledge_transfer",
-                                                                      "partner_reward_coef")
+                                                                      "partner_reward_coef", "observer_template")
         if moot:
-            out.append(f"{', '.join(moot)} do(es) nothing with algo='ppo': the single-agent baseline has no "
-                       "observer and no role exchange")
+            out.append(f"{', '.join(moot)} do(es) nothing with seating={env_config.seating!r}: the single-agent "
+                       "baseline has no observer and no role exchange")
+    elif _changed(env_config, "observer_template") and not any(s.sees_query and s.reads for s in seating.seats):
+        out.append(f"observer_template={env_config.observer_template!r} does nothing with this seating: no seat "
+                   "both sees the query and reads another (a private query, task "
+                   f"{env_config.task!r}, or knowledge_transfer=False); those seats' prompts are the task's "
+                   "response_only_template / blank_template / pioneer_template")
     if not model_config.use_lora:
         moot = _changed(model_config, "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
         if moot:
@@ -99,6 +108,9 @@ def inert_options(configs: RunConfigs) -> list[str]:
             _changed(env_config, "heldout_fraction") if env_config.task not in HELDOUT_TASKS else [])
         if moot:
             out.append(f"{', '.join(moot)} do(es) nothing with task={env_config.task!r} (IMDB options; heldout_fraction: IMDB, tiny_vocab and relay)")
+    if config.eval_every and not config.eval_episodes:
+        out.append(f"eval_every={config.eval_every} does nothing with eval_episodes=0: set eval_episodes (the "
+                   "held-out queries of each evaluation), e.g. 128")
     if config.checkpoint_every >= n:
         out.append(f"checkpoint_every={config.checkpoint_every} >= num_iterations={n}: only the final checkpoint is "
                    "written")

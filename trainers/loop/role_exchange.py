@@ -1,26 +1,27 @@
-"""`RoleExchange`: which model bundle sits in which seat, swapped in memory every T_REx iterations.
+"""`RoleExchange`: which model bundle sits in which seat, rotated in memory every T_REx iterations.
 
-A *bundle* is everything that belongs to one model (`llm1` or `llm2`): the agent (policy or LoRA adapter plus its
-value head) and its learner (optimizer state, KL controller, score statistics). Seats are `"pioneer"` and
-`"observer"`. Role exchange (paper §1, step 7; official code `swap_freq=5`) swaps the seat → bundle mapping; nothing
-is copied or reloaded, so Adam moments, β and score statistics travel with their model. `reset_on_exchange=True`
-replicates the official code, whose swap through disk silently starts every one of those afresh.
+A *bundle* is everything that belongs to one model (`llm1` … `llmN`): the agent (policy or LoRA adapter plus its
+value head) and its learner (optimizer state, KL controller, score statistics). Seats are the seating's
+(`cory_env.seating`: ``"pioneer"``, ``"observer"`` for CORY). Role exchange (paper §1, step 7; official code
+`swap_freq=5`) rotates the seat → bundle mapping by one seat: the bundle of seat k moves to seat k − 1 and the
+pioneer's to the last seat, so over N exchanges every model sits in every seat; with two seats this is CORY's swap.
+Nothing is copied or reloaded, so Adam moments, β and score statistics travel with their model.
+`reset_on_exchange=True` replicates the official code, whose swap through disk silently starts every one of those
+afresh.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
-
-from cory_env import SEATS
+from typing import Any, Sequence
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class Bundle:
-    """One model identity: `name` ("llm1"/"llm2"), its agent and its learner."""
+    """One model identity: `name` ("llm1", "llm2", ...), its agent and its learner."""
 
     name: str
     agent: Any
@@ -28,31 +29,30 @@ class Bundle:
 
 
 class RoleExchange:
-    """Seat assignment of two bundles with periodic in-memory role exchange.
+    """Seat assignment of N bundles with periodic in-memory role rotation.
 
     Args:
-        pioneer: the bundle that starts in the pioneer seat (conventionally `llm1`).
-        observer: the bundle that starts in the observer seat (`llm2`); None for the single-agent baseline.
-        period: T_REx, iterations between exchanges; 0 disables (ablation w/o REx).
+        bundles: one bundle per seat, in seat order (bundle k starts in seat k; conventionally `llm1` … `llmN`).
+        seats: the seat names in acting order (`cory_env.seating.Seating.names`).
+        period: T_REx, iterations between exchanges; 0 disables (ablation w/o REx). One seat never exchanges.
         reset_on_exchange: call each learner's `reset_state()` at every exchange (official-code replication).
 
     Raises:
-        ValueError: for a negative period or two bundles with the same name.
+        ValueError: for a negative period, a bundle count other than the seat count, or two bundles with one name.
     """
 
-    def __init__(self, pioneer: Bundle, observer: Bundle | None, *, period: int,
+    def __init__(self, bundles: Sequence[Bundle], seats: Sequence[str], *, period: int,
                  reset_on_exchange: bool = False) -> None:
         if period < 0:
             raise ValueError(f"role_exchange_period must be >= 0, got {period}; use 0 to disable role exchange")
-        if observer is None:
-            # single-agent baseline: the pioneer seat only, never exchanged
-            period = 0
-        elif pioneer.name == observer.name:
-            raise ValueError(f"the two bundles need different names, both are {pioneer.name!r}")
-        self.seats: dict[str, Bundle] = {"pioneer": pioneer}
-        if observer is not None:
-            self.seats["observer"] = observer
-        self.period = period
+        bundles, seats = list(bundles), tuple(seats)
+        if len(bundles) != len(seats) or not seats:
+            raise ValueError(f"{len(bundles)} bundle(s) for the seats {list(seats)}: give one bundle per seat")
+        names = [b.name for b in bundles]
+        if len(set(names)) != len(names):
+            raise ValueError(f"the bundles need different names, got {names}")
+        self.seats: dict[str, Bundle] = dict(zip(seats, bundles))
+        self.period = period if len(seats) > 1 else 0  # a single seat has nobody to exchange with
         self.reset_on_exchange = reset_on_exchange
         self.num_exchanges = 0
 
@@ -73,14 +73,15 @@ class RoleExchange:
         return self.period > 0 and (iteration + 1) % self.period == 0
 
     def exchange(self) -> None:
-        """Swap the two seats' bundles now."""
-        self.seats = {"pioneer": self.seats["observer"], "observer": self.seats["pioneer"]}
+        """Rotate the bundles one seat forward now (the pioneer's goes to the last seat; two seats: a swap)."""
+        seats, bundles = list(self.seats), list(self.seats.values())
+        self.seats = dict(zip(seats, bundles[1:] + bundles[:1]))
         self.num_exchanges += 1
         if self.reset_on_exchange:
             for bundle in self.seats.values():
                 bundle.learner.reset_state()
-        logger.info("role exchange #%d: pioneer=%s observer=%s", self.num_exchanges,
-                    self.seats["pioneer"].name, self.seats["observer"].name)
+        logger.info("role exchange #%d: %s", self.num_exchanges,
+                    " ".join(f"{seat}={b.name}" for seat, b in self.seats.items()))
 
     def after_iteration(self, iteration: int) -> bool:
         """Exchange roles if `iteration` ends a period; returns whether it did."""
@@ -93,9 +94,17 @@ class RoleExchange:
         return {"seats": {seat: b.name for seat, b in self.seats.items()}, "num_exchanges": self.num_exchanges}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the seat → model map of `state_dict` (a checkpoint of the same seating).
+
+        Raises:
+            ValueError: the state names other seats or unknown bundles.
+        """
         by_name = self.bundles
+        if set(state["seats"]) != set(self.seats):
+            raise ValueError(f"the checkpoint seats {list(state['seats'])}, this run's seating has {list(self.seats)}; "
+                             "resume with the run's seating (its config.yaml)")
         missing = set(state["seats"].values()) - set(by_name)
         if missing:
             raise ValueError(f"checkpoint seats name unknown bundles {sorted(missing)}; have {sorted(by_name)}")
-        self.seats = {seat: by_name[state["seats"][seat]] for seat in SEATS if seat in state["seats"]}
+        self.seats = {seat: by_name[state["seats"][seat]] for seat in self.seats}  # in acting order
         self.num_exchanges = int(state["num_exchanges"])

@@ -16,14 +16,15 @@ from typing import Any
 
 import yaml
 
-from trainers.config import CORYConfig, RunConfigs
+from trainers.config import CORYConfig, RunConfigs, migrate_flat
 from trainers.loop import checkpoint as ckpt
 from trainers.loop.metrics import METRICS_FILE
 
 CONFIG_FILE = "config.yaml"
 #: Fields that may change between a run and its resume (everything else must match the checkpoint's config).
 RESUMABLE_CHANGES = {"resume", "overwrite", "num_iterations", "checkpoint_every", "checkpoint_every_minutes",
-                     "keep_checkpoints", "log_samples", "tensorboard", "torch_threads", "output_dir", "device"}
+                     "keep_checkpoints", "log_samples", "tensorboard", "torch_threads", "output_dir", "device",
+                     "eval_every"}
 
 
 def latest_checkpoint_or_raise(output_dir: Path) -> Path:
@@ -103,7 +104,7 @@ def check_output_dir(config: CORYConfig, num_processes: int = 1, flat_config: di
 def check_resumable(saved: dict[str, Any], current: dict[str, Any], output_dir: Path) -> None:
     """Raise `ValueError` naming every field (other than `RESUMABLE_CHANGES`) where the flat config of a resume
     differs from the checkpoint's; a field added after the run started reads as its default."""
-    saved = {**RunConfigs.from_flat({}).to_flat(), **saved}
+    saved = {**RunConfigs.from_flat({}).to_flat(), **migrate_flat(saved)}
     diff = sorted(k for k in set(saved) | set(current)
                   if k not in RESUMABLE_CHANGES and saved.get(k) != current.get(k))
     if diff:

@@ -16,7 +16,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
 import cory_env  # noqa: E402,F401  (registers the ids)
 from cory_env.tasks.tiny_vocab import SYMBOLS, VOCAB  # noqa: E402
-from examples.sb3_baseline import TokenEmbedding, evaluate, train_and_evaluate  # noqa: E402
+from trainers.adapters.sb3 import TokenEmbedding, evaluate, train_and_evaluate  # noqa: E402
 
 POLICY_KWARGS = {"features_extractor_class": TokenEmbedding, "net_arch": [16]}
 
@@ -33,6 +33,20 @@ def test_sb3_check_env_passes_on_tiny_vocab():
     env = gymnasium.make("cory/TinyVocab-v0")
     check_env(env.unwrapped, warn=True, skip_render_check=True)
     check_env(env, warn=True, skip_render_check=True)  # through Gymnasium's wrappers too
+
+
+@pytest.mark.parametrize("seats", [1, 2, 3, 4])
+def test_sb3_check_env_passes_for_the_pioneer_of_n_seats(seats):
+    """The pioneer of any seating (the later seats played by the partner policy) is a valid SB3 env."""
+    env = gymnasium.make("cory/TinyVocab-v0", seating=f"chain:{seats}")
+    check_env(env.unwrapped, warn=True, skip_render_check=True)
+    assert env.unwrapped.seating.num_seats == seats
+
+
+def test_maskable_ppo_trains_the_pioneer_with_a_partner():
+    result = train_and_evaluate(0, episodes=64, eval_episodes=8, num_evals=1, num_envs=2, n_steps=16,
+                                batch_size=32, n_epochs=1, seating="cory")
+    assert 0.0 <= result["after"] <= 2.0 and result["episodes"] > 0  # the pioneer's seat reward: r1 + r2
 
 
 def test_sb3_check_env_passes_on_pioneer_with_another_tokenizer(tiny_tok):

@@ -12,13 +12,14 @@ from torchrl.collectors import Collector  # noqa: E402
 
 from cory_env import SEATS  # noqa: E402
 from cory_env.tasks.tiny_vocab import SYMBOLS, VOCAB, tiny_vocab_reward  # noqa: E402
-from examples.torchrl_marl import (  # noqa: E402
+from trainers.adapters.torchrl import (  # noqa: E402
     SeatPPO,
     evaluate,
     make_actor_critic,
     make_batched_env,
     make_env,
     seat_transitions,
+    seats_of,
     train_and_evaluate,
 )
 
@@ -150,3 +151,33 @@ def test_train_and_evaluate_contract():
     assert all(0.0 <= r <= 2.0 for _, r in result["curve"])
     with pytest.raises(ValueError, match="episodes"):
         train_and_evaluate(0, episodes=0)
+
+
+def test_seat_transitions_for_three_seats_credit_each_seats_reward_to_its_last_action():
+    """chain_relay: three seats, the rewards arrive on the last seat's last step; each seat's own transitions get
+    its reward on its own last action (the fix works whoever acts last)."""
+    env = make_env(3, task="chain_relay")
+    names = seats_of(env)
+    assert names == ["pioneer", "observer_1", "observer_2"]
+    rollout = env.rollout(120, break_when_any_done=False)
+    episodes = _episodes(rollout)
+    whole = rollout[: episodes[-1][-1] + 1]
+    for seat in names:
+        batch = seat_transitions(whole, seat)
+        credited, k = [], 0
+        for episode in episodes:
+            steps = [t for t in episode if rollout[seat, "mask"][t, 0]]
+            rewards = batch["next", seat, "reward"][k:k + len(steps), 0, 0]
+            assert rewards[-1].item() == pytest.approx(rollout["next", seat, "reward"][episode[-1], 0, 0].item())
+            assert (rewards[:-1] == 0).all() and batch["next", seat, "terminated"][k + len(steps) - 1].all()
+            credited.append(rewards[-1].item())
+            k += len(steps)
+        assert k == batch.shape[0]
+        assert sum(credited) == pytest.approx(whole["next", seat, "reward"].sum().item())
+
+
+def test_train_and_evaluate_runs_a_chain_of_three():
+    torch.set_num_threads(1)
+    result = train_and_evaluate(0, episodes=16, eval_episodes=4, episodes_per_update=16, num_envs=2, num_evals=1,
+                                task="chain_relay")
+    assert result["episodes"] == 16 and all(0.0 <= r <= 3.0 for _, r in result["curve"])

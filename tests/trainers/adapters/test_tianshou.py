@@ -1,5 +1,5 @@
-"""Tianshou 2.0.1 over the CORY AEC env: the observation adapter (`cory_env.wrappers`), the issue #399 credit fix
-(`trainers.learning.sequential_marl`), a collect-update cycle."""
+"""Tianshou 2.0.1 over the CORY AEC env (`trainers.adapters.tianshou`): the observation adapter, the issue #399 credit
+fix for any seating, a collect-update cycle."""
 
 from __future__ import annotations
 
@@ -14,9 +14,8 @@ from tianshou.algorithm.multiagent.marl import MultiAgentOnPolicyAlgorithm  # no
 from tianshou.data import Collector, VectorReplayBuffer  # noqa: E402
 from tianshou.env import DummyVectorEnv  # noqa: E402
 
-from cory_env import SEATS  # noqa: E402
-from examples.tianshou_marl import build_algorithm, make_env  # noqa: E402
-from trainers.learning.sequential_marl import SequentialMultiAgentOnPolicyAlgorithm  # noqa: E402
+from cory_env.seating import seat_names  # noqa: E402
+from trainers.adapters.tianshou import SequentialMultiAgentOnPolicyAlgorithm, build_algorithm, make_env  # noqa: E402
 
 
 @pytest.fixture()
@@ -26,8 +25,8 @@ def setup():
     return env, build_algorithm(env, lr=3e-3)
 
 
-def _collect(algorithm, episodes=8, seed=0):
-    venv = DummyVectorEnv([make_env, make_env])
+def _collect(algorithm, episodes=8, seed=0, seating=None):
+    venv = DummyVectorEnv([lambda: make_env(seating=seating)] * 2)
     collector = Collector(algorithm, venv, VectorReplayBuffer(200, 2))
     collector.reset(gym_reset_kwargs={"seed": seed})
     stats = collector.collect(n_episode=episodes)
@@ -63,20 +62,23 @@ def test_plain_tianshou_loses_the_pioneer_reward(setup):
     assert (collector.buffer.rew[indices][pioneer] == 0).all()         # and never a reward
 
 
-def test_fix_credits_the_collective_reward_to_both_seats(setup):
-    env, algorithm = setup
-    collector, stats, batch, indices = _collect(algorithm)
-    buffer = collector.buffer
-    returns = np.asarray(stats.returns)                                  # (episodes, 2): [R, R] per episode
-    assert np.allclose(returns[:, 0], returns[:, 1])
+@pytest.mark.parametrize("seats", [2, 3, 4])
+def test_fix_credits_the_collective_reward_to_every_seat(seats):
+    torch.manual_seed(0)
+    seating = f"chain:{seats}"
+    algorithm = build_algorithm(make_env(seating=seating), lr=3e-3)
+    collector, stats, batch, indices = _collect(algorithm, seating=seating)
+    buffer, names = collector.buffer, seat_names(seats)
+    returns = np.asarray(stats.returns)                                  # (episodes, N): [R, ..., R] per episode
+    assert returns.shape[1] == seats and np.allclose(returns, returns[:, :1])
     algorithm._preprocess_batch(batch, buffer, indices)
     episodes = _episodes(buffer, indices)
     assert len(episodes) == 8
     for episode in episodes:
-        last = {seat: max(i for i, s in episode if s == seat) for seat in SEATS}
-        collective = buffer.rew[last["observer"], 1]
-        assert buffer.rew[last["pioneer"], 0] == pytest.approx(collective)  # pioneer's last transition carries R
-        assert buffer.terminated[last["pioneer"]] and buffer.terminated[last["observer"]]
+        last = {seat: max(i for i, s in episode if s == seat) for seat in names}
+        collective = buffer.rew[last[names[-1]], seats - 1]
+        for k, seat in enumerate(names):  # every seat's last transition carries its R, marked terminal
+            assert buffer.rew[last[seat], k] == pytest.approx(collective) and buffer.terminated[last[seat]]
         others = [i for i, _ in episode if i not in last.values()]
         assert (buffer.rew[others] == 0).all() and not buffer.terminated[others].any()
     # column sums (the per-seat returns) are unchanged, and a second pass changes nothing

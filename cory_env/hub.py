@@ -109,6 +109,8 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike) -> Pa
 
     A GGUF-loaded model refuses ``save_pretrained``, so the weights are copied into a fresh model built from the
     GGUF config. If `out_dir` appears meanwhile (another process converted first) the new copy is discarded.
+    Building that model draws its random initialisation (overwritten at once) from a forked RNG: the caller's torch
+    RNG is left as it was, so a seeded run gives the same numbers whether or not this one-off conversion ran in it.
 
     Args:
         gguf_path: the ``.gguf`` file.
@@ -131,7 +133,8 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike) -> Pa
     logger.info("converting %s to safetensors in %s (one-off, ~30 s for 135M parameters)", gguf_path, out_dir)
     quantised = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     config = AutoConfig.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.random.fork_rng(devices=[]):  # the throw-away initialisation must not move a seeded caller's RNG
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(quantised.state_dict(), strict=False)
     missing = [k for k in missing if k not in _tied_keys(model)]
     if missing or unexpected:

@@ -82,7 +82,7 @@ class CORYConfig:
 
     _argument_group_name = "run options (CORYConfig)"  # `cory train --help` group (transformers.HfArgumentParser)
 
-    learner: str = field(default="ppo", metadata={"help": "The MARL algorithm, by registry name (trainers.learning.learners): per-seat learners ppo (PPO with a value head, TRL semantics; IPPO under CORY) or grpo (critic-free GRPO; set group_size >= 2), or joint learners that see every seat: mappo (PPO with a centralized critic on the joint transcript; needs two seats) or magrpo (one group-relative advantage of the joint reward shared by the seats; group_size >= 2). Other registered names work too (docs/learners.md)."})
+    learner: str = field(default="ppo", metadata={"help": "The MARL algorithm, by registry name (trainers.learning.learners): per-seat learners ppo (PPO with a value head, TRL semantics; IPPO under CORY) or grpo (critic-free GRPO; set group_size >= 2), or joint learners that see every seat: mappo (PPO with a centralized critic on the joint transcript; needs at least two seats) or magrpo (one group-relative advantage of the joint reward shared by the seats; group_size >= 2). Other registered names work too (docs/learners.md)."})
     output_dir: str = field(default="runs/cory", metadata={"help": "Run directory: config.yaml, metrics.jsonl, samples.jsonl, TensorBoard events, checkpoints/."})
     num_iterations: int = field(default=10, metadata={"help": "CORY iterations (rollout + one update per seat). Paper IMDB: about 102."})
     seed: int = field(default=0, metadata={"help": "Seed for queries, sampling, mini-batch order and dropout."})

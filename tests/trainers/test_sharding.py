@@ -139,7 +139,9 @@ ARMS = {
     "ppo": ["--algo", "ppo"],
     "ppo-accumulation-adaptive-kl": ["--algo", "ppo", "--mini_batch_size", "1", "--gradient_accumulation_steps", "2",
                                      "--ppo_epochs", "2", "--adap_kl_ctrl", "true"],
-    "ppo-grpo": ["--algo", "ppo", "--learner", "grpo", "--group_size", "2"],
+    # top_k 0 (plain sampling): with COMMON's greedy top_k 1 a group's two samples are one answer, its advantages 0
+    # and the weights would not move (found on a second machine, where nothing else broke the tie)
+    "ppo-grpo": ["--algo", "ppo", "--learner", "grpo", "--group_size", "2", "--top_k", "0"],
 }
 
 

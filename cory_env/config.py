@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 
 from cory_env.prompts import OBSERVER_REQUIRED, parse_template
-from cory_env.seating import parse_seating_spec
+from cory_env.seating import canonical_seating_spec
 
 __all__ = ["EnvConfig", "RenderModeError", "check_finite_fields", "check_render_mode", "resolve_config"]
 
@@ -107,8 +107,8 @@ class EnvConfig:
         default=None,
         metadata={"help": "The seat line-up (cory_env.seating): cory (pioneer, then observer: the paper), ppo "
                           "(the pioneer alone: the single-agent baseline; --algo is another name for this option), "
-                          "chain:N (N seats in order; seat k reads the earlier seats); None: the task's default "
-                          "(cory; chain:3 for chain_relay).", "aliases": ["--algo"]},
+                          "chain:N (N seats in order, 1 <= N <= 256; seat k reads the earlier seats); None: the "
+                          "task's default (cory; chain:3 for chain_relay).", "aliases": ["--algo"]},
     )
     knowledge_transfer: bool = field(
         default=True,
@@ -160,8 +160,8 @@ class EnvConfig:
             raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must be >= min_new_tokens "
                              f"({self.min_new_tokens}); raise max_new_tokens or lower min_new_tokens")
         _check_int("context_len", self.context_len, 2, "use a window of at least prompt + max_new_tokens tokens")
-        if self.seating is not None:
-            parse_seating_spec(self.seating)
+        # one spelling ("chain:04" -> "chain:4"): a resumed run compares it with the run's config
+        object.__setattr__(self, "seating", canonical_seating_spec(self.seating))
         if self.observer_template is not None:
             parse_template(self.observer_template, required=OBSERVER_REQUIRED, name="observer_template")
         if self.pioneer_template is not None:

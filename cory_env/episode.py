@@ -118,9 +118,8 @@ class EpisodeBatch:
             if not (prompt.literal_len or prompt.query_count or prompt.response_slots):
                 raise ValueError(f"seat {seat!r}: its prompt {prompt.template!r} ({prompt.name}) holds no token; a "
                                  "prompt needs at least one token of text")
-        self.query_budget = self._query_budget()
         self.action_mask, self.allowed = self._action_mask(task.action_mask)
-        self._check_records()
+        self.query_budget = self._query_budget(self._check_records())
         self._rngs: list[np.random.Generator] | None = None
         self._record_ids: dict[int, tuple[list[int], list[int] | None]] = {}  # ids, clean cut lengths
         self._k: dict[str, int] = {}  # seat -> tokens written by every active row (set at reset)
@@ -150,19 +149,22 @@ class EpisodeBatch:
         overrides["reward_fn"] = reward_fn
         overrides = {k: v for k, v in overrides.items() if v is not None}
         task = replace(task, **overrides) if overrides else task
+        if isinstance(seating, Seating) and config.seating is not None:
+            raise ValueError(f"the seating is given twice: EnvConfig.seating={config.seating!r} and a Seating object "
+                             f"({seating.label}); keep one")
         seating = seating_of(config.seating if seating is None else seating, task=task,
                              knowledge_transfer=config.knowledge_transfer,
                              partner_reward_coef=config.partner_reward_coef)
         return cls(task, tokenizer, batch_size=batch_size, context_len=config.context_len, seating=seating,
                    truncate_query=config.truncate_query)
 
-    def _query_budget(self) -> int:
-        """Most query tokens for which every seat's prompt + max_new_tokens fits in L."""
+    def _query_budget(self, shortest: int) -> int:
+        """Most query tokens for which every seat's prompt + max_new_tokens fits in L; refused when not even the
+        `shortest` query the task can draw fits whole (a context in which every query would be cut)."""
         L, T = self.context_len, self.max_new_tokens
         room = [(L - T - p.literal_len - p.response_slots * T, p.query_count) for p in self.prompts.values()]
         # a prompt without {query} (a private query, `cory_env.tasks.relay`) only has to fit itself
         budget = min(free // count if count else (L if free >= 0 else -1) for free, count in room)
-        shortest = self.task.query_tokens[0] if self.task.query_tokens else 1
         if budget < shortest:
             need = max(p.prompt_len(shortest, T) for p in self.prompts.values()) + T
             raise ValueError(f"context_len={L} is too small: the longest prompt (template + {shortest}-token query "
@@ -170,18 +172,27 @@ class EpisodeBatch:
                              f"context_len to >= {need} or lower max_new_tokens")
         return budget
 
-    def _check_records(self) -> None:
+    def _check_records(self) -> int:
         """Refuse now, not when first drawn, any record whose query text encodes to no token (e.g. only characters
-        the tokenizer drops): the prefix that a query can use is encoded for every record, in one batch."""
+        the tokenizer drops): the prefix that a query can use is encoded for every record, in one batch.
+
+        Returns:
+            The fewest query tokens an episode can draw: ``query_tokens[0]`` when the task cuts queries to
+            ``(min, max)`` tokens, else the shortest record's whole query.
+        """
         prefix = (self.task.query_tokens[1] + MAX_TOKENS_PER_CHAR) * MAX_TOKENS_PER_CHAR if self.task.query_tokens \
             else None
         texts = [str(r["query"])[:prefix] for r in self.task.records]
-        empty = [i for i, ids in enumerate(self.tokenizer(texts, add_special_tokens=False)["input_ids"]) if not ids]
+        lengths = [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        empty = [i for i, n in enumerate(lengths) if not n]
         if empty:
             raise ValueError(f"task {self.task.name!r}: record {empty[0]} has an empty query "
                              f"{self.task.records[empty[0]]['query'][:40]!r} (no token"
                              f"{f'; {len(empty) - 1} more records too' if len(empty) > 1 else ''}); drop empty rows "
                              "from the data")
+        if self.task.query_tokens:
+            return self.task.query_tokens[0]
+        return min(lengths, default=1)
 
     def _action_mask(self, mask) -> tuple[np.ndarray, np.ndarray | None]:
         """(read-only int8 (V,) mask, bool (V,) allowed ids or None when every id is allowed)."""

@@ -48,6 +48,7 @@ Example:
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -56,8 +57,8 @@ import numpy as np
 
 from cory_env.prompts import PLACEHOLDERS, PromptTemplate, parse_template
 
-__all__ = ["PIONEER", "READS", "SEATS", "SEATING_SPECS", "Seat", "Seating", "config_seating", "parse_seating_spec",
-           "seat_names", "seating_of"]
+__all__ = ["MAX_SEATS", "PIONEER", "READS", "SEATS", "SEATING_SPECS", "Seat", "Seating", "canonical_seating_spec",
+           "config_seating", "parse_seating_spec", "seat_names", "seating_of"]
 
 #: The first seat's name in every built-in seating.
 PIONEER = "pioneer"
@@ -67,10 +68,14 @@ SEATS = (PIONEER, "observer")
 READS = ("all", "previous")
 #: Named seating specs (`EnvConfig.seating`, ``--seating``) and their number of seats; also ``chain:N``.
 SEATING_SPECS = {"cory": 2, "ppo": 1}
+#: Most seats of a seating. Each seat trains its own model copy (or LoRA adapter), and a chain's templates and
+#: checks grow with N² (a chain of 2,000 seats took 23 s to build, one of 100,000 ran out of memory): the bound
+#: turns such a typo into an error at once.
+MAX_SEATS = 256
 #: Names a seat may not take: the template placeholders and the episode's end phase.
 RESERVED_NAMES = (*PLACEHOLDERS, "done")
 
-_CHAIN = re.compile(r"chain:(\S+)")
+_CHAIN = re.compile(r"chain:([0-9]+)")  # ASCII digits only: int() also reads other scripts' digits
 
 
 def seat_names(n: int) -> tuple[str, ...]:
@@ -79,6 +84,7 @@ def seat_names(n: int) -> tuple[str, ...]:
     >>> seat_names(1), seat_names(2), seat_names(4)
     (('pioneer',), ('pioneer', 'observer'), ('pioneer', 'observer_1', 'observer_2', 'observer_3'))
     """
+    n = check_num_seats(n, "n")
     if n <= 2:
         return SEATS[:n]
     return (PIONEER, *(f"observer_{k}" for k in range(1, n)))
@@ -86,7 +92,7 @@ def seat_names(n: int) -> tuple[str, ...]:
 
 def parse_seating_spec(spec: str) -> int:
     """The number of seats of a seating spec: ``"cory"`` (2), ``"ppo"`` (1: the single-agent baseline) or
-    ``"chain:N"`` (N >= 1).
+    ``"chain:N"`` (1 <= N <= `MAX_SEATS`).
 
     Raises:
         ValueError: anything else, naming the spec and the valid forms.
@@ -97,10 +103,45 @@ def parse_seating_spec(spec: str) -> int:
     if spec in SEATING_SPECS:
         return SEATING_SPECS[spec]
     match = _CHAIN.fullmatch(spec)
-    if match is None or not match.group(1).isdigit() or int(match.group(1)) < 1:
+    if match is None or not 1 <= int(match.group(1)) <= MAX_SEATS:
         raise ValueError(f"seating={spec!r} is not a seating spec; use 'cory' (pioneer + observer), 'ppo' (the pioneer "
-                         "alone: the single-agent baseline) or 'chain:N' with N >= 1 seats (e.g. chain:3)")
+                         f"alone: the single-agent baseline) or 'chain:N' with 1 <= N <= {MAX_SEATS} seats (e.g. "
+                         "chain:3)")
     return int(match.group(1))
+
+
+def canonical_seating_spec(spec: str | None) -> str | None:
+    """`spec` in its one written form (``"chain:04"`` -> ``"chain:4"``; names and None as they are), so that two
+    spellings of one seating compare equal (a run's config on --resume).
+
+    Raises:
+        ValueError: from `parse_seating_spec`.
+    """
+    if spec is None:
+        return None
+    n = parse_seating_spec(spec)
+    return spec if spec in SEATING_SPECS else f"chain:{n}"
+
+
+def check_num_seats(n, name: str) -> int:
+    """`n` as an int in [1, `MAX_SEATS`] (any integral type, e.g. numpy's; not a bool).
+
+    Raises:
+        ValueError: naming `name`, the value and the range.
+    """
+    try:
+        value = operator.index(n) if not isinstance(n, bool) else None
+    except TypeError:
+        value = None
+    if value is None or not 1 <= value <= MAX_SEATS:
+        raise ValueError(f"{name} must be a number of seats, an int from 1 to {MAX_SEATS}, got {n!r}")
+    return value
+
+
+def _check_flag(value, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
 
 
 @dataclass(frozen=True)
@@ -169,7 +210,7 @@ class Seating:
     """The ordered seats of an episode and how their task rewards mix (module docstring).
 
     Attributes:
-        seats: the seats in acting order (N >= 1).
+        seats: the seats in acting order (1 <= N <= `MAX_SEATS`).
         reward_matrix: M, N rows of N floats: seat i is paid R_i = Σ_j M_ij · r_j. None: the collective reward
             (all ones).
 
@@ -185,6 +226,8 @@ class Seating:
         seats = tuple(self.seats)
         if not seats:
             raise ValueError("a seating needs at least one seat (N >= 1); use Seating.single_agent() for one")
+        if len(seats) > MAX_SEATS:
+            raise ValueError(f"a seating holds at most MAX_SEATS = {MAX_SEATS} seats, got {len(seats)}")
         bad = [s for s in seats if not isinstance(s, Seat)]
         if bad:
             raise ValueError(f"seats must be Seat objects, got {bad[0]!r}; write Seat('name', reads=(...))")
@@ -226,15 +269,20 @@ class Seating:
         sees the query. M has 1 on the diagonal and `partner_reward_coef` elsewhere.
 
         Raises:
-            ValueError: n < 1, an unknown `reads`, a non-finite coefficient.
+            ValueError: n not an int in [1, `MAX_SEATS`], an unknown `reads`, a flag that is not a bool, a coefficient
+                that is not a finite number.
         """
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"a chain needs n >= 1 seats, got {n!r}")
+        n = check_num_seats(n, "n")
+        knowledge_transfer = _check_flag(knowledge_transfer, "knowledge_transfer")
+        private_query = _check_flag(private_query, "private_query")
         if reads not in READS:
             raise ValueError(f"reads must be one of {READS}, got {reads!r}")
-        c = float(partner_reward_coef)
-        if not math.isfinite(c):
-            raise ValueError(f"partner_reward_coef must be finite, got {partner_reward_coef!r}")
+        try:
+            c = float(partner_reward_coef)
+        except (TypeError, ValueError):
+            c = math.nan
+        if isinstance(partner_reward_coef, (bool, str)) or not math.isfinite(c):
+            raise ValueError(f"partner_reward_coef must be a finite number, got {partner_reward_coef!r}")
         names = seat_names(n)
         seats = []
         for k, name in enumerate(names):
@@ -272,7 +320,10 @@ class Seating:
 
     @property
     def label(self) -> str:
-        """A short name for logs: ``"ppo"`` (one seat), ``"cory"`` (two), ``"chain:N"``."""
+        """A short name for logs: ``"ppo"`` (one seat), ``"cory"`` (two), ``"chain:N"`` for the built-in seat names
+        (`seat_names`); ``"seats:a,b,..."`` for seats named otherwise."""
+        if self.names != seat_names(self.num_seats):
+            return "seats:" + ",".join(self.names)
         return {1: "ppo", 2: "cory"}.get(self.num_seats, f"chain:{self.num_seats}")
 
     @property
@@ -364,8 +415,18 @@ def seating_of(seating: Seating | str | None, *, task, knowledge_transfer: bool 
                partner_reward_coef: float = 1.0) -> Seating:
     """The seating an env plays: a `Seating` as given; else the chain of the spec's N seats (None: the task's
     `num_seats`) with the task's `private_query` and `seat_reads`, and the config's knowledge transfer and partner
-    coefficient (`EnvConfig.knowledge_transfer`, `EnvConfig.partner_reward_coef`)."""
+    coefficient (`EnvConfig.knowledge_transfer`, `EnvConfig.partner_reward_coef`).
+
+    Raises:
+        ValueError: a `Seating` with ``knowledge_transfer=False`` or a partner coefficient other than 1 (the seating
+            already fixes who reads whom and M: they would be ignored); a bad spec (`parse_seating_spec`).
+    """
     if isinstance(seating, Seating):
+        if knowledge_transfer is not True or partner_reward_coef != 1.0:
+            raise ValueError(f"knowledge_transfer={knowledge_transfer!r} and partner_reward_coef="
+                             f"{partner_reward_coef!r} do nothing beside a Seating object, which fixes who reads whom "
+                             "and the reward matrix; build the seating with them (e.g. Seating.cory("
+                             "knowledge_transfer=False, partner_reward_coef=0.5)) or pass a spec string instead")
         return seating
     n = task.num_seats if seating is None else parse_seating_spec(seating)
     return Seating.chain(n, knowledge_transfer=knowledge_transfer, partner_reward_coef=partner_reward_coef,

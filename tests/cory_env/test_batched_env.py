@@ -317,13 +317,20 @@ def test_batch_size_must_be_a_positive_int(tiny_tok, batch_size):
         EpisodeBatch(_task(), tiny_tok, batch_size=batch_size)
 
 
-@pytest.mark.parametrize(("query_tokens", "shortest"), [(None, 1), ((3, 5), 3)])
-def test_the_context_must_hold_the_shortest_query(tiny_tok, query_tokens, shortest):
+@pytest.mark.parametrize("query_tokens", [None, (3, 5)])
+def test_the_context_must_hold_the_shortest_query(tiny_tok, query_tokens):
     """Templates "{query}" / "{query}{response}", T = 2: a query of q tokens needs q + 2 + 2 tokens (the observer's
-    prompt holds the query and the pioneer's response, then its own response)."""
+    prompt holds the query and the pioneer's response, then its own response). The shortest query: query_tokens'
+    minimum, or with whole queries the shortest record's (a context that cuts every query is refused: a 4-seat chain
+    on tiny_vocab once halved every 4-token query with a warning)."""
     from cory_env.episode import EpisodeBatch
 
-    task = _task(pioneer_template="{query}", query_tokens=query_tokens, min_new_tokens=2, max_new_tokens=2)
+    queries = ["Hello there, friend", "Hi"]
+    shortest = query_tokens[0] if query_tokens else min(len(tiny_tok.encode(q, add_special_tokens=False))
+                                                        for q in queries)
+    assert shortest > 1
+    task = _task(pioneer_template="{query}", query_tokens=query_tokens, min_new_tokens=2, max_new_tokens=2,
+                 records=[{"query": q} for q in queries])
     assert EpisodeBatch(task, tiny_tok, context_len=shortest + 4).query_budget == shortest
     with pytest.raises(ValueError, match=f"^context_len={shortest + 3} is too small: the longest prompt \\(template "
                                          f"\\+ {shortest}-token query \\+ the responses it reads\\) plus "
@@ -359,7 +366,8 @@ def test_left_truncation_keeps_at_least_one_token(tiny_tok, budget, text):
     from cory_env.episode import EpisodeBatch
 
     ids = tiny_tok.encode(text, add_special_tokens=False)
-    task = _task(pioneer_template="{query}", min_new_tokens=2, max_new_tokens=2)
+    assert len(tiny_tok.encode("a", add_special_tokens=False)) == 1  # the task's own query fits the budget whole
+    task = _task(pioneer_template="{query}", min_new_tokens=2, max_new_tokens=2, records=[{"query": "a"}])
     batch = EpisodeBatch(task, tiny_tok, context_len=budget + 4)
     assert batch.query_budget == budget
     batch.reset(seed=0, queries=[text])

@@ -8,7 +8,8 @@ import pytest
 from pettingzoo.test import api_test, seed_test
 
 from cory_env import BatchedCORYEnv, EnvConfig, PioneerEnv, Task, collective_reward, env
-from cory_env.seating import (SEATS, Seat, Seating, config_seating, parse_seating_spec, seat_names, seating_of)
+from cory_env.seating import (MAX_SEATS, SEATS, Seat, Seating, canonical_seating_spec, check_template,
+                              config_seating, parse_seating_spec, seat_names, seating_of)
 from cory_env.tasks import make_task
 
 from .conftest import char_count_reward
@@ -30,12 +31,26 @@ def test_seating_specs(spec, n):
     assert Seating.from_spec(spec).names == seat_names(n)
 
 
-@pytest.mark.parametrize("spec", ["chain:0", "chain:-1", "chain:x", "chain", "mappo", "", "Cory"])
+@pytest.mark.parametrize("spec", ["chain:0", "chain:-1", "chain:x", "chain", "mappo", "", "Cory", "Chain:3",
+                                  " cory ", "chain:\u00b2", "chain:\u0663", f"chain:{MAX_SEATS + 1}",
+                                  "chain:99999999999999999999"])
 def test_bad_seating_specs_name_the_valid_forms(spec):
-    with pytest.raises(ValueError, match=r"is not a seating spec; use 'cory' .* 'ppo' .* 'chain:N' with N >= 1"):
+    """Superscript and Arabic-Indic digits are not N (int() reads the second); a chain longer than MAX_SEATS is
+    refused before its N² reads are built (chain:100000 once ran out of memory)."""
+    with pytest.raises(ValueError, match=r"is not a seating spec; use 'cory' .* 'ppo' .* 'chain:N' with 1 <= N <= "
+                                         f"{MAX_SEATS}"):
         parse_seating_spec(spec)
     with pytest.raises(ValueError, match="seating="):
         EnvConfig(seating=spec)
+
+
+@pytest.mark.parametrize(("spec", "canonical"), [("chain:04", "chain:4"), ("chain:2", "chain:2"), ("cory", "cory"),
+                                                 ("ppo", "ppo"), (None, None), (f"chain:{MAX_SEATS}",
+                                                                               f"chain:{MAX_SEATS}")])
+def test_a_seating_spec_has_one_spelling(spec, canonical):
+    """A run folder records the canonical spec, so resuming with another spelling of it compares equal."""
+    assert canonical_seating_spec(spec) == canonical
+    assert EnvConfig(seating=spec).seating == canonical
 
 
 def test_the_constructors_by_hand():
@@ -51,6 +66,8 @@ def test_the_constructors_by_hand():
     assert [s.sees_query for s in chain.seats] == [True, False, False, False]
     assert [s.reads for s in Seating.chain(3).seats] == [(), ("pioneer",), ("pioneer", "observer_1")]
     assert (Seating.chain(1).label, Seating.chain(2).label, Seating.chain(5).label) == ("ppo", "cory", "chain:5")
+    assert Seating((Seat("pioneer"), Seat("critic", reads=("pioneer",)))).label == "seats:pioneer,critic"
+    assert Seating.chain(np.int64(3)) == Seating.chain(3)  # any integral type
 
 
 def test_rewards_are_the_matrix_times_the_task_rewards():
@@ -96,8 +113,23 @@ def test_two_seats_pay_exactly_the_collective_reward(coef):
      r"shows the \{query\}, which seat 'b' does not see"),
     (lambda: Seat("b", reads=("a",), template="{a}"), r"has no \{query\}, but seat 'b' sees the query"),
     (lambda: Seat("b", reads=("a",), template="{query} {c}"), r"uses the placeholder \{c\}"),
-    (lambda: Seating.chain(0), "n >= 1"),
+    (lambda: Seating.chain(0), f"n must be a number of seats, an int from 1 to {MAX_SEATS}, got 0"),
+    (lambda: Seating.chain(MAX_SEATS + 1), f"an int from 1 to {MAX_SEATS}, got {MAX_SEATS + 1}"),
+    (lambda: Seating.chain(True), "an int from 1 to"),
+    (lambda: Seating.chain(2.0), "an int from 1 to"),
+    (lambda: Seating(tuple(Seat(f"s{k}") for k in range(MAX_SEATS + 1))),
+     f"at most MAX_SEATS = {MAX_SEATS} seats, got {MAX_SEATS + 1}"),
+    (lambda: seat_names(0), "an int from 1 to"),
+    (lambda: seat_names(-1), "an int from 1 to"),
     (lambda: Seating.chain(2, reads="some"), "reads must be one of"),
+    (lambda: Seating.chain(3, knowledge_transfer="no"), "knowledge_transfer must be True or False, got 'no'"),
+    (lambda: Seating.chain(3, private_query="no"), "private_query must be True or False, got 'no'"),
+    (lambda: Seating.chain(2, partner_reward_coef="abc"), "partner_reward_coef must be a finite number, got 'abc'"),
+    (lambda: Seating.chain(2, partner_reward_coef=None), "partner_reward_coef must be a finite number, got None"),
+    (lambda: Seating.chain(2, partner_reward_coef=float("inf")), "partner_reward_coef must be a finite number"),
+    (lambda: seating_of(Seating.cory(), task=None, knowledge_transfer=False),
+     r"knowledge_transfer=False and partner_reward_coef=1.0 do nothing beside a Seating object"),
+    (lambda: seating_of(Seating.cory(), task=None, partner_reward_coef=-1.0), "do nothing beside a Seating object"),
 ])
 def test_bad_seatings_name_the_field_and_the_fix(make, match):
     with pytest.raises(ValueError, match=match):
@@ -112,10 +144,39 @@ def test_templates_by_view_and_a_task_without_one(tiny_tok):
     blank = Seating.cory(private_query=True, knowledge_transfer=False)
     assert blank.template_of(blank.seats[1], task) == ("B", "blank_template")
     assert Seating.cory(knowledge_transfer=False).template_of(Seat("observer"), task)[1] == "pioneer_template"
-    with pytest.raises(ValueError, match=r"task 't' has no response_only_template .* which seat 'observer' needs; "
+    with pytest.raises(ValueError, match=r"task 't' has no response_only_template \(the prompt of a seat that sees "
+                                         r"only the responses it reads\), which seat 'observer' needs; "
                                          r"give the Task a response_only_template, or the seat its own "
                                          r"Seat\(template=...\)"):
         private.check_task(_task())
+    with pytest.raises(ValueError, match=r"task 't' has no blank_template \(the prompt of a seat that sees neither "
+                                         r"the query nor a response\)"):
+        blank.check_task(_task())
+    # a template that does not fit its seat is named by where it came from (the Task refuses a bad template of its
+    # own first, so the field is checked on check_template itself)
+    with pytest.raises(ValueError, match=r"^task 't' observer_template '\{query\} \{c\}' uses the placeholder "
+                                         r"\{c\}"):
+        check_template("{query} {c}", Seat("b", reads=("a",)), field="task 't' observer_template")
+
+
+def test_lookups_and_type_errors_name_the_fix():
+    with pytest.raises(KeyError, match=r"no seat 'critic'; seats are \['pioneer', 'observer'\]"):
+        Seating.cory().seat("critic")
+    with pytest.raises(ValueError, match=r"seating must be a seating spec such as 'cory', got 3 \(int\); pass a "
+                                         r"Seating object to the env as `seating=` instead"):
+        parse_seating_spec(3)
+    with pytest.raises(ValueError, match=r"\{query\}, or make the query private"):
+        Seat("b", reads=("a",), template="{a}")
+
+
+def test_seat_rewards_are_float64_whatever_the_task_returns():
+    """R = M · r in float64 (`Seating.rewards`): float32 or int task rewards are not kept in their own dtype (numpy 2
+    would keep float32 * a Python float in float32)."""
+    for r in ([np.array([1, 2]), np.array([3, 4])],
+              [np.array([0.1, 0.2], np.float32), np.array([1.0, 2.0], np.float32)]):
+        out = Seating.cory(partner_reward_coef=0.5).rewards(r)
+        assert all(v.dtype == np.float64 for v in out.values())
+        np.testing.assert_array_equal(out["pioneer"], np.float64(r[0]) + 0.5 * np.float64(r[1]))
 
 
 def test_a_prompt_of_no_token_is_refused(tiny_tok):
@@ -207,7 +268,7 @@ def test_the_gymnasium_view_for_n_seats(seats):
     """The pioneer seat as a Gymnasium env, the later seats played by the partner policy: gymnasium's env checker."""
     from gymnasium.utils.env_checker import check_env
 
-    view = PioneerEnv(task="tiny_vocab", context_len=12, seating=f"chain:{seats}")
+    view = PioneerEnv(task="tiny_vocab", context_len=16, seating=f"chain:{seats}")  # chain:4 needs 14 (the env says so)
     check_env(view, skip_render_check=True)
     assert view.seating.num_seats == seats
 
@@ -232,3 +293,14 @@ def test_the_pioneer_with_partners_is_paid_its_seat_reward():
     assert terminated and step_info["task_reward"] == 1.0 and reward == 2.0
     alone = PioneerEnv(task="tiny_vocab", context_len=12)
     assert alone.seating == Seating.single_agent()
+
+
+def test_a_seating_object_and_a_config_seating_are_not_both_taken(tiny_tok):
+    """The env plays one seating: a Seating object beside EnvConfig.seating (or beside the config's knowledge
+    transfer / partner coefficient, which the object already fixes) is refused, not silently half-used."""
+    with pytest.raises(ValueError, match=r"the seating is given twice: EnvConfig.seating='chain:3' and a Seating "
+                                         r"object \(cory\); keep one"):
+        BatchedCORYEnv(EnvConfig(seating="chain:3"), tiny_tok, seating=Seating.cory())
+    with pytest.raises(ValueError, match="do nothing beside a Seating object"):
+        env(task="tiny_vocab", tokenizer=tiny_tok, knowledge_transfer=False, seating=Seating.cory())
+    assert BatchedCORYEnv(EnvConfig(), tiny_tok, seating=Seating.chain(3)).seating == Seating.chain(3)

@@ -105,6 +105,9 @@ def test_bad_seatings_are_refused_before_any_model_loads(tmp_path, capsys, monke
     monkeypatch.setattr(build, "load_policy_model", lambda *a, **k: pytest.fail("a model was loaded"))
     for flags, message in ((["--seating", "chain:0"], "seating='chain:0' is not a seating spec"),
                            (["--algo", "trio"], "seating='trio' is not a seating spec"),
+                           # argparse would keep the last of two names of one option without a word
+                           (["--seating", "cory", "--algo=ppo"],
+                            "--seating and --algo are two names of one option (seating); give it once"),
                            (["--task", "relay", "--observer_template", "{response} only"],
                             r"observer_template '{response} only' lacks the placeholder(s) {query}")):
         assert cory(["train", "--preset", "tiny", "--output_dir", str(tmp_path / "x"), *flags]) == 2

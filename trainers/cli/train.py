@@ -127,6 +127,20 @@ def check_overrides(data: dict[str, Any], *, source: str) -> None:
             raise ValueError(f"{source}: option {key} must be {types[key]}, got {value!r} ({type(value).__name__})")
 
 
+def check_one_name_per_option(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """Refuse an option given under two of its names (``--seating cory --algo ppo``): argparse would keep the last
+    one without a word.
+
+    Raises:
+        ValueError: naming the option's names as given and asking for one.
+    """
+    given = {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
+    for action in parser._actions:
+        used = [name for name in action.option_strings if name in given]
+        if len(used) > 1:
+            raise ValueError(f"{' and '.join(used)} are two names of one option ({action.dest}); give it once")
+
+
 def parse_train_args(argv: Sequence[str]) -> RunConfigs:
     """Resolve `cory train` arguments into the run's configs (flags > YAML > preset > defaults)."""
     from transformers import HfArgumentParser
@@ -153,6 +167,7 @@ def parse_train_args(argv: Sequence[str]) -> RunConfigs:
                              "batch_size counts one process's episodes.")
     parser.set_defaults(**defaults)
     group_flags_by_learner(parser)
+    check_one_name_per_option(parser, argv)
     *configs, extra, remaining = parser.parse_args_into_dataclasses(args=list(argv), return_remaining_strings=True)
     if extra.num_processes != 1:  # run_train takes it off before parsing; anywhere else it would be ignored
         raise ValueError(f"--num_processes {extra.num_processes} is handled by `cory train` (it launches the "

@@ -260,8 +260,8 @@ def check_learner(name: str, config, options: Any = None, *, sharded: bool = Fal
         )
     if spec.needs_partner and seats < 2:
         raise ValueError(f"learner {name!r} needs at least two seats (its critic is centralised over the seats' "
-                         "joint transcript), but this run has one (--algo ppo); use --algo cory, or --learner ppo "
-                         "for the single-agent baseline")
+                         "joint transcript), but this run has one (--seating ppo or chain:1); use --seating cory "
+                         "(or chain:N, N >= 2), or --learner ppo for the single-agent baseline")
     options = spec.options_from([options])  # None: the learner's defaults
     if spec.check is not None:
         spec.check(config, options)

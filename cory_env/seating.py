@@ -338,12 +338,12 @@ class Seating:
                 return s
         raise KeyError(f"no seat {name!r}; seats are {list(self.names)}")
 
-    def alone(self) -> Seating:
-        """The first seat alone, paid its own task reward (how the pioneer is evaluated)."""
-        return Seating((self.seats[0],), ((1.0,),))
-
     def describe(self) -> str:
-        """One line: each seat with what it sees, then M."""
+        """One line: each seat with what it sees, then M (the trainer logs it at the start of a run).
+
+        >>> Seating.chain(3, reads="previous", private_query=True, partner_reward_coef=0.5).describe()
+        'pioneer(q) -> observer_1(pioneer) -> observer_2(observer_1); reward matrix [[1.0, 0.5, 0.5], [0.5, 1.0, 0.5], [0.5, 0.5, 1.0]]'
+        """
         parts = []
         for s in self.seats:
             sees = (["q"] if s.sees_query else []) + list(s.reads)

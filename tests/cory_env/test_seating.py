@@ -159,7 +159,34 @@ def test_templates_by_view_and_a_task_without_one(tiny_tok):
         check_template("{query} {c}", Seat("b", reads=("a",)), field="task 't' observer_template")
 
 
+@pytest.mark.parametrize(("seat", "template", "message"), [
+    (Seat("b", reads=("a",)), "{a}", "seat 'b' template '{a}' has no {query}, but seat 'b' sees the query "
+     "(sees_query=True); add {query}, or make the query private to the earlier seats (Seat(sees_query=False), "
+     "private_query=True)"),
+    (Seat("b", reads=("a",), sees_query=False), "{query} {a}", "seat 'b' template '{query} {a}' shows the {query}, "
+     "which seat 'b' does not see (sees_query=False); remove {query}, or set sees_query=True"),
+    (Seat("c", reads=("a", "b")), "{query}", "seat 'c' template '{query}' lacks the placeholder(s) {a}, {b} (or "
+     "{response}) that seat 'c' needs: it reads ['a', 'b']; add them, or drop those seats from its reads"),
+    (Seat("b"), "{query} {response}", "seat 'b' template '{query} {response}' shows a {response}, but seat 'b' reads "
+     "no seat (reads=()); remove {response}, or let it read the earlier seats (knowledge transfer)"),
+])
+def test_a_template_that_does_not_show_what_its_seat_sees_says_the_whole_fix(seat, template, message):
+    """The messages whole (docs/errors.md row 79): each ends with the two ways to fix it."""
+    with pytest.raises(ValueError) as err:
+        check_template(template, seat, field=f"seat {seat.name!r} template")
+    assert str(err.value) == message
+
+
 def test_lookups_and_type_errors_name_the_fix():
+    with pytest.raises(ValueError, match=r"^a seating needs at least one seat \(N >= 1\); use Seating.single_agent\(\) "
+                                         r"for one$"):
+        Seating([])
+    with pytest.raises(ValueError, match=r"^seats must be Seat objects, got 'pioneer'; write Seat\('name', "
+                                         r"reads=\(...\)\)$"):
+        Seating(("pioneer",))
+    listed = Seating([Seat("pioneer"), Seat("observer", reads=("pioneer",))])  # any sequence, kept as a tuple
+    assert listed.seats == Seating.cory().seats and hash(listed) == hash(Seating.cory())
+    assert Seating.from_spec("chain:3", knowledge_transfer=False) == Seating.chain(3, knowledge_transfer=False)
     with pytest.raises(KeyError, match=r"no seat 'critic'; seats are \['pioneer', 'observer'\]"):
         Seating.cory().seat("critic")
     with pytest.raises(ValueError, match=r"seating must be a seating spec such as 'cory', got 3 \(int\); pass a "

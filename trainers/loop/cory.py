@@ -151,6 +151,7 @@ class CORYTrainer:
                        "data": data_fingerprint(task.records),
                        "reward": reward_fingerprint(task.reward_fn, self.config_dict["reward"])}
         if self.dist.is_main:
+            logger.info("seating: %s", self.seating.describe())
             for message in inert_options(self.configs, self.seating):
                 logger.warning("%s", message)
         # model, tokenizer, data, reward and configs are all checked: only now is the run folder changed

@@ -177,8 +177,9 @@ class EpisodeBatch:
         the tokenizer drops): the prefix that a query can use is encoded for every record, in one batch.
 
         Returns:
-            The fewest query tokens an episode can draw: ``query_tokens[0]`` when the task cuts queries to
-            ``(min, max)`` tokens, else the shortest record's whole query.
+            The fewest query tokens an episode needs: ``query_tokens[0]`` when the task cuts queries to
+            ``(min, max)`` tokens; with whole queries the shortest record's length when ``truncate_query`` is False
+            (no query could be used), else 1 (a query too long is cut from the left, with a warning).
         """
         prefix = (self.task.query_tokens[1] + MAX_TOKENS_PER_CHAR) * MAX_TOKENS_PER_CHAR if self.task.query_tokens \
             else None
@@ -192,7 +193,7 @@ class EpisodeBatch:
                              "from the data")
         if self.task.query_tokens:
             return self.task.query_tokens[0]
-        return min(lengths, default=1)
+        return 1 if self.truncate_query else min(lengths, default=1)
 
     def _action_mask(self, mask) -> tuple[np.ndarray, np.ndarray | None]:
         """(read-only int8 (V,) mask, bool (V,) allowed ids or None when every id is allowed)."""

@@ -317,25 +317,25 @@ def test_batch_size_must_be_a_positive_int(tiny_tok, batch_size):
         EpisodeBatch(_task(), tiny_tok, batch_size=batch_size)
 
 
-@pytest.mark.parametrize("query_tokens", [None, (3, 5)])
-def test_the_context_must_hold_the_shortest_query(tiny_tok, query_tokens):
+@pytest.mark.parametrize(("query_tokens", "truncate"), [(None, False), (None, True), ((3, 5), True)])
+def test_the_context_must_hold_the_shortest_query(tiny_tok, query_tokens, truncate):
     """Templates "{query}" / "{query}{response}", T = 2: a query of q tokens needs q + 2 + 2 tokens (the observer's
     prompt holds the query and the pioneer's response, then its own response). The shortest query: query_tokens'
-    minimum, or with whole queries the shortest record's (a context that cuts every query is refused: a 4-seat chain
-    on tiny_vocab once halved every 4-token query with a warning)."""
+    minimum; with whole queries and truncate_query=False the shortest record's (no query could be used: refused at
+    construction, not at the first reset); with truncation one token (a long query is cut, with a warning)."""
     from cory_env.episode import EpisodeBatch
 
     queries = ["Hello there, friend", "Hi"]
-    shortest = query_tokens[0] if query_tokens else min(len(tiny_tok.encode(q, add_special_tokens=False))
-                                                        for q in queries)
-    assert shortest > 1
+    shortest = query_tokens[0] if query_tokens else 1 if truncate else min(
+        len(tiny_tok.encode(q, add_special_tokens=False)) for q in queries)
+    assert shortest > 1 or truncate
     task = _task(pioneer_template="{query}", query_tokens=query_tokens, min_new_tokens=2, max_new_tokens=2,
                  records=[{"query": q} for q in queries])
-    assert EpisodeBatch(task, tiny_tok, context_len=shortest + 4).query_budget == shortest
+    assert EpisodeBatch(task, tiny_tok, context_len=shortest + 4, truncate_query=truncate).query_budget == shortest
     with pytest.raises(ValueError, match=f"^context_len={shortest + 3} is too small: the longest prompt \\(template "
                                          f"\\+ {shortest}-token query \\+ the responses it reads\\) plus "
                                          f"max_new_tokens=2 needs {shortest + 4} tokens"):
-        EpisodeBatch(task, tiny_tok, context_len=shortest + 3)
+        EpisodeBatch(task, tiny_tok, context_len=shortest + 3, truncate_query=truncate)
 
 
 def test_a_prompt_without_the_query_only_has_to_fit_itself(tiny_tok):

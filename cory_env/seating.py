@@ -138,10 +138,11 @@ def check_num_seats(n, name: str) -> int:
     return value
 
 
-def _check_flag(value, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
+def check_flag(value, name: str) -> bool:
+    """`value` if it is a bool. Raises ValueError naming `name` otherwise (``"no"`` or 1 would read as True)."""
+    if not isinstance(value, bool):
         raise ValueError(f"{name} must be True or False, got {value!r}")
-    return bool(value)
+    return value
 
 
 @dataclass(frozen=True)
@@ -176,8 +177,7 @@ class Seat:
         object.__setattr__(self, "reads", tuple(self.reads))
         if len(set(self.reads)) != len(self.reads):
             raise ValueError(f"seat {self.name!r}: reads {self.reads} names a seat twice; list each read seat once")
-        if not isinstance(self.sees_query, bool):
-            raise ValueError(f"seat {self.name!r}: sees_query must be True or False, got {self.sees_query!r}")
+        check_flag(self.sees_query, f"seat {self.name!r}: sees_query")
         if self.template is not None:
             check_template(self.template, self, field=f"seat {self.name!r} template")
 
@@ -273,8 +273,8 @@ class Seating:
                 that is not a finite number.
         """
         n = check_num_seats(n, "n")
-        knowledge_transfer = _check_flag(knowledge_transfer, "knowledge_transfer")
-        private_query = _check_flag(private_query, "private_query")
+        check_flag(knowledge_transfer, "knowledge_transfer")
+        check_flag(private_query, "private_query")
         if reads not in READS:
             raise ValueError(f"reads must be one of {READS}, got {reads!r}")
         try:

@@ -9,7 +9,7 @@ import numpy as np
 
 from cory_env.prompts import OBSERVER_REQUIRED, PIONEER_TEMPLATE, parse_template
 from cory_env.rewards import make_reward_fn
-from cory_env.seating import READS
+from cory_env.seating import READS, check_flag, check_num_seats
 
 __all__ = ["Task"]
 
@@ -91,10 +91,8 @@ class Task:
                 raise ValueError(f"task {self.name!r}: {name} {template!r} shows "
                                  f"{', '.join('{' + p + '}' for p in sorted(shown - set(required)))}, which its seat "
                                  f"does not see; remove {'it' if len(shown - set(required)) == 1 else 'them'}")
-        if isinstance(self.num_seats, bool) or not isinstance(self.num_seats, int) or self.num_seats < 1:
-            raise ValueError(f"task {self.name!r}: num_seats must be an int >= 1, got {self.num_seats!r}")
-        if not isinstance(self.private_query, bool):
-            raise ValueError(f"task {self.name!r}: private_query must be True or False, got {self.private_query!r}")
+        check_num_seats(self.num_seats, f"task {self.name!r}: num_seats")
+        check_flag(self.private_query, f"task {self.name!r}: private_query")
         if self.seat_reads not in READS:
             raise ValueError(f"task {self.name!r}: seat_reads must be one of {READS}, got {self.seat_reads!r}")
         if self.query_tokens is not None:

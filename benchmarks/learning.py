@@ -29,9 +29,12 @@ the penalised and the k1 estimator, distinct-1/2, response length: `benchmarks.l
 held-out reward against training episodes (``.png``) and against KL with the combined reward
 (``_tradeoff.png``), mean ± std over seeds, are written beside it.
 
-An arm ``NAME-2x`` (e.g. ``ppo-2x``) is the equal-compute control: arm NAME with twice the rung's episodes. Its
-first half is arm NAME exactly (same seeds, every stream derived from (seed, iteration)), so the summary also
-reports NAME from it when NAME itself was not run on that seed.
+An arm ``NAME-Nx`` is arm NAME with N times the rung's episodes (N a whole number >= 1): ``ppo-2x`` is the
+equal-compute control, ``ppo-4x`` / ``cory-4x`` the long-horizon arms. Its first part is arm NAME exactly (same seeds,
+every stream derived from (seed, iteration); evaluations draw their own seeds), and it is evaluated at NAME's points
+too, so the summary also reports NAME from it when NAME itself was not run on that seed. On the IMDB rung every curve
+point keeps 4 samples and every held-out response text (``samples``, ``responses``), and every run records the
+commit that produced it (``commit``) and the extra flags (``flags``).
 
 Arms: this project's (`trainers.cli.bench.ARMS`: ``ppo``, ``grpo``, ``cory``, ``cory-wo-kt``, ``cory-wo-rex``,
 ``cory-grpo``, the joint learners ``mappo`` (against ``cory`` = IPPO) and ``magrpo`` (against ``cory-grpo``), and the
@@ -51,6 +54,7 @@ import json
 import logging
 import multiprocessing
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -97,6 +101,7 @@ class Rung:
     help: str = ""
     extra_floor: dict = field(default_factory=dict)
     ceilings: dict[str, float] = field(default_factory=dict)  # arm -> the final reward it must not exceed
+    keep_texts: bool = False  # every curve point keeps a few samples and every response text (collapse is read there)
 
 
 # Settings every tiny-model arm shares (chosen by the factor table, docs/results/learning_factors.md): large
@@ -149,7 +154,7 @@ RUNGS: dict[str, Rung] = {
                "--min_new_tokens", "8", "--max_new_tokens", "12", "--context_len", "96", "--role_exchange_period", "5"),
         episodes=400, arms=("ppo-2x", "cory", "grpo-2x", "cory-grpo"),
         floors={"ppo": 0.2, "cory": 0.2, "grpo": 0.2, "cory-grpo": 0.2}, eval_episodes=128,
-        eval_points=8, collective=False, floor_on_gain=True,
+        eval_points=8, collective=False, floor_on_gain=True, keep_texts=True,
         help="SmolLM2-135M-Instruct + LoRA, VADER, real IMDB reviews; floors are gains over the base model; "
              "ppo-2x / grpo-2x: the single-agent arms with twice the episodes (equal compute with CORY's two models)",
     ),
@@ -204,13 +209,15 @@ class TrainingClock:
     def train_s(self) -> float:
         return time.process_time() - self.start - self.eval_s
 
-    def point(self, arm: str, seed: int, episodes: int, evaluation: dict) -> dict:
+    def point(self, arm: str, seed: int, episodes: int, evaluation: dict, keep_texts: bool = False) -> dict:
         """A curve point record (`benchmarks.ladder_report`: episodes, training CPU s, reward, KL, distinct-n,
-        response length) of the evaluation that ran just before, printed; ``"eval"`` keeps the whole evaluation
-        until `summary`."""
+        response length; with `keep_texts` 4 samples and every response text) of the evaluation that ran just
+        before, printed; ``"eval"`` keeps the whole evaluation until `summary`."""
+        texts = {k: evaluation[k][:4] if k == "samples" else evaluation[k]
+                 for k in ("samples", "responses") if keep_texts and k in evaluation}
         out = {"episodes": episodes, "train_cpu_s": round(self.train_s, 2), "reward": evaluation["reward"],
                **{k: evaluation[k] for k in POINT_KEYS if k in evaluation},
-               **({"models": evaluation["models"]} if "models" in evaluation else {}), "eval": evaluation}
+               **({"models": evaluation["models"]} if "models" in evaluation else {}), **texts, "eval": evaluation}
         if episodes:
             kl = f", KL {evaluation['kl_k1']:.2f}" if "kl_k1" in evaluation else ""
             print(f"[ladder] {arm} seed {seed}: {episodes} episodes, held-out reward {evaluation['reward']:.3f}{kl} "
@@ -220,23 +227,36 @@ class TrainingClock:
     def summary(self, curve: list[dict]) -> dict:
         """The run's result fields: final/before reward, final evaluation (a few text samples included), CPU s
         (all; training only), the curve of point records."""
-        final = {k: v for k, v in curve[-1]["eval"].items() if k != "samples"}
+        final = {k: v for k, v in curve[-1]["eval"].items() if k not in ("samples", "responses")}
         final["samples"] = curve[-1]["eval"].get("samples", [])[:4]
         return {"final": final["reward"], "before": curve[0]["reward"], "final_eval": final,
                 "cpu_s": time.process_time() - self.start, "train_cpu_s": self.train_s,
                 "curve": [{k: v for k, v in p.items() if k != "eval"} for p in curve]}
 
 
-#: Suffix of an equal-compute control arm: the base arm with this many times the rung's episodes (a CORY run trains
-#: two models on one episode budget; PAPER.md's control is a 2x-size model, which offline we lack).
-CONTROL_SUFFIX, CONTROL_FACTOR = "-2x", 2
+# An arm ``NAME-Nx`` is arm NAME with N times the rung's episodes: ``-2x`` is the equal-compute control (a CORY run
+# trains two models on one episode budget; the paper's control is a 2x-size model, which offline we lack), longer
+# factors are the long-horizon arms (distribution collapse).
 
 
 def arm_spec(arm: str) -> tuple[str, int]:
-    """(base arm, episode factor) of an arm name: ``"ppo-2x"`` is ``("ppo", 2)``, ``"ppo"`` is ``("ppo", 1)``."""
-    if arm.endswith(CONTROL_SUFFIX):
-        return arm[: -len(CONTROL_SUFFIX)], CONTROL_FACTOR
-    return arm, 1
+    """(base arm, episode factor) of an arm name: ``"ppo-2x"`` is ``("ppo", 2)``, ``"cory-4x"`` is ``("cory", 4)``,
+    ``"ppo"`` is ``("ppo", 1)``.
+
+    Raises:
+        ValueError: a ``-Nx`` suffix whose N is not a whole number >= 1 (``ppo-0x``, ``ppo-1.5x``).
+
+    >>> arm_spec("cory-wo-kt-4x")
+    ('cory-wo-kt', 4)
+    """
+    base, dash, suffix = arm.rpartition("-")
+    if not dash or not suffix.endswith("x") or suffix == "x":
+        return arm, 1
+    factor = suffix[:-1]
+    if not (factor.isascii() and factor.isdigit()) or int(factor) < 1:
+        raise ValueError(f"arm {arm!r}: the episode factor of a -Nx arm must be a whole number >= 1, got "
+                         f"{factor!r}; write e.g. {base}-4x")
+    return base, int(factor)
 
 
 def arm_configs(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = ()):
@@ -266,10 +286,18 @@ def build_arm_trainer(rung_name: str, arm: str, seed: int, episodes: int, run_di
 
 
 def eval_points(rung: Rung, iterations: int, factor: int = 1) -> list[int]:
-    """The iterations (1-based) after which a run is evaluated: `rung.eval_points` · `factor` evenly spaced, the last
-    one last (a ``-2x`` arm, `factor` 2, is evaluated at its base arm's points too)."""
-    n = rung.eval_points * factor
-    return sorted({round(iterations * k / n) for k in range(1, n + 1)})
+    """The iterations (1-based) after which a run is evaluated: `rung.eval_points` evenly spaced over the base arm's
+    iterations (``iterations // factor``), so a ``-Nx`` arm is evaluated at its base arm's points too, and
+    ``rung.eval_points · min(factor, 2)`` evenly spaced over the whole run, the last one last.
+
+    >>> eval_points(RUNGS["imdb"], 25)
+    [3, 6, 9, 12, 16, 19, 22, 25]
+    >>> eval_points(RUNGS["imdb"], 100, factor=4)[:9], len(eval_points(RUNGS["imdb"], 100, factor=4))
+    ([3, 6, 9, 12, 16, 19, 22, 25, 31], 20)
+    """
+    base, n = iterations // factor, rung.eval_points * min(factor, 2)
+    points = {round(base * k / rung.eval_points) for k in range(1, rung.eval_points + 1)} if base else set()
+    return sorted(points | {round(iterations * k / n) for k in range(1, n + 1)})
 
 
 def run_own_arm(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = ()) -> dict:
@@ -295,11 +323,11 @@ def run_own_arm(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str
         return out
 
     evaluate = clock.excluded(evaluate_models)
-    curve = [clock.point(arm, seed, 0, evaluate())]
+    curve = [clock.point(arm, seed, 0, evaluate(), rung.keep_texts)]
 
     def at_point(_, done: int) -> dict:  # the training loop's evaluation hook (`CORYTrainer.train`)
         evaluation = evaluate()
-        curve.append(clock.point(arm, seed, done * ppo_config.batch_size, evaluation))
+        curve.append(clock.point(arm, seed, done * ppo_config.batch_size, evaluation, rung.keep_texts))
         return evaluation
 
     history = trainer.train(eval_at=points, evaluate=at_point)
@@ -332,12 +360,25 @@ def _external_available(arm: str) -> str | None:
     return None
 
 
+def code_version(root: Path = ROOT) -> str | None:
+    """The commit of the code a run ran (``git describe --always --dirty``: ``-dirty`` when tracked files had
+    uncommitted changes), None outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty", "--abbrev=12"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
 def run_one(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = ()) -> dict:
     logging.disable(logging.WARNING)  # the ladder reports; per-iteration warnings would drown it
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if arm in EXTERNAL_ARMS:
-        return run_external_arm(arm, seed, episodes, RUNGS[rung_name].eval_episodes)
-    return run_own_arm(rung_name, arm, seed, episodes, run_dir, flags)
+        run = run_external_arm(arm, seed, episodes, RUNGS[rung_name].eval_episodes)
+    else:
+        run = run_own_arm(rung_name, arm, seed, episodes, run_dir, flags)
+    return {**run, "commit": code_version(), "flags": list(flags)}
 
 
 # ---------------------------------------------------------------------------------------------------- report
@@ -360,16 +401,17 @@ def truncated_run(run: dict, episodes: int) -> dict | None:
 
 
 def with_base_arms(runs: list[dict], episodes: int) -> list[dict]:
-    """`runs` plus, for each ``-2x`` run whose base arm was not run on that seed, the base arm's run read from it
+    """`runs` plus, for each ``-Nx`` run whose base arm was not run on that seed, the base arm's run read from it
     (`truncated_run`)."""
     have = {(r["arm"], r["seed"]) for r in runs}
     derived = []
-    for run in runs:
+    for run in sorted(runs, key=lambda r: arm_spec(r["arm"])[1]):  # the shortest longer run first
         base, factor = arm_spec(run["arm"])
         if factor > 1 and (base, run["seed"]) not in have:
             short = truncated_run(run, episodes)
             if short is not None:
                 derived.append(short)
+                have.add((base, run["seed"]))
     return runs + derived
 
 
@@ -444,7 +486,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
     arms = args.arms or list(rung.arms)
     from trainers.cli.bench import ARMS
 
-    unknown = [a for a in arms if arm_spec(a)[0] not in ARMS and a not in EXTERNAL_ARMS]
+    try:
+        unknown = [a for a in arms if a not in EXTERNAL_ARMS and arm_spec(a)[0] not in ARMS]
+    except ValueError as err:
+        parser.error(str(err))
     if unknown:
         parser.error(f"unknown arm(s) {unknown}; valid: {sorted(ARMS) + sorted(EXTERNAL_ARMS)}")
     skipped = {}

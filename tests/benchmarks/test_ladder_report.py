@@ -132,3 +132,31 @@ def test_a_2x_control_run_also_gives_its_base_arm_at_the_rung_budget():
     own = {**_long_run("ppo", 0), "episodes": 400, "final": 0.33}
     again = summarise("imdb", [_long_run("ppo-2x", 0), own], {}, ["--rung", "imdb"])
     assert again["arms"]["ppo"]["per_seed"] == [0.33]
+
+
+def test_an_nx_arm_names_any_whole_factor_and_refuses_the_rest():
+    from benchmarks.learning import arm_spec, main
+
+    assert arm_spec("cory-4x") == ("cory", 4) and arm_spec("cory-wo-kt-12x") == ("cory-wo-kt", 12)
+    assert arm_spec("cory-wo-kt") == ("cory-wo-kt", 1) and arm_spec("ppo-1x") == ("ppo", 1)
+    for bad in ("ppo-0x", "ppo-1.5x", "ppo-twox", "ppo-²x"):
+        with pytest.raises(ValueError, match="whole number >= 1"):
+            arm_spec(bad)
+    with pytest.raises(SystemExit):  # the ladder's command line: one line, exit 2
+        main(["--rung", "sanity", "--arms", "ppo-0x"])
+
+
+def test_a_4x_arm_is_evaluated_at_its_base_arms_points_and_gives_the_base_and_no_duplicate():
+    from benchmarks.learning import RUNGS, eval_points, summarise
+
+    rung = RUNGS["imdb"]
+    base, long = eval_points(rung, 25), eval_points(rung, 100, 4)
+    assert set(base) <= set(long) and long[-1] == 100 and len(long) >= 12
+    assert eval_points(rung, 50, 2) == sorted({round(50 * k / 16) for k in range(1, 17)})  # -2x as it always was
+    four = {**_long_run("ppo-4x", 0), "episodes": 1600,
+            "curve": [{**_point(e, 0.1 + e / 10000, e / 100, cpu=e / 10)} for e in (0, 200, 400, 800, 1600)]}
+    result = summarise("imdb", [four, _long_run("ppo-2x", 0)], {}, ["--rung", "imdb"])
+    assert result["arms"]["ppo"]["seeds"] == [0]  # derived once, from the shorter of the two longer runs
+    assert result["arms"]["ppo"]["derived_from"] == ["ppo-2x"]
+    alone = summarise("imdb", [four], {}, ["--rung", "imdb"])
+    assert alone["arms"]["ppo"]["derived_from"] == ["ppo-4x"] and alone["arms"]["ppo"]["episodes"] == 400

@@ -101,7 +101,8 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
     Returns:
         dict: task_reward, kl (the `kl_penalty` estimator), kl_k1 (the k1 estimate logp − ref_logp, comparable
         across runs that penalise different estimators), combined_reward (means; nats for the KLs), rewards (the
-        per-query task rewards, in order), distinct_1, distinct_2, response_len, num_queries, samples.
+        per-query task rewards, in order), responses (every response text, in the same order), distinct_1,
+        distinct_2, response_len, num_queries, samples.
     """
     rewards, kls, k1s, lengths, texts, samples = [], [], [], [], [], []
     acting: dict = {}
@@ -121,7 +122,7 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
     task_reward, kl = float(np.mean(rewards)), float(np.mean(kls))
     return {
         "task_reward": task_reward, "kl": kl, "kl_k1": float(np.mean(k1s)), "combined_reward": task_reward - eta * kl,
-        "rewards": rewards,
+        "rewards": rewards, "responses": texts,
         "distinct_1": distinct_n(texts, 1), "distinct_2": distinct_n(texts, 2),
         "response_len": float(np.mean(lengths)), "num_queries": len(rewards), "samples": samples,
     }

@@ -14,6 +14,12 @@ the pioneer alone. Ladders written before these records (points ``[episodes, rew
 Reward–KL trade-off (PAPER.md §3): `reward_at_kl` interpolates one seed's held-out reward along its (KL, reward)
 trajectory at a KL level (first crossing; None where the trajectory never reaches it); `equal_kl` gives the mean ±
 std over the seeds that reach each level; `combined_rewards` gives r − η·KL over training for several η.
+
+Robust statistics over seeds (`benchmarks.stats`, Agarwal et al. 2021): every per-arm summary (``equal_time``, each
+``equal_kl`` level) carries ``"stats"``: ``{"iqm", "ci": [low, high], "n", "mean"}`` (``"ci": None`` with a
+``"why"`` for one seed), printed as ``IQM [low, high]``; `equal_kl` also gives P(A > B) with its interval at each
+KL level (``"improvement"``) for the pairs of `benchmarks.ladder_stats.comparison_pairs`, which also holds the
+comparison at equal episodes and its table.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 from typing import Callable, Sequence
+
+from benchmarks.ladder_stats import arm_stats, format_interval, improvements_of
+from benchmarks.stats import arm_summary
 
 __all__ = ["COMBINED_ETAS", "KL_LEVELS", "combined_rewards", "combined_table", "equal_kl", "equal_time", "first_reach",
            "kl_table", "mean_std", "plot", "plot_tradeoff", "point_record", "reward_at_cpu", "reward_at_kl", "table"]
@@ -104,19 +113,32 @@ def equal_time(result: dict) -> dict | None:
     for arm, e in arms.items():
         values = [v for v in (reward_at_cpu(c, budget) for c in e["curves"]) if v is not None]
         if values:
-            out[arm] = {"mean": mean_std(values)[0], "std": mean_std(values)[1], "per_seed": values}
+            out[arm] = {"mean": mean_std(values)[0], "std": mean_std(values)[1], "per_seed": values,
+                        "stats": arm_summary(values)}
     return {"train_cpu_s": budget, "arms": out}
 
 
 def equal_kl(result: dict, levels: Sequence[float] = KL_LEVELS, key: str = "kl_k1",
              value: str = "reward") -> dict | None:
     """Each arm's held-out reward (or `value`, e.g. ``"distinct_2"``: is the text as diverse at the same KL?) at
-    each KL level (`reward_at_kl` per seed): ``{"key", "value", "levels": {level: {arm: {"mean", "std", "per_seed",
-    "seeds"}}}}`` over the seeds that reach the level (an arm none of whose seeds reaches it is left out); None when
-    no curve records `key`."""
+    each KL level (`reward_at_kl` per seed) over the seeds that reach the level, and P(A > B) there for the pairs
+    of `benchmarks.ladder_stats.comparison_pairs` (n/a where the two arms' reaching seeds differ).
+
+    Args:
+        result: a ladder result (``result["arms"][arm]`` with ``"seeds"`` and ``"curves"``).
+        levels: KL levels, nats (`key`'s unit).
+        key: the KL field of the point records.
+        value: the field compared at each level.
+
+    Returns:
+        ``{"key", "value", "levels": {level: {arm: {"mean", "std", "per_seed", "seeds", "stats"}}}, "improvement":
+        {level: {"A>B": {"p", "ci", "n", "seeds"}}}}`` (an arm none of whose seeds reaches a level is left out of
+        it); None when no curve records `key`.
+    """
     if not any(key in point_record(p) for e in result["arms"].values() for c in e["curves"] for p in c):
         return None
     out: dict = {}
+    better: dict = {}
     for level in levels:
         row = {}
         for arm, e in result["arms"].items():
@@ -124,9 +146,11 @@ def equal_kl(result: dict, levels: Sequence[float] = KL_LEVELS, key: str = "kl_k
             values = [(seed, v) for seed, v in values if v is not None]
             if values:
                 m, s = mean_std(v for _, v in values)
-                row[arm] = {"mean": m, "std": s, "per_seed": [v for _, v in values], "seeds": [s_ for s_, _ in values]}
+                row[arm] = {"mean": m, "std": s, "per_seed": [v for _, v in values], "seeds": [s_ for s_, _ in values],
+                            "stats": arm_summary([v for _, v in values])}
         out[str(level)] = row
-    return {"key": key, "value": value, "levels": out}
+        better[str(level)] = improvements_of(row)
+    return {"key": key, "value": value, "levels": out, "improvement": better}
 
 
 def combined_rewards(result: dict, etas: Sequence[float] = COMBINED_ETAS, key: str = "kl_k1") -> dict | None:
@@ -153,17 +177,22 @@ def combined_rewards(result: dict, etas: Sequence[float] = COMBINED_ETAS, key: s
 
 # ---------------------------------------------------------------------------------------------------- tables
 def table(result: dict) -> str:
-    """Markdown table of a ladder result (KL and distinct-n columns when the rung reports them). "CPU s / run" counts
+    """Markdown table of a ladder result (KL and distinct-n columns when the rung reports them). "IQM [95 % CI]" is
+    the interquartile mean of the final held-out reward over seeds and its bootstrap interval (`benchmarks.stats`),
+    "gain IQM" the same of the gain over the base model where the rung's floors are on gains. "CPU s / run" counts
     training and the evaluations of one run (— for an arm read from a longer run, ``derived_from``); "training CPU
     s", where the runs record it, counts training alone."""
     extra = [k for k in ("kl", "kl_k1", "distinct_1", "distinct_2") if any(k in e for e in result["arms"].values())]
     train = any("train_cpu_s" in e for e in result["arms"].values())
-    head = ["arm", "held-out reward", "per seed", "before", *extra, "episodes", "CPU s / run",
-            *(["training CPU s"] if train else [])]
+    gain = any("gain" in e.get("stats", {}) for e in result["arms"].values())
+    head = ["arm", "held-out reward", "IQM [95 % CI]", *(["gain IQM [95 % CI]"] if gain else []), "per seed",
+            "before", *extra, "episodes", "CPU s / run", *(["training CPU s"] if train else [])]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for arm, e in result["arms"].items():
         seeds = ", ".join(f"{v:.3f}" for v in e["per_seed"])
-        cells = [arm, f"{e['mean']:.3f} ± {e['std']:.3f} ({e['metric']})", seeds,
+        final = e["stats"]["final"] if "stats" in e else arm_summary(e["per_seed"])  # older results: computed
+        gains = [format_interval(e["stats"]["gain"]) if "gain" in e.get("stats", {}) else "—"] if gain else []
+        cells = [arm, f"{e['mean']:.3f} ± {e['std']:.3f} ({e['metric']})", format_interval(final), *gains, seeds,
                  f"{e['before']:.3f} ± {e['before_std']:.3f}", *(f"{e[k]:.3f}" if k in e else "—" for k in extra),
                  str(e["episodes"]), "—" if "derived_from" in e else f"{e['cpu_s']:.0f}",
                  *([f"{e['train_cpu_s']:.0f}" if "train_cpu_s" in e else "—"] if train else [])]
@@ -184,14 +213,15 @@ def _arm_by_column_table(result: dict, columns: dict[str, str], cell: Callable[[
 
 def kl_table(result: dict, which: str = "equal_kl") -> str | None:
     """Markdown table of the reward (or the field the summary holds) at equal KL (`result[which]`, an `equal_kl`
-    summary): one row per arm, one column per level, ``mean ± std (n seeds)``; — where no seed reaches the level."""
+    summary): one row per arm, one column per level, ``IQM [95 % CI] (n seeds)`` over the seeds that reach the
+    level; — where none does."""
     eq = result.get(which)
     if not eq:
         return None
 
     def cell(arm: str, level: str) -> str | None:
         e = eq["levels"][level].get(arm)
-        return None if e is None else f"{e['mean']:.3f} ± {e['std']:.3f} ({len(e['per_seed'])})"
+        return None if e is None else f"{format_interval(arm_stats(e))} ({len(e['per_seed'])})"
 
     name = eq.get("value", "reward").replace("_", "-")
     return _arm_by_column_table(result, {lv: f"{name} at KL {float(lv):g}" for lv in eq["levels"]}, cell)

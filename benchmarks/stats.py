@@ -236,12 +236,12 @@ def improvement_summary(a: Mapping[int, float], b: Mapping[int, float], *, names
     >>> improvement_summary({0: 1.0, 1: 2.0}, {0: 0.0, 1: 3.0})["p"]
     0.5
     >>> improvement_summary({0: 1.0, 1: 2.0}, {0: 0.0}, names=("cory", "ppo"))["why"]
-    'seed sets differ: cory ran seeds [0, 1], ppo seeds [0]'
+    'seed sets differ: cory has seeds [0, 1], ppo [0]'
     """
     x, y = _finite(list(a.values()), "a"), _finite(list(b.values()), "b")
     out = {"p": None, "ci": None, "n": [int(x.size), int(y.size)], "seeds": sorted(a)}
     if set(a) != set(b):
-        out["why"] = f"seed sets differ: {names[0]} ran seeds {sorted(a)}, {names[1]} seeds {sorted(b)}"
+        out["why"] = f"seed sets differ: {names[0]} has seeds {sorted(a)}, {names[1]} {sorted(b)}"
         return out
     out["p"] = probability_of_improvement(x, y)
     if x.size < 2:

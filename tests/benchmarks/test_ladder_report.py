@@ -42,22 +42,54 @@ def test_equal_kl_averages_the_seeds_that_reach_each_level():
     out = equal_kl(result, levels=(1.0, 2.0))
     one, two = out["levels"]["1.0"], out["levels"]["2.0"]
     assert one["a"]["per_seed"] == pytest.approx([0.1, 0.3]) and one["a"]["mean"] == pytest.approx(0.2)
-    assert one["b"] == {"mean": pytest.approx(0.3), "std": 0.0, "per_seed": [pytest.approx(0.3)], "seeds": [0]}
+    assert one["b"] == {"mean": pytest.approx(0.3), "std": 0.0, "per_seed": [pytest.approx(0.3)], "seeds": [0],
+                        "stats": {"iqm": pytest.approx(0.3), "ci": None, "n": 1, "mean": pytest.approx(0.3),
+                                  "why": "one seed"}}
+    assert one["a"]["stats"]["iqm"] == pytest.approx(0.2)
+    assert one["a"]["stats"]["ci"] == [pytest.approx(0.1), pytest.approx(0.3)]  # 2 seeds: the 95 % interval spans them
     assert two["a"]["seeds"] == [0] and two["a"]["std"] == 0.0  # one seed: std 0
     assert "b" not in two  # no seed of b reaches 2 nats
     assert out["key"] == "kl_k1"
     assert equal_kl({"arms": {"a": {"seeds": [0], "curves": [[[0, 0.1], [8, 0.2]]]}}}) is None
     table = kl_table({"arms": result["arms"], "equal_kl": out})
-    assert "| a | 0.200 ± 0.141 (2) | 0.200 ± 0.000 (1) |" in table and "| b | 0.300 ± 0.000 (1) | — |" in table
+    assert "| a | 0.200 [0.100, 0.300] (2) | 0.200 [n/a: one seed] (1) |" in table
+    assert "| b | 0.300 [n/a: one seed] (1) | — |" in table
     # another field along the same trajectories: distinct-2 at equal KL (0.9 -> 0.5 over the first 4 nats)
     for c in (reach, short):
         c[0]["distinct_2"], c[1]["distinct_2"] = 0.9, 0.5
     div = equal_kl(result, levels=(1.0,), value="distinct_2")
     assert div["value"] == "distinct_2" and div["levels"]["1.0"]["a"]["per_seed"] == pytest.approx([0.8, 0.5])
     lines = kl_table({"arms": result["arms"], "d": div}, "d").splitlines()
-    assert lines[0] == "| arm | distinct-2 at KL 1 |" and lines[2] == "| a | 0.650 ± 0.212 (2) |"
+    assert lines[0] == "| arm | distinct-2 at KL 1 |" and lines[2] == "| a | 0.650 [0.500, 0.800] (2) |"
+    bare_a = {k: v for k, v in div["levels"]["1.0"]["a"].items() if k != "stats"}
+    old = {"arms": result["arms"], "d": {**div, "levels": {"1.0": {"a": bare_a}}}}
+    assert kl_table(old, "d").splitlines()[2] == lines[2]  # a summary written before "stats": computed
     bare = {"arms": {"a": {"seeds": [0], "curves": [[_point(0, 0.0, 0.0), _point(100, 0.4, 4.0)]]}}}
     assert equal_kl(bare, levels=(1.0,), value="distinct_2")["levels"]["1.0"] == {}  # points without the field
+
+
+def test_equal_kl_compares_arms_on_the_seeds_that_reach_each_level():
+    from benchmarks.ladder_stats import improvement_table, improvements
+
+    def run(slope):  # reward = 0.1 + slope * KL up to KL 4
+        return [_point(0, 0.1, 0.0), _point(100, 0.1 + 4 * slope, 4.0)]
+
+    short = [_point(0, 0.1, 0.0), _point(100, 0.2, 1.5)]  # never reaches KL 2
+    result = {"arms": {"cory": {"seeds": [0, 1], "curves": [run(0.1), run(0.2)], "per_seed": [0.5, 0.9]},
+                       "ppo": {"seeds": [0, 1], "curves": [run(0.05), short], "per_seed": [0.3, 0.9]}}}
+    eq = equal_kl(result, levels=(1.0, 2.0))
+    # KL 1: cory 0.2, 0.3; ppo 0.15, 0.167: every pair cory > ppo
+    assert eq["improvement"]["1.0"]["cory>ppo"] == {"p": 1.0, "ci": [1.0, 1.0], "n": [2, 2], "seeds": [0, 1]}
+    # KL 2: ppo's seed 1 never gets there: no comparison, and the reason names both seed sets
+    at2 = eq["improvement"]["2.0"]["cory>ppo"]
+    assert at2["p"] is None and at2["why"] == "seed sets differ: cory has seeds [0, 1], ppo [0]"
+    result["improvement"], result["equal_kl"] = improvements(result), eq
+    assert result["improvement"]["cory>ppo"]["p"] == 0.625  # final: 0.5 > 0.3, 0.5 < 0.9, 0.9 > 0.3, 0.9 = 0.9
+    lines = improvement_table(result).splitlines()
+    assert lines[0] == "| P(A > B) | final reward | reward at KL 1 | reward at KL 2 |"
+    assert lines[2].startswith("| cory > ppo | 0.625 [")
+    assert "| 1.000 [1.000, 1.000] | n/a: seed sets differ" in lines[2]
+    assert improvement_table({"arms": {"grpo": {}}, "improvement": {}}) is None
 
 
 def test_combined_reward_over_training():

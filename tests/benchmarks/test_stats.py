@@ -107,4 +107,4 @@ def test_improvement_summary_compares_the_same_seeds_or_says_why_not():
     assert one == {"p": 1.0, "ci": None, "n": [1, 1], "seeds": [3], "why": "one seed"}
     differ = improvement_summary({0: 0.3, 1: 0.4, 2: 0.5}, {0: 0.1, 1: 0.2}, names=("cory", "ppo"))
     assert differ["p"] is None and differ["ci"] is None
-    assert differ["why"] == "seed sets differ: cory ran seeds [0, 1, 2], ppo seeds [0, 1]"
+    assert differ["why"] == "seed sets differ: cory has seeds [0, 1, 2], ppo [0, 1]"

@@ -1,4 +1,4 @@
-"""The learning ladder: does training make the reward go up? One command per rung, mean ± std over seeds.
+"""The learning ladder: does training make the reward go up? One command per rung, IQM [95 % CI] over seeds.
 
     python benchmarks/learning.py --rung sanity                         # ≈ 1 CPU minute: a bandit through the stack
     python benchmarks/learning.py --rung tiny_vocab --jobs 2            # this project's arms, 32,768 episodes each
@@ -6,6 +6,8 @@
     python benchmarks/learning.py --rung imdb --arms grpo --jobs 2      # SmolLM2-135M + LoRA on real IMDB reviews
     python benchmarks/learning.py --rung tiny_vocab --arms cory cory-wo-kt --seeds 0 --out /tmp/kt.json
     python benchmarks/learning.py --rung chain_relay --jobs 2          # 3 seats with and without knowledge transfer
+    python benchmarks/learning.py --rung imdb --merge benchmarks/imdb_runs/cory-s*.json \
+        benchmarks/imdb_runs/ppo-2x-s*.json --out /tmp/imdb.json --marl_eval /tmp/imdb_marl_eval.json
 
 Each rung fixes the task, the model, the settings every arm shares and the episode budget (the same for every arm;
 an episode = one query answered by every seat of the arm). Each (arm, seed) trains in its own process (fresh
@@ -22,12 +24,23 @@ queries, by a hash of their text, that training never draws: `EnvConfig.heldout_
 | imdb | the pioneer's held-out VADER reward (also KL to the reference and distinct-1/2) | the base model | ≥ base + 0.2 for ppo and cory |
 
 The JSON (``--out``, default ``benchmarks/learning_<rung>.json``) holds ``{"rung", "command", "episodes",
-"arms": {arm: {"per_seed", "mean", "std", "episodes", "cpu_s", "train_cpu_s", "curves", ...}}, "floors",
-"ceilings", "equal_time", "equal_kl", "distinct_2_at_kl", "combined_reward", "runs"}``; a curve point is a record (episodes, training CPU
+"arms": {arm: {"per_seed", "mean", "std", "stats", "episodes", "cpu_s", "train_cpu_s", "curves", ...}}, "floors",
+"ceilings", "equal_time", "equal_kl", "improvement", "distinct_2_at_kl", "combined_reward", "runs", "commits",
+"stats_method"}``; a curve point is a record (episodes, training CPU
 s with the evaluations' share left out, held-out reward, and on the pioneer-alone rungs KL to the reference with
 the penalised and the k1 estimator, distinct-1/2, response length: `benchmarks.ladder_report`); figures of the
 held-out reward against training episodes (``.png``) and against KL with the combined reward
-(``_tradeoff.png``), mean ± std over seeds, are written beside it.
+(``_tradeoff.png``), mean ± std over seeds, are written beside it. Over seeds (`benchmarks.stats`, Agarwal et al.
+2021): each arm's ``stats`` holds the interquartile mean and 95 % percentile-bootstrap interval of the final
+reward (and of the gain over the base model on a rung whose floors are on gains), ``{"iqm", "ci", "n", "mean"}``;
+each ``equal_kl`` level the same per arm; ``improvement`` (and ``equal_kl["improvement"]`` per level) P(A > B) with
+its interval for every arm against ``ppo``, ``cory`` and ``chain3`` where present (`benchmarks.ladder_stats`).
+``--marl_eval PATH`` also writes the result in marl-eval's JSON format (`benchmarks.marl_eval_json`).
+
+``--merge`` summarises JSONs made apart and refuses (`benchmarks.ladder_merge`) files whose settings
+(``shared_flags``, a run's ``flags``) or episodes differ, a run given twice, and runs that record different commits
+(or some none: ``"unrecorded"``); ``--across_commits`` allows the last, for use only after checking that the seeded
+numbers did not change between those commits. ``commits`` records every run's commit.
 
 An arm ``NAME-Nx`` is arm NAME with N times the rung's episodes (N a whole number >= 1): ``ppo-2x`` is the
 equal-compute control, ``ppo-4x`` / ``cory-4x`` the long-horizon arms. Its first part is arm NAME exactly (same seeds,
@@ -66,9 +79,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python benchmarks/learning.py` from a clone
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.ladder_merge import UNRECORDED, check_mergeable  # noqa: E402
 from benchmarks.ladder_report import (POINT_KEYS, combined_rewards, combined_table, equal_kl,  # noqa: E402
                                       equal_time, first_reach, kl_table, mean_std, plot, plot_tradeoff,
                                       point_record, table)
+from benchmarks.ladder_stats import format_interval, improvement_table, improvements  # noqa: E402
+from benchmarks.marl_eval_json import export_marl_eval  # noqa: E402
+from benchmarks.stats import METHOD, arm_summary  # noqa: E402
 from cory_env.tasks.chain_relay import without_kt_optimum  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
@@ -430,6 +447,9 @@ def summarise(rung_name: str, runs: list[dict], skipped: dict[str, str], argv: S
                      before=before, before_std=before_std, gain_per_seed=gains,
                      episodes=rs[0]["episodes"], cpu_s=mean_std(r["cpu_s"] for r in rs)[0], metric=rs[0]["metric"],
                      curves=[r["curve"] for r in rs])
+        entry["stats"] = {"final": arm_summary(entry["per_seed"])}  # IQM [95 % CI] over seeds (benchmarks.stats)
+        if rung.floor_on_gain:
+            entry["stats"]["gain"] = arm_summary(gains)
         if all(r.get("train_cpu_s") is not None for r in rs):
             entry["train_cpu_s"] = mean_std(r["train_cpu_s"] for r in rs)[0]
         if any("derived_from" in r for r in rs):  # read from a longer run: its total CPU s is not this arm's
@@ -460,9 +480,9 @@ def summarise(rung_name: str, runs: list[dict], skipped: dict[str, str], argv: S
     kept = [{**run, "final_eval": {k: v for k, v in run["final_eval"].items() if k != "rewards"}}
             if "final_eval" in run else run for run in runs if "derived_from" not in run]
     return {"rung": rung_name, "help": rung.help, "command": "python benchmarks/learning.py " + " ".join(argv),
-            "runs": kept,
+            "runs": kept, "commits": {f"{r['arm']}-s{r['seed']}": r.get("commit") or UNRECORDED for r in kept},
             "episodes": rung.episodes, "arms": arms, "floors": floors, "ceilings": ceilings, "skipped": skipped,
-            "shared_flags": list(rung.flags)}
+            "shared_flags": list(rung.flags), "stats_method": METHOD}
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -477,12 +497,19 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--jobs", type=int, default=1, help="Runs in parallel (processes, one torch thread each).")
     parser.add_argument("--out", default=None, help="JSON path (default benchmarks/learning_<rung>.json).")
     parser.add_argument("--merge", nargs="+", default=None, metavar="JSON",
-                        help="Instead of running: summarise these ladder JSONs of --rung together into --out.")
+                        help="Instead of running: summarise these ladder JSONs of --rung together into --out (refused "
+                             "when their settings, episodes or commits differ).")
+    parser.add_argument("--across_commits", action="store_true",
+                        help="With --merge: merge runs that record different commits (or none). Use it only after "
+                             "checking that the seeded numbers did not change between those commits.")
+    parser.add_argument("--marl_eval", default=None, metavar="PATH",
+                        help="Also write the result in marl-eval's JSON format to PATH (benchmarks.marl_eval_json).")
     args = parser.parse_args(argv)
     rung = RUNGS[args.rung]
     out = Path(args.out) if args.out else ROOT / "benchmarks" / f"learning_{args.rung}.json"
     if args.merge:
-        return merge(args.merge, out, argv)
+        result = merge(args.merge, out, argv, across_commits=args.across_commits)
+        return _export(result, args.marl_eval)
     arms = args.arms or list(rung.arms)
     from trainers.cli.bench import ARMS
 
@@ -515,7 +542,22 @@ def main(argv: Sequence[str] | None = None) -> dict:
                       f"({run['episodes']} episodes, {run['cpu_s']:.0f} CPU s)", flush=True)
     result = summarise(args.rung, runs, skipped, argv)
     result["shared_flags"] += list(args.flags)
-    return report(result, out)
+    return _export(report(result, out), args.marl_eval)
+
+
+def _export(result: dict, marl_eval: str | None) -> dict:
+    """`result`, written in marl-eval's format to `marl_eval` too when given."""
+    if marl_eval:
+        print(f"wrote {export_marl_eval(result, Path(marl_eval))} (marl-eval format)")
+    return result
+
+
+def run_budget(run: dict) -> tuple[str, int]:
+    """(group, episodes) of a run for `check_mergeable`: this project's arms share the rung's budget (a ``-Nx`` arm's
+    episodes divided by N); another library's arm counts episodes its own way and is compared with itself."""
+    if run["arm"] in EXTERNAL_ARMS:
+        return run["arm"], run["episodes"]
+    return "this project's arms", run["episodes"] // arm_spec(run["arm"])[1]
 
 
 def runs_from_summary(result: dict) -> list[dict]:
@@ -536,9 +578,15 @@ def runs_from_summary(result: dict) -> list[dict]:
     return runs
 
 
-def merge(paths: Sequence[str], out: Path, argv: Sequence[str]) -> dict:
+def merge(paths: Sequence[str], out: Path, argv: Sequence[str], *, across_commits: bool = False) -> dict:
     """One result from several ladder JSONs of the same rung (runs made apart, e.g. one arm at a time): their runs
-    are summarised together; each arm keeps the command that produced it (``commands``)."""
+    are summarised together; each arm keeps the command that produced it (``commands``), every run its commit
+    (``commits``: ``"arm-sSEED"`` -> commit or ``"unrecorded"``).
+
+    Raises:
+        SystemExit: a file is missing; the files are of different rungs; or `benchmarks.ladder_merge.check_mergeable`
+            refuses them (settings, episodes, a run twice, or commits that differ without `across_commits`).
+    """
     missing = [p for p in paths if not Path(p).is_file()]
     if missing:
         raise SystemExit(f"--merge: no such ladder JSON {missing}; pass the files a ladder run wrote with --out")
@@ -546,18 +594,25 @@ def merge(paths: Sequence[str], out: Path, argv: Sequence[str]) -> dict:
     rungs = {part["rung"] for part in parts}
     if len(rungs) != 1:
         raise SystemExit(f"--merge needs JSONs of one rung, got rungs {sorted(rungs)}")
-    runs = [run for part in parts for run in (part["runs"] if "runs" in part else runs_from_summary(part))]
+    part_runs = [part["runs"] if "runs" in part else runs_from_summary(part) for part in parts]
+    shared_flags = check_mergeable(list(zip(paths, parts, part_runs)), budget=run_budget,
+                                   across_commits=across_commits)
+    runs = [run for runs in part_runs for run in runs]
     skipped = {arm: why for part in parts for arm, why in part["skipped"].items()}
     result = summarise(rungs.pop(), runs, skipped, argv)
+    result["shared_flags"] = shared_flags
     result["commands"] = {arm: part["command"] for part in parts for arm in part["arms"]}
+    if across_commits:
+        result["across_commits"] = True
     return report(result, out)
 
 
 def report(result: dict, out: Path) -> dict:
-    """Add the equal-time, equal-KL and combined-reward summaries, write the JSON and the figures (reward against
-    episodes; reward against KL with the combined reward, when the points record KL), print the tables, floors and
-    ceilings."""
+    """Add the equal-time, equal-KL, P(A > B) and combined-reward summaries, write the JSON and the figures (reward
+    against episodes; reward against KL with the combined reward, when the points record KL), print the tables,
+    floors and ceilings."""
     result["equal_time"] = equal_time(result)
+    result["improvement"] = improvements(result)
     result["equal_kl"] = equal_kl(result)
     result["distinct_2_at_kl"] = equal_kl(result, value="distinct_2")
     result["combined_reward"] = combined_rewards(result)
@@ -566,7 +621,8 @@ def report(result: dict, out: Path) -> dict:
     plot(result, out.with_suffix(".png"))
     tradeoff = plot_tradeoff(result, out.with_name(out.stem + "_tradeoff.png"))
     print(table(result))
-    for extra in (kl_table(result), kl_table(result, "distinct_2_at_kl"), combined_table(result)):
+    for extra in (kl_table(result), improvement_table(result), kl_table(result, "distinct_2_at_kl"),
+                  combined_table(result)):
         if extra:
             print(extra)
     for arm, f in result["floors"].items():
@@ -575,7 +631,8 @@ def report(result: dict, out: Path) -> dict:
     if result["equal_time"]:
         same = result["equal_time"]
         print(f"at equal training time ({same['train_cpu_s']:.0f} CPU s, the shortest arm's): " + ", ".join(
-            f"{arm} {e['mean']:.3f} ± {e['std']:.3f}" for arm, e in same["arms"].items()))
+            f"{arm} {e['mean']:.3f} ± {e['std']:.3f}, IQM {format_interval(e['stats'])}"
+            for arm, e in same["arms"].items()))
     for arm, c in result["ceilings"].items():
         print(f"ceiling {arm}: {c['on']} <= {c['ceiling']} on every seed: "
               f"{'met' if c['met_on_every_seed'] else 'MISSED'} ({', '.join(f'{v:.2f}' for v in c['per_seed'])})")

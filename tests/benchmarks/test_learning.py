@@ -177,3 +177,87 @@ def test_first_reach_interpolates_episodes_and_cpu():
     assert first_reach(curve, 0.3) == pytest.approx({"episodes": 150.0, "train_cpu_s": 16.0})
     assert first_reach(curve, 0.5) is None
     assert first_reach([[0, 0.1], [100, 0.5]], 0.3) == {"episodes": pytest.approx(50.0), "train_cpu_s": None}
+
+
+def test_summarise_gives_each_arm_its_iqm_and_interval():
+    from benchmarks.ladder_report import table
+    from benchmarks.learning import summarise
+
+    runs = [_run("cory", s, final) for s, final in enumerate((1.9, 1.7, 1.8))] + [_run("cory-wo-kt", 0, 1.0)]
+    result = summarise("relay", runs, {}, ["--rung", "relay"])
+    cory = result["arms"]["cory"]
+    assert cory["stats"] == {"final": {"iqm": pytest.approx(1.8), "ci": [pytest.approx(1.7), pytest.approx(1.9)],
+                                       "n": 3, "mean": pytest.approx(1.8)}}  # 3 seeds: the interval is their range
+    assert cory["mean"] == pytest.approx(1.8) and cory["std"] == pytest.approx(0.1)  # the older fields stay
+    assert result["arms"]["cory-wo-kt"]["stats"]["final"]["why"] == "one seed"
+    rows = table(result).splitlines()
+    assert rows[0].startswith("| arm | held-out reward | IQM [95 % CI] | per seed |")  # relay: floors on rewards
+    assert "| 1.800 [1.700, 1.900] |" in rows[2] and "| 1.000 [n/a: one seed] |" in rows[3]
+    gains = summarise("imdb", [{**_run("ppo", s, 0.5 + s / 10), "metric": "pioneer"} for s in range(2)], {}, [])
+    assert gains["arms"]["ppo"]["stats"]["gain"]["iqm"] == pytest.approx(0.35)  # imdb: floors on the gain
+    assert "| gain IQM [95 % CI] |" in table(gains).splitlines()[0]
+    assert result["commits"] == {"cory-s0": "unrecorded", "cory-s1": "unrecorded", "cory-s2": "unrecorded",
+                                 "cory-wo-kt-s0": "unrecorded"}
+
+
+def _parts(tmp_path, *parts: tuple[str, list[dict], list[str]]) -> list[str]:
+    """Ladder JSONs of the relay rung, one per (name, runs, extra shared flags); their paths."""
+    from benchmarks.learning import summarise
+
+    paths = []
+    for name, runs, extra in parts:
+        part = summarise("relay", runs, {}, ["--rung", "relay"])
+        part["shared_flags"] += extra
+        paths.append(str(tmp_path / f"{name}.json"))
+        Path(paths[-1]).write_text(json.dumps(part), encoding="utf-8")
+    return paths
+
+
+def test_merge_refuses_runs_of_other_settings_or_budgets(tmp_path):
+    from benchmarks.learning import merge
+
+    cory = [_run("cory", 0, 1.9), _run("cory", 1, 1.7)]
+    other_kl = _parts(tmp_path, ("a", cory, []), ("b", [_run("cory-wo-kt", 0, 1.0)], ["--init_kl_coef", "0.2"]))
+    with pytest.raises(SystemExit, match=r"rung settings .*: --init_kl_coef is 0.01 for cory seed 0 \(.*a.json\) but "
+                                         r"0.2 for cory-wo-kt seed 0 \(.*b.json\)"):
+        merge(other_kl, tmp_path / "m.json", [])
+    flagged = {**_run("cory-wo-kt", 0, 1.0), "flags": ["--ent_coef", "0.1"]}  # a run's own extra flags count too
+    with pytest.raises(SystemExit, match="--ent_coef is 0.01 for .* but 0.1 for cory-wo-kt seed 0"):
+        merge(_parts(tmp_path, ("a", cory, []), ("c", [flagged], [])), tmp_path / "m.json", [])
+    with pytest.raises(SystemExit, match="--seating is unset for .* but chain for cory-wo-kt"):
+        merge(_parts(tmp_path, ("a", cory, []), ("c", [_run("cory-wo-kt", 0, 1.0)], ["--seating", "chain"])),
+              tmp_path / "m.json", [])
+    same = _parts(tmp_path, ("a", cory, []), ("d", [_run("cory-wo-kt", 0, 1.0)], ["--init_kl_coef", "0.01"]))
+    assert merge(same, tmp_path / "m.json", [])["arms"]["cory-wo-kt"]["per_seed"] == [1.0]  # the same value again
+    longer = {**_run("cory-wo-kt", 0, 1.0), "episodes": 128}
+    with pytest.raises(SystemExit, match=r"differ in episodes: cory seed 0 \(.*\) ran 64 but cory-wo-kt seed 0 .* 128"):
+        merge(_parts(tmp_path, ("a", cory, []), ("e", [longer], [])), tmp_path / "m.json", [])
+    control = {**_run("cory-2x", 0, 1.0), "episodes": 128}  # a -2x arm: twice the budget is the same budget
+    assert "cory-2x" in merge(_parts(tmp_path, ("a", cory, []), ("f", [control], [])), tmp_path / "m.json", [])["arms"]
+    paths = _parts(tmp_path, ("a", cory, []), ("g", [_run("cory-wo-kt", 0, 1.0)], []))
+    part = json.loads(Path(paths[1]).read_text())
+    Path(paths[1]).write_text(json.dumps({**part, "episodes": 1024}), encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"differ in episodes \(65536 in .*a.json, 1024 in .*g.json\)"):
+        merge(paths, tmp_path / "m.json", [])
+    with pytest.raises(SystemExit, match="cory seed 0 is in both"):
+        merge([paths[0], paths[0]], tmp_path / "m.json", [])
+
+
+def test_merge_across_commits_only_when_asked_and_records_every_commit(tmp_path):
+    from benchmarks.learning import main, merge
+
+    paths = _parts(tmp_path, ("a", [{**_run("cory", s, 1.8), "commit": "049d50d"} for s in (0, 1)], []),
+                   ("b", [{**_run("cory-wo-kt", 0, 1.0), "commit": "64dde2e-dirty"}], []),
+                   ("c", [_run("cory-wo-kt", 1, 1.1)], []))
+    with pytest.raises(SystemExit, match=r"different commits \(049d50d: cory seed 0 .*, cory seed 1 .*; 64dde2e-dirty: "
+                                         r"cory-wo-kt seed 0 .*\).*--across_commits"):
+        merge(paths[:2], tmp_path / "m.json", [])
+    with pytest.raises(SystemExit, match="unrecorded: cory-wo-kt seed 1"):  # no commit recorded: also refused
+        merge([paths[0], paths[2]], tmp_path / "m.json", [])
+    assert merge([paths[2]], tmp_path / "m.json", [])["commits"] == {"cory-wo-kt-s1": "unrecorded"}
+    result = main(["--rung", "relay", "--merge", *paths, "--across_commits", "--out", str(tmp_path / "m.json")])
+    assert result["commits"] == {"cory-s0": "049d50d", "cory-s1": "049d50d", "cory-wo-kt-s0": "64dde2e-dirty",
+                                 "cory-wo-kt-s1": "unrecorded"}
+    written = json.loads((tmp_path / "m.json").read_text())
+    assert written["across_commits"] is True and written["commits"] == result["commits"]
+    assert [r.get("commit") for r in written["runs"]] == ["049d50d", "049d50d", "64dde2e-dirty", None]

@@ -47,7 +47,7 @@ from agents import DEFAULT_MODEL, LLMAgent, ReferenceModel, load_model_and_token
 from agents.loading import resolve_local_dir
 from agents.value_head import ValueHead
 from cory_env import BatchedCORYEnv, EnvConfig, make_task
-from cory_env.data import load_imdb_records
+from cory_env.tasks.imdb_data import load_imdb_records
 from cory_env.seating import PIONEER
 from trainers import CORYTrainer
 from trainers.config import CORYConfig, ModelConfig, PPOConfig

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cory_env.config import EnvConfig, resolve_config
+from cory_env.config import EnvConfig
+from cory_env.tasks import env_arguments
 from cory_env.episode import EpisodeBatch, EpisodeTranscript, readonly_view
 from cory_env.seating import Seating
 
@@ -38,21 +39,24 @@ class BatchedCORYEnv:
         seating: a `cory_env.seating.Seating`, or a seating spec (``"cory"``, ``"ppo"``: the pioneer alone, the PPO
             baseline's and the evaluations' env, ``"chain:N"``); default ``config.seating`` (None: the task's
             default seating). `possible_agents`, rewards, infos and the transcript hold its seats.
-        **kwargs: `EnvConfig` fields.
+        task_options: the task's options (`cory_env.tasks.TaskSpec.options`: an instance or a dict; None: its
+            defaults).
+        **kwargs: `EnvConfig` fields, and fields of the task's options (``min_review_chars=100`` for IMDB).
 
     Raises:
         TypeError, ValueError: for bad arguments (see `EnvConfig`, `EpisodeBatch`).
     """
 
     def __init__(self, config: EnvConfig | None = None, tokenizer=None, batch_size: int = 1, reward_fn=None,
-                 task=None, seating: Seating | str | None = None, **kwargs) -> None:
+                 task=None, seating: Seating | str | None = None, task_options=None, **kwargs) -> None:
         if isinstance(task, str):
             kwargs["task"], task = task, None
         if isinstance(seating, str):
             kwargs["seating"], seating = seating, None
-        self.config = resolve_config(config, **kwargs)
+        self.config, task_options = env_arguments(config, task, task_options, **kwargs)
         self._episode = EpisodeBatch.from_config(self.config, tokenizer, batch_size=batch_size, task=task,
-                                                 reward_fn=reward_fn, seating=seating)
+                                                 reward_fn=reward_fn, seating=seating,
+                                                 task_options=task_options)
         #: The `Seating` played.
         self.seating = self._episode.seating
         self.tokenizer = self._episode.tokenizer

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from cory_env.prompts import OBSERVER_REQUIRED, parse_template
 from cory_env.seating import canonical_seating_spec
 
-__all__ = ["EnvConfig", "RenderModeError", "check_finite_fields", "check_render_mode", "resolve_config"]
+__all__ = ["EnvConfig", "RenderModeError", "check_finite_fields", "check_int", "check_render_mode", "resolve_config"]
 
 
 QUERY_SPLITS = ("train", "test")
@@ -34,11 +34,11 @@ class EnvConfig:
 
     task: str = field(
         default="imdb",
-        metadata={"help": "Built-in task name: 'imdb' (sentiment continuation, the paper's IMDB setting) or "
-                          "'gsm8k' (grade-school maths, exact-answer reward) or 'tiny_vocab' (20-token cooperative toy task, "
-                          "optimum 2) or 'relay' (tiny_vocab with the query private to the pioneer: knowledge "
-                          "transfer is necessary) or 'chain_relay' (a chain of 3 seats passing a private query "
-                          "along, optimum 3). A `Task` object can be passed to the env instead."},
+        metadata={"help": "The task, by registry name (cory_env.tasks.TASKS; built in: imdb, the paper's sentiment "
+                          "continuation; gsm8k, grade-school maths; tiny_vocab, relay and chain_relay, toys with known "
+                          "optima), as an importable 'module:attr' of a TaskSpec, or by the name of an installed "
+                          "plug-in (entry-point group cory.tasks); docs/extending.md. A `Task` object can be passed "
+                          "to the env instead."},
     )
     data_path: str | None = field(
         default=None,
@@ -48,39 +48,25 @@ class EnvConfig:
     )
     reward: str = field(
         default="vader",
-        metadata={"help": "IMDB task reward by name: 'vader' (offline; VADER compound of query + response, in "
-                          "[-1, 1]), 'vader-gain' (VADER(q + a) - VADER(q): the same ranking of a query's responses without "
-                          "the query's own sentiment) or 'distilbert-imdb' (the paper's: raw POSITIVE logit of "
-                          "`lvwerra/distilbert-imdb`); or an importable 'module:function' taking (queries, responses). Tasks "
-                          "with their own reward (gsm8k) ignore it; a callable goes to the env constructor as "
-                          "`reward_fn` (a run records it as module:function when importable)."},
-    )
-    min_review_chars: int = field(
-        default=200,
-        metadata={"help": "IMDB: drop reviews shorter than this many characters after removing `<br />` "
-                          "(official baseline script: 200; the paper's text: 100; 0 keeps every non-empty review). "
-                          "Not applied to the built-in openings."},
+        metadata={"help": "The task reward, by registry name (cory_env.rewards.REWARDS; built in, IMDB's: 'vader' "
+                          "(offline; VADER compound of query + response, in [-1, 1]), 'vader-gain' (VADER(q + a) - "
+                          "VADER(q)) or 'distilbert-imdb' (the paper's raw POSITIVE logit)), an importable "
+                          "'module:function' taking (queries, responses), or an installed plug-in's name (entry-point "
+                          "group cory.rewards). Read by the tasks whose TaskSpec says so (imdb); tasks with their own "
+                          "reward (gsm8k, the toys) ignore it. A callable goes to the env constructor as `reward_fn` "
+                          "(a run records it as module:function when importable)."},
     )
     heldout_fraction: float = field(
         default=0.0,
-        metadata={"help": "IMDB, tiny_vocab and relay: fraction of the queries kept out of training for evaluation, chosen "
+        metadata={"help": "Fraction of the queries kept out of training for evaluation (tasks whose TaskSpec reads it: imdb and the toys), chosen "
                           "by a hash of each query's text (the same slice on every machine and run); 0 = none (eval "
                           "then draws fresh-seed queries from the training data)."},
     )
     query_split: str = field(
         default="train",
-        metadata={"help": "IMDB, tiny_vocab and relay: which queries are drawn: 'train' (all but the held-out slice) or "
+        metadata={"help": "Which queries are drawn (tasks that read heldout_fraction): 'train' (all but the held-out slice) or "
                           "'test' (the held-out slice; needs heldout_fraction > 0). `cory eval` picks 'test' when "
                           "the run has a held-out slice."},
-    )
-    query_min_tokens: int = field(
-        default=2,
-        metadata={"help": "IMDB: fewest tokens kept from the start of a review as the query q (paper: 2). The "
-                          "query length is drawn per episode from [query_min_tokens, query_max_tokens]."},
-    )
-    query_max_tokens: int = field(
-        default=7,
-        metadata={"help": "IMDB: most tokens kept from the start of a review as the query q (paper: 7)."},
     )
     min_new_tokens: int = field(
         default=4,
@@ -142,7 +128,6 @@ class EnvConfig:
         if not isinstance(self.reward, str) or not self.reward:
             raise ValueError(f"reward must be a reward name such as 'vader', got {self.reward!r}; pass a "
                              "callable to the env as `reward_fn=` instead")
-        _check_int("min_review_chars", self.min_review_chars, 0, "use 0 to keep every review")
         if not (isinstance(self.heldout_fraction, (int, float)) and 0.0 <= self.heldout_fraction < 1.0):
             raise ValueError(f"heldout_fraction must be in [0, 1), got {self.heldout_fraction!r}; 0.1 keeps a "
                              "tenth of the reviews for evaluation, 0 none")
@@ -151,15 +136,12 @@ class EnvConfig:
         if self.query_split == "test" and self.heldout_fraction == 0:
             raise ValueError("query_split='test' needs a held-out slice: set heldout_fraction > 0 (e.g. 0.1), "
                              "or use query_split='train'")
-        _check_int("query_min_tokens", self.query_min_tokens, 1, "a query needs at least one token")
-        _check_int("query_max_tokens", self.query_max_tokens, self.query_min_tokens,
-                   f"set it >= query_min_tokens ({self.query_min_tokens})")
-        _check_int("min_new_tokens", self.min_new_tokens, 1, "a response has at least one token")
-        _check_int("max_new_tokens", self.max_new_tokens, 1, "use a positive response length such as 15")
+        check_int("min_new_tokens", self.min_new_tokens, 1, "a response has at least one token")
+        check_int("max_new_tokens", self.max_new_tokens, 1, "use a positive response length such as 15")
         if self.max_new_tokens < self.min_new_tokens:
             raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must be >= min_new_tokens "
                              f"({self.min_new_tokens}); raise max_new_tokens or lower min_new_tokens")
-        _check_int("context_len", self.context_len, 2, "use a window of at least prompt + max_new_tokens tokens")
+        check_int("context_len", self.context_len, 2, "use a window of at least prompt + max_new_tokens tokens")
         # one spelling ("chain:04" -> "chain:4"): a resumed run compares it with the run's config
         object.__setattr__(self, "seating", canonical_seating_spec(self.seating))
         if self.observer_template is not None:
@@ -193,7 +175,8 @@ def check_finite_fields(config: object) -> None:
             raise ValueError(f"{f.name}={value!r} is invalid: use a finite number (see --help for its range)")
 
 
-def _check_int(name: str, value: object, low: int, fix: str) -> None:
+def check_int(name: str, value: object, low: int, fix: str) -> None:
+    """Raise `ValueError` naming `name` unless `value` is an int (not a bool) >= `low`; `fix` says what to do."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__}); {fix}")
     if value < low:

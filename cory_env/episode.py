@@ -36,7 +36,7 @@ from cory_env.config import EnvConfig
 from cory_env.rewards import score_texts
 from cory_env.seating import Seating, seating_of
 from cory_env.tasks import Task, make_task
-from cory_env.tokenizer import prepare_tokenizer
+from cory_env.hub import as_tokenizer
 
 __all__ = ["EpisodeBatch", "EpisodeTranscript", "SeatTranscript", "readonly_view"]
 
@@ -128,20 +128,27 @@ class EpisodeBatch:
     # ----- construction helpers -------------------------------------------------------------------------------
     @classmethod
     def from_config(cls, config: EnvConfig, tokenizer, *, batch_size: int = 1, task: Task | str | None = None,
-                    reward_fn=None, seating: Seating | str | None = None) -> EpisodeBatch:
-        """Build from an `EnvConfig`: resolve the tokenizer (`prepare_tokenizer`), the task, an optional reward
-        override (name or callable) and the seating.
+                    reward_fn=None, seating: Seating | str | None = None, task_options=None) -> EpisodeBatch:
+        """Build from an `EnvConfig`: resolve the tokenizer (`cory_env.hub.as_tokenizer`), the task, an optional
+        reward override (name or callable) and the seating.
 
-        A task given by name (or None: ``config.task``) is built from `config` by its builder, which reads the
-        config's templates and reward; a `Task` object gets the config's templates when they are set. `reward_fn`
-        replaces the task's reward either way. Each is resolved once, by `Task` (`cory_env.rewards.make_reward_fn`).
-        The seating is `seating` when it is a `Seating`, else the spec `seating` (or ``config.seating``) on the
-        task with ``config.knowledge_transfer`` and ``config.partner_reward_coef`` (`cory_env.seating.seating_of`).
+        A task given by name (or None: ``config.task``) is built from `config` and `task_options` by its builder
+        (`cory_env.tasks.make_task`), which reads the config's templates and reward; a `Task` object (built once by
+        the caller, e.g. the trainer) gets the config's templates when they are set. `reward_fn` replaces the
+        task's reward either way. Each is resolved once, by `Task` (`cory_env.rewards.make_reward_fn`). The seating
+        is `seating` when it is a `Seating` (built once by the caller; it must be the one ``config`` describes when
+        ``config.seating`` is set, else the two would disagree), else the spec `seating` (or ``config.seating``) on
+        the task with ``config.knowledge_transfer`` and ``config.partner_reward_coef``
+        (`cory_env.seating.seating_of`).
+
+        Raises:
+            ValueError: a `Seating` that differs from the one ``config`` names; what the task, the seating or the
+                episode core refuse. TypeError: a task that is neither a name nor a `Task`.
         """
-        tokenizer = prepare_tokenizer(tokenizer)
+        tokenizer = as_tokenizer(tokenizer)
         overrides = {}
         if task is None or isinstance(task, str):
-            task = make_task(task or config.task, config, tokenizer)
+            task = make_task(task or config.task, config, tokenizer, task_options)
         elif isinstance(task, Task):
             overrides = {"observer_template": config.observer_template, "pioneer_template": config.pioneer_template}
         else:
@@ -149,12 +156,16 @@ class EpisodeBatch:
         overrides["reward_fn"] = reward_fn
         overrides = {k: v for k, v in overrides.items() if v is not None}
         task = replace(task, **overrides) if overrides else task
-        if isinstance(seating, Seating) and config.seating is not None:
-            raise ValueError(f"the seating is given twice: EnvConfig.seating={config.seating!r} and a Seating object "
-                             f"({seating.label}); keep one")
-        seating = seating_of(config.seating if seating is None else seating, task=task,
-                             knowledge_transfer=config.knowledge_transfer,
-                             partner_reward_coef=config.partner_reward_coef)
+        options = {"knowledge_transfer": config.knowledge_transfer, "partner_reward_coef": config.partner_reward_coef}
+        if not isinstance(seating, Seating):
+            seating = seating_of(config.seating if seating is None else seating, task=task, **options)
+        elif config.seating is not None or options != {"knowledge_transfer": True, "partner_reward_coef": 1.0}:
+            described = seating_of(config.seating, task=task, **options)  # the caller's object must be this one
+            if described != seating:
+                raise ValueError(f"the seating is given twice and differs: EnvConfig (seating={config.seating!r}, "
+                                 f"knowledge_transfer={config.knowledge_transfer}, partner_reward_coef="
+                                 f"{config.partner_reward_coef}) describes {described.label}, the Seating object is "
+                                 f"{seating.label} (or has other reads or rewards); keep one")
         return cls(task, tokenizer, batch_size=batch_size, context_len=config.context_len, seating=seating,
                    truncate_query=config.truncate_query)
 

@@ -54,10 +54,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from cory_env.config import check_render_mode, resolve_config
+from cory_env.config import check_render_mode
 from cory_env.episode import EpisodeBatch
 from cory_env.seating import Seating
-from cory_env.tasks import task_tokenizer
+from cory_env.tasks import env_arguments, task_tokenizer
 
 __all__ = ["PioneerEnv", "register_envs"]
 
@@ -79,7 +79,9 @@ class PioneerEnv(gym.Env):
         partner_policy: ``(seat, observation) -> int`` token id for every later seat (observation: that seat's
             window, as the pioneer's); None: uniform over the allowed tokens, drawn from ``self.np_random``.
         render_mode: None or "ansi".
-        **kwargs: `EnvConfig` fields.
+        task_options: the task's options (`cory_env.tasks.TaskSpec.options`: an instance or a dict; None: its
+            defaults).
+        **kwargs: `EnvConfig` fields, and fields of the task's options (``min_review_chars=100`` for IMDB).
 
     Raises:
         TypeError, ValueError: for bad arguments (see `EnvConfig`, `EpisodeBatch`).
@@ -88,21 +90,22 @@ class PioneerEnv(gym.Env):
     metadata = {"render_modes": ["ansi"]}
 
     def __init__(self, config=None, tokenizer=None, *, reward_fn=None, task=None,
-                 seating: Seating | str | None = None, partner_policy=None, render_mode: str | None = None,
-                 **kwargs) -> None:
+                 seating: Seating | str | None = None, task_options=None, partner_policy=None,
+                 render_mode: str | None = None, **kwargs) -> None:
         check_render_mode(render_mode, self.metadata["render_modes"])
         if isinstance(task, str):
             kwargs["task"], task = task, None
         if isinstance(seating, str):
             kwargs["seating"], seating = seating, None
-        self.config = resolve_config(config, **kwargs)
+        self.config, task_options = env_arguments(config, task, task_options, **kwargs)
         if tokenizer is None and task is None:  # a task with its own vocabulary (tiny_vocab) brings its tokenizer
             tokenizer = task_tokenizer(self.config.task)
         self.render_mode = render_mode
         if seating is None and self.config.seating is None:
             seating = ALONE
         self._episode = EpisodeBatch.from_config(self.config, tokenizer, batch_size=1, task=task,
-                                                 reward_fn=reward_fn, seating=seating)
+                                                 reward_fn=reward_fn, seating=seating,
+                                                 task_options=task_options)
         #: The `Seating` played; the learner is its first seat.
         self.seating = self._episode.seating
         self.seat = self.seating.first

@@ -264,6 +264,19 @@ def load_tokenizer(
                                              trust_remote_code=trust_remote_code))
 
 
+def as_tokenizer(tokenizer):
+    """A prepared tokenizer from a tokenizer object or a name (`load_tokenizer`: alias, ``.gguf`` file, local
+    folder or hub id; offline-first): what the env constructors accept.
+
+    Raises:
+        ValueError: None, or a tokenizer `prepare_tokenizer` refuses. FileNotFoundError, OSError: from
+            `load_tokenizer`.
+    """
+    if isinstance(tokenizer, (str, os.PathLike)):
+        return load_tokenizer(os.fspath(tokenizer))  # prepared there
+    return prepare_tokenizer(tokenizer)
+
+
 def load_pretrained(auto_cls, name_or_path: str, local: Path | None, hub: dict, **kwargs):
     """``auto_cls.from_pretrained`` from the local folder, or from the hub with a clear offline error."""
     if local is not None:

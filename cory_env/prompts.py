@@ -8,15 +8,15 @@ and the read responses' *exact* token ids. So the observer's prompt ends with ex
 saw, and contains exactly the pioneer's tokens (no decode/re-encode round trip, which can merge or split tokens at
 the boundaries).
 
-Source: CORY (arXiv 2410.06101) §3 "knowledge transfer"; the IMDB template is the official code's.
+Source: CORY (arXiv 2410.06101) §3 "knowledge transfer". Each task brings its templates (`cory_env.tasks`).
 
 Example:
     >>> from agents.tiny import tiny_tokenizer
     >>> tok = tiny_tokenizer()
-    >>> tpl = PromptTemplate(IMDB_OBSERVER_TEMPLATE, tok, required=("query", "response"))
+    >>> tpl = PromptTemplate(EXAMPLE_OBSERVER_TEMPLATE, tok, required=("query", "response"))
     >>> q, a = tok.encode("The movie"), tok.encode(" was fine")
     >>> tok.decode(tpl.build(q, a))
-    'I can make this sentence "The movie was fine" more positive: The movie'
+    'Read "The movie was fine", then answer: The movie'
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from __future__ import annotations
 import string
 from collections.abc import Mapping, Sequence
 
-__all__ = ["IMDB_OBSERVER_TEMPLATE", "OBSERVER_REQUIRED", "PIONEER_TEMPLATE", "PLACEHOLDERS", "PromptTemplate",
+__all__ = ["EXAMPLE_OBSERVER_TEMPLATE", "OBSERVER_REQUIRED", "PIONEER_TEMPLATE", "PLACEHOLDERS", "PromptTemplate",
            "parse_template"]
 
-#: The official code's IMDB knowledge-transfer template (paper §1 step 3): it ends with q, so the observer writes
-#: its own continuation of q after reading the pioneer's.
-IMDB_OBSERVER_TEMPLATE = 'I can make this sentence "{query}{response}" more positive: {query}'
+#: An example knowledge-transfer template, for messages (each task has its own: `cory_env.tasks.imdb`'s is the
+#: official code's).
+EXAMPLE_OBSERVER_TEMPLATE = 'Read "{query}{response}", then answer: {query}'
 #: Default pioneer template: the query alone.
 PIONEER_TEMPLATE = "{query}"
 #: Placeholders every template may use (plus the names of the seats it reads).
@@ -79,7 +79,7 @@ def parse_template(template: str, *, required: Sequence[str], name: str = "templ
     if missing:
         placeholders = ", ".join("{" + p + "}" for p in missing)
         raise ValueError(f"{name} {template!r} lacks the placeholder(s) {placeholders}; add them, e.g. "
-                         f"{IMDB_OBSERVER_TEMPLATE!r}")
+                         f"{EXAMPLE_OBSERVER_TEMPLATE!r}")
     return pairs
 
 

@@ -1,44 +1,36 @@
-"""Task rewards by name, the checked batched reward call, and the collective reward.
+"""Task rewards: the reward registry (``--reward``), the checked batched reward call, and the collective reward.
 
 Task rewards score *text*: the query text plus a response text (decoded with ``skip_special_tokens=True``),
 never the observer's template text (paper §1 step 4). Every reward function is normalised to the signature
 ``reward_fn(query_texts, response_texts, records) -> sequence of floats`` (one per pair); `make_reward_fn`
-builds one from a name or from a 2- or 3-argument callable.
-
-| name | score | offline |
-|---|---|---|
-| ``"vader"`` | VADER compound score of ``query + response``, in [-1, 1] | yes (`vaderSentiment`) |
-| ``"vader-gain"`` | VADER(query + response) − VADER(query), in [-2, 2]: what the response adds | yes |
-| ``"distilbert-imdb"`` | raw POSITIVE logit of ``lvwerra/distilbert-imdb`` (paper) | needs the model |
-
-``vader-gain`` subtracts a number that depends on the query alone, so it ranks a query's responses exactly as
-``vader`` does and leaves the optimal policy unchanged; it removes the query's own sentiment (which carries about
-60 % of the variance of ``vader`` over IMDB openings: correlation 0.78) from what a learner's value head must learn
-before its advantages mean anything.
+builds one from a name or from a 2- or 3-argument callable. The built-in names are the IMDB task's
+(`cory_env.tasks.imdb_rewards`: ``vader``, ``vader-gain``, ``distilbert-imdb``); a plug-in reward is a
+``module:function`` name, an entry point of the group ``cory.rewards``, or `register_reward` (docs/extending.md).
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import logging
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from cory_env.registry import Registry, import_object
 from cory_env.seating import Seating
 
 __all__ = [
+    "REWARDS",
     "REWARD_NAMES",
-    "DistilbertImdbReward",
     "RewardFn",
     "RewardFunctionError",
-    "VaderGainReward",
-    "VaderReward",
+    "RewardSpec",
     "collective_reward",
     "make_reward_fn",
+    "register_reward",
     "reward_name",
     "score_texts",
 ]
@@ -53,90 +45,80 @@ class RewardFunctionError(ValueError):
     """A task reward function raised, or returned NaN/inf or the wrong number of values."""
 
 
-class VaderReward:
-    """VADER sentiment of ``query + response``: the compound score in [-1, 1] (offline default for IMDB).
+@dataclass(frozen=True)
+class RewardSpec:
+    """A registered reward (`REWARDS`, ``--reward NAME``).
 
-    One `SentimentIntensityAnalyzer` per object (its lexicon is loaded once, in the constructor).
+    Attributes:
+        factory: ``() -> reward function`` taking ``(queries, responses)`` or ``(queries, responses, records)`` and
+            returning one float per pair; called once per env (e.g. to load a lexicon or a classifier once).
+        summary: one line for tables and ``--help``.
+        offline: works without the Hugging Face hub.
     """
 
-    def __init__(self) -> None:
-        from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
-
-        self._analyzer = SentimentIntensityAnalyzer()
-
-    def __call__(self, queries: list[str], responses: list[str], records: list[dict] | None = None) -> list[float]:
-        return [float(self._analyzer.polarity_scores(q + r)["compound"]) for q, r in zip(queries, responses)]
+    factory: Callable[[], Callable]
+    summary: str = ""
+    offline: bool = True
 
 
-class VaderGainReward(VaderReward):
-    """VADER(query + response) − VADER(query), in [-2, 2] (see the module docstring)."""
+def _as_reward_spec(obj: Any) -> RewardSpec | None:
+    """A reward function (or a class whose instances are one) named by ``module:attr`` or an entry point, as a
+    `RewardSpec`; None for anything else."""
+    if isinstance(obj, type):
+        return RewardSpec(obj, summary=(obj.__doc__ or "").strip().split("\n")[0])
+    if callable(obj):
+        return RewardSpec(lambda: obj, summary=(getattr(obj, "__doc__", None) or "").strip().split("\n")[0])
+    return None
 
-    def __call__(self, queries: list[str], responses: list[str], records: list[dict] | None = None) -> list[float]:
-        score = self._analyzer.polarity_scores
-        return [float(score(q + r)["compound"] - score(q)["compound"]) for q, r in zip(queries, responses)]
+
+#: Registered rewards: the IMDB task's (`cory_env.tasks.imdb_rewards`), imported on first use; a plug-in adds its
+#: own with `register_reward` or the entry-point group ``cory.rewards``, or is named ``module:function``.
+REWARDS: Registry[RewardSpec] = Registry("reward", RewardSpec, "cory.rewards", option="--reward",
+                                         coerce=_as_reward_spec)
+for _name, _attr in (("vader", "VADER"), ("vader-gain", "VADER_GAIN"), ("distilbert-imdb", "DISTILBERT_IMDB")):
+    REWARDS.register(_name, f"cory_env.tasks.imdb_rewards:{_attr}")
+#: The built-in reward names.
+REWARD_NAMES = ("vader", "vader-gain", "distilbert-imdb")
 
 
-class DistilbertImdbReward:
-    """The paper's IMDB reward: the raw POSITIVE logit of a sentiment classifier on ``query + response``.
+def register_reward(name: str, spec: RewardSpec | Callable, *, overwrite: bool = False) -> None:
+    """Make a reward available as ``--reward name`` in this process: a `RewardSpec`, or a reward function (used as
+    is). An installed package uses the entry-point group ``cory.rewards`` instead.
 
-    The transformers pipeline is built lazily, on the first call (the model needs the hub or a local copy).
-
-    Args:
-        model: hub id or local path (paper: ``lvwerra/distilbert-imdb``).
-        batch_size: pipeline batch size.
-        device: pipeline device (None: CPU).
+    Raises:
+        ValueError, TypeError: as `cory_env.registry.Registry.register`; a `spec` that is neither.
     """
-
-    def __init__(self, model: str = "lvwerra/distilbert-imdb", *, batch_size: int = 16,
-                 device: Any = None) -> None:
-        self.model = model
-        self.batch_size = batch_size
-        self.device = device
-        self._pipe = None
-
-    def __call__(self, queries: list[str], responses: list[str], records: list[dict] | None = None) -> list[float]:
-        if self._pipe is None:
-            from transformers import pipeline
-
-            logger.info("loading sentiment reward model %s", self.model)
-            self._pipe = pipeline("sentiment-analysis", model=self.model, device=self.device)
-        texts = [q + r for q, r in zip(queries, responses)]
-        outputs = self._pipe(texts, top_k=None, function_to_apply="none", batch_size=self.batch_size)
-        return [float(next(d["score"] for d in out if d["label"].upper() == "POSITIVE")) for out in outputs]
-
-
-_BUILDERS: dict[str, Callable[[], Callable]] = {"vader": VaderReward, "vader-gain": VaderGainReward,
-                                                "distilbert-imdb": DistilbertImdbReward}
-#: Reward names `make_reward_fn` knows.
-REWARD_NAMES = tuple(_BUILDERS)
+    if not isinstance(spec, RewardSpec):
+        coerced = _as_reward_spec(spec)
+        if coerced is None:
+            raise TypeError(f"register_reward({name!r}): expected a RewardSpec or a reward function, got "
+                            f"{type(spec).__name__}")
+        spec = coerced
+    REWARDS.register(name, spec, overwrite=overwrite)
 
 
 def make_reward_fn(spec: str | Callable) -> RewardFn:
     """A reward function in the normalised 3-argument form.
 
     Args:
-        spec: a name in `REWARD_NAMES`; an importable ``"module:function"`` name (what `reward_name` records for
-            a callable); or a callable ``(queries, responses) -> floats`` or ``(queries, responses, records) ->
-            floats``.
+        spec: a registered reward name (`REWARDS`: the built-in `REWARD_NAMES`, an entry point of the group
+            ``cory.rewards``); an importable ``"module:function"`` name (what `reward_name` records for a callable);
+            or a callable ``(queries, responses) -> floats`` or ``(queries, responses, records) -> floats``.
 
     Returns:
         ``reward_fn(query_texts, response_texts, records) -> sequence of floats``.
 
     Raises:
-        ValueError: for an unknown name, or a ``module:function`` name that does not import to a callable.
+        ValueError: for an unknown name, or a ``module:function`` name that does not import to a callable
+            (`cory_env.registry.Registry.get`).
         TypeError: for something neither a str nor a callable taking 2 or 3 positional arguments.
     """
     if isinstance(spec, str):
-        if spec in _BUILDERS:
-            return _BUILDERS[spec]()
         if spec.startswith("<"):
             raise ValueError(f"reward {spec!r} records a callable that cannot be rebuilt by name; pass the callable "
                              "itself (reward_fn=...), a name in " f"{list(REWARD_NAMES)} or an importable "
                              "'module:function'")
-        if ":" not in spec:
-            raise ValueError(f"unknown reward {spec!r}; use one of {list(REWARD_NAMES)}, an importable "
-                             "'module:function' name, or pass a callable (queries, responses) -> list[float]")
-        spec = _import_callable(spec)
+        spec = REWARDS.get(spec).factory()
     if not callable(spec):
         raise TypeError(f"reward must be a name or a callable, got {type(spec).__name__}: {spec!r}")
     n_args = _positional_arity(spec)
@@ -146,21 +128,6 @@ def make_reward_fn(spec: str | Callable) -> RewardFn:
         return spec
     raise TypeError(f"reward callable {spec!r} takes {n_args} positional arguments; it must take "
                     "(queries, responses) or (queries, responses, records)")
-
-
-def _import_callable(name: str) -> Callable:
-    """The callable a ``"module:qualified.name"`` string names (ValueError naming the problem otherwise)."""
-    module_name, _, qualname = name.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError, ValueError) as err:
-        raise ValueError(f"reward {name!r} cannot be imported ({type(err).__name__}: {err}); give a name in "
-                         f"{list(REWARD_NAMES)} or an importable 'module:function'") from err
-    if not callable(obj):
-        raise ValueError(f"reward {name!r} names a {type(obj).__name__}, not a callable")
-    return obj
 
 
 def reward_name(fn: Callable) -> str:
@@ -176,7 +143,7 @@ def reward_name(fn: Callable) -> str:
     if module and qualname and module != "__main__" and "<" not in qualname:
         name = f"{module}:{qualname}"
         try:
-            if _import_callable(name) is fn:
+            if import_object(name, kind="reward") is fn:
                 return name
         except ValueError:
             pass

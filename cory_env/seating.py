@@ -433,18 +433,14 @@ def seating_of(seating: Seating | str | None, *, task, knowledge_transfer: bool 
                          private_query=task.private_query, reads=task.seat_reads)
 
 
-def config_seating(config, task=None) -> Seating:
-    """The seating an `EnvConfig` plays (`seating_of` with its seating spec, knowledge transfer and partner
-    coefficient on `task`, built from the config without a tokenizer when None), checked against the task's
-    templates (`Seating.check_task`): what a training run refuses before any model loads.
+def config_seating(config, task) -> Seating:
+    """The seating an `EnvConfig` plays on `task` (`seating_of` with the config's seating spec, knowledge transfer and
+    partner coefficient), checked against the task's templates (`Seating.check_task`): what a training run refuses
+    before any model loads.
 
     Raises:
-        ValueError: from `seating_of`, `make_task` or `Seating.check_task`.
+        ValueError: from `seating_of` or `Seating.check_task`.
     """
-    if task is None:
-        from cory_env.tasks import make_task  # the tasks import this module
-
-        task = make_task(config.task, config, None)
     seating = seating_of(config.seating, task=task, knowledge_transfer=config.knowledge_transfer,
                          partner_reward_coef=config.partner_reward_coef)
     seating.check_task(task)

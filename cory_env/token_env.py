@@ -79,7 +79,8 @@ from gymnasium import spaces
 from pettingzoo import AECEnv
 from pettingzoo.utils import AgentSelector, wrappers
 
-from cory_env.config import EnvConfig, check_render_mode, resolve_config
+from cory_env.config import EnvConfig, check_render_mode
+from cory_env.tasks import env_arguments
 from cory_env.episode import EpisodeBatch
 from cory_env.seating import Seating
 
@@ -105,7 +106,9 @@ class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
         task: a task name or `Task` object (default: ``config.task``).
         seating: a `Seating` or a seating spec (default: ``config.seating``; None: the task's default seating).
         render_mode: None or "ansi".
-        **kwargs: `EnvConfig` fields.
+        task_options: the task's options (`cory_env.tasks.TaskSpec.options`: an instance or a dict; None: its
+            defaults).
+        **kwargs: `EnvConfig` fields, and fields of the task's options (``min_review_chars=100`` for IMDB).
 
     Raises:
         TypeError, ValueError: for bad arguments (see `EnvConfig`, `EpisodeBatch`).
@@ -114,17 +117,19 @@ class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
     metadata = {"name": "cory_token_v0", "render_modes": ["ansi"], "is_parallelizable": False}
 
     def __init__(self, config: EnvConfig | None = None, tokenizer=None, *, reward_fn=None, task=None,
-                 seating: Seating | str | None = None, render_mode: str | None = None, **kwargs) -> None:
+                 seating: Seating | str | None = None, task_options=None, render_mode: str | None = None,
+                 **kwargs) -> None:
         super().__init__()
         check_render_mode(render_mode, self.metadata["render_modes"])
         if isinstance(task, str):
             kwargs["task"], task = task, None
         if isinstance(seating, str):
             kwargs["seating"], seating = seating, None
-        self.config = resolve_config(config, **kwargs)
+        self.config, task_options = env_arguments(config, task, task_options, **kwargs)
         self.render_mode = render_mode
         self._episode = EpisodeBatch.from_config(self.config, tokenizer, batch_size=1, task=task,
-                                                 reward_fn=reward_fn, seating=seating)
+                                                 reward_fn=reward_fn, seating=seating,
+                                                 task_options=task_options)
         #: The `Seating` played.
         self.seating = self._episode.seating
         self.tokenizer = self._episode.tokenizer

@@ -1,7 +1,7 @@
 """Tokenizer preparation: the one rule every tokenizer in cory goes through (the env's, and the agents').
 
-`prepare_tokenizer` takes a Hugging Face tokenizer object, or a name that `cory_env.hub.load_tokenizer` resolves
-(alias, ``.gguf`` file, local folder, hub id), and returns it ready for the env and the agents:
+`prepare_tokenizer` takes a Hugging Face tokenizer object (a name, an alias, ``.gguf`` file, local folder or hub id, is
+loaded by `cory_env.hub.as_tokenizer`, which prepares it here) and returns it ready for the env and the agents:
 
 * its EOS token exists and lies inside the vocabulary (a response ends at EOS, and the env's action space is
   ``Discrete(len(tokenizer))``);
@@ -15,7 +15,6 @@ The object is modified in place and returned.
 from __future__ import annotations
 
 import logging
-import os
 
 __all__ = ["prepare_tokenizer"]
 
@@ -26,23 +25,21 @@ def prepare_tokenizer(tokenizer):
     """Resolve, check and prepare a tokenizer (see the module docstring).
 
     Args:
-        tokenizer: a Hugging Face tokenizer object, or a name that `cory_env.hub.load_tokenizer` resolves (the
-            names `--model` takes: an alias such as ``"smollm2-135m-instruct"``, a ``.gguf`` file, a local folder
-            or a hub id; offline-first).
+        tokenizer: a Hugging Face tokenizer object.
 
     Returns:
         The tokenizer, with pad = EOS when it had no pad token and ``padding_side="left"`` (modified in place).
 
     Raises:
         ValueError: if it is missing, has no EOS token, or its EOS id is outside [0, len(tokenizer)).
+        TypeError: a name instead of a tokenizer object (load it with `cory_env.hub.as_tokenizer`).
     """
     if tokenizer is None:
         raise ValueError("the env needs a tokenizer: pass a tokenizer object or a name (alias such as "
                          "'smollm2-135m-instruct', .gguf file, local folder or hub id)")
-    if isinstance(tokenizer, (str, os.PathLike)):
-        from cory_env.hub import load_tokenizer  # imports torch/transformers: only when a name is given
-
-        return load_tokenizer(os.fspath(tokenizer))  # prepared there, with this function
+    if isinstance(tokenizer, (str, bytes)) or hasattr(tokenizer, "__fspath__"):
+        raise TypeError(f"prepare_tokenizer takes a tokenizer object, got the name {tokenizer!r}; load it with "
+                        "cory_env.hub.as_tokenizer (or pass the name to the env, which does)")
     eos, vocab = tokenizer.eos_token_id, len(tokenizer)
     if eos is None:
         raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', '') or type(tokenizer).__name__!r} has no "

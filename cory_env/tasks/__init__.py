@@ -1,71 +1,132 @@
-"""Built-in CORY tasks and the task registry.
+"""The task registry (``--task``): built-in tasks, and plug-ins by ``module:attr`` or entry point.
 
-`make_task(name, config, tokenizer)` builds a `Task` by name; builders are imported lazily, so a task whose
-module is missing or needs extra data costs nothing until it is asked for.
+Each entry is a `TaskSpec` (builder, options class, the tokenizer it brings, the optional env fields it reads, how
+it is evaluated); `make_task` builds the `Task` an env plays. A task is one module: its data, templates, reward and
+options live there (`cory_env.tasks.imdb`, `cory_env.tasks.gsm8k`), and `register_task` or an entry point in the
+group ``cory.tasks`` makes it reachable from ``cory train --task`` (docs/extending.md).
 
-| name | builder | queries | reward |
-|---|---|---|---|
-| ``"imdb"`` | `cory_env.tasks.imdb.make_imdb_task` | IMDB review openings (2-7 tokens) | `EnvConfig.reward` |
-| ``"gsm8k"`` | `cory_env.tasks.gsm8k.make_gsm8k_task` | GSM8K questions (whole) | answer correctness |
-| ``"tiny_vocab"`` | `cory_env.tasks.tiny_vocab.make_tiny_vocab_task` | 4 of 16 symbols | split them with the partner |
-| ``"relay"`` | `cory_env.tasks.relay.make_relay_task` | 4 of 16 symbols, seen by the pioneer only | the observer repeats the pioneer's valid symbols |
-| ``"chain_relay"`` | `cory_env.tasks.chain_relay.make_chain_relay_task` | 4 of 16 symbols, seen by the first of 3 seats only | every seat names query symbols it can only learn down the chain |
-
-`task_tokenizer(name)` gives a task's own tokenizer (the toy tasks' 20-token vocabulary), None for tasks that use
-the model's.
+>>> sorted(TASKS.names())
+['chain_relay', 'gsm8k', 'imdb', 'relay', 'tiny_vocab']
+>>> task_spec("gsm8k").evaluation
+'pass@k'
 """
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
+from typing import Any
 
-from cory_env.tasks.base import Task
+from cory_env.config import EnvConfig, resolve_config
+from cory_env.registry import Registry
+from cory_env.tasks.base import OPTIONAL_ENV_FIELDS, Task, TaskSpec
 
-__all__ = ["TASK_BUILDERS", "TASK_TOKENIZERS", "Task", "make_task", "task_tokenizer"]
+__all__ = ["OPTIONAL_ENV_FIELDS", "TASKS", "Task", "TaskSpec", "env_arguments", "make_task", "register_task",
+           "task_options", "task_spec", "task_tokenizer"]
 
-#: Task name -> "module:function" of its builder ``builder(config, tokenizer) -> Task``.
-TASK_BUILDERS: dict[str, str] = {
-    "imdb": "cory_env.tasks.imdb:make_imdb_task",
-    "gsm8k": "cory_env.tasks.gsm8k:make_gsm8k_task",
-    "tiny_vocab": "cory_env.tasks.tiny_vocab:make_tiny_vocab_task",
-    "relay": "cory_env.tasks.relay:make_relay_task",
-    "chain_relay": "cory_env.tasks.chain_relay:make_chain_relay_task",
-}
-#: Task name -> "module:function" of the tokenizer the task brings with it (its own vocabulary): what a tiny random
-#: model is built for, and the Gymnasium view's default tokenizer. Tasks not listed use the model's tokenizer.
-TASK_TOKENIZERS: dict[str, str] = {
-    "tiny_vocab": "cory_env.tasks.tiny_vocab:tiny_vocab_tokenizer",
-    "relay": "cory_env.tasks.tiny_vocab:tiny_vocab_tokenizer",
-    "chain_relay": "cory_env.tasks.tiny_vocab:tiny_vocab_tokenizer",
-}
+#: Registered tasks; the built-in ones are imported on first use, so a task whose module needs extra data costs
+#: nothing until it is asked for.
+TASKS: Registry[TaskSpec] = Registry("task", TaskSpec, "cory.tasks", option="--task")
+for _name in ("imdb", "gsm8k", "tiny_vocab", "relay", "chain_relay"):
+    TASKS.register(_name, f"cory_env.tasks.{_name}:SPEC")
 
 
-def _load(spec: str):
-    module_name, func_name = spec.split(":")
-    return getattr(importlib.import_module(module_name), func_name)
+def register_task(name: str, spec: TaskSpec, *, overwrite: bool = False) -> None:
+    """Make `spec` available as ``--task name`` in this process (an installed package uses the entry-point group
+    ``cory.tasks`` instead, which every process, launched workers included, finds by itself).
+
+    Raises:
+        ValueError, TypeError: as `cory_env.registry.Registry.register`.
+    """
+    TASKS.register(name, spec, overwrite=overwrite,
+                   origin=f"{getattr(spec.builder, '__module__', '?')}:{getattr(spec.builder, '__qualname__', '?')}")
+
+
+def task_spec(name: str) -> TaskSpec:
+    """The `TaskSpec` of `name` (registered name, ``module:attr`` or entry point).
+
+    Raises:
+        ValueError: unknown, not importable, or not a `TaskSpec` (`cory_env.registry.Registry.get`).
+    """
+    return TASKS.get(name)
 
 
 def task_tokenizer(name: str):
-    """A fresh copy of the tokenizer task `name` brings with it (`TASK_TOKENIZERS`), or None when the task works
-    with any tokenizer."""
-    return _load(TASK_TOKENIZERS[name])() if name in TASK_TOKENIZERS else None
+    """A fresh copy of the tokenizer task `name` brings with it (`TaskSpec.tokenizer`), or None when the task works
+    with the model's tokenizer."""
+    spec = task_spec(name)
+    return None if spec.tokenizer is None else spec.tokenizer()
 
 
-def make_task(name: str, config, tokenizer) -> Task:
+def make_task(name: str, config, tokenizer, options: Any = None) -> Task:
     """Build a registered task.
 
     Args:
-        name: a key of `TASK_BUILDERS`.
+        name: a task name (`TASKS`), ``module:attr`` of a `TaskSpec`, or an entry point's name.
         config: the `EnvConfig` the builder reads (data path, lengths, reward name, templates).
-        tokenizer: the env's tokenizer (a builder may use it, e.g. for an action mask).
+        tokenizer: the env's tokenizer (a builder may use it, e.g. for an action mask), or None.
+        options: the run's instance of the task's options class (`TaskSpec.options`); None: its defaults.
 
     Returns:
         The `Task`.
 
     Raises:
-        ValueError: for an unknown name.
-        ImportError: if the builder's module cannot be imported.
+        ValueError: for an unknown name (`task_spec`), or what the builder refuses.
+        TypeError: `options` of the wrong class (`TaskSpec.build`).
     """
-    if name not in TASK_BUILDERS:
-        raise ValueError(f"unknown task {name!r}; use one of {sorted(TASK_BUILDERS)} or pass a Task object")
-    return _load(TASK_BUILDERS[name])(config, tokenizer)
+    return task_spec(name).build(config, tokenizer, options)
+
+
+def task_options(name: str, options: Any = None, **fields: Any) -> Any:
+    """The instance of task `name`'s options class (`TaskSpec.options`) from `options` (an instance, a dict of
+    fields, or None: the defaults) and keyword `fields` (they win); None for a task without options.
+
+    Raises:
+        TypeError: `options` of another class, fields the class lacks (the valid ones are listed), or fields for a
+            task that has no options.
+        ValueError: a value the options class refuses.
+    """
+    cls = task_spec(name).options
+    if cls is None:
+        if options is not None or fields:
+            raise TypeError(f"task {name!r} has no options, got {sorted(fields) or type(options).__name__}")
+        return None
+    if isinstance(options, dict):
+        options, fields = None, {**options, **fields}
+    if options is not None and not isinstance(options, cls):
+        raise TypeError(f"task {name!r} takes {cls.__name__} options, got {type(options).__name__}")
+    valid = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(fields) - set(valid))
+    if unknown:
+        raise TypeError(f"task {name!r} has no option(s) {unknown}; its options ({cls.__name__}) are {valid}")
+    base = cls() if options is None else options
+    return dataclasses.replace(base, **fields) if fields else base
+
+
+def env_arguments(config: EnvConfig | None, task, options: Any = None, /, **kwargs: Any) -> tuple[EnvConfig, Any]:
+    """(`EnvConfig`, task options) of an env constructor's arguments: keyword `EnvConfig` fields override `config`
+    (`cory_env.config.resolve_config`), and keywords that are fields of the task's options class (``task="imdb",
+    min_review_chars=100``) go to its options together with `options` (`task_options`); a `Task` object given as
+    `task` takes no options (None).
+
+    Raises:
+        TypeError: a keyword that is neither an `EnvConfig` field nor one of the task's options (both are listed);
+            `options` of the wrong class.
+        ValueError: a value the configs refuse.
+    """
+    names = {f.name for f in dataclasses.fields(EnvConfig)}
+    rest = {k: v for k, v in kwargs.items() if k not in names}
+    config = resolve_config(config, **{k: v for k, v in kwargs.items() if k in names})
+    if isinstance(task, Task):
+        if rest or options is not None:
+            raise TypeError(f"unknown env argument(s) {sorted(rest) or ['task_options']} beside a Task object; "
+                            f"EnvConfig fields are {sorted(names)} (a Task object carries its own settings)")
+        return config, None
+    spec = task_spec(config.task)
+    valid = [] if spec.options is None else [f.name for f in dataclasses.fields(spec.options)]
+    unknown = sorted(set(rest) - set(valid))
+    if unknown:
+        raise TypeError(f"unknown env argument(s) {unknown}; EnvConfig fields are {sorted(names)}"
+                        + (f", and task {config.task!r}'s options ({spec.options.__name__}) are {valid}" if valid else
+                           f"; task {config.task!r} has no options") + " (tokenizer, reward_fn, task, task_options and "
+                        "render_mode are the other constructor arguments)")
+    return config, task_options(config.task, options, **rest)

@@ -1,9 +1,11 @@
-"""`Task`: what a CORY episode is about (queries, task reward, prompt templates, lengths, default seating)."""
+"""`Task`: what a CORY episode is about (queries, task reward, prompt templates, lengths, default seating);
+`TaskSpec`: what the task registry (``--task``) knows of a task before it is built."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, is_dataclass
+from typing import Any
 
 import numpy as np
 
@@ -11,7 +13,7 @@ from cory_env.prompts import OBSERVER_REQUIRED, PIONEER_TEMPLATE, parse_template
 from cory_env.rewards import make_reward_fn
 from cory_env.seating import READS, check_flag, check_num_seats
 
-__all__ = ["Task"]
+__all__ = ["OPTIONAL_ENV_FIELDS", "EVALUATIONS", "Task", "TaskSpec"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,3 +112,78 @@ class Task:
             if mask.ndim != 1 or not np.isin(mask, (0, 1)).all() or not mask.any():
                 raise ValueError(f"task {self.name!r}: action_mask must be a (V,) array of 0/1 with at least one "
                                  f"1, got shape {mask.shape}")
+
+
+#: `EnvConfig` fields that only some tasks read; a `TaskSpec` lists those its task reads (`TaskSpec.reads`), and a run
+#: warns when it sets one its task does not read. The other fields (lengths of the window, seating, templates, ...)
+#: every task honours.
+OPTIONAL_ENV_FIELDS = ("data_path", "reward", "heldout_fraction", "query_split", "min_new_tokens", "max_new_tokens")
+#: How `cory eval` scores a task's checkpoint: ``"pioneer"`` (the pioneer alone: task reward, KL, distinct-n on the
+#: held-out queries), ``"pass@k"`` (sampled answers checked for correctness), or ``"none"``.
+EVALUATIONS = ("pioneer", "pass@k", "none")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A registered task (`cory_env.tasks.TASKS`, ``--task NAME``): how to build it and what it reads.
+
+    Attributes:
+        builder: ``builder(config, tokenizer[, options=]) -> Task``: `config` is the run's `EnvConfig`,
+            `tokenizer` the env's (None when the task is built only to check a run before any model loads);
+            ``options`` (passed only when `options` is set) the run's instance of the task's options class.
+        options: the dataclass of the task's own options (each field with ``metadata={"help": ...}``; its flat
+            names must not clash with another config's), or None. ``cory train --task NAME`` shows them in their
+            own group, a run's ``config.yaml`` records them, and `RunConfigs.task_options` holds them.
+        tokenizer: ``() -> tokenizer`` for a task that brings its own vocabulary (the tiny model is built over it;
+            the Gymnasium view's default tokenizer), or None: the model's tokenizer.
+        reads: the `OPTIONAL_ENV_FIELDS` the task reads (a run that sets another one is warned that it does
+            nothing).
+        evaluation: how `cory eval` scores it (`EVALUATIONS`).
+        summary: one line for tables and ``--help``.
+
+    Raises:
+        ValueError: (at construction) `options` that is not a dataclass, a field of `reads` that is not optional,
+            an unknown evaluation.
+    """
+
+    builder: Callable[..., Task]
+    options: type | None = None
+    tokenizer: Callable[[], Any] | None = None
+    reads: tuple[str, ...] = ()
+    evaluation: str = "pioneer"
+    summary: str = ""
+
+    def __post_init__(self) -> None:
+        if not callable(self.builder):
+            raise ValueError(f"TaskSpec.builder must be callable (config, tokenizer) -> Task, got {self.builder!r}")
+        if self.options is not None and not (isinstance(self.options, type) and is_dataclass(self.options)):
+            raise ValueError(f"TaskSpec.options must be a dataclass class, got {self.options!r}")
+        unknown = sorted(set(self.reads) - set(OPTIONAL_ENV_FIELDS))
+        if unknown:
+            raise ValueError(f"TaskSpec.reads names {unknown}, which are not optional EnvConfig fields; choose from "
+                             f"{OPTIONAL_ENV_FIELDS} (every task reads the others)")
+        if self.evaluation not in EVALUATIONS:
+            raise ValueError(f"TaskSpec.evaluation must be one of {EVALUATIONS}, got {self.evaluation!r}")
+
+    def build(self, config, tokenizer, options: Any = None) -> Task:
+        """The `Task`: ``builder(config, tokenizer[, options=])`` with `options` (None: the options class's
+        defaults).
+
+        Raises:
+            TypeError: `options` of another class than `options` (or any, for a task without options); the
+                builder's result is not a `Task`.
+        """
+        kwargs = {}
+        if self.options is None and options is not None:
+            raise TypeError(f"this task has no options class, got {type(options).__name__}")
+        if self.options is not None:
+            if options is None:
+                options = self.options()
+            elif not isinstance(options, self.options):
+                raise TypeError(f"task options must be a {self.options.__name__}, got {type(options).__name__}")
+            kwargs["options"] = options
+        task = self.builder(config, tokenizer, **kwargs)
+        if not isinstance(task, Task):
+            raise TypeError(f"task builder {getattr(self.builder, '__qualname__', self.builder)!r} returned "
+                            f"{type(task).__name__}, not a cory_env.tasks.Task")
+        return task

@@ -38,10 +38,10 @@ from __future__ import annotations
 import itertools
 
 from cory_env.data import heldout_split
-from cory_env.tasks.base import Task
-from cory_env.tasks.tiny_vocab import ANSWER_LEN, SYMBOLS, symbol_task, tiny_vocab_records
+from cory_env.tasks.base import Task, TaskSpec
+from cory_env.tasks.tiny_vocab import ANSWER_LEN, tiny_vocab_tokenizer, SYMBOLS, symbol_task, tiny_vocab_records
 
-__all__ = ["NUM_SEATS", "chain_relay_reward", "heldout_blind_value", "make_chain_relay_task",
+__all__ = ["SPEC", "NUM_SEATS", "chain_relay_reward", "heldout_blind_value", "make_chain_relay_task",
            "without_kt_optimum"]
 
 #: Seats of the task's default chain.
@@ -88,3 +88,7 @@ def make_chain_relay_task(config=None, tokenizer=None) -> Task:
     """
     return symbol_task("chain_relay", chain_relay_reward, config, tokenizer, private_query=True,
                        num_seats=NUM_SEATS, seat_reads="previous")
+
+
+SPEC = TaskSpec(make_chain_relay_task, tokenizer=tiny_vocab_tokenizer, reads=("heldout_fraction", "query_split"),
+                summary="3 seats pass a private query along a chain, seat k reads seat k-1 (optimum 3)")

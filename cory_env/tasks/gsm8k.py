@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from cory_env.hub import hub_reachable
-from cory_env.tasks.base import Task
+from cory_env.tasks.base import Task, TaskSpec
 from cory_env.tasks.gsm8k_answers import (
     answers_match,
     extract_answer,
@@ -52,7 +52,7 @@ from cory_env.tasks.gsm8k_prompts import (
 )
 
 __all__ = [
-    "DEFAULT_INSTRUCTION", "DEFAULT_OBSERVER_INSTRUCTION", "HUB_CONFIG", "HUB_DATASET", "ONE_SHOT_ANSWER",
+    "SPEC", "DEFAULT_INSTRUCTION", "DEFAULT_OBSERVER_INSTRUCTION", "HUB_CONFIG", "HUB_DATASET", "ONE_SHOT_ANSWER",
     "ONE_SHOT_QUESTION", "answers_match", "build_observer_template", "build_pioneer_template", "extract_answer",
     "gsm8k_reward", "gsm8k_reward_fn", "has_answer_format", "load_gsm8k", "make_gsm8k_task", "normalize_number",
     "parse_gold", "score_completion",
@@ -224,3 +224,7 @@ def make_gsm8k_task(
         max_new_tokens=max_new,
         action_mask=None,
     )
+
+
+SPEC = TaskSpec(make_gsm8k_task, evaluation="pass@k", reads=("data_path", "min_new_tokens", "max_new_tokens"),
+                summary="GSM8K grade-school maths (paper §5.2): exact-answer reward, pass@k")

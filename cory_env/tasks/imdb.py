@@ -1,37 +1,95 @@
-"""The IMDB task (paper §2): continue the first 2-7 tokens of a movie review, rewarded for positive sentiment."""
+"""The IMDB task (paper §2): continue the first 2-7 tokens of a movie review, rewarded for positive sentiment.
+
+| piece | where |
+|---|---|
+| data | `cory_env.tasks.imdb_data`: built-in review openings, a local CSV/JSONL/Parquet, or the hub (`stanfordnlp/imdb`) |
+| options | `IMDBOptions`: ``min_review_chars``, ``query_min_tokens``, ``query_max_tokens`` (``cory train --task imdb``) |
+| reward | `EnvConfig.reward`: a name of `cory_env.tasks.imdb_rewards` (``vader`` offline, ``vader-gain``, the paper's ``distilbert-imdb``) or any ``--reward`` |
+| prompts | pioneer: the query; observer: `OBSERVER_TEMPLATE` (the official code's knowledge-transfer template) |
+| eval | the pioneer alone on the held-out slice (`EnvConfig.heldout_fraction`): reward, KL, distinct-n |
+"""
 
 from __future__ import annotations
 
-from cory_env.data import heldout_split, load_imdb_records
-from cory_env.prompts import IMDB_OBSERVER_TEMPLATE, PIONEER_TEMPLATE
-from cory_env.tasks.base import Task
+from dataclasses import dataclass, field
 
-__all__ = ["make_imdb_task"]
+from cory_env.config import check_int
+from cory_env.data import heldout_split
+from cory_env.prompts import PIONEER_TEMPLATE
+from cory_env.tasks.base import Task, TaskSpec
+from cory_env.tasks.imdb_data import load_imdb_records
+
+__all__ = ["OBSERVER_TEMPLATE", "SPEC", "IMDBOptions", "make_imdb_task"]
+
+#: The official code's IMDB knowledge-transfer template (paper §1 step 3): it ends with q, so the observer writes
+#: its own continuation of q after reading the pioneer's.
+OBSERVER_TEMPLATE = 'I can make this sentence "{query}{response}" more positive: {query}'
 
 
-def make_imdb_task(config, tokenizer=None) -> Task:
+@dataclass(frozen=True)
+class IMDBOptions:
+    """The IMDB task's own options (``cory train --task imdb``; `RunConfigs.task_options`).
+
+    Raises:
+        ValueError: from `__post_init__`, naming the field, its value and the fix.
+    """
+
+    _argument_group_name = "IMDB task options (--task imdb)"  # `cory train --help` group
+
+    min_review_chars: int = field(
+        default=200,
+        metadata={"help": "IMDB: drop reviews shorter than this many characters after removing `<br />` "
+                          "(official baseline script: 200; the paper's text: 100; 0 keeps every non-empty review). "
+                          "Not applied to the built-in openings."},
+    )
+    query_min_tokens: int = field(
+        default=2,
+        metadata={"help": "IMDB: fewest tokens kept from the start of a review as the query q (paper: 2). The "
+                          "query length is drawn per episode from [query_min_tokens, query_max_tokens]."},
+    )
+    query_max_tokens: int = field(
+        default=7,
+        metadata={"help": "IMDB: most tokens kept from the start of a review as the query q (paper: 7)."},
+    )
+
+    def __post_init__(self) -> None:
+        check_int("min_review_chars", self.min_review_chars, 0, "use 0 to keep every review")
+        check_int("query_min_tokens", self.query_min_tokens, 1, "a query needs at least one token")
+        check_int("query_max_tokens", self.query_max_tokens, self.query_min_tokens,
+                  f"set it >= query_min_tokens ({self.query_min_tokens})")
+
+
+def make_imdb_task(config, tokenizer=None, options: IMDBOptions | None = None) -> Task:
     """The IMDB sentiment-continuation task.
 
     Args:
-        config: `EnvConfig`; reads ``data_path``, ``min_review_chars``, ``heldout_fraction``, ``query_split``
-            (`cory_env.data.heldout_split`), ``reward``, ``query_min_tokens``,
-            ``query_max_tokens``, ``min_new_tokens``, ``max_new_tokens`` and the two templates.
+        config: `EnvConfig`; reads ``data_path``, ``heldout_fraction``, ``query_split``
+            (`cory_env.data.heldout_split`), ``reward``, ``min_new_tokens``, ``max_new_tokens`` and the two
+            templates.
         tokenizer: unused (IMDB allows every token).
+        options: `IMDBOptions` (None: the defaults).
 
     Returns:
         ``Task(name="imdb", ...)`` with the official code's knowledge-transfer template by default.
 
     Raises:
-        FileNotFoundError, ValueError: from `cory_env.data.load_imdb_records` and `cory_env.rewards.make_reward_fn`.
+        FileNotFoundError, ValueError: from `cory_env.tasks.imdb_data.load_imdb_records` and
+            `cory_env.rewards.make_reward_fn`.
     """
+    options = IMDBOptions() if options is None else options
     return Task(
         name="imdb",
-        records=heldout_split(load_imdb_records(config.data_path, min_review_chars=config.min_review_chars),
+        records=heldout_split(load_imdb_records(config.data_path, min_review_chars=options.min_review_chars),
                               config.query_split, config.heldout_fraction),
         reward_fn=config.reward,  # resolved by Task (make_reward_fn)
-        observer_template=(IMDB_OBSERVER_TEMPLATE if config.observer_template is None else config.observer_template),
+        observer_template=OBSERVER_TEMPLATE if config.observer_template is None else config.observer_template,
         pioneer_template=PIONEER_TEMPLATE if config.pioneer_template is None else config.pioneer_template,
-        query_tokens=(config.query_min_tokens, config.query_max_tokens),
+        query_tokens=(options.query_min_tokens, options.query_max_tokens),
         min_new_tokens=config.min_new_tokens,
         max_new_tokens=config.max_new_tokens,
     )
+
+
+SPEC = TaskSpec(make_imdb_task, options=IMDBOptions, evaluation="pioneer",
+                reads=("data_path", "reward", "heldout_fraction", "query_split", "min_new_tokens", "max_new_tokens"),
+                summary="IMDB sentiment continuation (paper §2): review openings, positive-sentiment reward")

@@ -26,10 +26,10 @@ relay`).
 
 from __future__ import annotations
 
-from cory_env.tasks.base import Task
-from cory_env.tasks.tiny_vocab import ANSWER_LEN, symbol_task
+from cory_env.tasks.base import Task, TaskSpec
+from cory_env.tasks.tiny_vocab import ANSWER_LEN, tiny_vocab_tokenizer, symbol_task
 
-__all__ = ["WITHOUT_KT_OPTIMUM", "make_relay_task", "relay_reward"]
+__all__ = ["SPEC", "WITHOUT_KT_OPTIMUM", "make_relay_task", "relay_reward"]
 
 #: The best collective reward without knowledge transfer (module docstring).
 WITHOUT_KT_OPTIMUM = 1.25
@@ -74,3 +74,7 @@ def make_relay_task(config=None, tokenizer=None) -> Task:
         ``Task(name="relay", private_query=True, ...)``.
     """
     return symbol_task("relay", relay_reward, config, tokenizer, private_query=True)
+
+
+SPEC = TaskSpec(make_relay_task, tokenizer=tiny_vocab_tokenizer, reads=("heldout_fraction", "query_split"),
+                summary="tiny_vocab with the query private to the pioneer: knowledge transfer is necessary")

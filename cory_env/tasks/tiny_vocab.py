@@ -39,10 +39,10 @@ import itertools
 import numpy as np
 
 from cory_env.data import heldout_split
-from cory_env.tasks.base import Task
+from cory_env.tasks.base import Task, TaskSpec
 
 __all__ = [
-    "ANSWER_LEN",
+    "SPEC", "ANSWER_LEN",
     "BLANK_TEMPLATE",
     "CONTEXT_LEN",
     "OBSERVER_TEMPLATE",
@@ -184,3 +184,7 @@ def symbol_task(name: str, reward_fn, config, tokenizer, *, private_query: bool 
         max_new_tokens=ANSWER_LEN,
         action_mask=symbol_action_mask(tokenizer),
     )
+
+
+SPEC = TaskSpec(make_tiny_vocab_task, tokenizer=tiny_vocab_tokenizer, reads=("heldout_fraction", "query_split"),
+                summary="20-token cooperative toy: split 4 query symbols with the partner (optimum 2)")

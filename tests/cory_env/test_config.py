@@ -8,6 +8,7 @@ import pytest
 from transformers import HfArgumentParser
 
 from cory_env import EnvConfig
+from cory_env.tasks.imdb import IMDBOptions
 
 
 def test_hf_argument_parser_reads_every_field():
@@ -21,7 +22,8 @@ def test_hf_argument_parser_reads_every_field():
 
 def test_defaults_follow_the_paper_and_config_is_frozen():
     config = EnvConfig()
-    assert (config.query_min_tokens, config.query_max_tokens, config.min_new_tokens, config.max_new_tokens) == (
+    options = IMDBOptions()
+    assert (options.query_min_tokens, options.query_max_tokens, config.min_new_tokens, config.max_new_tokens) == (
         2, 7, 4, 15)
     assert (config.partner_reward_coef, config.knowledge_transfer, config.reward) == (1.0, True, "vader")
     with pytest.raises(dataclasses.FrozenInstanceError):

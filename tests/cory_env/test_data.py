@@ -9,7 +9,8 @@ import logging
 import pytest
 
 from cory_env import data, hub
-from cory_env.data import load_builtin_openings, load_imdb_records
+from cory_env.tasks import imdb_data
+from cory_env.tasks.imdb_data import load_builtin_openings, load_imdb_records
 from cory_env.tasks.gsm8k import load_gsm8k
 
 
@@ -49,7 +50,7 @@ def test_empty_reviews_are_dropped_even_with_min_review_chars_0(tmp_path, caplog
     """Issue #27 item 8: `<br /><br />` became an empty query that failed only when first drawn (iteration 5)."""
     path = tmp_path / "reviews.csv"
     path.write_text("review\nA good film.\n<br /><br />\nBad.\n")
-    with caplog.at_level(logging.WARNING, logger="cory_env.data"):
+    with caplog.at_level(logging.WARNING, logger="cory_env.tasks.imdb_data"):
         records = load_imdb_records(path, min_review_chars=0)
     assert [r["query"] for r in records] == ["A good film.", "Bad."]
     assert "dropped 1 empty review(s)" in caplog.text
@@ -70,7 +71,7 @@ def test_builtin_openings_are_the_default():
 
 def test_hub_falls_back_offline(monkeypatch, caplog):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with caplog.at_level(logging.INFO, logger="cory_env.data"):
+    with caplog.at_level(logging.INFO, logger="cory_env.tasks.imdb_data"):
         records = load_imdb_records("hub")
     assert records == load_builtin_openings()
     assert "unreachable" in caplog.text
@@ -84,7 +85,7 @@ def test_hub_probe_failure_falls_back(monkeypatch):
         raise OSError("no network")
 
     monkeypatch.setattr(hub.socket, "create_connection", refuse)  # the one hub probe (cory_env.hub)
-    assert data.hub_reachable is hub.hub_reachable and hub.hub_reachable(datasets=True) is False
+    assert imdb_data.hub_reachable is hub.hub_reachable and hub.hub_reachable(datasets=True) is False
     assert load_imdb_records("stanfordnlp/imdb") == load_builtin_openings()
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from cory_env import BatchedCORYEnv, EnvConfig, Task, env, raw_env
+from cory_env.tasks.imdb import IMDBOptions
 from cory_env.gym_env import PioneerEnv
 from cory_env.rewards import RewardFunctionError
 
@@ -319,7 +320,7 @@ def test_render_mode_must_be_ansi(tiny_tok):
 
 def test_config_errors_name_field_value_and_fix():
     with pytest.raises(ValueError, match="query_max_tokens must be >= 5, got 3; set it >= query_min_tokens"):
-        EnvConfig(query_min_tokens=5, query_max_tokens=3)
+        IMDBOptions(query_min_tokens=5, query_max_tokens=3)
     with pytest.raises(ValueError, match=r"max_new_tokens \(3\) must be >= min_new_tokens \(4\)"):
         EnvConfig(max_new_tokens=3)
     with pytest.raises(ValueError, match=r"^partner_reward_coef=nan is invalid: use a finite number"):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cory_env.prompts import IMDB_OBSERVER_TEMPLATE, PromptTemplate, parse_template
+from cory_env.prompts import PromptTemplate, parse_template
+from cory_env.tasks.imdb import OBSERVER_TEMPLATE as IMDB_OBSERVER_TEMPLATE
 
 
 def test_observer_prompt_splices_exact_token_ids(tiny_tok):

@@ -5,14 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cory_env.rewards import (
-    DistilbertImdbReward,
-    RewardFunctionError,
-    VaderReward,
-    collective_reward,
-    make_reward_fn,
-    score_texts,
-)
+from cory_env.rewards import RewardFunctionError, collective_reward, make_reward_fn, score_texts
+from cory_env.tasks.imdb_rewards import DistilbertImdbReward, VaderReward
 
 
 def test_collective_reward_hand_computed():
@@ -88,8 +82,9 @@ _NAMES = "['vader', 'vader-gain', 'distilbert-imdb']"
 
 
 @pytest.mark.parametrize(("spec", "error", "message"), [
-    ("sentiment", ValueError, f"unknown reward 'sentiment'; use one of {_NAMES}, an importable 'module:function' name, "
-                              "or pass a callable (queries, responses) -> list[float]"),
+    ("sentiment", ValueError, "unknown reward 'sentiment'; known rewards: vader, vader-gain, distilbert-imdb; or give "
+                              "an importable module:attr, or install a package that registers it under the entry "
+                              "point group 'cory.rewards'"),
     ("<callable f from m, not importable by name>", ValueError,
      "reward '<callable f from m, not importable by name>' records a callable that cannot be rebuilt by name; pass "
      f"the callable itself (reward_fn=...), a name in {_NAMES} or an importable 'module:function'"),
@@ -189,9 +184,9 @@ def test_reward_by_module_function_name_and_what_a_run_records():
     assert lam.startswith("<callable") and "<lambda>" in lam
     with pytest.raises(ValueError, match="cannot be rebuilt by name"):
         make_reward_fn(lam)
-    with pytest.raises(ValueError, match="cannot be imported"):
+    with pytest.raises(ValueError, match="module 'no_such_module_xyz' does not import"):
         make_reward_fn("no_such_module_xyz:score")
-    with pytest.raises(ValueError, match="not a callable"):
+    with pytest.raises(ValueError, match="reward 'math:pi' is a float, not a RewardSpec"):
         make_reward_fn("math:pi")
 
 
@@ -208,10 +203,11 @@ def test_reward_names_of_nested_callables_instances_and_the_errors():
     assert name == "tests.cory_env.test_rewards:_Scorer.score"
     assert make_reward_fn(name)(["a"], ["bcd"], [{}]) == [3.0]
     # an instance has no __qualname__: its class names it, with its module
-    assert reward_name(VaderReward()) == "<callable VaderReward from cory_env.rewards, not importable by name>"
-    with pytest.raises(ValueError, match="cannot be imported \\(ModuleNotFoundError: "):
+    assert reward_name(VaderReward()) == \
+        "<callable VaderReward from cory_env.tasks.imdb_rewards, not importable by name>"
+    with pytest.raises(ValueError, match="does not import \\(ModuleNotFoundError: "):
         make_reward_fn("no_such_module_xyz:score")
-    with pytest.raises(ValueError, match="names a float, not a callable"):
+    with pytest.raises(ValueError, match="is a float, not a RewardSpec"):
         make_reward_fn("math:pi")
 
 
@@ -235,7 +231,7 @@ def test_distilbert_reward_reads_the_raw_positive_logit_of_query_plus_response(m
     # `from transformers import pipeline` resolves through transformers' lazy module to this attribute
     monkeypatch.setattr(transformers.pipelines, "pipeline", fake_pipeline)
     reward = DistilbertImdbReward("some/classifier", batch_size=3, device="cpu")
-    with caplog.at_level("INFO", logger="cory_env.rewards"):
+    with caplog.at_level("INFO", logger="cory_env.tasks.imdb_rewards"):
         assert reward(["ab", "c"], ["d", "efg"]) == [3.0, 4.0]
     assert [r.getMessage() for r in caplog.records] == ["loading sentiment reward model some/classifier"]
     assert reward(["x"], ["y"]) == [2.0]

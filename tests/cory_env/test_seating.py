@@ -255,13 +255,17 @@ def test_later_seats_records_carry_the_earlier_answers(tiny_tok):
 
 
 def test_the_config_seating_and_the_tasks_defaults():
-    relay = config_seating(EnvConfig(task="relay"))
+    def seating(**fields):
+        config = EnvConfig(**fields)
+        return config_seating(config, make_task(config.task, config, None))
+
+    relay = seating(task="relay")
     assert relay == Seating.cory(private_query=True)
-    chain = config_seating(EnvConfig(task="chain_relay"))
+    chain = seating(task="chain_relay")
     assert chain == Seating.chain(3, private_query=True, reads="previous")
-    assert config_seating(EnvConfig(task="chain_relay", seating="chain:4")).num_seats == 4
-    assert config_seating(EnvConfig(task="tiny_vocab", seating="ppo")) == Seating.single_agent()
-    assert config_seating(EnvConfig(task="tiny_vocab", knowledge_transfer=False, partner_reward_coef=-1.0)) == \
+    assert seating(task="chain_relay", seating="chain:4").num_seats == 4
+    assert seating(task="tiny_vocab", seating="ppo") == Seating.single_agent()
+    assert seating(task="tiny_vocab", knowledge_transfer=False, partner_reward_coef=-1.0) == \
         Seating.cory(knowledge_transfer=False, partner_reward_coef=-1.0)
     custom = Seating.chain(3)
     assert seating_of(custom, task=make_task("relay", EnvConfig(task="relay"), None)) is custom
@@ -326,12 +330,17 @@ def test_the_pioneer_with_partners_is_paid_its_seat_reward():
     assert alone.seating == Seating.single_agent()
 
 
-def test_a_seating_object_and_a_config_seating_are_not_both_taken(tiny_tok):
-    """The env plays one seating: a Seating object beside EnvConfig.seating (or beside the config's knowledge
-    transfer / partner coefficient, which the object already fixes) is refused, not silently half-used."""
-    with pytest.raises(ValueError, match=r"the seating is given twice: EnvConfig.seating='chain:3' and a Seating "
-                                         r"object \(cory\); keep one"):
+def test_a_seating_object_must_be_the_one_the_config_describes(tiny_tok):
+    """The env plays one seating: a Seating object beside an EnvConfig that describes another one (its seating spec,
+    or its knowledge transfer / partner coefficient) is refused, not silently half-used; beside a config that
+    describes the same seating (the trainer hands down the one it built) it is taken."""
+    with pytest.raises(ValueError, match=r"the seating is given twice and differs: EnvConfig \(seating='chain:3', "
+                                         r"knowledge_transfer=True, partner_reward_coef=1.0\) describes chain:3, the "
+                                         r"Seating object is cory"):
         BatchedCORYEnv(EnvConfig(seating="chain:3"), tiny_tok, seating=Seating.cory())
-    with pytest.raises(ValueError, match="do nothing beside a Seating object"):
+    with pytest.raises(ValueError, match="given twice and differs"):
         env(task="tiny_vocab", tokenizer=tiny_tok, knowledge_transfer=False, seating=Seating.cory())
     assert BatchedCORYEnv(EnvConfig(), tiny_tok, seating=Seating.chain(3)).seating == Seating.chain(3)
+    built = Seating.cory(knowledge_transfer=False, partner_reward_coef=-1.0)
+    same = EnvConfig(seating="cory", knowledge_transfer=False, partner_reward_coef=-1.0)
+    assert BatchedCORYEnv(same, tiny_tok, seating=built).seating is built

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from cory_env import EnvConfig, Task, make_task
-from cory_env.prompts import IMDB_OBSERVER_TEMPLATE
-from cory_env.rewards import VaderReward
+from cory_env.tasks.imdb import OBSERVER_TEMPLATE as IMDB_OBSERVER_TEMPLATE, IMDBOptions
+from cory_env.tasks.imdb_rewards import VaderReward
 from tests.conftest import REPO_ROOT
 
 
 def test_imdb_task_from_config(tiny_tok, imdb_csv):
-    task = make_task("imdb", EnvConfig(data_path=str(imdb_csv), query_max_tokens=9, max_new_tokens=20), tiny_tok)
+    task = make_task("imdb", EnvConfig(data_path=str(imdb_csv), max_new_tokens=20), tiny_tok, IMDBOptions(query_max_tokens=9))
     assert task.name == "imdb" and len(task.records) > 900
     assert task.observer_template == IMDB_OBSERVER_TEMPLATE and task.pioneer_template == "{query}"
     assert (task.query_tokens, task.min_new_tokens, task.max_new_tokens) == ((2, 9), 4, 20)
@@ -25,14 +25,14 @@ def test_registry_builds_by_name_and_imports_builders_lazily():
     import subprocess
     import sys
 
-    code = ("import sys, cory_env; from cory_env.tasks import TASK_BUILDERS; "
-            "print(sorted(TASK_BUILDERS), 'cory_env.tasks.gsm8k' in sys.modules)")
+    code = ("import sys, cory_env; from cory_env.tasks import TASKS; "
+            "print(sorted(TASKS.names()), 'cory_env.tasks.gsm8k' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=REPO_ROOT).stdout
     assert out.strip() == "['chain_relay', 'gsm8k', 'imdb', 'relay', 'tiny_vocab'] False"  # a task's module loads when it is asked for
     task = make_task("tiny_vocab", EnvConfig(task="tiny_vocab"), None)
     assert task.name == "tiny_vocab" and task.max_new_tokens == 2
-    with pytest.raises(ValueError, match=r"unknown task 'chess'; use one of \[.*'gsm8k', 'imdb'.*\]"):
+    with pytest.raises(ValueError, match=r"unknown task 'chess'; known tasks: imdb, gsm8k, tiny_vocab, relay, chain_relay"):
         make_task("chess", EnvConfig(), None)
 
 

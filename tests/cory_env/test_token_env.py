@@ -7,7 +7,7 @@ import pytest
 from pettingzoo.test import api_test, seed_test
 
 from cory_env import EnvConfig, Task, env, raw_env
-from cory_env.prompts import IMDB_OBSERVER_TEMPLATE
+from cory_env.tasks.imdb import OBSERVER_TEMPLATE as IMDB_OBSERVER_TEMPLATE
 
 from .conftest import char_count_reward
 

@@ -110,7 +110,7 @@ def test_query_that_is_not_valid_unicode(tiny_tok):
     ("empty.csv", ""), ("header_only.csv", "question,answer\n"),
 ])
 def test_data_file_without_usable_rows(tmp_path, name, content):
-    from cory_env.data import load_imdb_records
+    from cory_env.tasks.imdb_data import load_imdb_records
     from cory_env.tasks.gsm8k import load_gsm8k
 
     path = tmp_path / name

@@ -29,7 +29,7 @@ from agents.dropout import disable_dropout
 from agents.precision import resolve_precision
 from agents.tiny import tiny_causal_lm, tiny_tokenizer
 from cory_env import BatchedCORYEnv, EnvConfig
-from cory_env.data import resolve_imdb_source
+from cory_env.tasks.imdb_data import resolve_imdb_source
 from cory_env.seating import Seating
 from cory_env.tasks import task_tokenizer
 from trainers.config import DTYPES, CORYConfig, ModelConfig, RunConfigs
@@ -174,7 +174,7 @@ def build_env(env_config: EnvConfig, tokenizer, *, batch_size: int, reward_fn=No
 
 
 def resolved_env_config(env_config: EnvConfig) -> EnvConfig:
-    """`env_config` with IMDB's ``data_path="hub"`` resolved by one hub probe (`cory_env.data.resolve_imdb_source`:
+    """`env_config` with IMDB's ``data_path="hub"`` resolved by one hub probe (`cory_env.tasks.imdb_data.resolve_imdb_source`:
     the hub, or None = the built-in openings when it is unreachable), so that every env a run builds reads the same
     source and the probe and its log line happen once."""
     if env_config.task != "imdb":

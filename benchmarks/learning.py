@@ -288,7 +288,7 @@ def arm_configs(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str
          "--overwrite", "true", "--tensorboard", "false", "--log_samples", "0", "--torch_threads", "1",
          "--checkpoint_every_minutes", "0", "--num_iterations", "1"])
     iterations = max(1, episodes // configs.ppo.batch_size)
-    return configs._replace(run=replace(configs.run, num_iterations=iterations)), iterations
+    return replace(configs, run=replace(configs.run, num_iterations=iterations)), iterations
 
 
 def build_arm_trainer(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = ()):
@@ -299,7 +299,7 @@ def build_arm_trainer(rung_name: str, arm: str, seed: int, episodes: int, run_di
 
     torch.set_num_threads(1)
     configs, iterations = arm_configs(rung_name, arm, seed, episodes, run_dir, flags)
-    return CORYTrainer(*configs, reward_fn=RUNGS[rung_name].reward_fn), iterations
+    return CORYTrainer(configs, reward_fn=RUNGS[rung_name].reward_fn), iterations
 
 
 def eval_points(rung: Rung, iterations: int, factor: int = 1) -> list[int]:

@@ -50,7 +50,7 @@ from cory_env import BatchedCORYEnv, EnvConfig, make_task
 from cory_env.tasks.imdb_data import load_imdb_records
 from cory_env.seating import PIONEER
 from trainers import CORYTrainer
-from trainers.config import CORYConfig, ModelConfig, PPOConfig
+from trainers.config import CORYConfig, ModelConfig, PPOConfig, RunConfigs
 from trainers.learning.ppo import PPOLearner
 from trainers.learning.experience import Rollout
 
@@ -182,8 +182,8 @@ def time_cory_vs_ppo(model, tokenizer, args: argparse.Namespace) -> dict:
             config = CORYConfig(output_dir=tmp, seed=args.seed, tensorboard=False,
                                 log_samples=0, torch_threads=args.threads, role_exchange_period=0)
             seated = dataclasses.replace(env_config, seating=algo)  # "ppo": the pioneer alone; "cory": both seats
-            trainer = CORYTrainer(config, ppo_config(args), seated, ModelConfig(model=args.model),
-                                  model=model, tokenizer=tokenizer)
+            trainer = CORYTrainer(RunConfigs(run=config, ppo=ppo_config(args), env=seated,
+                                             model=ModelConfig(model=args.model)), model=model, tokenizer=tokenizer)
             trainer.env = BatchedCORYEnv(seated, tokenizer, batch_size=args.batch_size, task=task)
             runs = []
             for it in range(args.repeats + 1):  # iteration 0 is the warm-up

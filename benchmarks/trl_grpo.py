@@ -62,7 +62,7 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
     run_dir = run_dir or tmp.name
     configs, iterations = arm_configs(rung_name, "grpo", seed, episodes, f"{run_dir}/ours")
     ppo, cfg, model_cfg, env_cfg, sampling = configs.ppo, configs.run, configs.model, configs.env, configs.sampling
-    k = configs.grpo.group_size
+    k = configs.learner_options.group_size
     base, tokenizer = load_run_model(configs)
     env = build_env(env_cfg, tokenizer, batch_size=ppo.batch_size, reward_fn=rung.reward_fn)
     model = None  # TRL's PEFT model, once built
@@ -74,7 +74,7 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
             seats = {PIONEER: LLMAgent(model, tokenizer, sampling=sampling, adapter_name="default")}
             return evaluate_heldout(seats, ReferenceModel(model, disable_adapters=True), env_cfg,
                                     tokenizer, episodes=eval_episodes, seed=EVAL_SEED_BASE + seed,
-                                    reward_fn=rung.reward_fn, kl_penalty=kl_estimator("grpo", ppo, configs.grpo))
+                                    reward_fn=rung.reward_fn, kl_penalty=kl_estimator("grpo", ppo, configs.learner_options))
         finally:
             model.train(was_training)
 

@@ -12,7 +12,23 @@ from dataclasses import dataclass, field, fields, replace
 from cory_env.prompts import OBSERVER_REQUIRED, parse_template
 from cory_env.seating import canonical_seating_spec
 
-__all__ = ["EnvConfig", "RenderModeError", "check_finite_fields", "check_int", "check_render_mode", "resolve_config"]
+__all__ = ["ONE_SEAT", "EnvConfig", "RenderModeError", "check_finite_fields", "check_int", "check_render_mode", "resolve_config"]
+
+
+#: Why a knowledge-transfer or partner option does nothing with a single seat (`EnvConfig._unread_when`, read by
+#: `trainers.unread_options`).
+ONE_SEAT = "with a single seat (the single-agent baseline): there is no observer and no role exchange"
+
+
+def observer_template_reason(seating) -> str | None:
+    """Why `EnvConfig.observer_template` does nothing on `seating` (None when some seat reads it)."""
+    if seating.num_seats == 1:
+        return ONE_SEAT
+    if not any(s.sees_query and s.reads for s in seating.seats):
+        return ("with this seating: no seat both sees the query and reads another (a private query, or "
+                "knowledge_transfer=False); those seats' prompts are the task's response_only_template / "
+                "blank_template / pioneer_template")
+    return None
 
 
 QUERY_SPLITS = ("train", "test")
@@ -31,6 +47,14 @@ class EnvConfig:
     """
 
     _argument_group_name = "task and episode options (EnvConfig)"  # `cory train --help` group (transformers.HfArgumentParser)
+    #: When a field does nothing, declared beside it (read by `trainers.unread_options`): field -> rule
+    #: ``(configs, seating) -> reason or None``; `_unread_when` rules are checked when the field differs from
+    #: its default, `_unread_always` rules at any value.
+    _unread_when = {
+        **dict.fromkeys(("knowledge_transfer", "partner_reward_coef"),
+                        lambda c, seating: ONE_SEAT if seating.num_seats == 1 else None),
+        "observer_template": lambda c, seating: observer_template_reason(seating),
+    }
 
     task: str = field(
         default="imdb",

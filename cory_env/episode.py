@@ -38,7 +38,7 @@ from cory_env.seating import Seating, seating_of
 from cory_env.tasks import Task, make_task
 from cory_env.hub import as_tokenizer
 
-__all__ = ["EpisodeBatch", "EpisodeTranscript", "SeatTranscript", "readonly_view"]
+__all__ = ["EpisodeBatch", "EpisodeTranscript", "SeatTranscript", "check_groups", "readonly_view"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +79,27 @@ def _clean_cut(tokenizer, part: list[int], full: str, *, end: bool) -> bool:
     if end:
         return not text.endswith("\ufffd") or full.startswith(text)
     return not text.startswith("\ufffd") or full.endswith(text)
+
+
+def check_groups(rows: int, group_size, *, fix: str = "choose batch_size as a multiple of group_size") -> int:
+    """The one group rule: `group_size` k is an int >= 1 and `rows` B splits into groups of k consecutive rows (each
+    group answers one query k times: GRPO's samples per query). Checked by the learners' spec check before a run
+    (`trainers.learning.learners.check_learner`), and at the env's, the joint batch's and the group maths' inputs.
+
+    Returns:
+        k.
+
+    Raises:
+        ValueError: naming B, k and `fix`.
+
+    >>> check_groups(16, 4)
+    4
+    """
+    if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) or group_size < 1:
+        raise ValueError(f"group_size must be an int >= 1, got {group_size!r}; {fix}")
+    if rows % group_size:
+        raise ValueError(f"{rows} rows (batch_size) do not split into groups of group_size={group_size}; {fix}")
+    return int(group_size)
 
 
 class EpisodeBatch:
@@ -238,8 +259,7 @@ class EpisodeBatch:
                 outside [0, V), or (with ``truncate_query=False``) a query longer than the context allows.
         """
         B = self.batch_size
-        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1 or B % group_size:
-            raise ValueError(f"group_size must be a positive int dividing batch_size={B}, got {group_size!r}")
+        check_groups(B, group_size, fix="pass a group_size that divides the env's batch_size")
         if isinstance(stream_offset, bool) or not isinstance(stream_offset, (int, np.integer)) or stream_offset < 0:
             raise ValueError(f"stream_offset must be an int >= 0, got {stream_offset!r}")
         if seed is not None:

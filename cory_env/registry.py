@@ -191,6 +191,15 @@ class Registry(Generic[T]):
             self._entry_points = found
         return self._entry_points
 
+    def snapshot(self) -> tuple[dict, dict]:
+        """The entries as they are now, for `restore` (a test registers plug-ins, then puts the registry back)."""
+        return dict(self._entries), dict(self._origins)
+
+    def restore(self, snapshot: tuple[dict, dict]) -> None:
+        """Put the entries back as `snapshot` took them, and read the entry points again."""
+        self._entries, self._origins = dict(snapshot[0]), dict(snapshot[1])
+        self._entry_points = None
+
     def refresh(self) -> None:
         """Read the entry points again (after installing a plug-in package in this process)."""
         self._entry_points = None

@@ -118,7 +118,15 @@ def make_reward_fn(spec: str | Callable) -> RewardFn:
             raise ValueError(f"reward {spec!r} records a callable that cannot be rebuilt by name; pass the callable "
                              "itself (reward_fn=...), a name in " f"{list(REWARD_NAMES)} or an importable "
                              "'module:function'")
-        spec = REWARDS.get(spec).factory()
+        name = spec
+        try:
+            spec = REWARDS.get(name).factory()
+        except TypeError as err:  # a class that needs arguments, a factory that is no factory
+            raise ValueError(f"reward {name!r}: building it failed ({err}); give a reward function "
+                             "(queries, responses) -> floats, a class whose instances are one, or a RewardSpec") from err
+        if not callable(spec):
+            raise ValueError(f"reward {name!r} built a {type(spec).__name__}, not a reward function (queries, "
+                             "responses) -> floats; give a function, a class whose instances are one, or a RewardSpec")
     if not callable(spec):
         raise TypeError(f"reward must be a name or a callable, got {type(spec).__name__}: {spec!r}")
     n_args = _positional_arity(spec)

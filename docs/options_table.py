@@ -1,4 +1,5 @@
-"""Print the README's option tables from the config dataclasses' `metadata["help"]` (the only copy of the help).
+"""Print the option tables from the config dataclasses' `metadata["help"]` (the only copy of the help): the base
+configs of every run, then each registered learner's and task's own options class.
 
     python docs/options_table.py > /tmp/options.md
 """
@@ -9,7 +10,7 @@ import dataclasses
 
 from agents import SamplingConfig
 from cory_env import EnvConfig
-from trainers.config import CORYConfig, GRPOConfig, ModelConfig, PPOConfig
+from trainers.config import CORYConfig, ModelConfig, PPOConfig, all_config_classes
 
 
 def table(cls) -> str:
@@ -21,8 +22,9 @@ def table(cls) -> str:
     return "\n".join(rows)
 
 
-#: The README's order of the tables.
-ORDER = (CORYConfig, ModelConfig, SamplingConfig, PPOConfig, GRPOConfig, EnvConfig)
+#: The order of the tables: the base configs, then the learners' and tasks' own options (registry order).
+ORDER = (CORYConfig, ModelConfig, SamplingConfig, PPOConfig, EnvConfig,
+         *[c for c in all_config_classes() if c not in (CORYConfig, ModelConfig, SamplingConfig, PPOConfig, EnvConfig)])
 
 if __name__ == "__main__":
     print("\n\n".join(table(c) for c in ORDER))

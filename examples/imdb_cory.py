@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 from cory_env import EnvConfig
-from trainers import CORYConfig, CORYTrainer, ModelConfig, PPOConfig
+from trainers import CORYConfig, CORYTrainer, ModelConfig, PPOConfig, RunConfigs
 
 
 def parse_args(algo: str = "cory") -> argparse.Namespace:
@@ -47,7 +47,7 @@ def build_configs(args: argparse.Namespace, algo: str) -> tuple[CORYConfig, PPOC
 def main(algo: str = "cory") -> None:
     args = parse_args(algo)
     cory, ppo, env, model = build_configs(args, algo)
-    with CORYTrainer(cory, ppo, env, model) as trainer:  # the block's end also ends a data-parallel launch cleanly
+    with CORYTrainer(RunConfigs(run=cory, ppo=ppo, env=env, model=model)) as trainer:  # the block's end also ends a data-parallel launch cleanly
         history = trainer.train()
     for row in history:
         print(f"iter {row['iteration']:3d}  pioneer task_reward {row['pioneer/task_reward']:+.3f}  "

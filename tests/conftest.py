@@ -57,3 +57,16 @@ def smollm2_tokenizer():
     from agents.loading import DEFAULT_MODEL, load_tokenizer
 
     return load_tokenizer(DEFAULT_MODEL)
+
+
+@pytest.fixture()
+def registries():
+    """The learner, task and reward registries, restored after the test (a test may register plug-ins)."""
+    from cory_env.rewards import REWARDS
+    from cory_env.tasks import TASKS
+    from trainers.learning.learners import LEARNERS
+
+    saved = [(registry, registry.snapshot()) for registry in (LEARNERS, TASKS, REWARDS)]
+    yield LEARNERS, TASKS, REWARDS
+    for registry, snapshot in saved:
+        registry.restore(snapshot)

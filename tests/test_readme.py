@@ -8,7 +8,7 @@ import re
 from cory_env import EnvConfig
 from tests.conftest import REPO_ROOT
 from trainers.cli.presets import PRESETS
-from trainers.config import CONFIG_CLASSES, CORYConfig, GRPOConfig, ModelConfig, PPOConfig
+from trainers.config import CORYConfig, GRPOConfig, ModelConfig, PPOConfig, RunConfigs, all_config_classes
 
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
 CI = (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8")
@@ -33,7 +33,7 @@ def test_ci_installs_like_the_readme_and_runs_its_test_command():
 
 
 def test_every_option_is_documented_with_its_help():
-    for cls in CONFIG_CLASSES:
+    for cls in all_config_classes():
         for f in dataclasses.fields(cls):
             assert f"`--{f.name}`" in README, f"README options table lacks --{f.name}: run docs/options_table.py"
             assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help"
@@ -50,12 +50,12 @@ def test_the_metrics_glossary_names_every_logged_key(tmp_path):
     logged = set()
     torch.set_num_threads(1)
     for learner, group in (("ppo", 1), ("grpo", 2)):
-        trainer = CORYTrainer(
-            CORYConfig(output_dir=str(tmp_path / learner), num_iterations=2, role_exchange_period=1,
-                       tensorboard=False, learner=learner, eval_every=2, eval_episodes=2),
-            PPOConfig(batch_size=4, mini_batch_size=2, ppo_epochs=1),
-            EnvConfig(min_new_tokens=2, max_new_tokens=4, context_len=64), ModelConfig(model="tiny"),
-            grpo_config=GRPOConfig(group_size=group))
+        trainer = CORYTrainer(RunConfigs(
+            run=CORYConfig(output_dir=str(tmp_path / learner), num_iterations=2, role_exchange_period=1,
+                           tensorboard=False, learner=learner, eval_every=2, eval_episodes=2),
+            ppo=PPOConfig(batch_size=4, mini_batch_size=2, ppo_epochs=1),
+            env=EnvConfig(min_new_tokens=2, max_new_tokens=4, context_len=64), model=ModelConfig(model="tiny"),
+            learner_options=GRPOConfig(group_size=group) if learner == "grpo" else None))
         logged |= {key for row in trainer.train() for key in row if key not in ("iteration", "eval")}
     missing = sorted({key.split("/")[-1] for key in logged} - documented)
     assert not missing, f"logged but not in the README glossary: {missing}"

@@ -25,13 +25,38 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Optional
+from typing import Any, Mapping, Optional
 
 from agents.precision import PRECISIONS
 from agents.sampling import SamplingConfig
 from cory_env import EnvConfig
-from cory_env.config import check_finite_fields
+from cory_env.config import ONE_SEAT, check_finite_fields
+from cory_env.rewards import REWARDS
+from cory_env.tasks import TASKS, task_spec
 from trainers.learning.configs import TOKEN_MEAN_OVER, GRPOConfig, PPOConfig, check_field
+
+#: Why a dropout option does nothing with `ModelConfig.disable_dropout`.
+DROPOUT_OFF = ("with disable_dropout=True (every dropout is off, so the rollout's scores and the update's forward are "
+               "one function); pass --disable_dropout false to train with dropout")
+
+
+def exchanges_happen(configs, seating) -> bool:
+    """True when role exchange rotates the models at least once before the last iteration."""
+    period, n = configs.run.role_exchange_period, configs.run.num_iterations
+    return seating.num_seats > 1 and 0 < period < n
+
+
+def exchange_reason(configs, seating) -> str | None:
+    """Why `CORYConfig.role_exchange_period` does nothing with several seats (None when it does something): it is
+    ``>= num_iterations``. Declared in ``_unread_always``: a default period that the run never reaches is named too."""
+    period, n = configs.run.role_exchange_period, configs.run.num_iterations
+    if seating.num_seats == 1 or period == 0 or exchanges_happen(configs, seating):
+        return None
+    when = ("no role exchange happens" if period > n
+            else "the only role exchange follows the last iteration, so no iteration runs with swapped roles")
+    return (f"with num_iterations={n}: {when}; lower role_exchange_period below {n} (or 0 to disable role exchange "
+            "on purpose)")
+
 
 #: `ModelConfig.dtype` names (torch dtype names; `trainers.loop.build.torch_dtype`).
 DTYPES = ("float32", "bfloat16", "float16")
@@ -45,6 +70,16 @@ class ModelConfig:
     plays this part there."""
 
     _argument_group_name = "model options (ModelConfig)"  # `cory train --help` group (transformers.HfArgumentParser)
+    #: When a field does nothing, declared beside it (read by `trainers.unread_options`): field -> rule
+    #: ``(configs, seating) -> reason or None``; `_unread_when` rules are checked when the field differs from
+    #: its default, `_unread_always` rules at any value.
+    _unread_when = {
+        **dict.fromkeys(("lora_r", "lora_alpha", "lora_target_modules"),
+                        lambda c, seating: None if c.model.use_lora else "without use_lora=True"),
+        "lora_dropout": lambda c, seating: ("without use_lora=True" if not c.model.use_lora
+                                            else DROPOUT_OFF if c.model.disable_dropout else None),
+        "value_head_dropout": lambda c, seating: DROPOUT_OFF if c.model.disable_dropout else None,
+    }
 
     model: str = field(default="smollm2-135m-instruct", metadata={"help": "Policy model: hub id, local directory, .gguf file, or alias (smollm2-135m-instruct = offline default; tiny = tiny random model for tests)."})
     dtype: str = field(default="float32", metadata={"help": "Parameter dtype of the loaded model: float32 (CPU default), bfloat16 or float16 (GPU only). Value heads and LoRA adapters stay float32. For speed prefer --precision bf16-mixed, which keeps float32 weights."})
@@ -81,8 +116,22 @@ class CORYConfig:
     sampling `agents.SamplingConfig`, the seat line-up `EnvConfig.seating`)."""
 
     _argument_group_name = "run options (CORYConfig)"  # `cory train --help` group (transformers.HfArgumentParser)
+    #: When a field does nothing, declared beside it (read by `trainers.unread_options`): field -> rule
+    #: ``(configs, seating) -> reason or None``; `_unread_when` rules are checked when the field differs from
+    #: its default, `_unread_always` rules at any value.
+    _unread_when = {
+        "role_exchange_period": lambda c, seating: ONE_SEAT if seating.num_seats == 1 else None,
+        "reset_on_exchange": lambda c, seating: (None if exchanges_happen(c, seating)
+                                                 else "no role exchange happens in this run"),
+        "checkpoint_every": lambda c, seating: (None if c.run.checkpoint_every < c.run.num_iterations else
+                                                f"with num_iterations={c.run.num_iterations}: only the final "
+                                                "checkpoint is written"),
+        "eval_every": lambda c, seating: (None if c.run.eval_episodes else "with eval_episodes=0: set eval_episodes "
+                                          "(the held-out queries of each evaluation), e.g. 128"),
+    }
+    _unread_always = {"role_exchange_period": exchange_reason}
 
-    learner: str = field(default="ppo", metadata={"help": "The MARL algorithm, by registry name (trainers.learning.learners): per-seat learners ppo (PPO with a value head, TRL semantics; IPPO under CORY) or grpo (critic-free GRPO; set group_size >= 2), or joint learners that see every seat: mappo (PPO with a centralized critic on the joint transcript; needs at least two seats) or magrpo (one group-relative advantage of the joint reward shared by the seats; group_size >= 2). Other registered names work too (docs/learners.md)."})
+    learner: str = field(default="ppo", metadata={"help": "The MARL algorithm: a registered name (per-seat learners such as ppo, the paper's IPPO under CORY, and grpo; joint learners that see every seat such as mappo and magrpo), an importable 'module:attr' of a LearnerSpec, or the name of an installed plug-in (entry-point group cory.learners); docs/extending.md."})
     output_dir: str = field(default="runs/cory", metadata={"help": "Run directory: config.yaml, metrics.jsonl, samples.jsonl, TensorBoard events, checkpoints/."})
     num_iterations: int = field(default=10, metadata={"help": "CORY iterations (rollout + one update per seat). Paper IMDB: about 102."})
     seed: int = field(default=0, metadata={"help": "Seed for queries, sampling, mini-batch order and dropout."})
@@ -127,63 +176,175 @@ class CORYConfig:
         return self.sharding == "fsdp"
 
 
-#: The config classes of a run in flat-dict (and ``cory train --help``) order.
-CONFIG_CLASSES = (EnvConfig, PPOConfig, GRPOConfig, ModelConfig, SamplingConfig, CORYConfig)
+#: The config classes every run has, in flat-dict order; the chosen task's and learner's options classes
+#: (`RunConfigs.task_options`, `RunConfigs.learner_options`) join them after `EnvConfig` and `PPOConfig`.
+BASE_CLASSES = (EnvConfig, PPOConfig, ModelConfig, SamplingConfig, CORYConfig)
 
 
-class RunConfigs(NamedTuple):
-    """The six configs of a run, in `trainers.CORYTrainer`'s argument order (``CORYTrainer(*configs)``); `grpo` may be
-    left out (its defaults)."""
+def _option_class(spec_options: type | None) -> type | None:
+    """A spec's own options class, None when it has none beyond the base configs (a learner reading `PPOConfig`)."""
+    return None if spec_options is None or spec_options in BASE_CLASSES else spec_options
 
-    run: CORYConfig
-    ppo: PPOConfig
-    env: EnvConfig
-    model: ModelConfig
-    sampling: SamplingConfig
-    grpo: GRPOConfig = GRPOConfig()
 
-    @classmethod
-    def of(cls, configs) -> RunConfigs:
-        """The config objects, given in any order (e.g. `CONFIG_CLASSES` order, as the CLI parses them).
+@dataclass(frozen=True)
+class RunConfigs:
+    """The configs of one run, as a tree: the run, the model, sampling, the env, the update every learner shares
+    (`PPOConfig`), and the chosen task's and learner's own options.
 
-        Raises:
-            TypeError: unless `configs` holds exactly one object of each class in `CONFIG_CLASSES` (`GRPOConfig`
-                may be missing: its defaults).
-        """
-        classes = [type(config) for config in configs]
-        by_class = {GRPOConfig: GRPOConfig(), **dict(zip(classes, configs))}
-        if len(set(classes)) != len(classes) or set(by_class) != set(CONFIG_CLASSES):
-            raise TypeError(f"expected one object of each of {[c.__name__ for c in CONFIG_CLASSES]}, got "
-                            f"{[type(c).__name__ for c in configs]}")
-        return cls(run=by_class[CORYConfig], ppo=by_class[PPOConfig], env=by_class[EnvConfig],
-                   model=by_class[ModelConfig], sampling=by_class[SamplingConfig], grpo=by_class[GRPOConfig])
+    Attributes:
+        run, ppo, env, model, sampling: `CORYConfig`, `PPOConfig`, `EnvConfig`, `ModelConfig`, `SamplingConfig`.
+        learner_options: the instance of the chosen learner's options class (its `LearnerSpec.config_class`, e.g.
+            `GRPOConfig` for ``grpo``); None when the learner reads only `PPOConfig`. Left None for a learner that
+            has one, it takes that class's defaults.
+        task_options: the instance of the chosen task's options class (`cory_env.tasks.TaskSpec.options`, e.g.
+            `IMDBOptions` for ``imdb``); None for a task without options (or its defaults, as above).
+        unread: options that were given (flags, a YAML file, a preset, an old ``config.yaml``) but belong to
+            another learner's or task's options class: the run does not read them, and `unread_options` warns
+            about those that differ from their default. Not part of `to_flat`.
+
+    The learner and the task are looked up by name (`CORYConfig.learner`, `EnvConfig.task`: a registered name, a
+    ``module:attr`` or an entry point) when the object is built, so a mistake there is a `ValueError` before any
+    folder or model exists.
+
+    Raises:
+        TypeError: a section of the wrong class, or options of another class than the spec declares.
+        ValueError: an unknown learner or task (`trainers.learning.learners.learner_spec`,
+            `cory_env.tasks.task_spec`), or an options class whose field names clash with another config's.
+    """
+
+    run: CORYConfig = field(default_factory=CORYConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    learner_options: Any = None
+    task_options: Any = None
+    unread: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        for name, cls in (("run", CORYConfig), ("ppo", PPOConfig), ("env", EnvConfig), ("model", ModelConfig),
+                          ("sampling", SamplingConfig)):
+            if not isinstance(getattr(self, name), cls):
+                raise TypeError(f"RunConfigs.{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
+        for name, cls in (("learner_options", self.learner_options_class),
+                          ("task_options", self.task_options_class)):
+            value = getattr(self, name)
+            if cls is None:
+                if value is not None:
+                    raise TypeError(f"RunConfigs.{name}: the chosen {name.split('_')[0]} reads no options of its "
+                                    f"own, got a {type(value).__name__}")
+            elif value is None:
+                object.__setattr__(self, name, cls())
+            elif not isinstance(value, cls):
+                raise TypeError(f"RunConfigs.{name} must be a {cls.__name__} (what the chosen "
+                                f"{name.split('_')[0]} declares), got {type(value).__name__}")
+        seen: dict[str, str] = {}
+        for section in self.sections():
+            for f in dataclasses.fields(section):
+                if f.name in seen:
+                    raise ValueError(f"option {f.name!r} is a field of both {seen[f.name]} and "
+                                     f"{type(section).__name__}: every option of a run needs its own name (the "
+                                     "command line and config.yaml are flat); rename the plug-in's field")
+                seen[f.name] = type(section).__name__
+
+    @property
+    def learner_spec(self):
+        """The chosen learner's `trainers.learning.learners.LearnerSpec`."""
+        from trainers.learning.learners import learner_spec
+
+        return learner_spec(self.run.learner)
+
+    @property
+    def task_spec(self):
+        """The chosen task's `cory_env.tasks.TaskSpec`."""
+        return task_spec(self.env.task)
+
+    @property
+    def learner_options_class(self) -> type | None:
+        return _option_class(self.learner_spec.config_class)
+
+    @property
+    def task_options_class(self) -> type | None:
+        return _option_class(self.task_spec.options)
+
+    def sections(self) -> list[Any]:
+        """The config objects in flat-dict order: env, task options, ppo, learner options, model, sampling, run."""
+        out = [self.env, self.task_options, self.ppo, self.learner_options, self.model, self.sampling, self.run]
+        return [section for section in out if section is not None]
 
     def to_flat(self) -> dict[str, Any]:
-        """The flat ``{field: value}`` dict (what ``config.yaml`` and checkpoints record), in `CONFIG_CLASSES`
-        order."""
-        by_class = {type(config): config for config in self}
-        return {name: value for cls in CONFIG_CLASSES for name, value in dataclasses.asdict(by_class[cls]).items()}
+        """The flat ``{field: value}`` dict (what ``config.yaml`` and checkpoints record), in `sections` order."""
+        return {name: value for section in self.sections() for name, value in dataclasses.asdict(section).items()}
 
     @classmethod
     def from_flat(cls, flat: dict[str, Any], *, strict: bool = False) -> RunConfigs:
         """The configs from a flat dict; missing fields take their defaults (a run recorded before a field was
-        added reads as it ran).
+        added reads as it ran). Which options classes join the base ones follows from the dict's ``learner`` and
+        ``task`` (their specs); keys of another registered learner's or task's options go to `unread`.
 
         Args:
             flat: ``{field: value}``, e.g. a run's ``config.yaml``, a checkpoint's ``trainer_state["config"]``, a
                 preset.
-            strict: raise on keys that are no config field (else they are ignored).
+            strict: raise on keys that are no option of any registered config (else they are ignored).
 
         Raises:
-            ValueError: an unknown key with `strict` (the valid ones are listed), or a value a config refuses.
+            ValueError: an unknown key with `strict` (the valid ones are listed), an unknown learner or task, or a
+                value a config refuses.
         """
         flat = migrate_flat(flat)
-        if strict:
-            unknown = sorted(set(flat) - set(flat_field_types()))
-            if unknown:
-                raise ValueError(f"unknown option(s) {unknown}; valid options: {', '.join(sorted(flat_field_types()))}")
-        return cls.of([c(**{f.name: flat[f.name] for f in dataclasses.fields(c) if f.name in flat})
-                       for c in CONFIG_CLASSES])
+        learner = flat.get("learner", CORYConfig.learner)
+        task = flat.get("task", EnvConfig.task)
+        from trainers.learning.learners import learner_spec
+
+        classes = {"env": EnvConfig, "ppo": PPOConfig, "model": ModelConfig, "sampling": SamplingConfig,
+                   "run": CORYConfig, "learner_options": _option_class(learner_spec(learner).config_class),
+                   "task_options": _option_class(task_spec(task).options)}
+        read = {f.name for c in classes.values() if c is not None for f in dataclasses.fields(c)}
+        rest = set(flat) - read
+        others = option_fields() if rest else {}
+        unknown = sorted(rest - set(others))
+        if strict and unknown:
+            valid = sorted(read | set(others))
+            raise ValueError(f"unknown option(s) {unknown}; valid options: {', '.join(valid)}")
+        sections = {name: c(**{f.name: flat[f.name] for f in dataclasses.fields(c) if f.name in flat})
+                    for name, c in classes.items() if c is not None}
+        return cls(**sections, unread={k: flat[k] for k in sorted(rest) if k in others})
+
+
+def plugin_origins(configs: RunConfigs) -> dict[str, str]:
+    """Where the run's learner, task and reward came from (`cory_env.registry.Registry.origin`: ``module:attr``,
+    or an entry point and its distribution); a reward given as a callable is recorded by `reward_name` instead."""
+    from trainers.learning.learners import LEARNERS
+
+    out = {"learner": LEARNERS.origin(configs.run.learner), "task": TASKS.origin(configs.env.task)}
+    if configs.task_spec.reads and "reward" in configs.task_spec.reads and not configs.env.reward.startswith("<"):
+        try:
+            out["reward"] = REWARDS.origin(configs.env.reward)
+        except ValueError:
+            pass  # a reward the run replaced with a callable: config.yaml records its name
+    return out
+
+
+def all_config_classes() -> list[type]:
+    """`BASE_CLASSES` and every registered learner's and task's own options class (`option_fields`), each once: every
+    option a command line, a YAML file or a preset may hold."""
+    return [*BASE_CLASSES, *dict.fromkeys(owner for owner, _ in option_fields().values())]
+
+
+def option_fields() -> dict[str, tuple[type, tuple[str, ...]]]:
+    """Every option of every registered learner's and task's own options class: ``{field: (class, (who, ...))}``
+    with ``who`` like ``"learner grpo"``; what `RunConfigs.from_flat` and ``cory train`` accept but a run of another
+    learner or task does not read."""
+    from trainers.learning.learners import LEARNERS
+
+    out: dict[str, tuple[type, tuple[str, ...]]] = {}
+    for kind, registry, attr in (("learner", LEARNERS, "config_class"), ("task", TASKS, "options")):
+        for name, spec in registry.items():
+            options = _option_class(getattr(spec, attr))
+            for f in dataclasses.fields(options) if options is not None else ():
+                owner, who = out.get(f.name, (options, ()))
+                out[f.name] = (owner, (*who, f"{kind} {name}"))
+    return out
 
 
 #: Flat keys of earlier versions -> what they became: ``algo`` (``cory``: the task's default seating, ``ppo``: the
@@ -203,10 +364,13 @@ def migrate_flat(flat: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def flat_field_types() -> dict[str, Any]:
-    """Every flat field name -> its type hint (e.g. ``Optional[float]``), for checking YAML files and presets."""
+def flat_field_types(configs: RunConfigs | None = None) -> dict[str, Any]:
+    """Every flat field name -> its type hint (e.g. ``Optional[float]``), for checking YAML files and presets: the
+    base configs' and every registered learner's and task's options (`option_fields`); with `configs`, only the
+    classes of that run."""
+    classes = [type(section) for section in configs.sections()] if configs is not None else all_config_classes()
     out = {}
-    for config_cls in CONFIG_CLASSES:
+    for config_cls in classes:
         hints = typing.get_type_hints(config_cls)
         for f in dataclasses.fields(config_cls):
             out[f.name] = hints[f.name]

@@ -139,6 +139,10 @@ class TaskSpec:
         reads: the `OPTIONAL_ENV_FIELDS` the task reads (a run that sets another one is warned that it does
             nothing).
         evaluation: how `cory eval` scores it (`EVALUATIONS`).
+        resolve: ``(config) -> config``, run once per run before any env is built: decide where the data comes
+            from (IMDB: ``data_path="hub"`` becomes None, the built-in openings, when the hub is unreachable), so
+            that every env of the run reads the same source and the decision is logged once; None: nothing to
+            decide.
         summary: one line for tables and ``--help``.
 
     Raises:
@@ -151,6 +155,7 @@ class TaskSpec:
     tokenizer: Callable[[], Any] | None = None
     reads: tuple[str, ...] = ()
     evaluation: str = "pioneer"
+    resolve: Callable[[Any], Any] | None = None
     summary: str = ""
 
     def __post_init__(self) -> None:

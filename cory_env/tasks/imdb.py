@@ -11,15 +11,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cory_env.config import check_int
 from cory_env.data import heldout_split
 from cory_env.prompts import PIONEER_TEMPLATE
 from cory_env.tasks.base import Task, TaskSpec
-from cory_env.tasks.imdb_data import load_imdb_records
+from cory_env.tasks.imdb_data import load_imdb_records, resolve_imdb_source
 
-__all__ = ["OBSERVER_TEMPLATE", "SPEC", "IMDBOptions", "make_imdb_task"]
+__all__ = ["OBSERVER_TEMPLATE", "SPEC", "IMDBOptions", "make_imdb_task", "resolve_data_source"]
 
 #: The official code's IMDB knowledge-transfer template (paper §1 step 3): it ends with q, so the observer writes
 #: its own continuation of q after reading the pioneer's.
@@ -90,6 +90,14 @@ def make_imdb_task(config, tokenizer=None, options: IMDBOptions | None = None) -
     )
 
 
-SPEC = TaskSpec(make_imdb_task, options=IMDBOptions, evaluation="pioneer",
+def resolve_data_source(config):
+    """`config` with ``data_path="hub"`` resolved by one hub probe (`cory_env.tasks.imdb_data.resolve_imdb_source`:
+    the hub, or None = the built-in openings when it is unreachable), so that every env a run builds reads the same
+    source and the probe and its log line happen once (`TaskSpec.resolve`)."""
+    source = resolve_imdb_source(config.data_path)
+    return config if source == config.data_path else replace(config, data_path=source)
+
+
+SPEC = TaskSpec(make_imdb_task, options=IMDBOptions, evaluation="pioneer", resolve=resolve_data_source,
                 reads=("data_path", "reward", "heldout_fraction", "query_split", "min_new_tokens", "max_new_tokens"),
                 summary="IMDB sentiment continuation (paper §2): review openings, positive-sentiment reward")

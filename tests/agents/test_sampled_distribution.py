@@ -23,7 +23,7 @@ from cory_env.seating import Seating
 from cory_env.tasks.tiny_vocab import CONTEXT_LEN, tiny_vocab_tokenizer
 from trainers.config import CORYConfig, ModelConfig, PPOConfig, RunConfigs
 from trainers.loop.build import build_agents, build_exchange, build_learners
-from trainers.loop.rollout import rollout_from_transcript, run_episodes
+from trainers.rollout import rollout_from_transcript, run_episodes
 from trainers.learning.experience import score_rollout
 
 
@@ -47,7 +47,7 @@ def _tiny_vocab_run(temperature: float, top_k: int = 0):
     ppo = PPOConfig(batch_size=16, mini_batch_size=16, ppo_epochs=1, learning_rate=1e-3)
     agents, ref = build_agents(model, tok, ModelConfig(model="tiny", value_head_dropout=0.0),
                                SamplingConfig(temperature=temperature, top_k=top_k), num_models=2)
-    configs = RunConfigs.of([config, ppo, EnvConfig(), ModelConfig(), SamplingConfig()])
+    configs = RunConfigs(run=config, ppo=ppo)
     exchange = build_exchange(agents, build_learners(agents, ref, configs), config, Seating.cory())
     env = BatchedCORYEnv(EnvConfig(task="tiny_vocab", context_len=CONTEXT_LEN), tok, batch_size=16)
     return tok, agents, ref, exchange, env
@@ -125,7 +125,7 @@ class _CountingAgent:
 def test_the_rollout_scores_replace_the_old_forward_only_when_exact(top_k, reused):
     """Issue #26: the learner's old log-probabilities and values come from the rollout when they equal its
     recomputation (plain sampling in fp32: 1e-5); with top-k (an approximate sampler) the recomputation stays."""
-    from trainers.loop.rollout import ActingScores
+    from trainers.rollout import ActingScores
 
     tok, agents, ref, exchange, env = _tiny_vocab_run(temperature=0.5, top_k=top_k)
     acting: dict[str, ActingScores] = {}

@@ -56,10 +56,10 @@ def test_payload_is_live_when_unpickled_unsafely(tmp_path):
 @pytest.mark.parametrize("target", ["llm1/learner.pt", "llm2/learner.pt", "rng.pt"])
 def test_malicious_pickle_in_checkpoint_is_refused_and_never_runs(tmp_path, target):
     run, marker = tmp_path / "run", tmp_path / "pwned"
-    CORYTrainer(*_tiny_configs(run)).train()
+    CORYTrainer(_tiny_configs(run)).train()
     torch.save(_Payload(marker), latest_checkpoint(run) / target)
     with pytest.raises(CheckpointError, match=rf"refusing to load .*{target.split('/')[-1]}.*weights_only"):
-        CORYTrainer(*_tiny_configs(run, resume=True, num_iterations=2))
+        CORYTrainer(_tiny_configs(run, resume=True, num_iterations=2))
     assert not marker.exists()
 
 
@@ -121,7 +121,7 @@ def test_gsm8k_answer_extraction_does_not_evaluate(tmp_path):
 def test_output_dir_with_shell_syntax_is_used_literally(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     weird = tmp_path / "run; mkdir pwned1 && $(mkdir pwned2) `mkdir pwned3` | mkdir pwned4 'x\"y"
-    CORYTrainer(*_tiny_configs(weird)).train()
+    CORYTrainer(_tiny_configs(weird)).train()
     assert (weird / "checkpoints" / "latest").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == [weird.name]
 

@@ -19,7 +19,7 @@ def _one_thread():
 
 @pytest.fixture()
 def tiny_run(tmp_path):
-    """Factory: the `RunConfigs` of a tiny-model run in tmp_path (``CORYTrainer(*configs)``), with flat overrides."""
+    """Factory: the `RunConfigs` of a tiny-model run in tmp_path (``CORYTrainer(configs)``), with flat overrides."""
 
     def make(name: str = "run", **overrides) -> RunConfigs:
         base = {"model": "tiny", "output_dir": str(tmp_path / name), "num_iterations": 2, "role_exchange_period": 1,

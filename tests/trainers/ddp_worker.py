@@ -36,7 +36,7 @@ def main(argv: list[str]) -> int:
     args, train_argv = parser.parse_known_args(argv)
     if train_argv and train_argv[0] == "--":
         train_argv = train_argv[1:]
-    trainer = CORYTrainer(*parse_train_args(train_argv))
+    trainer = CORYTrainer(parse_train_args(train_argv))
     diffs: list[float] = []
     dumps: list[torch.Tensor] = []
     for bundle in trainer.exchange.bundles.values():

@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from trainers.config import CONFIG_CLASSES, CORYConfig, PPOConfig, RunConfigs, flat_field_types
+from cory_env.tasks.imdb import IMDBOptions
+from trainers.config import BASE_CLASSES, CORYConfig, GRPOConfig, PPOConfig, RunConfigs, flat_field_types
 
 
 def test_defaults_are_trl_defaults():
@@ -82,10 +83,10 @@ def _float_fields():
     import dataclasses
     import typing
 
-    from trainers.config import CONFIG_CLASSES
+    from trainers.config import all_config_classes
 
     out = []
-    for cls in CONFIG_CLASSES:
+    for cls in all_config_classes():
         hints = typing.get_type_hints(cls)
         out += [(cls, f.name) for f in dataclasses.fields(cls) if float in (hints[f.name], *typing.get_args(hints[f.name]))]
     return out
@@ -100,20 +101,45 @@ def test_every_float_option_refuses_non_finite_values(cls, name, value):
 
 
 def test_flat_dict_round_trip_and_the_run_before_the_split():
-    """One flat dict <-> the five configs; a config.yaml written before ModelConfig / SamplingConfig existed (the
-    same flat keys) reads into the same configs."""
+    """One flat dict <-> the configs of a run (the base ones, the task's and the learner's options); a config.yaml
+    written before ModelConfig / SamplingConfig existed (the same flat keys) reads into the same configs."""
     configs = RunConfigs.from_flat({"model": "tiny", "use_lora": True, "temperature": 0.7, "batch_size": 8,
                                     "mini_batch_size": 4, "task": "tiny_vocab", "num_iterations": 3})
     assert (configs.model.model, configs.model.use_lora, configs.sampling.temperature) == ("tiny", True, 0.7)
     assert (configs.ppo.batch_size, configs.env.task, configs.run.num_iterations) == (8, "tiny_vocab", 3)
+    assert configs.task_options is None and configs.learner_options is None  # tiny_vocab and ppo have none
     flat = configs.to_flat()
-    assert RunConfigs.from_flat(flat) == configs and RunConfigs.of(list(configs)[::-1]) == configs
-    assert len(flat) == sum(len(dataclasses.fields(c)) for c in CONFIG_CLASSES)  # field names are unique
+    assert RunConfigs.from_flat(flat) == configs
+    assert len(flat) == sum(len(dataclasses.fields(c)) for c in BASE_CLASSES)  # field names are unique
     old_run = {**flat, "obsolete_key": 1}  # unknown keys: ignored when reading a run, refused when strict
     assert RunConfigs.from_flat(old_run) == configs
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['obsolete_key'\]"):
         RunConfigs.from_flat(old_run, strict=True)
-    assert set(flat_field_types()) == set(flat)
+    assert set(flat_field_types(configs)) == set(flat)
+    grpo = RunConfigs.from_flat({"learner": "grpo", "group_size": 4, "min_review_chars": 50}, strict=True)
+    assert grpo.learner_options == GRPOConfig(group_size=4) and grpo.task_options == IMDBOptions(min_review_chars=50)
+    assert {"group_size", "min_review_chars"} <= set(grpo.to_flat()) and RunConfigs.from_flat(grpo.to_flat()) == grpo
+
+
+def test_the_options_of_another_learner_or_task_are_kept_apart_as_unread():
+    """A flat config of learner ppo holding GRPO's options (every config.yaml written before the tree did) reads
+    them into `unread`, out of the run's configs and of what it records."""
+    configs = RunConfigs.from_flat({"learner": "ppo", "group_size": 4, "task": "gsm8k", "query_max_tokens": 9},
+                                   strict=True)
+    assert configs.learner_options is None and configs.task_options is None
+    assert dict(configs.unread) == {"group_size": 4, "query_max_tokens": 9}
+    assert "group_size" not in configs.to_flat()
+
+
+def test_sections_of_the_wrong_class_and_clashing_plugin_options_are_refused():
+    with pytest.raises(TypeError, match="RunConfigs.ppo must be a PPOConfig, got GRPOConfig"):
+        RunConfigs(ppo=GRPOConfig())
+    with pytest.raises(TypeError, match="learner_options must be a GRPOConfig"):
+        RunConfigs(run=CORYConfig(learner="grpo"), learner_options=IMDBOptions())
+    with pytest.raises(TypeError, match="reads no options of its own"):
+        RunConfigs(learner_options=GRPOConfig())
+    with pytest.raises(ValueError, match=r"unknown learner 'nope'; known learners: ppo, grpo, mappo, magrpo"):
+        RunConfigs(run=CORYConfig(learner="nope"))
 
 
 def test_batch_size_one_is_refused_with_the_real_reason():

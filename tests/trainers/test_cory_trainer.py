@@ -31,7 +31,7 @@ def _strip_time(rows):
 
 def test_both_seats_update_and_bundles_swap_in_memory(tiny_run):
     configs = tiny_run(num_iterations=1, role_exchange_period=1)
-    trainer = CORYTrainer(*configs)
+    trainer = CORYTrainer(configs)
     llm1, llm2 = trainer.exchange.bundles["llm1"], trainer.exchange.bundles["llm2"]
     before1, before2 = _params(llm1.agent), _params(llm2.agent)
     opt1 = llm1.learner.optimizer
@@ -48,13 +48,13 @@ def test_both_seats_update_and_bundles_swap_in_memory(tiny_run):
 
 def test_kl_is_zero_before_any_update(tiny_run):
     configs = tiny_run(num_iterations=1)
-    row = CORYTrainer(*configs).train()[0]
+    row = CORYTrainer(configs).train()[0]
     assert abs(row["pioneer/kl"]) < 1e-5 and abs(row["observer/kl"]) < 1e-5
 
 
 def test_reset_on_exchange_gives_fresh_optimizer_and_kl_controller(tiny_run):
     configs = tiny_run(num_iterations=1, reset_on_exchange=True, init_kl_coef=0.3)
-    trainer = CORYTrainer(*configs)
+    trainer = CORYTrainer(configs)
     trainer.train()
     for bundle in trainer.exchange.seats.values():
         assert len(bundle.learner.optimizer.state) == 0
@@ -63,7 +63,7 @@ def test_reset_on_exchange_gives_fresh_optimizer_and_kl_controller(tiny_run):
 
 def test_without_reset_state_is_kept(tiny_run):
     configs = tiny_run(num_iterations=1, init_kl_coef=0.3)
-    trainer = CORYTrainer(*configs)
+    trainer = CORYTrainer(configs)
     trainer.train()
     for bundle in trainer.exchange.seats.values():
         assert len(bundle.learner.optimizer.state) > 0
@@ -71,19 +71,19 @@ def test_without_reset_state_is_kept(tiny_run):
 
 
 def test_same_seed_same_metrics(tiny_run):
-    a = CORYTrainer(*tiny_run("a")).train()
-    b = CORYTrainer(*tiny_run("b")).train()
-    c = CORYTrainer(*tiny_run("c", seed=1)).train()
+    a = CORYTrainer(tiny_run("a")).train()
+    b = CORYTrainer(tiny_run("b")).train()
+    c = CORYTrainer(tiny_run("c", seed=1)).train()
     assert _strip_time(a) == _strip_time(b)
     assert _strip_time(a) != _strip_time(c)
 
 
 def test_resume_equals_uninterrupted(tiny_run, tmp_path):
-    full = CORYTrainer(*tiny_run("full", num_iterations=4, role_exchange_period=3)).train()
+    full = CORYTrainer(tiny_run("full", num_iterations=4, role_exchange_period=3)).train()
     configs = tiny_run("part", num_iterations=2, role_exchange_period=3)
-    CORYTrainer(*configs).train()
+    CORYTrainer(configs).train()
     configs = tiny_run("part", num_iterations=4, role_exchange_period=3, resume=True)
-    resumed = CORYTrainer(*configs)
+    resumed = CORYTrainer(configs)
     assert resumed.start_iteration == 2
     rest = resumed.train()
     assert _strip_time(rest) == _strip_time(full[2:])
@@ -98,9 +98,9 @@ def test_lora_resume_equals_uninterrupted(tiny_run, learner):
     opts = dict(use_lora=True, lora_dropout=0.1, value_head_dropout=0.1, role_exchange_period=3, learner=learner)
     if learner == "grpo":
         opts.update(group_size=2)
-    full = CORYTrainer(*tiny_run("lora-full", num_iterations=4, **opts)).train()
-    CORYTrainer(*tiny_run("lora-part", num_iterations=2, **opts)).train()
-    resumed = CORYTrainer(*tiny_run("lora-part", num_iterations=4, resume=True, **opts))
+    full = CORYTrainer(tiny_run("lora-full", num_iterations=4, **opts)).train()
+    CORYTrainer(tiny_run("lora-part", num_iterations=2, **opts)).train()
+    resumed = CORYTrainer(tiny_run("lora-part", num_iterations=4, resume=True, **opts))
     assert resumed.start_iteration == 2
     assert _strip_time(resumed.train()) == _strip_time(full[2:])
 
@@ -116,13 +116,13 @@ def test_the_first_mini_batch_is_exactly_on_policy_with_dropout_options_set(tiny
     if learner == "grpo":
         opts.update(group_size=2)
     reward = lambda queries, responses: [float(len(r)) for r in responses]  # noqa: E731 - GRPO needs a spread
-    row = CORYTrainer(*tiny_run("on", **opts), reward_fn=reward).train()[-1]
+    row = CORYTrainer(tiny_run("on", **opts), reward_fn=reward).train()[-1]
     for seat in ("pioneer", "observer"):
         assert row[f"{seat}/ratio"] == pytest.approx(1.0, abs=1e-6)
         assert row[f"{seat}/approx_kl"] < 1e-10
         if learner == "ppo":
             assert row[f"{seat}/value_clipfrac"] == 0.0
-    noisy = CORYTrainer(*tiny_run("off", disable_dropout=False, **opts), reward_fn=reward).train()[-1]
+    noisy = CORYTrainer(tiny_run("off", disable_dropout=False, **opts), reward_fn=reward).train()[-1]
     assert abs(noisy["pioneer/ratio"] - 1.0) > 1e-4 and noisy["pioneer/approx_kl"] > 1e-8
 
 
@@ -135,17 +135,17 @@ def test_resume_refuses_inputs_that_changed_under_the_same_names(tiny_run, tmp_p
     data.write_text("review\n" + "\n".join(f"a fine film number {i} " * 12 for i in range(8)) + "\n")
     configs = tiny_run("fp", num_iterations=2, data_path=str(data), min_review_chars=10, checkpoint_every=1)
     tok = tiny_tokenizer()
-    CORYTrainer(*configs, model=tiny_causal_lm(tok, seed=0), tokenizer=tok).train()
+    CORYTrainer(configs, model=tiny_causal_lm(tok, seed=0), tokenizer=tok).train()
     more = tiny_run("fp", num_iterations=3, data_path=str(data), min_review_chars=10, checkpoint_every=1,
                     resume=True)
     with pytest.raises(ValueError, match=r"inputs changed.*model \(the policy model's weights") as err:
-        CORYTrainer(*more, model=tiny_causal_lm(tok, seed=1), tokenizer=tok)
+        CORYTrainer(more, model=tiny_causal_lm(tok, seed=1), tokenizer=tok)
     assert "tokenizer" not in str(err.value) and "data (" not in str(err.value)
     data.write_text(data.read_text().replace("fine", "poor"))
     with pytest.raises(ValueError, match=r"inputs changed.*data \(the task's queries"):
-        CORYTrainer(*more, model=tiny_causal_lm(tok, seed=0), tokenizer=tok)
+        CORYTrainer(more, model=tiny_causal_lm(tok, seed=0), tokenizer=tok)
     data.write_text(data.read_text().replace("poor", "fine"))
-    resumed = CORYTrainer(*more, model=tiny_causal_lm(tok, seed=0), tokenizer=tok)  # the same inputs: accepted
+    resumed = CORYTrainer(more, model=tiny_causal_lm(tok, seed=0), tokenizer=tok)  # the same inputs: accepted
     assert resumed.start_iteration == 2
 
 
@@ -172,7 +172,7 @@ def test_fingerprints_follow_content():
 
 def test_ppo_baseline_logs_under_pioneer_only(tiny_run):
     configs = tiny_run(seating="ppo", num_iterations=2)
-    trainer = CORYTrainer(*configs)
+    trainer = CORYTrainer(configs)
     rows = trainer.train()
     assert list(trainer.exchange.seats) == ["pioneer"]
     assert "pioneer/task_reward" in rows[0] and "llm1/kl" in rows[0]
@@ -183,7 +183,7 @@ def test_ppo_baseline_logs_under_pioneer_only(tiny_run):
 
 def test_ablation_flags_reach_the_env(tiny_run):
     configs = tiny_run(num_iterations=1, knowledge_transfer=False, partner_reward_coef=0.0)
-    trainer = CORYTrainer(*configs)
+    trainer = CORYTrainer(configs)
     trainer.train()
     t = trainer.env.transcript()
     assert t.seats["observer"].prompt_ids == t.seats["pioneer"].prompt_ids  # w/o KT: observer sees the query only
@@ -192,44 +192,44 @@ def test_ablation_flags_reach_the_env(tiny_run):
 
 
 def test_existing_run_is_not_overwritten(tiny_run, tmp_path):
-    CORYTrainer(*tiny_run("x", num_iterations=1)).train()
+    CORYTrainer(tiny_run("x", num_iterations=1)).train()
     before = (tmp_path / "x" / "metrics.jsonl").read_text()
     with pytest.raises(FileExistsError, match="--resume"):
-        CORYTrainer(*tiny_run("x", num_iterations=1))
+        CORYTrainer(tiny_run("x", num_iterations=1))
     assert (tmp_path / "x" / "metrics.jsonl").read_text() == before
-    CORYTrainer(*tiny_run("x", num_iterations=1, overwrite=True))  # explicit overwrite is allowed
+    CORYTrainer(tiny_run("x", num_iterations=1, overwrite=True))  # explicit overwrite is allowed
 
 
 def test_failed_overwrite_keeps_the_old_run_and_a_failed_start_leaves_no_folder(tiny_run, tmp_path, monkeypatch):
     """Issue #15.3: every input is checked before `--overwrite` touches the old run; a failed start creates nothing."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    CORYTrainer(*tiny_run("x", num_iterations=1)).train()
+    CORYTrainer(tiny_run("x", num_iterations=1)).train()
     before = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "x").rglob("*"))
     no_text = tmp_path / "no_text.csv"
     no_text.write_text("title,stars\nA film,3\n")
     bad = [dict(data_path=str(no_text)), dict(model="smollm2-135m-instruc"), dict(reward="nosuch_reward")]
     for opts in bad:
         with pytest.raises((ValueError, OSError)):
-            CORYTrainer(*tiny_run("x", num_iterations=1, overwrite=True, **opts))
+            CORYTrainer(tiny_run("x", num_iterations=1, overwrite=True, **opts))
         assert sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "x").rglob("*")) == before, opts
         with pytest.raises((ValueError, OSError)):
-            CORYTrainer(*tiny_run("fresh", num_iterations=1, **opts))
+            CORYTrainer(tiny_run("fresh", num_iterations=1, **opts))
         assert not (tmp_path / "fresh").exists(), opts
-    trainer = CORYTrainer(*tiny_run("x", num_iterations=1, overwrite=True))  # a good overwrite replaces the run
+    trainer = CORYTrainer(tiny_run("x", num_iterations=1, overwrite=True))  # a good overwrite replaces the run
     assert not (tmp_path / "x" / "metrics.jsonl").exists() and (tmp_path / "x" / "config.yaml").is_file()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".x")] == []  # no moved-aside copy is left
     trainer.train()
 
 
 def test_resume_with_different_config_names_fields(tiny_run):
-    CORYTrainer(*tiny_run("y", num_iterations=1)).train()
+    CORYTrainer(tiny_run("y", num_iterations=1)).train()
     with pytest.raises(ValueError, match="learning_rate.*init_kl_coef|init_kl_coef.*learning_rate"):
-        CORYTrainer(*tiny_run("y", num_iterations=2, resume=True, learning_rate=0.5, init_kl_coef=0.9))
+        CORYTrainer(tiny_run("y", num_iterations=2, resume=True, learning_rate=0.5, init_kl_coef=0.9))
 
 
 def test_nan_loss_stops_and_keeps_last_checkpoint(tiny_run, monkeypatch, tmp_path):
     configs = tiny_run("nan", num_iterations=3, checkpoint_every=1)
-    trainer = CORYTrainer(*configs)
+    trainer = CORYTrainer(configs)
     real = ppo_math.ppo_loss
     calls = {"n": 0}
 
@@ -248,14 +248,14 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(tiny_run, monkeypatch, tmp_pat
     state = json.loads((ckpt / "trainer_state.json").read_text())
     assert state["iteration"] == 0
     monkeypatch.setattr(ppo_math, "ppo_loss", real)
-    resumed = CORYTrainer(*tiny_run("nan", num_iterations=2, checkpoint_every=1, resume=True))
+    resumed = CORYTrainer(tiny_run("nan", num_iterations=2, checkpoint_every=1, resume=True))
     assert resumed.start_iteration == 1 and len(resumed.train()) == 1
 
 
 def test_memory_shared_lora_run(tiny_run):
     """One frozen base, two adapters: both adapters train, the base (= reference) never moves, resume works."""
     configs = tiny_run("lora", num_iterations=2, use_lora=True, lora_r=4)
-    trainer = CORYTrainer(*configs)
+    trainer = CORYTrainer(configs)
     shared = trainer.agents["llm1"].model
     assert trainer.agents["llm2"].model is shared  # no second copy of the weights
     base_before = {n: p.detach().clone() for n, p in shared.named_parameters() if "lora_" not in n}
@@ -269,7 +269,7 @@ def test_memory_shared_lora_run(tiny_run):
     assert abs(rows[0]["pioneer/kl"]) < 1e-5  # reference = base with adapters off = initial policy
     # the checkpoint holds adapters + value heads only, and a resume continues from it
     resumed_configs = tiny_run("lora", num_iterations=3, use_lora=True, lora_r=4, resume=True)
-    resumed = CORYTrainer(*resumed_configs)
+    resumed = CORYTrainer(resumed_configs)
     assert resumed.start_iteration == 2 and len(resumed.train()) == 1
 
 
@@ -284,7 +284,7 @@ def test_gradient_checkpointing_gives_the_same_update(tiny_run, use_lora):
     for flag in (False, True):
         configs = tiny_run(f"gc-{flag}", num_iterations=1, use_lora=use_lora, lora_r=4,
                            gradient_checkpointing=flag)
-        trainer = CORYTrainer(*configs)
+        trainer = CORYTrainer(configs)
         base = trainer.agents["llm1"].model
         base = base.get_base_model() if use_lora else base
         assert getattr(base, "is_activation_checkpointing", None) is flag
@@ -301,7 +301,7 @@ def test_gradient_checkpointing_gives_the_same_update(tiny_run, use_lora):
 def test_bfloat16_model_with_lora_trains(tiny_run):
     """--dtype bfloat16: the LM weights are bf16, LoRA adapters and value heads stay fp32, metrics are finite."""
     configs = tiny_run("bf16", num_iterations=2, use_lora=True, lora_r=4, dtype="bfloat16")
-    trainer = CORYTrainer(*configs)
+    trainer = CORYTrainer(configs)
     agent = trainer.agents["llm1"]
     lora = [p for n, p in agent.model.named_parameters() if "lora_" in n]
     base = [p for n, p in agent.model.named_parameters() if "lora_" not in n]
@@ -322,14 +322,14 @@ def test_a_reward_callable_is_recorded_and_eval_never_substitutes_another(tiny_r
     callable it cannot rebuild unless --reward says which reward to use."""
     from trainers.cli.eval import run_eval
 
-    CORYTrainer(*tiny_run("named", num_iterations=1), reward_fn=constant_ten_reward).train()
+    CORYTrainer(tiny_run("named", num_iterations=1), reward_fn=constant_ten_reward).train()
     saved = yaml.safe_load((tmp_path / "named" / "config.yaml").read_text())
     assert saved["reward"] == "tests.trainers.test_cory_trainer:constant_ten_reward"
     out = tmp_path / "named.json"
     run_eval([str(tmp_path / "named"), "--num_batches", "1", "--batch_size", "2", "--out", str(out)])
     assert json.loads(out.read_text())["task_reward"] == 10.0
 
-    CORYTrainer(*tiny_run("lambda", num_iterations=1), reward_fn=lambda q, r: [10.0] * len(q)).train()
+    CORYTrainer(tiny_run("lambda", num_iterations=1), reward_fn=lambda q, r: [10.0] * len(q)).train()
     saved = yaml.safe_load((tmp_path / "lambda" / "config.yaml").read_text())
     assert "<lambda>" in saved["reward"] and saved["reward"] != "vader"
     with pytest.raises(ValueError, match="--reward"):
@@ -348,7 +348,7 @@ def test_cory_eval_loads_the_agent_only(tiny_run, monkeypatch, capsys):
     from trainers.loop import checkpoint as ckpt
 
     configs = tiny_run("evalonly", num_iterations=1, temperature=0.7, lora_r=4, use_lora=True)
-    trainer = CORYTrainer(*configs)
+    trainer = CORYTrainer(configs)
     trainer.train()
     path = latest_checkpoint(configs.run.output_dir)
     for optimizer_state in path.glob("*/learner.pt"):
@@ -386,7 +386,7 @@ def test_eval_refuses_a_checkpoint_whose_base_model_changed_under_its_name(tiny_
     tiny_causal_lm(tok, seed=0).save_pretrained(folder)
     tok.save_pretrained(folder)
     configs = tiny_run("evalfp", model=str(folder), use_lora=True, num_iterations=1)
-    CORYTrainer(*configs).train()
+    CORYTrainer(configs).train()
     run = configs.run.output_dir
     assert main(["eval", run, "--num_batches", "1", "--batch_size", "2"]) == 0
     tiny_causal_lm(tok, seed=1).save_pretrained(folder)  # other weights, same shapes, same path
@@ -395,7 +395,7 @@ def test_eval_refuses_a_checkpoint_whose_base_model_changed_under_its_name(tiny_
 
 
 def test_evaluate_a_named_model_in_the_pioneer_seat(tiny_run):
-    trainer = CORYTrainer(*tiny_run("named-eval", num_iterations=1, role_exchange_period=1, heldout_fraction=0.3))
+    trainer = CORYTrainer(tiny_run("named-eval", num_iterations=1, role_exchange_period=1, heldout_fraction=0.3))
     trainer.train()  # one exchange: llm2 sits in the pioneer seat now
     assert trainer.exchange.seats["pioneer"].name == "llm2"
     seat = trainer.evaluate(episodes=4, seed=3)

@@ -22,7 +22,8 @@ import psutil
 import pytest
 import torch
 
-from trainers.cli.launch import launch_command
+from trainers.cli.launch import launch_command, preflight
+from trainers.cli.train import parse_train_args
 from trainers.learning import ppo_math
 from trainers.learning.learners import make_learner, register_learner, LEARNERS
 from trainers.learning.score_scaling import RunningMoments
@@ -130,11 +131,11 @@ def test_leaving_the_trainer_block_closes_its_group_also_after_an_error(tiny_run
 
     dist = Recording()
     with pytest.raises(RuntimeError, match="boom"):
-        with CORYTrainer(*tiny_run(num_iterations=1), dist=dist):
+        with CORYTrainer(tiny_run(num_iterations=1), dist=dist):
             raise RuntimeError("boom")
     assert dist.waits == [False]  # after an error the others may never reach a barrier
     clean = Recording()
-    with CORYTrainer(*tiny_run("clean", num_iterations=1), dist=clean):
+    with CORYTrainer(tiny_run("clean", num_iterations=1), dist=clean):
         pass
     assert clean.waits == [True]
 
@@ -200,7 +201,7 @@ def test_global_whitening_pools_two_shards():
     torch.testing.assert_close(first, whole[:2], rtol=1e-5, atol=1e-6)
 
 
-def test_a_learner_without_dist_is_refused_in_a_multi_process_run(tiny_run):
+def test_a_learner_without_dist_is_refused_in_a_multi_process_run(tiny_run, registries):
     dist = DataParallel()
     dist.world_size = 2  # pretend: the check happens before any collective
 
@@ -208,16 +209,15 @@ def test_a_learner_without_dist_is_refused_in_a_multi_process_run(tiny_run):
         return LEARNERS["ppo"].factory(agent, ref_model, config)
 
     register_learner("old-style", old_style, overwrite=True)
-    try:
-        with pytest.raises(ValueError, match="cannot train data-parallel.*dist"):
-            make_learner("old-style", None, None, None, dist=dist)
-    finally:
-        LEARNERS.pop("old-style")
+    with pytest.raises(ValueError, match="cannot train data-parallel.*dist"):
+        make_learner("old-style", None, None, None, dist=dist)
+    with pytest.raises(ValueError, match="cannot train data-parallel.*dist"):  # the launcher's check, before any process
+        preflight(tiny_run("never", learner="old-style"), 2)
 
 
 def test_resume_with_another_process_count_is_refused(tiny_run):
     configs = tiny_run(num_iterations=1)
-    CORYTrainer(*configs).train()
+    CORYTrainer(configs).train()
     state_path = next((Path(configs.run.output_dir) / "checkpoints").glob("iter-*")) / "trainer_state.json"
     state = json.loads(state_path.read_text())
     assert state["num_processes"] == 1
@@ -226,7 +226,7 @@ def test_resume_with_another_process_count_is_refused(tiny_run):
     import dataclasses
 
     with pytest.raises(ValueError, match="trained with 2.*--num_processes 2"):
-        CORYTrainer(*configs._replace(run=dataclasses.replace(configs.run, resume=True, num_iterations=2)))
+        CORYTrainer(dataclasses.replace(configs, run=dataclasses.replace(configs.run, resume=True, num_iterations=2)))
 
 
 # ---------------------------------------------------------------------------------------------------- two processes
@@ -306,6 +306,8 @@ def test_a_nan_loss_on_one_process_stops_every_process_and_keeps_the_checkpoint(
     (["--learner", "grpo"], "GRPO needs group_size >= 2"),
     (["--learner", "nosuch"], "unknown learner 'nosuch'"),
     (["--device", "cuda:1"], "would put all 2 processes on one device|needs CUDA"),
+    (["--learner", "mappo", "--seating", "ppo"], "learner 'mappo' needs at least two seats"),
+    (["--task", "tiny_vocab", "--seating", "chain:3", "--context_len", "9"], "context_len=9 is too small"),
 ])
 def test_launcher_mistakes_are_one_line_before_any_process_starts(tmp_path, extra, message):
     proc = subprocess.run([sys.executable, "-m", "trainers.cli", "train", "--preset", "tiny", "--num_processes", "2",
@@ -315,6 +317,27 @@ def test_launcher_mistakes_are_one_line_before_any_process_starts(tmp_path, extr
     assert re.search(message, proc.stderr)
     assert "accelerate" not in proc.stderr.lower()  # nothing was launched
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.real_model
+def test_the_launcher_checks_the_configs_that_run(tmp_path):
+    """The launcher's preflight is the run's own check (`plan_run`) on the same parsed configs: the README's preset
+    (GRPO, group_size 4 from the preset) and a GRPO run with --group_size pass it; it used to refuse every GRPO run
+    ("GRPO needs group_size >= 2 ... got 1": the check never saw the GRPO options)."""
+    preflight(parse_train_args(["--preset", "imdb-quick", "--output_dir", str(tmp_path / "a")]), 2)
+    preflight(parse_train_args(["--preset", "tiny", "--learner", "grpo", "--group_size", "2",
+                                "--output_dir", str(tmp_path / "b")]), 2)
+    assert not any(tmp_path.iterdir())  # checked, nothing written
+
+
+@pytest.mark.slow
+def test_a_grpo_run_trains_through_the_launcher(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "trainers.cli", "train", "--preset", "tiny", "--num_processes", "2",
+                           "--learner", "grpo", "--group_size", "2", "--num_iterations", "1",
+                           "--output_dir", str(tmp_path / "g")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len((tmp_path / "g" / "metrics.jsonl").read_text().splitlines()) == 1
 
 
 def test_existing_run_is_refused_before_launching(tmp_path):

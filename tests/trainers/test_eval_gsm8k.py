@@ -113,7 +113,7 @@ def test_cory_eval_gsm8k_on_a_checkpoint(tmp_path, tiny_run):
     from trainers.loop.cory import CORYTrainer
 
     configs = tiny_run(num_iterations=1)
-    CORYTrainer(*configs).train()  # an IMDB run; its pioneer is then evaluated on GSM8K
+    CORYTrainer(configs).train()  # an IMDB run; its pioneer is then evaluated on GSM8K
     path = _write_problems(tmp_path / "test.jsonl")
     assert run_eval([configs.run.output_dir, "--task", "gsm8k", "--data_path", str(path), "--limit", "2",
                      "--num_samples", "3", "--max_k", "3", "--max_new_tokens", "6"]) == 0

@@ -12,7 +12,7 @@ from cory_env import BatchedCORYEnv, EnvConfig
 from trainers.config import GRPOConfig, PPOConfig
 from trainers.learning.grpo import STD_EPS, GRPOLearner, group_advantages, grpo_loss
 from trainers.loop.cory import CORYTrainer
-from trainers.loop.rollout import rollout_from_transcript, run_episodes
+from trainers.rollout import rollout_from_transcript, run_episodes
 
 
 def grpo_configs(**kwargs) -> tuple[PPOConfig, GRPOConfig]:
@@ -198,7 +198,7 @@ def test_group_size_one_is_rejected(grpo_parts):
 @pytest.mark.parametrize("algo", ["cory", "ppo"])
 def test_trainer_runs_grpo_for_cory_and_the_single_agent_baseline(tiny_run, algo):
     configs = tiny_run(seating=algo, learner="grpo", group_size=2, num_iterations=2)
-    trainer = CORYTrainer(*configs)
+    trainer = CORYTrainer(configs)
     rows = trainer.train()
     assert type(trainer.exchange.seats["pioneer"].learner) is GRPOLearner
     assert np.isfinite(rows[-1]["pioneer/policy_loss"]) and "pioneer/kl_loss" in rows[-1]

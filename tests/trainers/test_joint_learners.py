@@ -207,12 +207,12 @@ def test_magrpo_equals_cory_grpo_with_a_partner_coefficient_of_one_and_not_other
 
     reward = lambda queries, responses: [float(len(r) % 3) for r in responses]  # noqa: E731 - a spread
     opts = dict(group_size=2, num_iterations=2, role_exchange_period=1)
-    grpo = CORYTrainer(*tiny_run("grpo", learner="grpo", **opts), reward_fn=reward).train()
-    magrpo = CORYTrainer(*tiny_run("magrpo", learner="magrpo", **opts), reward_fn=reward).train()
+    grpo = CORYTrainer(tiny_run("grpo", learner="grpo", **opts), reward_fn=reward).train()
+    magrpo = CORYTrainer(tiny_run("magrpo", learner="magrpo", **opts), reward_fn=reward).train()
     assert _strip_time(magrpo) == _strip_time(grpo)
     half = dict(opts, partner_reward_coef=0.5)
-    grpo = CORYTrainer(*tiny_run("grpo-h", learner="grpo", **half), reward_fn=reward).train()
-    magrpo = CORYTrainer(*tiny_run("magrpo-h", learner="magrpo", **half), reward_fn=reward).train()
+    grpo = CORYTrainer(tiny_run("grpo-h", learner="grpo", **half), reward_fn=reward).train()
+    magrpo = CORYTrainer(tiny_run("magrpo-h", learner="magrpo", **half), reward_fn=reward).train()
     assert magrpo[-1]["pioneer/score"] != grpo[-1]["pioneer/score"]  # the joint reward, not the env's mix
 
 
@@ -222,9 +222,9 @@ def test_joint_learners_train_and_resume_exactly(tiny_run, learner, extra):
     from tests.trainers.test_cory_trainer import _strip_time
 
     opts = dict(learner=learner, role_exchange_period=3, **extra)
-    full = CORYTrainer(*tiny_run(f"{learner}-full", num_iterations=4, **opts)).train()
-    CORYTrainer(*tiny_run(f"{learner}-part", num_iterations=2, **opts)).train()
-    resumed = CORYTrainer(*tiny_run(f"{learner}-part", num_iterations=4, resume=True, **opts))
+    full = CORYTrainer(tiny_run(f"{learner}-full", num_iterations=4, **opts)).train()
+    CORYTrainer(tiny_run(f"{learner}-part", num_iterations=2, **opts)).train()
+    resumed = CORYTrainer(tiny_run(f"{learner}-part", num_iterations=4, resume=True, **opts))
     assert type(resumed.algorithm).__name__ == learner.upper()
     assert resumed.exchange.bundles["llm1"].learner is resumed.algorithm.learners["llm1"]
     assert _strip_time(resumed.train()) == _strip_time(full[2:])
@@ -238,9 +238,9 @@ def test_joint_learners_train_and_resume_exactly(tiny_run, learner, extra):
 ])
 def test_refused_before_any_model_loads(tiny_run, overrides, message):
     configs = tiny_run(**overrides)
-    configs = configs._replace(model=dataclasses.replace(configs.model, model="/nonexistent/model"))
+    configs = dataclasses.replace(configs, model=dataclasses.replace(configs.model, model="/nonexistent/model"))
     with pytest.raises(ValueError, match=message):
-        CORYTrainer(*configs)
+        CORYTrainer(configs)
 
 
 def test_cli_refuses_a_centralized_critic_on_the_single_agent_seating(tmp_path, capsys):
@@ -299,6 +299,6 @@ def test_old_config_files_with_the_grpo_fields_in_the_learner_options_still_load
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(old))
     configs = RunConfigs.from_flat(load_yaml_config(path), strict=True)
-    assert configs.grpo == GRPOConfig(group_size=4, scale_rewards=False, kl_in_loss=False)
+    assert configs.learner_options == GRPOConfig(group_size=4, scale_rewards=False, kl_in_loss=False)
     assert not hasattr(configs.ppo, "group_size")
     check_resumable(old, configs.to_flat(), tmp_path)

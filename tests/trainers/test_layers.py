@@ -31,8 +31,8 @@ def test_learning_imports_nothing_above_it(path):
 
 def test_the_check_reads_imports_inside_functions(tmp_path):
     probe = tmp_path / "probe.py"
-    probe.write_text("def f():\n    from trainers.loop.rollout import run_episodes\n")
-    assert _imports(probe) == ["trainers.loop.rollout"]
+    probe.write_text("def f():\n    from trainers.rollout import run_episodes\n")
+    assert _imports(probe) == ["trainers.rollout"]
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "trainers" / "adapters").glob("*.py")), ids=lambda p: p.name)

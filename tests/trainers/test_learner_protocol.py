@@ -1,4 +1,4 @@
-"""The learner protocol: the docs/learners.md example learner runs CORY through the registry; registry errors."""
+"""The learner protocol: the docs/extending.md example learners run CORY through the registry; registry errors."""
 
 from __future__ import annotations
 
@@ -14,21 +14,22 @@ from trainers.learning.learners import Learner, make_learner, register_learner
 from trainers.learning.ppo import PPOLearner
 from trainers.loop.cory import CORYTrainer
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "learners.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "extending.md"
 
 
 @pytest.fixture()
-def registry(monkeypatch):
-    """A private copy of the registry, so tests never leak learners into each other."""
-    monkeypatch.setattr(learners, "LEARNERS", dict(learners.LEARNERS))
+def registry(registries):
+    """The learner registry, put back after the test (`registries`), so tests never leak learners (or the guide's
+    task and reward) into each other."""
     return learners.LEARNERS
 
 
 def _guide_code() -> str:
-    """Every python block of docs/learners.md, in order (the REINFORCE learner, then the joint learner on it)."""
+    """The guide's python blocks but its training one, in order (a task, a reward, the REINFORCE learner with its
+    options, then the joint learner on it); `tests/test_extending.py` runs them all."""
     blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), flags=re.S)
-    assert len(blocks) == 2
-    return "\n".join(blocks)
+    assert len(blocks) == 5 and "CORYTrainer(configs)" in blocks[3]
+    return "\n".join(blocks[:3] + blocks[4:])
 
 
 def test_guide_learner_runs_cory_through_the_registry(registry, tiny_run):
@@ -39,7 +40,7 @@ def test_guide_learner_runs_cory_through_the_registry(registry, tiny_run):
                        reset_on_exchange=True)
     # a reward that varies with the text: VADER scores the tiny model's random text 0, and REINFORCE with R = b = 0
     # has a zero gradient
-    trainer = CORYTrainer(*configs, reward_fn=lambda queries, responses: [float(len(r)) for r in responses])
+    trainer = CORYTrainer(configs, reward_fn=lambda queries, responses: [float(len(r)) for r in responses])
     before = {name: [p.detach().clone() for p in b.agent.trainable_parameters()]
               for name, b in trainer.exchange.bundles.items()}
     rows = trainer.train()
@@ -67,7 +68,7 @@ def test_guide_joint_learner_pays_every_seat_the_joint_reward_and_moves_with_rol
         return real(self, rollout, generator=generator)
 
     namespace["ReinforceLearner"].step = spy
-    trainer = CORYTrainer(*configs, reward_fn=lambda queries, responses: [float(len(r)) for r in responses])
+    trainer = CORYTrainer(configs, reward_fn=lambda queries, responses: [float(len(r)) for r in responses])
     assert isinstance(trainer.algorithm, namespace["TeamReinforce"])
     rows = trainer.train()
     learners_ = trainer.algorithm.learners
@@ -82,11 +83,11 @@ def test_guide_joint_learner_pays_every_seat_the_joint_reward_and_moves_with_rol
 
 def test_two_different_learners_share_one_role_exchange(registry, tiny_run):
     configs = tiny_run(learner="ppo", group_size=2, num_iterations=2, role_exchange_period=1)
-    trainer = CORYTrainer(*configs)
+    trainer = CORYTrainer(configs)
     llm2 = trainer.exchange.bundles["llm2"]
     # per-seat learners of two kinds: the algorithm (IndependentLearners) steps them, the bundle moves it
     llm2.learner = trainer.algorithm.learners["llm2"] = make_learner("grpo", llm2.agent, trainer.ref_model,
-                                                                      configs.ppo, configs.grpo)
+                                                                      configs.ppo, configs.learner_options)
     rows = trainer.train()
     assert type(trainer.exchange.bundles["llm1"].learner) is PPOLearner
     assert type(trainer.exchange.bundles["llm2"].learner) is GRPOLearner

@@ -60,7 +60,7 @@ def test_evaluate_and_entropy_bonus_refuse_bad_calls(tmp_path):
     from trainers.cli.train import parse_train_args
     from trainers.loop.cory import CORYTrainer
 
-    trainer = CORYTrainer(*parse_train_args(["--preset", "tiny", "--algo", "ppo", "--output_dir", str(tmp_path / "r"),
+    trainer = CORYTrainer(parse_train_args(["--preset", "tiny", "--algo", "ppo", "--output_dir", str(tmp_path / "r"),
                                              "--tensorboard", "false"]))
     with pytest.raises(ValueError, match="episodes must be >= 1"):
         trainer.evaluate(episodes=0, seed=0)

@@ -9,11 +9,11 @@ def test_bf16_mixed_keeps_master_weights_scores_and_losses_in_fp32(tiny_run):
     """Under bf16-mixed the forwards' matmuls are bf16 but parameters, Adam state, log-probabilities, values and
     losses are float32, and the first mini-batch's PPO ratio stays 1 (one recomputation scores and updates)."""
     from trainers.loop.cory import CORYTrainer
-    from trainers.loop.rollout import rollout_from_transcript, run_episodes
+    from trainers.rollout import rollout_from_transcript, run_episodes
 
     configs = tiny_run("bf16", precision="bf16-mixed", num_iterations=1, batch_size=4, mini_batch_size=4,
                        ppo_epochs=1, role_exchange_period=0)
-    trainer = CORYTrainer(*configs)
+    trainer = CORYTrainer(configs)
     agent = trainer.exchange.seats["pioneer"].agent
     assert agent.precision == "bf16-mixed" and trainer.ref_model.precision == "bf16-mixed"
     assert not agent.acting_scores_exact  # the learner recomputes its old scores

@@ -147,9 +147,9 @@ def test_cli_reports_bad_yaml_in_one_line(tmp_path, capsys):
 
 
 def test_resume_with_changed_config_names_old_and_new_values(tiny_run):
-    CORYTrainer(*tiny_run("y", num_iterations=1)).train()
+    CORYTrainer(tiny_run("y", num_iterations=1)).train()
     with pytest.raises(ValueError, match=r"learning_rate: 0\.001 -> 0\.5.*--config"):
-        CORYTrainer(*tiny_run("y", num_iterations=2, resume=True, learning_rate=0.5))
+        CORYTrainer(tiny_run("y", num_iterations=2, resume=True, learning_rate=0.5))
 
 
 @pytest.fixture(scope="module")
@@ -159,9 +159,9 @@ def tok400():
 
 
 def test_resume_with_another_vocabulary_is_refused(tiny_run, tok400):
-    CORYTrainer(*tiny_run("v", num_iterations=1)).train()
+    CORYTrainer(tiny_run("v", num_iterations=1)).train()
     with pytest.raises(CheckpointError, match="vocabulary size 384, this model has 400"):
-        CORYTrainer(*tiny_run("v", num_iterations=2, resume=True), model=tiny_causal_lm(tok400), tokenizer=tok400)
+        CORYTrainer(tiny_run("v", num_iterations=2, resume=True), model=tiny_causal_lm(tok400), tokenizer=tok400)
 
 
 def test_act_refuses_observations_it_cannot_have_come_from_its_env(tiny_tok, tiny_model, tok400):
@@ -189,10 +189,10 @@ def test_act_refuses_observations_it_cannot_have_come_from_its_env(tiny_tok, tin
 
 def test_checkpoint_of_another_model_is_refused_before_any_weight_changes(tiny_run):
     configs = tiny_run("m", num_iterations=1)
-    CORYTrainer(*configs).train()
+    CORYTrainer(configs).train()
     path = latest_checkpoint(configs.run.output_dir)
     tok = tiny_tokenizer()
-    other = CORYTrainer(*tiny_run("other", num_iterations=1), model=tiny_causal_lm(tok, hidden_size=48),
+    other = CORYTrainer(tiny_run("other", num_iterations=1), model=tiny_causal_lm(tok, hidden_size=48),
                         tokenizer=tok)
     bundle = other.exchange.bundles["llm1"]
     before = {n: p.clone() for n, p in bundle.agent.named_parameters()}
@@ -204,7 +204,7 @@ def test_checkpoint_of_another_model_is_refused_before_any_weight_changes(tiny_r
 @pytest.mark.parametrize("damage", ["torn_state", "torn_weights", "missing_learner", "not_a_checkpoint"])
 def test_damaged_checkpoint_raises_checkpoint_error(tiny_run, damage):
     configs = tiny_run("d", num_iterations=1)
-    CORYTrainer(*configs).train()
+    CORYTrainer(configs).train()
     path = latest_checkpoint(configs.run.output_dir)
     if damage == "torn_state":
         text = (path / "trainer_state.json").read_text()
@@ -221,12 +221,12 @@ def test_damaged_checkpoint_raises_checkpoint_error(tiny_run, damage):
         (path / "trainer_state.json").write_text(json.dumps({"hello": 1}))
         match = "not a cory checkpoint"
     with pytest.raises(CheckpointError, match=match):
-        CORYTrainer(*tiny_run("d", num_iterations=2, resume=True))
+        CORYTrainer(tiny_run("d", num_iterations=2, resume=True))
 
 
 def test_broken_latest_pointer_falls_back_to_newest_complete_checkpoint(tiny_run, tmp_path):
     configs = tiny_run("p", num_iterations=3, checkpoint_every=1, keep_checkpoints=3)
-    CORYTrainer(*configs).train()
+    CORYTrainer(configs).train()
     root = tmp_path / "p" / "checkpoints"
     (root / "latest").write_text("iter-000099")
     assert latest_checkpoint(tmp_path / "p") == root / "iter-000002"
@@ -239,7 +239,7 @@ def test_broken_latest_pointer_falls_back_to_newest_complete_checkpoint(tiny_run
 @pytest.mark.parametrize("where", ["weights", "optimizer", "rename"])
 def test_disk_full_keeps_previous_checkpoint_and_leaves_no_temp(tiny_run, tmp_path, monkeypatch, where):
     configs = tiny_run("full", num_iterations=3, checkpoint_every=1)
-    trainer = CORYTrainer(*configs)
+    trainer = CORYTrainer(configs)
     calls = {"n": 0}
     target = {"weights": (ckpt, "save_file"), "optimizer": (ckpt.torch, "save"), "rename": (ckpt.os, "replace")}
     module, name = target[where]
@@ -260,7 +260,7 @@ def test_disk_full_keeps_previous_checkpoint_and_leaves_no_temp(tiny_run, tmp_pa
     monkeypatch.setattr(module, name, real)
     root = tmp_path / "full" / "checkpoints"
     assert sorted(p.name for p in root.iterdir()) == ["iter-000000", "latest"]
-    resumed = CORYTrainer(*tiny_run("full", num_iterations=2, checkpoint_every=1, resume=True))
+    resumed = CORYTrainer(tiny_run("full", num_iterations=2, checkpoint_every=1, resume=True))
     assert resumed.start_iteration == 1 and len(resumed.train()) == 1
 
 
@@ -317,12 +317,12 @@ def test_sigkill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path):
     assert [p.name for p in root.glob(".tmp-iter-000003-*")], "the killed write left its temporary folder"
     assert latest_checkpoint(run) == root / "iter-000001"
     # the previous checkpoint loads and resumes exactly: same metrics as a run never interrupted
-    resumed = CORYTrainer(*parse_train_args(["--config", str(run / "config.yaml"), "--resume",
+    resumed = CORYTrainer(parse_train_args(["--config", str(run / "config.yaml"), "--resume",
                                              "--num_iterations", "4"]))
     assert resumed.start_iteration == 2
     rest = resumed.train()
     assert not list(root.glob(".tmp-*")), "the next save removes the killed write's temporary folder"
-    full = CORYTrainer(*parse_train_args(["--config", str(run / "config.yaml"), "--num_iterations", "4",
+    full = CORYTrainer(parse_train_args(["--config", str(run / "config.yaml"), "--num_iterations", "4",
                                           "--output_dir", str(tmp_path / "full")])).train()
     assert _strip(rest) == _strip(full[2:])
     assert [r["iteration"] for r in read_jsonl(run / METRICS_FILE)] == [0, 1, 2, 3]
@@ -349,9 +349,9 @@ def test_ctrl_c_saves_exits_130_and_resumes_exactly(tmp_path):
     assert [r["iteration"] for r in read_jsonl(run / METRICS_FILE)] == list(range(last + 1))
     # resume (as `cory train --config RUN/config.yaml --resume` does) and compare with a run never interrupted
     total = last + 3
-    CORYTrainer(*parse_train_args(["--config", str(run / "config.yaml"), "--resume",
+    CORYTrainer(parse_train_args(["--config", str(run / "config.yaml"), "--resume",
                                    "--num_iterations", str(total)])).train()
-    CORYTrainer(*parse_train_args(["--config", str(run / "config.yaml"), "--num_iterations",
+    CORYTrainer(parse_train_args(["--config", str(run / "config.yaml"), "--num_iterations",
                                    str(total), "--output_dir", str(tmp_path / "full")])).train()
     assert _strip(read_jsonl(run / METRICS_FILE)) == _strip(read_jsonl(tmp_path / "full" / METRICS_FILE))
 
@@ -376,7 +376,7 @@ def test_stop_signal_in_process_checkpoints_and_restores_handlers(tiny_run, tmp_
     assert [r["iteration"] for r in rows] == [0, 1] and trainer.last_checkpoint_iteration == 1
     assert latest_checkpoint(tmp_path / "sig").name == "iter-000001"
     assert {s: signal.getsignal(s) for s in before} == before
-    resumed = CORYTrainer(*tiny_run("sig", num_iterations=3, resume=True))
+    resumed = CORYTrainer(tiny_run("sig", num_iterations=3, resume=True))
     assert resumed.start_iteration == 2 and len(resumed.train()) == 1
 
 
@@ -431,10 +431,10 @@ def test_resume_purges_tensorboard_steps_after_the_checkpoint(tiny_run, tmp_path
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     configs = tiny_run("tb", num_iterations=3, checkpoint_every=2, keep_checkpoints=2, tensorboard=True)
-    CORYTrainer(*configs).train()
+    CORYTrainer(configs).train()
     root = tmp_path / "tb" / "checkpoints"
     (root / "latest").write_text("iter-000001")  # as if killed after logging iteration 2, before its checkpoint
-    resumed = CORYTrainer(*tiny_run("tb", num_iterations=3, checkpoint_every=2, tensorboard=True, resume=True))
+    resumed = CORYTrainer(tiny_run("tb", num_iterations=3, checkpoint_every=2, tensorboard=True, resume=True))
     assert resumed.start_iteration == 2
     resumed.train()
     events = EventAccumulator(str(tmp_path / "tb" / "tensorboard"))
@@ -461,7 +461,7 @@ def test_a_run_that_cannot_write_its_checkpoints_stops_before_training(tiny_run,
 
     from trainers.loop import run_dir
 
-    CORYTrainer(*tiny_run("ro", num_iterations=1)).train()
+    CORYTrainer(tiny_run("ro", num_iterations=1)).train()
     real = tempfile.mkstemp
 
     def read_only(*args, dir=None, **kwargs):  # noqa: A002 - tempfile's keyword
@@ -472,30 +472,30 @@ def test_a_run_that_cannot_write_its_checkpoints_stops_before_training(tiny_run,
     monkeypatch.setattr(run_dir.tempfile, "mkstemp", read_only)
     with pytest.raises(OSError, match=r"cannot write into .*checkpoints \(Permission denied\): the run could not "
                                       r"save its checkpoints"):
-        CORYTrainer(*tiny_run("ro", num_iterations=3, resume=True))
+        CORYTrainer(tiny_run("ro", num_iterations=3, resume=True))
     assert [r["iteration"] for r in read_jsonl(Path(tiny_run("ro").run.output_dir) / METRICS_FILE)] == [0]
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
 def test_a_read_only_run_folder_is_refused_before_training(tiny_run):
     configs = tiny_run("chmod", num_iterations=1)
-    CORYTrainer(*configs).train()
+    CORYTrainer(configs).train()
     folder = Path(configs.run.output_dir) / ckpt.CHECKPOINT_DIR
     folder.chmod(0o555)
     try:
         with pytest.raises(OSError, match="cannot write into"):
-            CORYTrainer(*tiny_run("chmod", num_iterations=2, resume=True))
+            CORYTrainer(tiny_run("chmod", num_iterations=2, resume=True))
     finally:
         folder.chmod(0o755)
 
 
 def test_time_based_checkpoints(tiny_run):
     configs = tiny_run("timed", num_iterations=3, checkpoint_every_minutes=1e-9, keep_checkpoints=5)
-    CORYTrainer(*configs).train()
+    CORYTrainer(configs).train()
     root = Path(configs.run.output_dir) / ckpt.CHECKPOINT_DIR
     assert sorted(p.name for p in root.glob("iter-*")) == ["iter-000000", "iter-000001", "iter-000002"]
     off = tiny_run("untimed", num_iterations=3, checkpoint_every_minutes=0, keep_checkpoints=5)
-    CORYTrainer(*off).train()
+    CORYTrainer(off).train()
     assert [p.name for p in (Path(off.run.output_dir) / ckpt.CHECKPOINT_DIR).glob("iter-*")] == ["iter-000002"]
 
 
@@ -515,12 +515,12 @@ class _FlakyReward:
 def test_a_failure_in_the_rollout_keeps_the_iteration_before(tiny_run):
     """With the default checkpoint_every 0 a late failure lost every iteration; a rollout failure (reward, data) now
     saves the last finished iteration first, and the resume continues exactly."""
-    full = CORYTrainer(*tiny_run("whole", num_iterations=4, checkpoint_every_minutes=0),
+    full = CORYTrainer(tiny_run("whole", num_iterations=4, checkpoint_every_minutes=0),
                        reward_fn=_FlakyReward()).train()
     flaky = _FlakyReward(fail_at=3)  # the third iteration's rewards
     with pytest.raises(RewardFunctionError, match="reward server went away"):
-        CORYTrainer(*tiny_run("flaky", num_iterations=4, checkpoint_every_minutes=0), reward_fn=flaky).train()
-    resumed = CORYTrainer(*tiny_run("flaky", num_iterations=4, checkpoint_every_minutes=0, resume=True),
+        CORYTrainer(tiny_run("flaky", num_iterations=4, checkpoint_every_minutes=0), reward_fn=flaky).train()
+    resumed = CORYTrainer(tiny_run("flaky", num_iterations=4, checkpoint_every_minutes=0, resume=True),
                           reward_fn=_FlakyReward())
     assert resumed.start_iteration == 2
     rows = resumed.train()

@@ -22,7 +22,7 @@ def _chain(tiny_run, name="chain", **overrides):
 
 
 def test_three_models_rotate_over_three_seats_and_the_map_is_logged(tiny_run):
-    trainer = CORYTrainer(*_chain(tiny_run, num_iterations=3))
+    trainer = CORYTrainer(_chain(tiny_run, num_iterations=3))
     assert trainer.seating.names == ("pioneer", "observer_1", "observer_2")
     assert list(trainer.agents) == ["llm1", "llm2", "llm3"]
     rows = trainer.train()
@@ -41,15 +41,15 @@ def test_a_chain_resumes_exactly_across_rotations(tiny_run, learner):
     opts = {"learner": learner, "use_lora": True}
     if learner == "magrpo":
         opts.update(group_size=2, scale_rewards=False)
-    full = CORYTrainer(*_chain(tiny_run, "full", num_iterations=4, **opts)).train()
-    CORYTrainer(*_chain(tiny_run, "part", num_iterations=2, **opts)).train()
-    resumed = CORYTrainer(*_chain(tiny_run, "part", num_iterations=4, resume=True, **opts))
+    full = CORYTrainer(_chain(tiny_run, "full", num_iterations=4, **opts)).train()
+    CORYTrainer(_chain(tiny_run, "part", num_iterations=2, **opts)).train()
+    resumed = CORYTrainer(_chain(tiny_run, "part", num_iterations=4, resume=True, **opts))
     assert resumed.start_iteration == 2 and resumed.exchange.seats["pioneer"].name == "llm3"
     assert _strip_time(resumed.train()) == _strip_time(full[2:])
 
 
 def test_the_collective_evaluation_plays_every_seat(tiny_run):
-    trainer = CORYTrainer(*_chain(tiny_run, num_iterations=1))
+    trainer = CORYTrainer(_chain(tiny_run, num_iterations=1))
     out = trainer.evaluate(episodes=4, seed=5, collective=True)
     assert set(out) >= {"collective_reward", "pioneer_task_reward", "observer_1_task_reward",
                         "observer_2_task_reward"}
@@ -64,9 +64,9 @@ def test_a_run_folder_of_the_algo_era_resumes_and_evaluates_identically(tiny_run
     same numbers as an uninterrupted run, and `cory eval` reads it."""
     from trainers.cli import main as cory
 
-    full = CORYTrainer(*tiny_run("full", num_iterations=4, role_exchange_period=3)).train()
+    full = CORYTrainer(tiny_run("full", num_iterations=4, role_exchange_period=3)).train()
     run = tmp_path / "old"
-    CORYTrainer(*tiny_run("old", num_iterations=2, role_exchange_period=3)).train()
+    CORYTrainer(tiny_run("old", num_iterations=2, role_exchange_period=3)).train()
     config = yaml.safe_load((run / "config.yaml").read_text())
     old = {("algo" if k == "seating" else k): ("cory" if k == "seating" else v) for k, v in config.items()
            if k != "eval_every"}
@@ -75,13 +75,13 @@ def test_a_run_folder_of_the_algo_era_resumes_and_evaluates_identically(tiny_run
         state = json.loads(state_file.read_text())
         state["config"] = old
         state_file.write_text(json.dumps(state))
-    resumed = CORYTrainer(*tiny_run("old", num_iterations=4, role_exchange_period=3, resume=True))
+    resumed = CORYTrainer(tiny_run("old", num_iterations=4, role_exchange_period=3, resume=True))
     assert _strip_time(resumed.train()) == _strip_time(full[2:])
     assert cory(["eval", str(run), "--num_batches", "1", "--batch_size", "2"]) == 0
 
 
 def test_the_evaluation_hook_runs_every_k_iterations_and_at_given_points(tiny_run, tmp_path):
-    trainer = CORYTrainer(*tiny_run("hook", num_iterations=4, eval_every=2, eval_episodes=2))
+    trainer = CORYTrainer(tiny_run("hook", num_iterations=4, eval_every=2, eval_episodes=2))
     rows = trainer.train()
     assert [("eval" in r) for r in rows] == [False, True, False, True]
     assert rows[1]["eval/reward"] == rows[1]["eval"]["reward"] and "eval/kl" in rows[3]
@@ -94,7 +94,7 @@ def test_the_evaluation_hook_runs_every_k_iterations_and_at_given_points(tiny_ru
         calls.append(done)
         return {"reward": float(done), "samples": ["not logged"]}
 
-    rows = CORYTrainer(*tiny_run("points", num_iterations=3)).train(eval_at=(1, 3), evaluate=hook)
+    rows = CORYTrainer(tiny_run("points", num_iterations=3)).train(eval_at=(1, 3), evaluate=hook)
     assert calls == [1, 3] and rows[0]["eval/reward"] == 1.0 and "eval/samples" not in rows[0]
 
 

@@ -35,19 +35,19 @@ import torch
 from transformers import HfArgumentParser
 
 from agents import LLMAgent, SamplingConfig
-from cory_env import EnvConfig, make_reward_fn
+from cory_env import BatchedCORYEnv, EnvConfig, make_reward_fn
+from cory_env.tasks import task_spec
 from cory_env.seating import PIONEER
 from trainers.config import RunConfigs
 from trainers.evaluation.episodes import PIONEER_ALONE, evaluate_pioneer
 from trainers.evaluation.passk import PAPER_EVAL_SAMPLING, evaluate_pass_at_k
 from trainers.learning.learners import kl_estimator
 from trainers.loop import checkpoint as ckpt
-from trainers.loop.build import build_agents, build_env, load_policy_model, load_run_model
+from trainers.loop.build import build_agents, load_policy_model, load_run_model
 from trainers.loop.fingerprint import check_fingerprints, model_fingerprint, tokenizer_fingerprint
 
 logger = logging.getLogger(__name__)
 
-TASKS = ("imdb", "gsm8k")
 
 
 def format_table(result: dict) -> str:
@@ -79,9 +79,11 @@ def build_parser() -> HfArgumentParser:
     parser.add_argument("checkpoint", nargs="?", default=None,
                         help="A checkpoint folder (runs/X/checkpoints/iter-000009) or a run directory (its latest "
                              "checkpoint). Omit it with --task gsm8k --model NAME to evaluate a base model.")
-    parser.add_argument("--task", choices=TASKS, default=None,
-                        help="What to evaluate: imdb (reward/KL/diversity) or gsm8k (pass@k). Default: the "
-                             "checkpoint's task.")
+    parser.add_argument("--task", default=None,
+                        help="The task to evaluate on (a registered name, module:attr or plug-in; default: the "
+                             "checkpoint's task). Its TaskSpec.evaluation decides how: pioneer (the pioneer alone: "
+                             "reward, KL, distinct-n on the run's held-out queries; imdb and the toys) or pass@k "
+                             "(gsm8k).")
     parser.add_argument("--model", default=None,
                         help="Evaluate this base model without a checkpoint (hub id, local folder, .gguf, or alias "
                              "smollm2-135m-instruct / tiny); --task gsm8k only.")
@@ -138,16 +140,23 @@ def run_eval(argv: Sequence[str]) -> int:
         _check_data_path(args.data_path)
     if args.checkpoint is None:
         model, tokenizer = load_policy_model(args.model, seed=args.seed)
-        loaded = _Loaded(LLMAgent(model, tokenizer), None, None, None, EnvConfig(task="gsm8k"), args.model)
+        loaded = _Loaded(LLMAgent(model, tokenizer), None, None, None, RunConfigs(env=EnvConfig(task="gsm8k")),
+                         args.model)
     else:
         loaded = load_checkpoint_agent(args.checkpoint, args.model_name)
-        task = task or loaded.env_config.task
-    if task == "gsm8k":
+        task = task or loaded.configs.env.task
+    evaluation = task_spec(task).evaluation
+    if evaluation == "pass@k":
+        if task != "gsm8k":
+            raise ValueError(f"task {task!r} declares pass@k evaluation, which cory eval runs for gsm8k only; "
+                             "evaluate it with trainers.evaluation.passk.evaluate_pass_at_k")
         result = _eval_gsm8k(loaded, args)
         print(format_passk_table(result))
-    else:
-        result = _eval_imdb(loaded, args)
+    elif evaluation == "pioneer":
+        result = _eval_pioneer(loaded, args)
         print(format_table(result))
+    else:
+        raise ValueError(f"task {task!r} declares no evaluation (its TaskSpec.evaluation is {evaluation!r})")
     print(json.dumps({k: v for k, v in result.items() if k not in ("correct", "predictions", "golds")}, indent=2,
                      ensure_ascii=False))
     return 0
@@ -163,15 +172,16 @@ def _check_data_path(data_path: str | None) -> None:
 @dataclasses.dataclass
 class _Loaded:
     """What is evaluated: the agent, the reference model, its name and checkpoint folder (None for a base model),
-    the run's `EnvConfig` and a label for the output."""
+    the run's configs and a label for the output."""
 
     agent: LLMAgent
     ref_model: Any
     model_name: str | None
     checkpoint: Path | None
-    env_config: EnvConfig
+    configs: RunConfigs
     label: str
     kl_penalty: str = "kl"
+    kl_coef: float | None = None  # the model's β at the checkpoint (the default η of the combined reward)
 
 
 def check_eval_numbers(args) -> None:
@@ -216,12 +226,18 @@ def load_checkpoint_agent(checkpoint: str | Path, model_name: str | None = None)
     if name not in agents:
         raise ValueError(f"--model_name {name!r} is not in this checkpoint; choose one of {sorted(agents)}")
     ckpt.load_agent(path, name, agents[name])
-    kind = kl_estimator(configs.run.learner, configs.ppo, configs.grpo)
-    return _Loaded(agents[name], ref, name, path, configs.env, f"{configs.model.model} ({path}, {name})", kind)
+    kind = kl_estimator(configs.run.learner, configs.ppo, configs.learner_options)
+    beta = state.get("kl_coef", {}).get(name)
+    if beta is None:  # a checkpoint written before the trainer recorded each model's β: its KL controller's state
+        beta = ckpt.read_learner_state(path, name, with_optimizer=False).get("kl_ctl", {}).get("value")
+    return _Loaded(agents[name], ref, name, path, configs, f"{configs.model.model} ({path}, {name})", kind,
+                   None if beta is None else float(beta))
 
 
-def _eval_imdb(loaded: _Loaded, args) -> dict[str, Any]:
-    agent, env_cfg, where, model_name = loaded.agent, loaded.env_config, loaded.checkpoint, loaded.model_name
+def _eval_pioneer(loaded: _Loaded, args) -> dict[str, Any]:
+    """The pioneer alone on the run's task (its held-out slice when it has one): task reward, KL, combined reward,
+    distinct-n, length (`evaluate_pioneer`)."""
+    agent, env_cfg, where, model_name = loaded.agent, loaded.configs.env, loaded.checkpoint, loaded.model_name
     if args.data_path is not None:
         env_cfg = dataclasses.replace(env_cfg, data_path=args.data_path)
     if env_cfg.heldout_fraction > 0:  # the reviews this run never trained on
@@ -229,11 +245,12 @@ def _eval_imdb(loaded: _Loaded, args) -> dict[str, Any]:
     else:
         logger.warning("this run has no held-out slice (heldout_fraction=0): the evaluation queries are fresh-seed "
                        "draws from its training data; train with --heldout_fraction 0.1 for a held-out evaluation")
-    eta = args.eta
-    if eta is None:  # the model's final KL coefficient
-        eta = float(ckpt.read_learner_state(where, model_name, with_optimizer=False)["kl_ctl"]["value"])
+    eta = args.eta if args.eta is not None else loaded.kl_coef  # default: the model's final KL coefficient
+    if eta is None:
+        raise ValueError(f"{where} records no KL coefficient for {model_name} (its learner keeps none); pass --eta")
     env_cfg = dataclasses.replace(env_cfg, reward=_run_reward(env_cfg.reward, args.reward))
-    env = build_env(dataclasses.replace(env_cfg, seating=PIONEER_ALONE), agent.tokenizer, batch_size=args.batch_size)
+    env = BatchedCORYEnv(dataclasses.replace(env_cfg, seating=PIONEER_ALONE), agent.tokenizer,
+                         batch_size=args.batch_size, task_options=loaded.configs.task_options)
     result = evaluate_pioneer(agent, loaded.ref_model, env, num_batches=args.num_batches, seed=args.seed, eta=eta,
                               kl_penalty=loaded.kl_penalty)
     result = {"checkpoint": str(where), "model_name": model_name, "eta": eta,
@@ -270,7 +287,7 @@ def _eval_gsm8k(loaded: _Loaded, args) -> dict[str, Any]:
 
     agent, where, model_name, model_label = loaded.agent, loaded.checkpoint, loaded.model_name, loaded.label
 
-    env_cfg = dataclasses.replace(loaded.env_config, task="gsm8k", data_path=args.data_path, pioneer_template=None,
+    env_cfg = dataclasses.replace(loaded.configs.env, task="gsm8k", data_path=args.data_path, pioneer_template=None,
                                   observer_template=None)
     task = make_gsm8k_task(env_cfg, agent.tokenizer, split="test", limit=args.limit,
                            max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens,

@@ -15,26 +15,22 @@ import sys
 from typing import Sequence
 
 from trainers.config import RunConfigs
-from trainers.learning.learners import check_learner
-from trainers.distributed import check_device
-from trainers.loop.run_dir import check_output_dir
-from trainers.loop.sharding import check_sharding
 
 
 def preflight(configs: RunConfigs, num_processes: int) -> None:
-    """The checks a launcher runs once before starting `num_processes` training processes: the device, the
-    sharding, the learner and its settings, the run directory, and for ``--resume`` the process count and the
-    config against the checkpoint's (`check_output_dir`), before any process starts.
+    """The checks every training process would run, once, before any process starts: `trainers.loop.plan.plan_run`
+    on the same parsed configs (the device, the sharding, the task and the seating, the learner and its options,
+    the run directory, and for ``--resume`` the process count and the config against the checkpoint's), so that a
+    mistake is one error line and exit 2, not one traceback per process. The tokenizer is loaded here (a GGUF model
+    is converted into the shared cache once, before the processes start).
 
     Raises:
-        ValueError / FileExistsError / FileNotFoundError: as `check_device`, `check_sharding`, `check_learner`,
-            `check_output_dir`.
+        ValueError / FileExistsError / FileNotFoundError / OSError: as `plan_run`.
     """
-    config = configs.run
-    check_device(config.device, num_processes)
-    check_sharding(config.sharding, world_size=num_processes, use_lora=configs.model.use_lora)
-    check_learner(config.learner, configs.ppo, sharded=config.sharded)
-    check_output_dir(config, num_processes, configs.to_flat())
+    from trainers.loop.build import load_run_tokenizer
+    from trainers.loop.plan import plan_run
+
+    plan_run(configs, load_run_tokenizer(configs), num_processes=num_processes)
 
 
 def free_port() -> int:

@@ -1,9 +1,13 @@
-"""`cory train`: options from the config dataclasses, resolved, then one training run (or a launch of several
-processes, `trainers.cli.launch`).
+"""`cory train`: options from the config dataclasses of the run's learner and task, resolved, then one training run
+(or a launch of several processes, `trainers.cli.launch`).
 
-Options come from the five config dataclasses (`trainers.config.CONFIG_CLASSES`: `EnvConfig`, `PPOConfig`,
-`ModelConfig`, `SamplingConfig`, `CORYConfig`) through `transformers.HfArgumentParser`, so every option has its
-field's help. Values resolve as command-line flags > `--config FILE.yaml` > `--preset NAME` > defaults.
+The options a run reads are derived from what it runs (`trainers.config.RunConfigs`): the run, model and sampling
+configs, the env config (the fields the chosen task reads), the chosen task's own options class, the update
+(`PPOConfig`: the fields the chosen learner reads) and the chosen learner's own options class. So ``cory train
+--task gsm8k --learner grpo --help`` shows what that run reads, grouped; the options of other learners and tasks are
+still accepted (one flat command line), and a run warns that they do nothing (`trainers.unread_options`). Values
+resolve as command-line flags > `--config FILE.yaml` > `--preset NAME` > defaults, through
+`transformers.HfArgumentParser`, so every option has its field's help.
 """
 
 from __future__ import annotations
@@ -20,50 +24,50 @@ from typing import Any, Sequence
 
 import yaml
 
-from trainers.cli.launch import launch_command, preflight, run_launcher, split_num_processes
-from trainers.cli.presets import PRESETS, preset
-from trainers.config import (CORYConfig, GRPOConfig, ModelConfig, PPOConfig, RunConfigs, flat_field_types,
-                             migrate_flat)
-from trainers.learning.learners import LEARNERS
 from agents.sampling import SamplingConfig
 from cory_env import EnvConfig
-
-#: `cory train --help` order of the config groups: the run, the model, the task, the learners, sampling.
-HELP_ORDER = (CORYConfig, ModelConfig, EnvConfig, PPOConfig, GRPOConfig, SamplingConfig)
-#: The config classes whose flags `cory train --help` regroups by the learners that read them.
-LEARNER_CONFIGS = (PPOConfig, GRPOConfig)
-
-
-def learner_readers(config_class: type, name: str) -> tuple[str, ...]:
-    """The registered learners that read field `name` of `config_class` (`PPOConfig`: all but those whose
-    `LearnerSpec.ignores` names it; another class: those whose `LearnerSpec.config_class` it is)."""
-    if config_class is PPOConfig:
-        return tuple(n for n, spec in LEARNERS.items() if name not in spec.ignores)
-    return tuple(n for n, spec in LEARNERS.items() if spec.config_class is config_class)
+from cory_env.rewards import REWARDS
+from cory_env.tasks import OPTIONAL_ENV_FIELDS, TASKS
+from trainers.cli.launch import launch_command, preflight, run_launcher, split_num_processes
+from trainers.cli.presets import PRESETS, preset
+from trainers.config import (CORYConfig, ModelConfig, PPOConfig, RunConfigs, flat_field_types, migrate_flat,
+                             option_fields)
+from trainers.learning.learners import LEARNERS
 
 
-def group_flags_by_learner(parser: argparse.ArgumentParser) -> None:
-    """Regroup the learners' flags in `parser`'s help: one group per set of learners that read them ("options read
-    by every learner", "options read by ppo, mappo", ...), from the registered `LearnerSpec`s."""
-    by_dest = {}
-    for group in list(parser._action_groups):
-        if group.title in {c._argument_group_name for c in LEARNER_CONFIGS}:
-            by_dest.update({a.dest: a for a in group._group_actions})
-            parser._action_groups.remove(group)
-    groups: dict[tuple[str, ...], list] = {}
-    for config_class in LEARNER_CONFIGS:
-        for f in dataclasses.fields(config_class):
-            if f.name in by_dest:
-                groups.setdefault(learner_readers(config_class, f.name), []).append(by_dest[f.name])
-    everyone = tuple(LEARNERS)
-    for readers, actions in sorted(groups.items(), key=lambda kv: (kv[0] != everyone, -len(kv[0]))):
-        who = "every learner" if readers == everyone else ", ".join(readers) or "no registered learner"
-        group = parser.add_argument_group(f"learner options read by {who} (--learner)")
-        group._group_actions.extend(actions)
-    sampling = [g for g in parser._action_groups if g.title == SamplingConfig._argument_group_name]
-    for group in sampling:  # sampling last, as in HELP_ORDER
-        parser._action_groups.remove(group)
-        parser._action_groups.append(group)
+def run_classes(configs: RunConfigs) -> list[type]:
+    """The config classes of a run in ``cory train --help`` order: the run, the model, the env and the task's
+    options, the update and the learner's options, sampling."""
+    return [c for c in (CORYConfig, ModelConfig, EnvConfig, configs.task_options_class, PPOConfig,
+                        configs.learner_options_class, SamplingConfig) if c is not None]
+
+
+def _registry_help(registry) -> str:
+    return "; ".join(f"{name} ({spec.summary})" if getattr(spec, "summary", "") else name
+                     for name, spec in registry.items())
+
+
+def shape_help(parser: argparse.ArgumentParser, configs: RunConfigs) -> None:
+    """Make `parser`'s help tell what this run reads: the `PPOConfig` fields the learner ignores and the optional
+    `EnvConfig` fields the task does not read are hidden (still accepted, and warned about when set), the groups
+    are named after the chosen learner and task, the registries are listed under ``--learner`` / ``--task`` /
+    ``--reward``, and each ``--no_X`` switch says what it does (its default is its ``--X``'s)."""
+    spec, task = configs.learner_spec, configs.task_spec
+    hidden = set(spec.ignores) | {f for f in OPTIONAL_ENV_FIELDS if f not in task.reads}
+    listed = {"learner": LEARNERS, "task": TASKS, "reward": REWARDS}
+    for action in parser._actions:
+        if action.dest in hidden:
+            action.help = argparse.SUPPRESS
+        elif action.dest in listed and not action.option_strings[0].startswith("--no"):
+            action.help = f"{action.help} Registered: {_registry_help(listed[action.dest])}."
+        if isinstance(action, argparse._StoreFalseAction) and action.option_strings[0].startswith("--no"):
+            action.help = f"Set {action.dest} to false (the same as --{action.dest} false)."
+            action.default = argparse.SUPPRESS
+    titles = {PPOConfig._argument_group_name: f"update options read by learner {configs.run.learner!r} (PPOConfig)",
+              EnvConfig._argument_group_name: f"env options read by task {configs.env.task!r} (EnvConfig)"}
+    for group in parser._action_groups:
+        group.title = titles.get(group.title, group.title)
+
 
 logger = logging.getLogger("cory")
 
@@ -141,10 +145,42 @@ def check_one_name_per_option(parser: argparse.ArgumentParser, argv: Sequence[st
             raise ValueError(f"{' and '.join(used)} are two names of one option ({action.dest}); give it once")
 
 
-def parse_train_args(argv: Sequence[str]) -> RunConfigs:
-    """Resolve `cory train` arguments into the run's configs (flags > YAML > preset > defaults)."""
+def _chosen(argv: Sequence[str], defaults: dict[str, Any]) -> RunConfigs:
+    """The run's learner and task (flags > YAML > preset > defaults) as `RunConfigs` of defaults: which options the
+    run reads. Raises `ValueError` for an unknown learner or task (before anything else is parsed)."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--learner", default=defaults.get("learner", CORYConfig.learner))
+    pre.add_argument("--task", default=defaults.get("task", EnvConfig.task))
+    known, _ = pre.parse_known_args(argv)
+    return RunConfigs.from_flat({"learner": known.learner, "task": known.task})
+
+
+def _other_options(remaining: list[str], chosen: set[str]) -> tuple[dict[str, Any], list[str]]:
+    """({field: value} of the other learners' and tasks' options among `remaining` flags, the flags left), parsed
+    with their own classes' types (`RunConfigs.unread`)."""
     from transformers import HfArgumentParser
 
+    values: dict[str, Any] = {}
+    for owner in dict.fromkeys(owner for owner, _ in option_fields().values()):
+        names = [f.name for f in dataclasses.fields(owner) if f.name not in chosen and f.name not in values]
+        if not remaining or not names:
+            continue
+        given = {a.split("=", 1)[0].lstrip("-").replace("-", "_").removeprefix("no_") for a in remaining
+                 if a.startswith("--")}
+        if not given & set(names):
+            continue
+        instance, remaining = HfArgumentParser(owner).parse_args_into_dataclasses(args=remaining,
+                                                                                  return_remaining_strings=True)
+        values.update({n: getattr(instance, n) for n in names if n in given})
+    return values, remaining
+
+
+def parse_train_args(argv: Sequence[str]) -> RunConfigs:
+    """Resolve `cory train` arguments into the run's configs (flags > YAML > preset > defaults); ``--help`` prints
+    the options of the chosen learner and task (see the module docstring)."""
+    from transformers import HfArgumentParser
+
+    argv = list(argv)
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--preset", default=None)
     pre.add_argument("--config", default=None)
@@ -154,24 +190,27 @@ def parse_train_args(argv: Sequence[str]) -> RunConfigs:
         defaults.update(preset(known.preset))
     if known.config:
         defaults.update(load_yaml_config(known.config))
-
-    # help: the common options first, then one group per config (its `_argument_group_name`); no abbreviations:
-    # argparse would take --num_iteration for --num_iterations
-    parser = HfArgumentParser(HELP_ORDER, prog="cory train", allow_abbrev=False,
-                              description="Train with CORY (or the PPO baseline, --algo ppo, or a chain of N seats, "
-                                          "--seating chain:N) on a CORY env.")
+    chosen = _chosen(argv, defaults)
+    classes = run_classes(chosen)
+    # no abbreviations: argparse would take --num_iteration for --num_iterations
+    parser = HfArgumentParser(classes, prog="cory train", allow_abbrev=False,
+                              description="Train with CORY (two seats), the single-agent baseline (--seating ppo) or "
+                                          "a chain of N seats (--seating chain:N) on a CORY env, with the learner "
+                                          "--learner and the task --task; --help shows the options they read.")
     parser.add_argument("--preset", default=None, help=f"Preset: {', '.join(sorted(PRESETS))}.")
     parser.add_argument("--config", default=None, help="YAML file of option: value (e.g. a run's config.yaml).")
     parser.add_argument("--num_processes", default=1, type=int,
                         help="Data-parallel processes on this machine (accelerate launch; GPUs, or CPU with gloo). "
                              "batch_size counts one process's episodes.")
-    parser.set_defaults(**defaults)
-    group_flags_by_learner(parser)
+    read = {f.name for c in classes for f in dataclasses.fields(c)}
+    parser.set_defaults(**{k: v for k, v in defaults.items() if k in read})
+    shape_help(parser, chosen)
     check_one_name_per_option(parser, argv)
-    *configs, extra, remaining = parser.parse_args_into_dataclasses(args=list(argv), return_remaining_strings=True)
+    *configs, extra, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if extra.num_processes != 1:  # run_train takes it off before parsing; anywhere else it would be ignored
         raise ValueError(f"--num_processes {extra.num_processes} is handled by `cory train` (it launches the "
                          "processes); call trainers.cli.main(['train', ...]) or launch with accelerate / torchrun")
+    others, remaining = _other_options(remaining, read)
     if remaining:
         valid = sorted(a.option_strings[0] for a in parser._actions if a.option_strings)
         flags = [r.split("=")[0] for r in remaining if r.startswith("--")]
@@ -179,7 +218,9 @@ def parse_train_args(argv: Sequence[str]) -> RunConfigs:
         hint = "; ".join(f"{f}: did you mean {m[0]}?" for f, m in hints.items() if m)
         raise ValueError(f"unknown option(s) {remaining}{' (' + hint + ')' if hint else ''}; options are never "
                          f"abbreviated; valid options: {' '.join(valid)}")
-    return RunConfigs.of(configs)
+    flat = {k: v for config in configs for k, v in dataclasses.asdict(config).items()}
+    unread = {k: v for k, v in defaults.items() if k not in read} | others  # other learners' / tasks' options
+    return RunConfigs.from_flat({**unread, **flat}, strict=True)
 
 
 def run_train(argv: Sequence[str]) -> int:
@@ -199,7 +240,7 @@ def run_train(argv: Sequence[str]) -> int:
     if int(os.environ.get("RANK", "0")) > 0:  # the main process reports progress and warnings; the others errors
         logging.getLogger().setLevel(logging.ERROR)
     configs = parse_train_args(argv)
-    with CORYTrainer(*configs) as trainer:  # leaving it destroys the process group (a clean exit under a launcher)
+    with CORYTrainer(configs) as trainer:  # leaving it destroys the process group (a clean exit under a launcher)
         # the main process evaluates; with FSDP2 shards every process takes part in the same episodes' forwards
         evaluates = bool(configs.run.eval_episodes) and (trainer.dist.is_main or configs.run.sharded)
         before = heldout_eval(trainer, "before") if evaluates else None

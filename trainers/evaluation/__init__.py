@@ -5,5 +5,5 @@
 | `episodes` | `evaluate_pioneer` (task reward, KL, distinct-n), `evaluate_collective`, `evaluation_batches` |
 | `passk` | pass@k estimators and the GSM8K pass@k run |
 
-Both play through `trainers.loop.rollout.run_episodes`, the loop training rolls out with.
+Both play through `trainers.rollout.run_episodes`, the loop training rolls out with.
 """

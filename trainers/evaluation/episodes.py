@@ -13,8 +13,9 @@ import numpy as np
 import torch
 
 from cory_env import BatchedCORYEnv, EnvConfig
+from cory_env.seating import Seating
 from trainers.learning import ppo_math
-from trainers.loop.rollout import rollout_from_transcript, run_episodes
+from trainers.rollout import rollout_from_transcript, run_episodes
 from trainers.learning.experience import score_rollout
 
 #: The seating of a pioneer-alone evaluation (`cory_env.seating.SEATING_SPECS`: the first seat, its own reward).
@@ -56,7 +57,7 @@ def evaluation_batches(env, seats: dict, *, num_batches: int, seed: int, acting:
     """Yield the `EpisodeTranscript` of each of `num_batches` evaluation batches: batch b plays the query streams
     ``(seed, b·B + i)`` (rows b·B .. of one long batch) and samples with a generator seeded ``seed + 7919·b``, so the
     same seed gives the same queries and sampling streams to every model evaluated. `acting` (a dict) receives each
-    batch's `trainers.loop.rollout.ActingScores` (`run_episodes`)."""
+    batch's `trainers.rollout.ActingScores` (`run_episodes`)."""
     for b in range(num_batches):
         gen = torch.Generator().manual_seed(seed + 7919 * b)
         yield run_episodes(env, seats, seed=seed, generator=gen, stream_offset=b * env.batch_size, acting=acting)
@@ -129,20 +130,24 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
 
 
 def heldout_env(env_config: EnvConfig, tokenizer, *, episodes: int, collective: bool = False,
-                reward_fn=None) -> BatchedCORYEnv:
+                reward_fn=None, task_options=None, seating: Seating | None = None) -> BatchedCORYEnv:
     """The env `evaluate_heldout` plays: the held-out query split (``query_split="test"``) when `env_config` has one
     (`heldout_fraction` > 0), else the training queries; batches of min(`episodes`, 64) rows; the run's seating
-    when `collective`, else the pioneer alone (``seating="ppo"``). Build it once and pass it to every evaluation of
-    a run."""
+    when `collective` (`seating`, the run's `Seating` object, else the config's spec), else the pioneer alone
+    (``seating="ppo"``). `task_options`: the run's task options (`RunConfigs.task_options`). Build it once and pass
+    it to every evaluation of a run."""
     split = "test" if env_config.heldout_fraction > 0 else "train"
-    seating = env_config.seating if collective else PIONEER_ALONE
-    return BatchedCORYEnv(replace(env_config, query_split=split, seating=seating), tokenizer,
-                          batch_size=min(episodes, 64), reward_fn=reward_fn)
+    if collective and seating is not None:
+        return BatchedCORYEnv(replace(env_config, query_split=split), tokenizer, batch_size=min(episodes, 64),
+                              reward_fn=reward_fn, task_options=task_options, seating=seating)
+    spec = env_config.seating if collective else PIONEER_ALONE
+    return BatchedCORYEnv(replace(env_config, query_split=split, seating=spec), tokenizer,
+                          batch_size=min(episodes, 64), reward_fn=reward_fn, task_options=task_options)
 
 
 def evaluate_heldout(seats: dict, ref_model, env_config: EnvConfig, tokenizer, *, episodes: int, seed: int,
                      collective: bool = False, reward_fn=None, kl_penalty: str = "kl", eta: float = 0.0,
-                     env: BatchedCORYEnv | None = None) -> dict:
+                     env: BatchedCORYEnv | None = None, task_options=None) -> dict:
     """Evaluate agents in their seats on held-out queries, sampling as in training (no update).
 
     The queries come from the held-out slice (`EnvConfig.query_split="test"`) when `env_config` has one
@@ -162,6 +167,7 @@ def evaluate_heldout(seats: dict, ref_model, env_config: EnvConfig, tokenizer, *
         eta: η of the reported combined reward = task reward − η · kl (the run's KL coefficient, as `cory eval`).
         env: the env to play, from `heldout_env` with the same `env_config`, `episodes` and `collective` (built
             here when None).
+        task_options: the run's task options (`RunConfigs.task_options`), for an env built here.
 
     Returns:
         dict: ``reward`` (the collective reward, or the pioneer's task reward) and, for the pioneer alone, the
@@ -177,7 +183,8 @@ def evaluate_heldout(seats: dict, ref_model, env_config: EnvConfig, tokenizer, *
         raise ValueError(f"a collective evaluation needs two or more seats, got {sorted(seats)} (a single-seat "
                          "seating); use collective=False")
     if env is None:
-        env = heldout_env(env_config, tokenizer, episodes=episodes, collective=collective, reward_fn=reward_fn)
+        env = heldout_env(env_config, tokenizer, episodes=episodes, collective=collective, reward_fn=reward_fn,
+                          task_options=task_options)
     if collective and set(seats) != set(env.possible_agents):
         raise ValueError(f"a collective evaluation needs an agent for every seat {env.possible_agents}, got "
                          f"{sorted(seats)}")

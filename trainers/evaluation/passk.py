@@ -34,7 +34,7 @@ from cory_env import BatchedCORYEnv, EnvConfig
 from cory_env.prompts import PromptTemplate
 from cory_env.tasks.gsm8k_answers import answers_match, extract_answer, has_answer_format
 from trainers.evaluation.episodes import PIONEER_ALONE
-from trainers.loop.rollout import run_episodes
+from trainers.rollout import run_episodes
 
 __all__ = ["PAPER_EVAL_SAMPLING", "evaluate_pass_at_k", "pass_at_k", "pass_at_k_first", "pass_at_k_table"]
 

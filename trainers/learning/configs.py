@@ -2,9 +2,11 @@
 scaling) and `GRPOConfig` (the group-relative learners' options: samples per query, normalisation, where the KL goes).
 
 Each registered learner declares which of them it reads (`trainers.learning.learners.LearnerSpec.config_class`) and
-which `PPOConfig` fields it ignores, so that `cory train` can warn about an option that does nothing and group the
-flags by learner. Field names are unique across every config class of a run (`trainers.config.CONFIG_CLASSES`):
-a run's settings stay one flat ``{field: value}`` dict.
+which `PPOConfig` fields it ignores, so that `cory train` can warn about an option that does nothing and show only
+the flags the chosen learner reads. A field whose effect depends on another declares it beside the fields
+(``_unread_when``: ``field -> (configs, seating) -> reason or None``, checked when the field differs from its
+default; ``_unread_always``: checked at any value); `trainers.unread_options` reads them. Field names are unique across
+every config class of a run (`trainers.config.RunConfigs`): a run's settings stay one flat ``{field: value}`` dict.
 """
 
 from __future__ import annotations
@@ -35,6 +37,22 @@ class PPOConfig:
     (`trainers.learning.learners`)."""
 
     _argument_group_name = "update options (PPOConfig; every learner; value-head, GAE and score options: ppo and mappo)"
+    #: When a field does nothing, declared beside it (read by `trainers.unread_options`): field -> rule
+    #: ``(configs, seating) -> reason or None``; `_unread_when` rules are checked when the field differs from
+    #: its default, `_unread_always` rules at any value.
+    _unread_when = {
+        **dict.fromkeys(("target", "horizon"), lambda c, seating: (
+            None if c.ppo.adap_kl_ctrl else "with adap_kl_ctrl=False (β stays init_kl_coef)")),
+        "target_kl": lambda c, seating: None if c.ppo.early_stopping else "without early_stopping=True",
+        "use_score_norm": lambda c, seating: (None if c.ppo.use_score_scaling
+                                              else "without use_score_scaling=True (as in TRL)"),
+    }
+    _unread_always = {
+        "adap_kl_ctrl": lambda c, seating: (
+            "with init_kl_coef=0: the adaptive controller scales β multiplicatively, so it stays 0 (target and "
+            "horizon do nothing); set init_kl_coef > 0 or adap_kl_ctrl=False"
+            if c.ppo.adap_kl_ctrl and c.ppo.init_kl_coef == 0 else None),
+    }
 
     learning_rate: float = field(default=1.41e-5, metadata={"help": "Adam learning rate (TRL default 1.41e-5; paper IMDB 1.41e-5)."})
     batch_size: int = field(default=16, metadata={"help": "Queries per iteration B (paper IMDB: 256; TRL default 128). Must be divisible by mini_batch_size * gradient_accumulation_steps."})

@@ -1,7 +1,7 @@
 """The learners' input: one seat's finished experience (`Rollout`), its scoring under the policy and the reference
 model (`score_rollout`), and the padding helper that packs token lists into (B, T) tensors (`pad_sequences`).
 
-This is the contract between the rollout loop (`trainers.loop.rollout` fills it from the env's transcript) and every
+This is the contract between the rollout loop (`trainers.rollout` fills it from the env's transcript) and every
 learner (`trainers.learning`): it lives here, with the learners, so that `trainers.learning` imports nothing from
 `trainers.loop` (data flows loop -> learning, never back).
 """

@@ -1,6 +1,6 @@
 """`GRPOLearner`: critic-free Group Relative Policy Optimization for one seat's agent (DeepSeekMath §4.1).
 
-The rollout holds k = `group_size` responses per query in consecutive rows (`trainers.loop.rollout.run_episodes` with
+The rollout holds k = `group_size` responses per query in consecutive rows (`trainers.rollout.run_episodes` with
 ``group_size=k``). One `step(rollout)`:
 
 1. one no-grad forward of the policy (old logprobs) and of the shared reference model (ref logprobs);
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import torch
 
+from cory_env.episode import check_groups
 from trainers.learning.configs import GRPOConfig, PPOConfig
 from trainers.learning import ppo_math
 from trainers.learning.update import PolicyLearner, pooled_minibatch_loss
@@ -75,9 +76,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: bool = Tr
     if group_size < 2:
         raise ValueError(f"group_size must be >= 2 for group-relative advantages, got {group_size}; "
                          "set GRPOConfig.group_size (--group_size) to the samples per query")
-    if rewards.shape[0] % group_size:
-        raise ValueError(f"{rewards.shape[0]} rewards do not split into groups of {group_size}; "
-                         "use a batch size that is a multiple of group_size")
+    check_groups(rewards.shape[0], group_size)
     if penalty is not None and penalty.shape != rewards.shape:
         raise ValueError(f"penalty must be shaped like rewards {tuple(rewards.shape)}, got {tuple(penalty.shape)}")
     grouped = rewards.view(-1, group_size)
@@ -196,14 +195,12 @@ class GRPOLearner(PolicyLearner):
 
     @staticmethod
     def check_options(config: PPOConfig, options: GRPOConfig) -> None:
-        """Raise `ValueError` for settings GRPO cannot run: `group_size` < 2 or not dividing `batch_size`, or
-        ``kl_penalty="full"`` in the reward."""
+        """Raise `ValueError` for settings GRPO cannot run: `group_size` < 2 (that it divides `batch_size` is the
+        learners' one group rule, `trainers.learning.learners.check_learner`), or ``kl_penalty="full"`` in the
+        reward."""
         if options.group_size < 2:
             raise ValueError(f"GRPO needs group_size >= 2 (samples per query), got {options.group_size}; "
                              "pass --group_size 4 (batch_size must be a multiple of it)")
-        if config.batch_size % options.group_size:
-            raise ValueError(f"batch_size={config.batch_size} is not divisible by group_size={options.group_size}; "
-                             "choose batch_size as a multiple of group_size (each query fills one group of rows)")
         if config.kl_penalty == "full" and not options.kl_in_loss:
             raise ValueError("kl_penalty='full' is not supported by GRPO's reward penalty; use kl, abs, mse or k3")
 

@@ -27,6 +27,7 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 
 import torch
 
+from cory_env.episode import check_groups
 from trainers.learning.experience import Rollout
 
 __all__ = ["IndependentLearners", "JointBatch", "JointLearner", "check_joint_batch"]
@@ -96,9 +97,7 @@ def check_joint_batch(batch: JointBatch, owned: Mapping[str, Any], *, algo: str)
     if len(set(sizes.values())) != 1:
         raise ValueError(f"{algo}: the seats' rollouts have different batch sizes {sizes}; row i of every seat must "
                          "be the same episode")
-    if batch.group_size < 1 or batch.batch_size % batch.group_size:
-        raise ValueError(f"{algo}: {batch.batch_size} rows do not split into groups of {batch.group_size}; use a "
-                         "batch_size that is a multiple of group_size")
+    check_groups(batch.batch_size, batch.group_size, fix=f"{algo} updates whole groups of one query's rows")
 
 
 class IndependentLearners:

@@ -27,10 +27,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
+from cory_env.episode import check_groups
+from cory_env.registry import Registry
 from trainers.learning.configs import GRPOConfig, PPOConfig
 from trainers.learning.experience import Rollout
 from trainers.learning.joint import IndependentLearners, JointLearner
@@ -41,13 +43,19 @@ class Learner(Protocol):
     """What the CORY trainer and `RoleExchange` need from a learner.
 
     * `step(rollout, generator=...)`: one update on this seat's `Rollout`; returns flat float stats. Keys the trainer
-      reads: `task_reward`, `kl` (sequence KL to the reference, nats) and `kl_coef` (for the combined reward).
+      reads: `task_reward` and `kl` (sequence KL to the reference, nats, the estimator the learner penalises).
+    * `kl_coef`: β, the KL coefficient the next `step` penalises with (the KL controller's value; 0 for a learner
+      without a KL term). The trainer reads it before each step for the logged combined reward r − β·KL and for
+      the evaluations' η.
     * `reset_state()`: fresh optimizer / controller state (role exchange with `reset_on_exchange`).
     * `state_dict()` / `load_state_dict(state)`: everything but the weights, for checkpoints; `state["optimizer"]`
       must be a `torch.optim` state dict (saved with torch.save, loaded with weights_only=True), the rest JSON-able.
     """
 
     def step(self, rollout: Rollout, *, generator: torch.Generator | None = None) -> dict[str, float]: ...
+
+    @property
+    def kl_coef(self) -> float: ...
 
     def reset_state(self) -> None: ...
 
@@ -95,16 +103,6 @@ class LearnerSpec:
     supports_sharding: bool = False
     summary: str = ""
 
-    def options_from(self, configs: Iterable[Any]) -> Any:
-        """The run's instance of `config_class` among `configs` (e.g. a `trainers.config.RunConfigs`), or None when
-        the learner has no options beyond `PPOConfig` (which every factory gets as ``config``)."""
-        if self.config_class is None or self.config_class is PPOConfig:
-            return None
-        for config in configs:
-            if isinstance(config, self.config_class):
-                return config
-        return self.config_class()
-
     def group_size(self, options: Any) -> int:
         """Responses per query this learner needs (`samples_per_query`; 1 without)."""
         return 1 if self.samples_per_query is None else int(self.samples_per_query(options))
@@ -113,9 +111,30 @@ class LearnerSpec:
         """The per-token KL estimator it penalises and logs as ``kl`` (`kl_kind`; else ``config.kl_penalty``)."""
         return config.kl_penalty if self.kl_kind is None else self.kl_kind(config, options)
 
+    @property
+    def options_class(self) -> type | None:
+        """The learner's own options class (`config_class` unless it is `PPOConfig`, which every factory gets as
+        ``config``), or None."""
+        return None if self.config_class is None or self.config_class is PPOConfig else self.config_class
+
+    def options(self, options: Any = None) -> Any:
+        """`options` checked against `options_class` (None: its defaults; None for a learner without one).
+
+        Raises:
+            TypeError: options of another class.
+        """
+        cls = self.options_class
+        if cls is None:
+            return None
+        if options is None:
+            return cls()
+        if not isinstance(options, cls):
+            raise TypeError(f"the learner's options must be a {cls.__name__}, got {type(options).__name__}")
+        return options
+
     def _kwargs(self, options: Any, dist) -> dict[str, Any]:
         kwargs: dict[str, Any] = {}
-        if self.config_class is not None and self.config_class is not PPOConfig:
+        if self.options_class is not None:
             kwargs["options"] = options
         if dist is not None and accepts_dist(self.factory):
             kwargs["dist"] = dist
@@ -169,22 +188,26 @@ PPO_ONLY = ("gamma", "lam", "vf_coef", "cliprange_value", "whiten_rewards", "use
 _GROUP = dict(config_class=GRPOConfig, ignores=PPO_ONLY, value_head=False, samples_per_query=_grpo_group,
               kl_kind=_grpo_kl, check=_grpo_check, supports_sharding=True)
 
-LEARNERS: dict[str, LearnerSpec] = {
-    "ppo": LearnerSpec(_ppo, config_class=PPOConfig, supports_sharding=True,
-                       summary="per seat: TRL 0.11 PPO with a value head (the paper's learner; IPPO under CORY)"),
-    "grpo": LearnerSpec(_grpo, summary="per seat: critic-free GRPO, group-relative advantages (DeepSeekMath)",
-                        **_GROUP),
-    "mappo": LearnerSpec(_mappo, joint=True, config_class=PPOConfig, needs_partner=True, supports_sharding=True,
-                         summary="joint: PPO with a centralized critic on the joint transcript (MAPPO)"),
-    "magrpo": LearnerSpec(_magrpo, joint=True, summary="joint: one group-relative advantage of the joint reward "
-                          "shared by every seat (MAGRPO)", **_GROUP),
-}
-"""Registered learners by name (`CORYConfig.learner`, ``--learner``)."""
+#: Registered learners (``--learner``): the built-in ones below, plug-ins by `register_learner`, by ``module:attr`` of a
+#: `LearnerSpec`, or by an entry point of the group ``cory.learners`` (`cory_env.registry.Registry`).
+LEARNERS: Registry[LearnerSpec] = Registry("learner", LearnerSpec, "cory.learners", option="--learner")
+LEARNERS.register("ppo", LearnerSpec(_ppo, config_class=PPOConfig, supports_sharding=True,
+                                     summary="per seat: TRL 0.11 PPO with a value head (the paper's learner; IPPO "
+                                             "under CORY)"), origin="trainers.learning.ppo:PPOLearner")
+LEARNERS.register("grpo", LearnerSpec(_grpo, summary="per seat: critic-free GRPO, group-relative advantages "
+                                      "(DeepSeekMath)", **_GROUP), origin="trainers.learning.grpo:GRPOLearner")
+LEARNERS.register("mappo", LearnerSpec(_mappo, joint=True, config_class=PPOConfig, needs_partner=True,
+                                       supports_sharding=True, summary="joint: PPO with a centralized critic on the "
+                                       "joint transcript (MAPPO)"), origin="trainers.learning.mappo:MAPPO")
+LEARNERS.register("magrpo", LearnerSpec(_magrpo, joint=True, summary="joint: one group-relative advantage of the "
+                                        "joint reward shared by every seat (MAGRPO)", **_GROUP),
+                  origin="trainers.learning.magrpo:MAGRPO")
 
 
 def register_learner(name: str, factory: Callable[..., Any] | LearnerSpec, *, overwrite: bool = False,
                      **spec: Any) -> None:
-    """Make a learner available as `--learner name`.
+    """Make a learner available as `--learner name` in this process (an installed package uses the entry-point group
+    ``cory.learners`` instead, which every process, launched workers included, finds by itself).
 
     Args:
         name: registry key (e.g. "reinforce").
@@ -196,7 +219,7 @@ def register_learner(name: str, factory: Callable[..., Any] | LearnerSpec, *, ov
 
     Raises:
         TypeError: if `factory` is not callable, or `spec` names no `LearnerSpec` field.
-        ValueError: if `name` is empty, or already registered and not `overwrite`.
+        ValueError: if `name` is empty, or already registered and not `overwrite` (naming both).
     """
     if isinstance(factory, LearnerSpec):
         entry = dataclasses.replace(factory, **spec)
@@ -210,22 +233,19 @@ def register_learner(name: str, factory: Callable[..., Any] | LearnerSpec, *, ov
             raise TypeError(f"register_learner({name!r}): unknown LearnerSpec field(s) {unknown}; valid: "
                             f"{sorted(fields - {'factory'})}")
         entry = LearnerSpec(factory, **spec)
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"learner name must be a non-empty str, got {name!r}")
-    if name in LEARNERS and not overwrite:
-        raise ValueError(f"learner {name!r} is already registered; pass overwrite=True to replace it")
-    LEARNERS[name] = entry
+    made = entry.factory
+    LEARNERS.register(name, entry, overwrite=overwrite,
+                      origin=f"{getattr(made, '__module__', '?')}:{getattr(made, '__qualname__', '?')}")
 
 
 def learner_spec(name: str) -> LearnerSpec:
-    """The registered `LearnerSpec` of `name`.
+    """The `LearnerSpec` of `name` (a registered name, ``module:attr`` or an entry point).
 
     Raises:
-        ValueError: an unknown name (lists the registered ones).
+        ValueError: unknown (lists the known ones), not importable, or not a `LearnerSpec`
+            (`cory_env.registry.Registry.get`).
     """
-    if name not in LEARNERS:
-        raise ValueError(f"unknown learner {name!r}; registered learners: {sorted(LEARNERS)}")
-    return LEARNERS[name]
+    return LEARNERS.get(name)
 
 
 def accepts_dist(factory: Callable[..., Learner]) -> bool:
@@ -237,13 +257,15 @@ def accepts_dist(factory: Callable[..., Learner]) -> bool:
     return "dist" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
-def check_learner(name: str, config, options: Any = None, *, sharded: bool = False, seats: int = 2) -> None:
+def check_learner(name: str, config, options: Any = None, *, sharded: bool = False, seats: int = 2,
+                  num_processes: int = 1) -> None:
     """Check, before any model is built, that `name` is registered and fits the run.
 
     Args:
         config: the run's `PPOConfig`; options: its instance of the learner's `config_class` (None: defaults).
         sharded: the run is FSDP2-sharded (``--sharding fsdp``): the learner must declare ``supports_sharding``.
         seats: how many seats the run has (1 for the single-agent baseline ``--algo ppo``, 2 for CORY).
+        num_processes: the run's data-parallel processes: with more than one, the factory must take ``dist``.
 
     Raises:
         ValueError: an unknown name (lists the registered ones); settings the learner refuses (its `check`); a
@@ -251,6 +273,7 @@ def check_learner(name: str, config, options: Any = None, *, sharded: bool = Fal
             single seat; a sharded run with a learner that does not declare sharding support.
     """
     spec = learner_spec(name)
+    _check_dist(name, spec, num_processes)
     if sharded and not spec.supports_sharding:
         raise ValueError(
             f"learner {name!r} does not declare FSDP2 support (register it with `supports_sharding=True`): its "
@@ -262,13 +285,13 @@ def check_learner(name: str, config, options: Any = None, *, sharded: bool = Fal
         raise ValueError(f"learner {name!r} needs at least two seats (its critic is centralised over the seats' "
                          "joint transcript), but this run has one (--seating ppo or chain:1); use --seating cory "
                          "(or chain:N, N >= 2), or --learner ppo for the single-agent baseline")
-    options = spec.options_from([options])  # None: the learner's defaults
+    options = spec.options(options)  # None: the learner's defaults
     if spec.check is not None:
         spec.check(config, options)
-    k = spec.group_size(options)
-    if config is not None and config.batch_size % k:
-        raise ValueError(f"batch_size={config.batch_size} is not divisible by group_size={k}: learner {name!r} "
-                         "plays each query k times in consecutive rows; choose batch_size as a multiple of it")
+    if config is not None:
+        check_groups(config.batch_size, spec.group_size(options),
+                     fix=f"learner {name!r} plays each query group_size times in consecutive rows; choose "
+                         "batch_size as a multiple of it")
 
 
 def _checked_result(name: str, result: Any, protocol: type, methods: tuple[str, ...]) -> Any:
@@ -278,11 +301,15 @@ def _checked_result(name: str, result: Any, protocol: type, methods: tuple[str, 
     return result
 
 
-def _check_dist(name: str, spec: LearnerSpec, dist) -> None:
-    if dist is not None and dist.enabled and not accepts_dist(spec.factory):
+def _world(dist) -> int:
+    return dist.world_size if dist is not None and dist.enabled else 1
+
+
+def _check_dist(name: str, spec: LearnerSpec, num_processes: int) -> None:
+    if num_processes > 1 and not accepts_dist(spec.factory):
         raise ValueError(
             f"learner {name!r} cannot train data-parallel: its factory takes no `dist` argument, so it would not "
-            f"average gradients across the {dist.world_size} processes. Add a `dist=None` keyword and call "
+            f"average gradients across the {num_processes} processes. Add a `dist=None` keyword and call "
             "dist.sync_gradients(params) before each optimiser step (docs/learners.md), or run one process"
         )
 
@@ -308,11 +335,10 @@ def make_learner(name: str, agent, ref_model, config, options: Any = None, *, di
     if spec.joint:
         raise ValueError(f"learner {name!r} is a joint learner (it updates every model from all seats together); "
                          "build it with make_joint_learner(name, agents, ref_model, config)")
-    options = spec.options_from([options])
-    check_learner(name, config, options, sharded=sharded, seats=2)
-    _check_dist(name, spec, dist)
+    options = spec.options(options)
+    check_learner(name, config, options, sharded=sharded, seats=2, num_processes=_world(dist))
     learner = spec.factory(agent, ref_model, config, **spec._kwargs(options, dist))
-    return _checked_result(name, learner, Learner, ("step", "reset_state", "state_dict", "load_state_dict"))
+    return _checked_result(name, learner, Learner, ("step", "kl_coef", "reset_state", "state_dict", "load_state_dict"))
 
 
 def make_joint_learner(name: str, agents: dict[str, Any], ref_model, config, options: Any = None, *, dist=None,
@@ -332,9 +358,8 @@ def make_joint_learner(name: str, agents: dict[str, Any], ref_model, config, opt
     if not spec.joint:
         return IndependentLearners({model: make_learner(name, agent, ref_model, config, options, dist=dist,
                                                         sharded=sharded) for model, agent in agents.items()})
-    options = spec.options_from([options])
-    check_learner(name, config, options, sharded=sharded, seats=len(agents))
-    _check_dist(name, spec, dist)
+    options = spec.options(options)
+    check_learner(name, config, options, sharded=sharded, seats=len(agents), num_processes=_world(dist))
     joint = _checked_result(name, spec.factory(agents, ref_model, config, **spec._kwargs(options, dist)),
                             JointLearner, ("learners", "step"))
     missing = sorted(set(agents) - set(joint.learners))
@@ -349,4 +374,4 @@ def kl_estimator(name: str, config, options: Any = None) -> str:
     `LearnerSpec.kl_estimator`: GRPO's k3 when `kl_in_loss`, else `PPOConfig.kl_penalty`); evaluations report the
     KL with the same estimator as training."""
     spec = learner_spec(name)
-    return spec.kl_estimator(config, spec.options_from([options]))
+    return spec.kl_estimator(config, spec.options(options))

@@ -340,6 +340,11 @@ class PolicyLearner:
         self.optimizer = make_adam(self._params, cfg.learning_rate)
         self.kl_ctl = make_kl_controller(cfg.adap_kl_ctrl, cfg.init_kl_coef, cfg.target, cfg.horizon)
 
+    @property
+    def kl_coef(self) -> float:
+        """β the next `step` penalises with: the KL controller's value (`Learner.kl_coef`)."""
+        return float(self.kl_ctl.value)
+
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "kl_ctl": self.kl_ctl.state_dict()}
 
@@ -400,7 +405,7 @@ class PolicyLearner:
                 raise ValueError("the critic's input must hold the rollout's responses (same response_mask); build "
                                  "it with trainers.learning.mappo.joint_critic_inputs")
             data = self.prepare(rollout, critic)
-        kl_coef = float(self.kl_ctl.value)
+        kl_coef = self.kl_coef
         self.agent.train()
         stats, epochs, stopped = run_epochs(cfg, self.optimizer, self._params, self.dist, generator,
                                             lambda idx: self._minibatch_loss(rollout, data, idx),

@@ -1,4 +1,5 @@
-"""Build a run's pieces from its configs: the seating, tokenizer and models, one bundle per seat, the batched env.
+"""Build a run's pieces from its configs: the tokenizer and models, one bundle per seat, the batched env (the task and
+the seating are `trainers.loop.plan`'s).
 
 Layouts (PAPER.md §1, issue "LLM agents"), for a seating of N seats (`cory_env.seating`; CORY: 2):
 
@@ -12,7 +13,6 @@ The single-agent seating (``--seating ppo``) builds `llm1` only, in the pioneer 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
 import torch
@@ -28,13 +28,13 @@ from agents import (
 from agents.dropout import disable_dropout
 from agents.precision import resolve_precision
 from agents.tiny import tiny_causal_lm, tiny_tokenizer
+from agents.loading import load_model, load_tokenizer
 from cory_env import BatchedCORYEnv, EnvConfig
-from cory_env.tasks.imdb_data import resolve_imdb_source
 from cory_env.seating import Seating
-from cory_env.tasks import task_tokenizer
+from cory_env.tasks import Task, task_tokenizer
 from trainers.config import DTYPES, CORYConfig, ModelConfig, RunConfigs
 from trainers.learning.joint import JointLearner
-from trainers.learning.learners import learner_spec, make_joint_learner
+from trainers.learning.learners import make_joint_learner
 from trainers.loop.role_exchange import Bundle, RoleExchange
 
 logger = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ def torch_dtype(name: str) -> torch.dtype:
     return getattr(torch, name)
 
 
-def load_policy_model(name: str, *, seed: int = 0, dtype: str = "float32", task_tokenizer=None):
+def load_policy_model(name: str, *, seed: int = 0, dtype: str = "float32", task_tokenizer=None, tokenizer=None):
     """(model, tokenizer) for `ModelConfig.model` with parameters in `dtype`.
 
     Args:
@@ -63,18 +63,31 @@ def load_policy_model(name: str, *, seed: int = 0, dtype: str = "float32", task_
             tokenizer.
         seed: the tiny model's initialisation seed.
         dtype: `ModelConfig.dtype`.
+        tokenizer: the tokenizer already loaded for this model (`load_run_tokenizer`): only the model is loaded.
     """
     if name == TINY_MODEL:
-        tokenizer = tiny_tokenizer() if task_tokenizer is None else task_tokenizer
+        if tokenizer is None:
+            tokenizer = tiny_tokenizer() if task_tokenizer is None else task_tokenizer
         return tiny_causal_lm(tokenizer, seed=seed).to(torch_dtype(dtype)), tokenizer
-    return load_model_and_tokenizer(name, dtype=torch_dtype(dtype))
+    if tokenizer is None:
+        return load_model_and_tokenizer(name, dtype=torch_dtype(dtype))
+    return load_model(name, tokenizer, dtype=torch_dtype(dtype)), tokenizer
 
 
-def load_run_model(configs: RunConfigs):
+def load_run_tokenizer(configs: RunConfigs):
+    """The run's tokenizer, before its model: the task's own for the tiny model (`cory_env.tasks.task_tokenizer`),
+    else the tiny BPE tokenizer for ``"tiny"``, else the model's (`agents.loading.load_tokenizer`; a GGUF alias is
+    converted into the cache on first use)."""
+    if configs.model.model == TINY_MODEL:
+        return task_tokenizer(configs.env.task) or tiny_tokenizer()
+    return load_tokenizer(configs.model.model)
+
+
+def load_run_model(configs: RunConfigs, tokenizer=None):
     """(model, tokenizer) of a run: `load_policy_model` with its model name, dtype and seed, and its task's own
-    tokenizer for the tiny model."""
+    tokenizer for the tiny model; with `tokenizer` (`load_run_tokenizer`), only the model is loaded."""
     return load_policy_model(configs.model.model, seed=configs.run.seed, dtype=configs.model.dtype,
-                             task_tokenizer=task_tokenizer(configs.env.task))
+                             task_tokenizer=task_tokenizer(configs.env.task), tokenizer=tokenizer)
 
 
 def enable_activation_checkpointing(model) -> None:
@@ -153,8 +166,7 @@ def build_learners(agents: dict[str, LLMAgent], ref: ReferenceModel, configs: Ru
     """The run's MARL algorithm over `agents` (`trainers.learning.learners.make_joint_learner`): the joint learner
     ``configs.run.learner``, or its per-seat learner once per model as `IndependentLearners`; data-parallel over
     `dist` when given, FSDP2-sharded models with `CORYConfig.sharded`."""
-    name = configs.run.learner
-    return make_joint_learner(name, agents, ref, configs.ppo, learner_spec(name).options_from(configs), dist=dist,
+    return make_joint_learner(configs.run.learner, agents, ref, configs.ppo, configs.learner_options, dist=dist,
                               sharded=configs.run.sharded)
 
 
@@ -167,20 +179,10 @@ def build_exchange(agents: dict[str, LLMAgent], algorithm: JointLearner, config:
                         reset_on_exchange=config.reset_on_exchange)
 
 
-def build_env(env_config: EnvConfig, tokenizer, *, batch_size: int, reward_fn=None) -> BatchedCORYEnv:
-    """The batched env of `batch_size` rows (`PPOConfig.batch_size` in training) playing `env_config`'s seating;
-    `reward_fn` overrides `env_config.reward`."""
-    return BatchedCORYEnv(env_config, tokenizer, batch_size=batch_size, reward_fn=reward_fn)
-
-
-def resolved_env_config(env_config: EnvConfig) -> EnvConfig:
-    """`env_config` with IMDB's ``data_path="hub"`` resolved by one hub probe (`cory_env.tasks.imdb_data.resolve_imdb_source`:
-    the hub, or None = the built-in openings when it is unreachable), so that every env a run builds reads the same
-    source and the probe and its log line happen once."""
-    if env_config.task != "imdb":
-        return env_config
-    source = resolve_imdb_source(env_config.data_path)
-    return env_config if source == env_config.data_path else dataclasses.replace(env_config, data_path=source)
+def build_env(env_config: EnvConfig, tokenizer, *, batch_size: int, task: Task, seating: Seating) -> BatchedCORYEnv:
+    """The batched env of `batch_size` rows (`PPOConfig.batch_size` in training) playing the run's `task` and
+    `seating`, built once by `trainers.loop.plan.plan_run`."""
+    return BatchedCORYEnv(env_config, tokenizer, batch_size=batch_size, task=task, seating=seating)
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:

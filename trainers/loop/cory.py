@@ -1,7 +1,7 @@
 """`CORYTrainer`: the CORY loop (paper §1), for any seating (`EnvConfig.seating`): CORY's two seats, the single-agent
 PPO baseline on the same env (``seating="ppo"``, ``--algo ppo``), a chain of N seats.
 
-One iteration (files visited: `trainers.loop.rollout` → `trainers.learning.joint` and the learners →
+One iteration (files visited: `trainers.rollout` → `trainers.learning.joint` and the learners →
 `trainers.loop.role_exchange` → `trainers.loop.metrics` / `trainers.loop.checkpoint`):
 
 1. roll out B episodes through the batched env: the pioneer answers, the observer answers after seeing the
@@ -39,24 +39,19 @@ import yaml
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from agents import SamplingConfig
-from cory_env import EnvConfig
-from cory_env.seating import config_seating
-from cory_env.rewards import reward_name
-from trainers.config import CORYConfig, GRPOConfig, ModelConfig, PPOConfig, RunConfigs
+from trainers.config import RunConfigs, plugin_origins
+from trainers.distributed import DataParallel
 from trainers.learning.joint import JointBatch
-from trainers.learning.learners import check_learner, learner_spec
 from trainers.loop import checkpoint as ckpt
 from trainers.loop.build import (build_agents, build_env, build_exchange, build_learners, load_run_model,
-                                 resolved_env_config, seed_everything)
-from trainers.distributed import DataParallel
+                                 load_run_tokenizer, seed_everything)
 from trainers.loop.fingerprint import (check_fingerprints, data_fingerprint, model_fingerprint, reward_fingerprint,
                                        tokenizer_fingerprint)
-from trainers.loop.inert_options import inert_options
 from trainers.loop.metrics import METRICS_FILE, SAMPLES_FILE, MetricsLogger, truncate_jsonl
-from trainers.loop.rollout import rollout_from_transcript, run_episodes
-from trainers.loop.run_dir import check_output_dir, check_resumable, latest_checkpoint_or_raise, start_output_dir
-from trainers.loop.sharding import check_sharding, gathered_for_generation, shard_agents
+from trainers.loop.plan import plan_run
+from trainers.loop.run_dir import latest_checkpoint_or_raise, start_output_dir
+from trainers.loop.sharding import gathered_for_generation, shard_agents
+from trainers.rollout import rollout_from_transcript, run_episodes
 
 logger = logging.getLogger(__name__)
 
@@ -78,81 +73,76 @@ class CORYTrainer:
     """Trains one LLM agent per seat of the run's seating (CORY: two; the single-agent baseline: one) on a CORY env.
 
     Args:
-        config: the run (`CORYConfig`).
-        ppo_config: each learner's PPO settings (`batch_size` = episodes per iteration).
-        env_config: the task and episode settings.
-        model_config: the policy model (`ModelConfig`: name, dtype, LoRA, value heads); default `ModelConfig()`.
-        sampling: how the agents sample (`agents.SamplingConfig`); default `SamplingConfig()`.
-        grpo_config: the group-relative learners' options (`GRPOConfig`: ``--learner grpo`` / ``magrpo``); default
-            `GRPOConfig()`. The six configs are a `trainers.config.RunConfigs` in this order:
-            ``CORYTrainer(*configs)``.
-        model, tokenizer: an already loaded policy model and tokenizer (else loaded from `model_config.model`).
-        reward_fn: optional reward callable overriding `env_config.reward`; config.yaml records it as
+        configs: the run (`trainers.config.RunConfigs`: run, model, sampling, env, the update, the task's and the
+            learner's options), e.g. ``RunConfigs(run=CORYConfig(...), ppo=PPOConfig(...), env=EnvConfig(...))`` or
+            `RunConfigs.from_flat`.
+        model, tokenizer: an already loaded policy model and tokenizer (else loaded from ``configs.model.model``).
+        reward_fn: optional reward callable overriding ``configs.env.reward``; config.yaml records it as
             ``module:function`` when it is importable by that name (`cory_env.rewards.reward_name`).
-        dist: the data-parallel group; default `DataParallel.from_launcher(config.device)` (one process unless
-            started by ``accelerate launch`` / ``torchrun``). `ppo_config.batch_size` counts this process's episodes.
+        dist: the data-parallel group; default `DataParallel.from_launcher(configs.run.device)` (one process unless
+            started by ``accelerate launch`` / ``torchrun``). ``configs.ppo.batch_size`` counts this process's
+            episodes.
+
+    Everything is checked before any model loads, by the checks every path that starts a run shares
+    (`trainers.loop.plan.plan_run`); the task and the seating are built there once and handed to the env.
 
     Raises:
+        TypeError: `configs` is not a `RunConfigs`.
         FileExistsError: if `output_dir` holds a run and neither `resume` nor `overwrite` is set.
         FileNotFoundError: `resume` without a checkpoint in `output_dir`.
-        ValueError: `resume` into a run whose config or process count differs (names the fields), or whose inputs
-            (model weights, tokenizer, query data, reward) changed by content (`trainers.loop.fingerprint`).
+        ValueError: what `plan_run` refuses (the learner, the task, the seating, a resume into a run whose config or
+            process count differs); a resume whose inputs (model weights, tokenizer, query data, reward) changed by
+            content (`trainers.loop.fingerprint`).
     """
 
-    def __init__(self, config: CORYConfig, ppo_config: PPOConfig, env_config: EnvConfig,
-                 model_config: ModelConfig | None = None, sampling: SamplingConfig | None = None,
-                 grpo_config: GRPOConfig | None = None, *,
-                 model=None, tokenizer=None, reward_fn=None, dist: DataParallel | None = None) -> None:
-        model_config = ModelConfig() if model_config is None else model_config
-        sampling = SamplingConfig() if sampling is None else sampling
-        grpo_config = GRPOConfig() if grpo_config is None else grpo_config
-        self.configs = RunConfigs(config, ppo_config, env_config, model_config, sampling, grpo_config)
-        # "hub" is resolved once: every env of the run (training, evaluations) reads the same source
-        self._env_source = resolved_env_config(env_config)
-        # the seating, the learner and their settings are checked before anything is loaded
-        self.seating = config_seating(self._env_source)
-        self.learner_spec = learner_spec(config.learner)
-        self.learner_options = self.learner_spec.options_from(self.configs)
-        check_learner(config.learner, ppo_config, self.learner_options, sharded=config.sharded,
-                      seats=self.seating.num_seats)
-        self.group_size = self.learner_spec.group_size(self.learner_options)  # responses per query
-        self.config, self.ppo_config, self.env_config = config, ppo_config, env_config
-        self.model_config, self.sampling = model_config, sampling
+    def __init__(self, configs: RunConfigs, *, model=None, tokenizer=None, reward_fn=None,
+                 dist: DataParallel | None = None) -> None:
+        if not isinstance(configs, RunConfigs):
+            raise TypeError(f"CORYTrainer takes one RunConfigs (trainers.config), got {type(configs).__name__}; "
+                            "e.g. CORYTrainer(RunConfigs(run=..., ppo=..., env=...))")
+        self.configs = configs
+        config = configs.run
+        self.config, self.ppo_config, self.env_config = config, configs.ppo, configs.env
+        self.model_config, self.sampling = configs.model, configs.sampling
+        self.learner_spec, self.learner_options = configs.learner_spec, configs.learner_options
         self.dist = DataParallel.from_launcher(config.device) if dist is None else dist
-        check_sharding(config.sharding, world_size=self.dist.world_size, use_lora=model_config.use_lora)
+        if tokenizer is None:
+            with self.dist.main_process_first():  # the first load may convert a GGUF file into the shared cache
+                tokenizer = load_run_tokenizer(configs)
+        plan = plan_run(configs, tokenizer, num_processes=self.dist.world_size, reward_fn=reward_fn)
+        self.seating, self.group_size = plan.seating, plan.group_size  # responses per query
+        self._env_source = plan.env_config  # every env of the run (training, evaluations) reads the same source
         self.output_dir = Path(config.output_dir)
-        has_run = check_output_dir(config, self.dist.world_size)
         self.dist.barrier()  # every process has checked the folder before the main one changes it
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
         seed_everything(config.seed, config.deterministic)
-        if model is None or tokenizer is None:
-            with self.dist.main_process_first():  # the first load may convert a GGUF file into the shared cache
-                model, tokenizer = load_run_model(self.configs)
+        if model is None:
+            with self.dist.main_process_first():
+                model, tokenizer = load_run_model(configs, tokenizer)
         model.to(self.dist.device)
         self._model_fingerprint = model_fingerprint(model)  # as loaded: the reference model is built from it
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
-        self.agents, self.ref_model = build_agents(model, tokenizer, model_config, sampling,
+        self.agents, self.ref_model = build_agents(model, tokenizer, configs.model, configs.sampling,
                                                    num_models=self.seating.num_seats)
         if config.sharded:  # before the learners build their optimizers over the (then sharded) parameters
             shard_agents(self.agents, self.ref_model, self.dist)
-        self.algorithm = build_learners(self.agents, self.ref_model, self.configs, self.dist)  # the MARL algorithm
+        self.algorithm = build_learners(self.agents, self.ref_model, configs, self.dist)  # the MARL algorithm
         self.exchange = build_exchange(self.agents, self.algorithm, config, self.seating)
-        self.env = build_env(self._env_source, tokenizer, batch_size=ppo_config.batch_size, reward_fn=reward_fn)
+        self.env = build_env(self._env_source, tokenizer, batch_size=configs.ppo.batch_size, task=plan.task,
+                             seating=self.seating)
         self._heldout_envs: dict[tuple[int, bool], Any] = {}  # (episodes, collective) -> env, built once
         self._reward_fn = reward_fn
         self.start_iteration = 0
-        self.config_dict = self.configs.to_flat()
-        if reward_fn is not None:  # what was really used, so `cory eval` and --resume do not fall back to a name
-            self.config_dict["reward"] = reward_name(reward_fn)
+        self.config_dict = plan.flat
         task = self.env.task
         self.inputs = {"model": self._model_fingerprint, "tokenizer": tokenizer_fingerprint(tokenizer),
                        "data": data_fingerprint(task.records),
                        "reward": reward_fingerprint(task.reward_fn, self.config_dict["reward"])}
         if self.dist.is_main:
             logger.info("seating: %s", self.seating.describe())
-            for message in inert_options(self.configs, self.seating):
+            for message in plan.warnings:
                 logger.warning("%s", message)
         # model, tokenizer, data, reward and configs are all checked: only now is the run folder changed
         if config.resume:
@@ -162,7 +152,7 @@ class CORYTrainer:
                                "--num_iterations to continue it", self.output_dir, self.start_iteration,
                                config.num_iterations)
         elif self.dist.is_main:
-            start_output_dir(self.output_dir, self.config_dict, replace=has_run)
+            start_output_dir(self.output_dir, self.config_dict, replace=plan.has_run)
         self.dist.barrier()
         for bundle in self.exchange.bundles.values():  # identical replicas from the first step on (a collective,
             self.dist.broadcast_parameters(bundle.agent.trainable_parameters())  # so also the start-up barrier)
@@ -189,15 +179,19 @@ class CORYTrainer:
 
     # ------------------------------------------------------------------ run directory
     def _run_state(self) -> dict[str, Any]:
+        """What a checkpoint records beside the weights: the config, the inputs' fingerprints, each model's β (the
+        default η of `cory eval`) and where the learner, the task and the reward came from (a plug-in's
+        ``module:attr`` or entry point: what ``--resume`` and `cory eval` must import again)."""
         model = self.model_config
         return {"config": self.config_dict, "model": model.model, "inputs": self.inputs, "vocab_size": self.vocab_size,
                 "reference": {"model": model.model, "layout": "lora-shared" if model.use_lora else "copy"},
-                "num_processes": self.dist.world_size}
+                "num_processes": self.dist.world_size,
+                "kl_coef": {name: float(b.learner.kl_coef) for name, b in self.exchange.bundles.items()},
+                "plugins": plugin_origins(self.configs)}
 
     def _resume(self) -> None:
         path = latest_checkpoint_or_raise(self.output_dir)  # its process count was checked with the folder
-        state = ckpt.read_trainer_state(path)
-        check_resumable(state.get("config", {}), self.config_dict, self.output_dir)
+        state = ckpt.read_trainer_state(path)  # its config was checked with the folder (`plan_run`)
         if state.get("vocab_size") != self.vocab_size:
             raise ckpt.CheckpointError(
                 f"{path} was written for vocabulary size {state.get('vocab_size')}, this model has {self.vocab_size}")
@@ -259,9 +253,10 @@ class CORYTrainer:
             generators={seat: torch.Generator().manual_seed(derive_seed(seed, it, 3 + k))
                         for k, seat in enumerate(seats)},
             group_size=group)
+        betas = {seat: self.algorithm.learners[bundle.name].kl_coef for seat, bundle in seats.items()}  # this step's
         for seat, stats in self.algorithm.step(batch).items():
             bundle = seats[seat]
-            eta = self.config.eta if self.config.eta is not None else stats["kl_coef"]
+            eta = self.config.eta if self.config.eta is not None else betas[seat]
             stats["combined_reward"] = stats["task_reward"] - eta * stats["kl"]
             for key, value in stats.items():
                 metrics[f"{seat}/{key}"] = value
@@ -319,13 +314,13 @@ class CORYTrainer:
         key = (episodes, collective)
         if key not in self._heldout_envs and episodes >= 1:
             self._heldout_envs[key] = heldout_env(self._env_source, self.tokenizer, episodes=episodes,
-                                                  collective=collective, reward_fn=self._reward_fn)
-        controller = getattr(evaluated.learner, "kl_ctl", None)  # custom learners may lack one
-        beta = self.ppo_config.init_kl_coef if controller is None else float(controller.value)
-        eta = self.config.eta if self.config.eta is not None else beta
+                                                  collective=collective, reward_fn=self._reward_fn,
+                                                  task_options=self.configs.task_options,
+                                                  seating=self.seating if collective else None)
+        eta = self.config.eta if self.config.eta is not None else evaluated.learner.kl_coef
         with gathered_for_generation(seats) as seats:  # FSDP2: every process evaluates the same episodes
             return evaluate_heldout(seats, self.ref_model, self._env_source, self.tokenizer,
-                                    reward_fn=self._reward_fn,
+                                    reward_fn=self._reward_fn, task_options=self.configs.task_options,
                                     kl_penalty=self.learner_spec.kl_estimator(self.ppo_config, self.learner_options),
                                     episodes=episodes,
                                     seed=seed, collective=collective, eta=eta, env=self._heldout_envs.get(key))

@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from trainers.config import CORYConfig, RunConfigs, migrate_flat
+from cory_env.seating import seating_of
+from trainers.config import CORYConfig, RunConfigs
 from trainers.loop import checkpoint as ckpt
 from trainers.loop.metrics import METRICS_FILE
 
@@ -70,12 +71,14 @@ def check_writable(output_dir: Path) -> None:
                                      "checkpoints; make it writable or choose another --output_dir") from exc
 
 
-def check_output_dir(config: CORYConfig, num_processes: int = 1, flat_config: dict[str, Any] | None = None) -> bool:
+def check_output_dir(config: CORYConfig, num_processes: int = 1, flat_config: dict[str, Any] | None = None, *,
+                     task=None) -> bool:
     """Check `config.output_dir` against `resume` / `overwrite` without changing anything; True if it holds a run.
 
     Args:
         flat_config: the run's flat config (`RunConfigs.to_flat`); with `resume` it must match the checkpoint's
-            (`check_resumable`). None skips that check (the trainer makes it once the reward is resolved).
+            (`check_resumable`). None skips that check.
+        task: the run's `Task`, on which a resume's seating is compared as built seatings (`check_resumable`).
 
     Raises:
         FileExistsError: it holds a run and neither `resume` nor `overwrite` is set.
@@ -96,20 +99,34 @@ def check_output_dir(config: CORYConfig, num_processes: int = 1, flat_config: di
         state = ckpt.read_trainer_state(latest_checkpoint_or_raise(out))
         check_process_count(state, num_processes, out)
         if flat_config is not None:
-            check_resumable(state.get("config", {}), flat_config, out)
+            check_resumable(state.get("config", {}), flat_config, out, task=task)
     check_writable(out)
     return has_run
 
 
-def check_resumable(saved: dict[str, Any], current: dict[str, Any], output_dir: Path) -> None:
+#: The flat fields that describe a run's seating together; a resume compares the seating they build, not their
+#: spellings (``cory`` and ``chain:2``, the default and ``cory`` on a two-seat task, are one seating).
+SEATING_FIELDS = ("seating", "knowledge_transfer", "partner_reward_coef")
+
+
+def check_resumable(saved: dict[str, Any], current: dict[str, Any], output_dir: Path, *, task=None) -> None:
     """Raise `ValueError` naming every field (other than `RESUMABLE_CHANGES`) where the flat config of a resume
-    differs from the checkpoint's; a field added after the run started reads as its default."""
-    saved = {**RunConfigs.from_flat({}).to_flat(), **migrate_flat(saved)}
-    diff = sorted(k for k in set(saved) | set(current)
-                  if k not in RESUMABLE_CHANGES and saved.get(k) != current.get(k))
-    if diff:
-        details = ", ".join(f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in diff)
-        raise ValueError(f"cannot resume {output_dir}: the config differs in {details}. "
+    differs from the checkpoint's; a field added after the run started reads as its default, a field of another
+    learner's or task's options (recorded by an earlier version for every run) is left out. With `task`, the
+    seating fields are compared as the seatings they build on it (`SEATING_FIELDS`)."""
+    saved = RunConfigs.from_flat(saved).to_flat()
+    skip = set(RESUMABLE_CHANGES) | (set(SEATING_FIELDS) if task is not None else set())
+    diff = sorted(k for k in set(saved) | set(current) if k not in skip and saved.get(k) != current.get(k))
+    details = [f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in diff]
+    if task is not None:
+        before, after = (seating_of(flat.get("seating"), task=task,
+                                    knowledge_transfer=flat.get("knowledge_transfer", True),
+                                    partner_reward_coef=flat.get("partner_reward_coef", 1.0))
+                         for flat in (saved, current))
+        if before != after:
+            details.append(f"seating: {before.describe()} -> {after.describe()}")
+    if details:
+        raise ValueError(f"cannot resume {output_dir}: the config differs in {', '.join(details)}. "
                          "Resume with the run's config.yaml (--config), or start a new --output_dir")
 
 

@@ -220,7 +220,7 @@ class _Gather:
 
 @contextlib.contextmanager
 def gathered_for_generation(agents: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
-    """Seat -> agent for `trainers.loop.rollout.run_episodes`, acting on gathered weights when they are sharded.
+    """Seat -> agent for `trainers.rollout.run_episodes`, acting on gathered weights when they are sharded.
 
     Each process plays its own episodes to their end, so with FSDP2 the processes would take different numbers of
     forward steps (and per-layer all-gathers) and wait on each other forever. Here an agent's weights are gathered

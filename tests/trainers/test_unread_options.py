@@ -1,0 +1,95 @@
+"""Options a run does not read are named at its start, derived from the specs and the fields' own declarations
+(`trainers.unread_options`)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from cory_env.seating import Seating, config_seating
+from cory_env.tasks import make_task
+from trainers.config import RunConfigs
+from trainers.loop.cory import CORYTrainer
+from trainers.unread_options import unread_options
+
+
+def _inert(flat: dict) -> list[str]:
+    """unread_options of a flat config, with its seating (tasks whose data needs the hub take CORY's two seats)."""
+    configs = RunConfigs.from_flat(flat, strict=True)
+    if configs.env.task == "gsm8k":
+        return unread_options(configs, Seating.from_spec(configs.env.seating or "cory"))
+    task = make_task(configs.env.task, configs.env, None, configs.task_options)
+    return unread_options(configs, config_seating(configs.env, task))
+
+
+@pytest.mark.parametrize(
+    ("cory", "ppo", "env", "expected"),
+    [
+        ({"num_iterations": 3, "role_exchange_period": 5}, {}, {},
+         "role_exchange_period=5 does nothing with num_iterations=3: no role exchange happens"),
+        ({"num_iterations": 3}, {}, {}, "role_exchange_period=5 does nothing with num_iterations=3"),  # the default
+        ({"num_iterations": 5, "role_exchange_period": 5}, {}, {}, "no iteration runs with swapped roles"),
+        ({"role_exchange_period": 0, "reset_on_exchange": True}, {}, {},
+         "reset_on_exchange=True does nothing: no role exchange happens in this run"),
+        ({}, {}, {"seating": "ppo", "knowledge_transfer": False},
+         "knowledge_transfer=False does nothing with a single seat"),
+        ({"role_exchange_period": 3}, {}, {"seating": "ppo", "partner_reward_coef": 2.0},
+         "partner_reward_coef=2.0, role_exchange_period=3 do nothing with a single seat"),
+        ({}, {}, {"seating": "ppo", "observer_template": "{query}: {response}"},
+         "observer_template='{query}: {response}' does nothing with a single seat"),
+        ({}, {}, {"task": "relay", "observer_template": "{query} {response}"},
+         "observer_template='{query} {response}' does nothing with this seating: no seat both sees the query"),
+        ({"num_iterations": 10, "role_exchange_period": 12}, {}, {"task": "chain_relay"},
+         "role_exchange_period=12 does nothing with num_iterations=10"),
+        ({"lora_r": 8}, {}, {}, "lora_r=8 does nothing without use_lora=True"),
+        ({"lora_r": 8, "lora_alpha": 4}, {}, {}, "lora_r=8, lora_alpha=4 do nothing without use_lora=True"),
+        ({"use_lora": True, "lora_dropout": 0.1}, {}, {}, "lora_dropout=0.1 does nothing with disable_dropout=True"),
+        ({"learner": "grpo"}, {"group_size": 2, "vf_coef": 0.5, "whiten_rewards": True}, {},
+         "vf_coef=0.5, whiten_rewards=True do nothing: not read by learner='grpo'"),
+        ({"learner": "grpo", "disable_dropout": False}, {"group_size": 2, "value_head_dropout": 0.2}, {},
+         "value_head_dropout=0.2 does nothing: not read by learner='grpo'"),
+        ({"learner": "grpo"}, {"group_size": 2, "kl_penalty": "abs"}, {},
+         "kl_penalty='abs' does nothing: not read by learner='grpo' (its LearnerSpec; its KL estimator is k3"),
+        ({"learner": "magrpo"}, {"group_size": 2, "gamma": 0.9}, {}, "gamma=0.9 does nothing: not read by learner='magrpo'"),
+        ({"learner": "mappo"}, {"scale_rewards": False}, {},
+         "scale_rewards=False does nothing: read by learner grpo and learner magrpo only (this run: "
+         "learner='mappo', task='imdb')"),
+        ({}, {"kl_in_loss": False}, {}, "kl_in_loss=False does nothing: read by learner grpo and learner magrpo only"),
+        ({}, {"target_kl": 0.1}, {}, "target_kl=0.1 does nothing without early_stopping=True"),
+        ({}, {"use_score_scaling": False, "use_score_norm": True}, {},
+         "use_score_norm=True does nothing without use_score_scaling=True"),
+        ({}, {"init_kl_coef": 0.0}, {}, "adap_kl_ctrl=True does nothing with init_kl_coef=0"),
+        ({}, {"adap_kl_ctrl": False, "target": 1.0}, {}, "target=1.0 does nothing with adap_kl_ctrl=False"),
+        ({}, {}, {"task": "gsm8k", "reward": "distilbert-imdb"},
+         "reward='distilbert-imdb' does nothing: not read by task='gsm8k'"),
+        ({}, {}, {"task": "tiny_vocab", "max_new_tokens": 9}, "max_new_tokens=9 does nothing: not read by task='tiny_vocab'"),
+        ({}, {}, {"task": "gsm8k", "min_review_chars": 9},
+         "min_review_chars=9 does nothing: read by task imdb only (this run: learner='ppo', task='gsm8k')"),
+        ({"num_iterations": 4, "checkpoint_every": 4}, {}, {}, "checkpoint_every=4 does nothing with num_iterations=4"),
+        ({"eval_every": 2}, {}, {}, "eval_every=2 does nothing with eval_episodes=0"),
+    ],
+)
+def test_each_inert_combination_is_named(cory, ppo, env, expected):
+    messages = _inert({**cory, **ppo, **env})
+    assert any(expected in m for m in messages), messages
+
+
+def test_defaults_and_the_presets_are_quiet():
+    from trainers.cli.presets import PRESETS
+
+    assert _inert({}) == []
+    for name, preset in PRESETS.items():
+        assert _inert(preset) == [], name
+
+
+def test_the_trainer_says_so_at_start(tiny_run, caplog):
+    """role_exchange_period > num_iterations used to run without a single exchange and say nothing."""
+    with caplog.at_level(logging.WARNING, logger="trainers.loop.cory"):
+        trainer = CORYTrainer(tiny_run("few", num_iterations=2, role_exchange_period=5))
+    assert "role_exchange_period=5 does nothing with num_iterations=2: no role exchange happens" in caplog.text
+    trainer.train()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trainers.loop.cory"):
+        CORYTrainer(tiny_run("few", num_iterations=2, role_exchange_period=5, resume=True)).train()
+    assert "nothing to train" in caplog.text

@@ -1,0 +1,99 @@
+"""`plan_run`: everything a run checks and builds before any model loads, once, for every path that starts a run.
+
+``cory train`` in one process, the launcher of ``cory train --num_processes N`` (before it starts any process) and
+`trainers.loop.cory.CORYTrainer` itself call the same function on the same parsed `RunConfigs`, so a mistake is one
+line and exit 2 whichever path runs, and nothing is written before it passes:
+
+1. the learner and the task by name (`RunConfigs` resolved them: registered name, ``module:attr`` or entry point);
+2. the device and the sharding against the process count;
+3. the task's data source once (`cory_env.tasks.TaskSpec.resolve`: the IMDB hub probe), then the `Task`, built
+   once with the run's tokenizer and reward, and the `Seating`, built once on it (`cory_env.seating.config_seating`);
+4. the learner against the seating and its options (`trainers.learning.learners.check_learner`: the group rule);
+5. the run folder: ``--resume`` / ``--overwrite``, writability, and a resume's config against the checkpoint's, its
+   seating compared as built seatings (`trainers.loop.run_dir.check_output_dir`);
+6. the options the run does not read (`trainers.unread_options`), as messages for the caller to log.
+
+The env the trainer plays is then built from the plan's task and seating; nothing re-parses a spec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from cory_env import EnvConfig
+from cory_env.seating import Seating, config_seating
+from cory_env.tasks import Task
+from cory_env.rewards import reward_name
+from trainers.config import RunConfigs
+from trainers.distributed import check_device
+from trainers.learning.learners import check_learner
+from trainers.loop.run_dir import check_output_dir
+from trainers.loop.sharding import check_sharding
+from trainers.unread_options import unread_options
+
+__all__ = ["RunPlan", "plan_run"]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What `plan_run` checked and built.
+
+    Attributes:
+        configs: the run's configs.
+        env_config: ``configs.env`` with the task's data source resolved once (`cory_env.tasks.TaskSpec.resolve`):
+            every env of the run (training, evaluations) reads the same source.
+        task: the training `Task` (the ``train`` side of the held-out slice), with the run's reward.
+        seating: the run's `Seating` on that task.
+        group_size: responses per query the learner needs (`LearnerSpec.group_size`).
+        flat: the flat config the run records (``config.yaml``; a callable reward recorded by name).
+        has_run: the output folder holds a run (which ``--resume`` continues or ``--overwrite`` replaces).
+        warnings: one message per option the run does not read (`trainers.unread_options`).
+    """
+
+    configs: RunConfigs
+    env_config: EnvConfig
+    task: Task
+    seating: Seating
+    group_size: int
+    flat: dict[str, Any]
+    has_run: bool
+    warnings: list[str]
+
+
+def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
+             reward_fn: Callable | None = None) -> RunPlan:
+    """Check `configs` and build the task and the seating (see the module docstring).
+
+    Args:
+        configs: the run's configs (`RunConfigs`: the learner and the task are already resolved).
+        tokenizer: the run's tokenizer (`trainers.loop.build.load_run_tokenizer`); the task may use it (an action
+            mask, a chat template).
+        num_processes: the processes the run trains on (the launcher's ``--num_processes``, or the launched world).
+        reward_fn: a reward callable overriding the task's (`CORYTrainer`'s ``reward_fn``); recorded by name.
+
+    Raises:
+        ValueError / FileExistsError / FileNotFoundError / OSError: the first check that fails (the message names
+            the option and the fix).
+    """
+    run = configs.run
+    check_device(run.device, num_processes)
+    check_sharding(run.sharding, world_size=num_processes, use_lora=configs.model.use_lora)
+    spec = configs.task_spec
+    env_config = spec.resolve(configs.env) if spec.resolve is not None else configs.env
+    task = spec.build(env_config, tokenizer, configs.task_options)
+    if reward_fn is not None:
+        task = dataclasses.replace(task, reward_fn=reward_fn)
+    seating = config_seating(env_config, task)
+    learner = configs.learner_spec
+    options = learner.options(configs.learner_options)
+    check_learner(run.learner, configs.ppo, options, sharded=run.sharded, seats=seating.num_seats,
+                  num_processes=num_processes)
+    flat = configs.to_flat()
+    if reward_fn is not None:  # what was really used, so `cory eval` and --resume do not fall back to a name
+        flat["reward"] = reward_name(reward_fn)
+    has_run = check_output_dir(run, num_processes, flat, task=task)
+    return RunPlan(configs=configs, env_config=env_config, task=task, seating=seating,
+                   group_size=learner.group_size(options), flat=flat, has_run=has_run,
+                   warnings=unread_options(configs, seating))

@@ -1,9 +1,11 @@
 """`cory export`: a LoRA run and a full fine-tuning run export to a folder that plain ``transformers`` loads with the
-checkpoint model's logits; ``--merge_lora false`` writes the adapter alone, which loads onto its base with peft."""
+checkpoint model's logits; ``--merge_lora false`` writes the adapter alone, which loads onto its base with peft; an
+``--out`` inside the run's rotating ``checkpoints/`` is refused in one line."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +16,7 @@ from agents.reference import activate_adapter
 from trainers.cli import main as cory_main
 from trainers.cli.eval import load_checkpoint_agent
 from trainers.loop.build import load_run_model
+from trainers.loop.checkpoint import latest_checkpoint
 from trainers.loop.cory import CORYTrainer
 
 TEXTS = ["A quiet film that", "The plot twists and"]
@@ -95,3 +98,23 @@ def test_adapter_only_export_loads_onto_its_base_with_peft(tiny_run, tmp_path, c
     agent = LLMAgent.from_pretrained(out, model=load_run_model(configs)[0])
     agent.eval()
     torch.testing.assert_close(_logits(agent.model, agent.tokenizer), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_export_refuses_an_out_inside_the_runs_checkpoints(tiny_run, tmp_path, capsys):
+    """Checkpoint rotation deletes old ``checkpoints/iter-*`` folders (and a resume rewrites them): an export there
+    would vanish. Refused in one line, exit 2, before any model loads; a folder outside is fine."""
+    run = Path(_train(tiny_run, "rotating"))
+    checkpoint = latest_checkpoint(run)
+    link = tmp_path / "link"
+    link.symlink_to(run / "checkpoints")
+    for source in (run, checkpoint):
+        for out in (checkpoint / "exported", run / "checkpoints" / "exported", link / checkpoint.name / "x"):
+            assert cory_main(["export", str(source), "--out", str(out)]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith("cory export: error: --out ") and err.count("\n") == 1
+            assert f"is inside the run's checkpoints folder {(run / 'checkpoints').resolve()}" in err
+            assert "choose a folder outside it" in err and not out.exists()
+    assert _export(capsys, str(checkpoint), "--out", str(run / "exported"))["written"] == "model"
+    with pytest.raises(SystemExit) as exit_info:  # argparse: one usage line and the error
+        cory_main(["export", str(run), "--merge_lora", "maybe", "--out", str(tmp_path / "x")])
+    assert exit_info.value.code == 2 and "--merge_lora: Truthy value expected: got maybe" in capsys.readouterr().err

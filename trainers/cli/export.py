@@ -21,6 +21,9 @@ model's adapter alone (a few MB) in ``DIR/<llm1|llm2>``, which loads onto the ru
 (or ``LLMAgent.from_pretrained(DIR, model=base)``). Checkpoints of sharded runs (``--sharding fsdp``) hold whole
 tensors, so they export the same way.
 
+`--out` must be a new or empty folder outside the run's ``checkpoints/``: checkpoint rotation deletes old checkpoint
+folders (and a resume rewrites them), so an export there would disappear.
+
 Examples:
     cory export runs/imdb-quick --out exported/pioneer
     cory export runs/imdb-quick/checkpoints/iter-000023 --model_name llm2 --out exported/llm2
@@ -46,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cory export", description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", help="A checkpoint folder, or a run directory (its latest checkpoint).")
     parser.add_argument("--out", required=True,
-                        help="Folder to write (created; must be empty or absent).")
+                        help="Folder to write (created; must be empty or absent, and outside the run's checkpoints/).")
     parser.add_argument("--model_name", default=None,
                         help="Which model: llm1 or llm2 (default: the one in the pioneer seat at the checkpoint).")
     parser.add_argument("--merge_lora", type=_bool, default=True,
@@ -57,14 +60,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_out(out: Path) -> None:
-    """Refuse an export folder that exists and is not empty.
+def checkpoints_root(checkpoint: str | Path) -> Path | None:
+    """The ``<run>/checkpoints`` folder that a checkpoint argument (a checkpoint folder, or a run directory) belongs
+    to, resolved: the folder whose old checkpoints rotation deletes. None for a checkpoint folder outside a run
+    (a copy elsewhere: nothing rotates there)."""
+    from trainers.loop import checkpoint as ckpt
+
+    path = Path(checkpoint).resolve()
+    if (path / ckpt.STATE_FILE).exists():
+        return path.parent if path.parent.name == ckpt.CHECKPOINT_DIR else None
+    return path / ckpt.CHECKPOINT_DIR
+
+
+def check_out(out: Path, checkpoint: str | Path) -> None:
+    """Refuse an export folder that exists and is not empty, or that lies inside the run's ``checkpoints/``.
 
     Raises:
         FileExistsError: `out` exists and is not empty (nothing is overwritten).
+        ValueError: `out` is inside the run's checkpoints folder, whose old checkpoint folders rotation deletes.
     """
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"--out {out} exists and is not empty; choose a new folder (nothing was overwritten)")
+    root = checkpoints_root(checkpoint)
+    target = out.resolve()
+    if root is not None and (target == root or root in target.parents):
+        raise ValueError(f"--out {out} is inside the run's checkpoints folder {root}, whose old checkpoints are "
+                         f"deleted as training goes on; choose a folder outside it (e.g. "
+                         f"{root.parent.with_name(root.parent.name + '-export')})")
 
 
 def merged_agent(agent):
@@ -95,11 +117,11 @@ def run_export(argv: Sequence[str]) -> int:
 
     Raises:
         FileExistsError: `--out` exists and is not empty (nothing is overwritten).
-        ValueError: from loading the checkpoint.
+        ValueError: `--out` lies inside the run's ``checkpoints/``; from loading the checkpoint.
     """
     args = build_parser().parse_args(list(argv))
     out = Path(args.out)
-    check_out(out)
+    check_out(out, args.checkpoint)
     from trainers.cli.eval import load_checkpoint_agent
 
     loaded = load_checkpoint_agent(args.checkpoint, args.model_name)

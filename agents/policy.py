@@ -365,7 +365,8 @@ class LLMAgent(nn.Module):
 
         Raises:
             FileNotFoundError: missing ``cory_agent.json``, value head or safetensors weights.
-            ValueError: unknown format, or a value head that does not match (no silent re-initialisation).
+            ValueError: unknown format, a value head that does not match (no silent re-initialisation), or a LoRA
+                agent without `model` whose adapter records no base model name.
         """
         folder = Path(directory)
         meta_path = folder / AGENT_CONFIG_NAME
@@ -410,5 +411,11 @@ class LLMAgent(nn.Module):
             return model
         if model is None:
             base_name = PeftConfig.from_pretrained(str(path)).base_model_name_or_path
+            if not base_name:
+                raise ValueError(f"the LoRA adapter in {path} records no base model (its adapter_config.json has no "
+                                 "base_model_name_or_path: the base was built in memory), so it cannot be loaded "
+                                 "alone; pass the base: LLMAgent.from_pretrained(DIR, model=base) with base = "
+                                 "agents.load_model_and_tokenizer(NAME)[0] for the run's --model, or export the run "
+                                 "with plain `cory export` (the adapter merged: a whole model, no base needed)")
             model, _ = load_model_and_tokenizer(base_name, dtype=dtype)
         return PeftModel.from_pretrained(model, str(path), adapter_name=adapter_name, is_trainable=True)

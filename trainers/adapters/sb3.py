@@ -10,8 +10,9 @@ answer with a fixed partner policy and the pioneer is paid its seat reward) → 
 The policy sees the Dict observation; SB3 turns every Box into floats, so token ids would reach an MLP as
 magnitudes (id 7 "between" ids 6 and 8). `TokenEmbedding` (an SB3 ``BaseFeaturesExtractor``) embeds them
 instead: an ``nn.Embedding`` is a one-hot encoding followed by a linear layer, without materialising the
-(L · V) one-hot vector (240 floats here, 12 · 49,152 with SmolLM2's tokenizer). Padding (attention mask 0) gets
-its own id V.
+(L · V) one-hot vector (7 · 20 floats for the pioneer alone, L · 49,152 with SmolLM2's tokenizer). Padding
+(attention mask 0) gets its own id V. `make_env` sizes the window L for the seating (`trainers.adapters.window`: a
+whole query and every response a seat reads fit), and `TokenEmbedding` reads L and V from the observation space.
 
 `train_and_evaluate` is the entry point of `examples/sb3_baseline.py` and of the ladder arm ``sb3-maskable-ppo``
 (`benchmarks/learning.py`). Importing this module imports Stable-Baselines3 and sb3-contrib.
@@ -31,6 +32,8 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import cory_env  # noqa: F401  (registers the Gymnasium ids)
+from cory_env.gym_env import ALONE
+from trainers.adapters.window import episode_size
 
 __all__ = ["ENV_ID", "EVAL_SEED_OFFSET", "EpisodeCounter", "TokenEmbedding", "evaluate", "make_env", "make_model",
            "train_and_evaluate"]
@@ -83,26 +86,40 @@ class EpisodeCounter(BaseCallback):
         return True
 
 
-def make_env(seating: str | None = None) -> gym.Env:
+def make_env(seating: str | None = None, *, context_len: int | None = None) -> gym.Env:
     """``cory/TinyVocab-v0``: the pioneer seat of the tiny-vocabulary task; with a seating of N > 1 seats (a spec)
     the later seats are played by the env's uniform partner policy and the pioneer is paid its seat reward
-    (`cory_env.gym_env.PioneerEnv`)."""
-    return gym.make(ENV_ID) if seating is None else gym.make(ENV_ID, seating=seating)
+    (`cory_env.gym_env.PioneerEnv`).
+
+    Args:
+        seating: a seating spec (``"cory"``, ``"chain:N"``); None: the pioneer alone.
+        context_len: the window L in tokens; None: the smallest that holds a whole query and every response a seat
+            reads (`trainers.adapters.window.episode_size`), so it grows with the seats.
+
+    Raises:
+        ValueError: a bad seating, or a `context_len` too small for even the shortest query.
+    """
+    if context_len is None:
+        context_len = episode_size("tiny_vocab", ALONE if seating is None else seating).context_len
+    kwargs = {"context_len": context_len} if seating is None else {"context_len": context_len, "seating": seating}
+    return gym.make(ENV_ID, **kwargs)
 
 
 def make_model(seed: int, *, num_envs: int = 8, n_steps: int = 64, batch_size: int = 128, n_epochs: int = 10,
-               learning_rate: float = 3e-3, ent_coef: float = 0.0, seating: str | None = None) -> MaskablePPO:
+               learning_rate: float = 3e-3, ent_coef: float = 0.0, seating: str | None = None,
+               context_len: int | None = None) -> MaskablePPO:
     """MaskablePPO (``MultiInputPolicy`` with `TokenEmbedding`, a 64-unit MLP per head) on `num_envs` `make_env`
-    envs seeded seed .. seed + num_envs - 1. γ = 1 (an episode is a few tokens), GAE λ 0.95.
+    envs (`seating`, `context_len`) seeded seed .. seed + num_envs - 1. γ = 1 (an episode is a few tokens), GAE
+    λ 0.95.
 
     Raises:
-        ValueError: if a count is < 1 (SB3's own checks cover the rest).
+        ValueError: if a count is < 1 (SB3's own checks cover the rest); from `make_env`.
     """
     for name, value in (("num_envs", num_envs), ("n_steps", n_steps), ("batch_size", batch_size),
                         ("n_epochs", n_epochs)):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
-    venv = DummyVecEnv([lambda: make_env(seating) for _ in range(num_envs)])
+    venv = DummyVecEnv([lambda: make_env(seating, context_len=context_len) for _ in range(num_envs)])
     return MaskablePPO("MultiInputPolicy", venv, n_steps=n_steps, batch_size=batch_size, n_epochs=n_epochs,
                        learning_rate=learning_rate, gamma=1.0, gae_lambda=0.95, ent_coef=ent_coef, seed=seed,
                        device="cpu", verbose=0,
@@ -115,8 +132,9 @@ def evaluate(model: MaskablePPO, episodes: int, seed: int, seating: str | None =
 
     Queries come from one env reset with `seed`; sampling noise from torch's RNG seeded with `seed` inside
     ``torch.random.fork_rng`` (restored afterwards), so two calls with the same seed see the same queries and noise.
+    The env's window is the model's (its ``input_ids`` space).
     """
-    env = make_env(seating)
+    env = make_env(seating, context_len=model.observation_space["input_ids"].shape[0])
     total = 0.0
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -150,7 +168,8 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, nu
         eval_episodes: evaluation episodes per point, >= 1.
         num_evals: evaluation points during training (>= 1), besides the one before.
         seating: a seating spec (None: the pioneer alone).
-        **model_kwargs: passed to `make_model` (num_envs, n_steps, batch_size, n_epochs, learning_rate, ent_coef).
+        **model_kwargs: passed to `make_model` (num_envs, n_steps, batch_size, n_epochs, learning_rate, ent_coef,
+            context_len).
 
     Returns:
         ``{"before": float, "after": float, "episodes": int, "curve": [[episodes_so_far, reward], ...],

@@ -13,16 +13,18 @@ their last transitions are not terminal (Tianshou issue #399). `redistribute_ter
 column of the terminal reward onto that seat's own last transition, marked terminated, whoever acted last;
 `SequentialMultiAgentOnPolicyAlgorithm` runs it before each seat's GAE.
 
+`make_env` sizes the window for the seating (`trainers.adapters.window`: a whole query and every response a seat
+reads fit), and `build_algorithm` reads the window L and the vocabulary V from the env's spaces.
 `train_and_evaluate` trains one `tianshou.algorithm.PPO` per seat (an MLP over the embedded token window) on a task
 and seating; `examples/tianshou_marl.py` is its command line, `benchmarks/learning.py` its ladder arm
 ``tianshou``. Importing this module imports Tianshou (the project's dependency).
 
 Example:
     >>> from tianshou.env import PettingZooEnv
-    >>> env = make_env(seating="chain:3")
+    >>> env = make_env(seating="chain:4")  # the last seat reads 3 answers: a 14-token window
     >>> obs, info = env.reset(seed=0)
     >>> obs["agent_id"], obs["obs"].shape, env.agents
-    ('pioneer', (12,), ['pioneer', 'observer_1', 'observer_2'])
+    ('pioneer', (14,), ['pioneer', 'observer_1', 'observer_2', 'observer_3'])
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ from tianshou.env import DummyVectorEnv, PettingZooEnv
 from tianshou.trainer import OnPolicyTrainerParams
 
 from cory_env.tasks import task_tokenizer
-from cory_env.tasks.tiny_vocab import ANSWER_LEN, CONTEXT_LEN
 from cory_env.token_env import env as cory_aec_env
+from trainers.adapters.window import episode_size
 
 __all__ = ["SequentialMultiAgentOnPolicyAlgorithm", "TianshouObsWrapper", "TokenMLP", "build_algorithm", "make_env",
            "redistribute_terminal_reward", "train_and_evaluate"]
@@ -187,21 +189,44 @@ class TokenMLP(torch.nn.Module):
         return out.masked_fill(~mask, -1e9), state
 
 
-def make_env(task: str = "tiny_vocab", seating: str | None = None) -> PettingZooEnv:
-    """Tianshou's view of the CORY AEC env of a toy task (its own tokenizer, window `CONTEXT_LEN`) and seating
-    (a spec; None: the task's default)."""
-    aec = cory_aec_env(task=task, tokenizer=task_tokenizer(task), context_len=CONTEXT_LEN, seating=seating)
+def make_env(task: str = "tiny_vocab", seating: str | None = None, *, context_len: int | None = None) -> PettingZooEnv:
+    """Tianshou's view of the CORY AEC env of a toy task (its own tokenizer) and seating (a spec; None: the task's
+    default).
+
+    Args:
+        task: a task with its own tokenizer (``tiny_vocab``, ``relay``, ``chain_relay``).
+        seating: a seating spec (``"cory"``, ``"chain:N"``); None: the task's default seats.
+        context_len: the window L in tokens; None: the smallest that holds a whole query and every response a seat
+            reads (`trainers.adapters.window.episode_size`), so it grows with the seats.
+
+    Raises:
+        ValueError: a task without its own tokenizer, a bad seating, or a `context_len` too small for even the
+            shortest query (the env's error names the length needed).
+    """
+    if context_len is None:
+        context_len = episode_size(task, seating).context_len
+    aec = cory_aec_env(task=task, tokenizer=task_tokenizer(task), context_len=context_len, seating=seating)
     return PettingZooEnv(TianshouObsWrapper(aec))
 
 
 def build_algorithm(env: PettingZooEnv, lr: float) -> SequentialMultiAgentOnPolicyAlgorithm:
-    """One `tianshou.algorithm.PPO` per seat of `env` (actor and critic `TokenMLP`s; γ 1, GAE λ 0.95, entropy 0.01)."""
-    V = env.action_space.n
+    """One `tianshou.algorithm.PPO` per seat of `env` (actor and critic `TokenMLP`s sized by the env's spaces: the
+    window L of ``observation``, the vocabulary V of the action space; γ 1, GAE λ 0.95, entropy 0.01).
+
+    Raises:
+        ValueError: if `env`'s observation space is not `TianshouObsWrapper`'s (a Dict with a 1-D ``observation``).
+    """
+    space = env.observation_space
+    window = space.spaces.get("observation") if isinstance(space, spaces.Dict) else None
+    if window is None or len(window.shape) != 1:
+        raise ValueError(f"expected the Dict observation space of TianshouObsWrapper (a 1-D 'observation' of token "
+                         f"ids), got {space}; build the env with make_env")
+    V, L = env.action_space.n, window.shape[0]
     algorithms = []
     for _ in env.agents:
-        policy = DiscreteActorPolicy(actor=TokenMLP(V, CONTEXT_LEN, V, masked=True), action_space=env.action_space,
+        policy = DiscreteActorPolicy(actor=TokenMLP(V, L, V, masked=True), action_space=env.action_space,
                                      observation_space=env.observation_space)
-        algorithms.append(PPO(policy=policy, critic=TokenMLP(V, CONTEXT_LEN, 1, masked=False),
+        algorithms.append(PPO(policy=policy, critic=TokenMLP(V, L, 1, masked=False),
                               optim=AdamOptimizerFactory(lr=lr), gamma=1.0, gae_lambda=0.95, ent_coef=0.01))
     return SequentialMultiAgentOnPolicyAlgorithm(algorithms=algorithms, env=env)
 
@@ -216,11 +241,12 @@ def evaluate(collector: Collector, episodes: int, seed: int) -> float:
 
 def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, epochs: int = 8,
                        episodes_per_update: int = 64, repeat: int = 4, batch_size: int = 64, lr: float = 3e-3,
-                       num_envs: int = 4, task: str = "tiny_vocab", seating: str | None = None) -> dict:
+                       num_envs: int = 4, task: str = "tiny_vocab", seating: str | None = None,
+                       context_len: int | None = None) -> dict:
     """Train one PPO per seat for about `episodes` training episodes and evaluate the collective reward.
 
     The budget is spread over `epochs` Tianshou epochs of ``tokens per episode * episodes / epochs`` env steps
-    (`ANSWER_LEN` tokens per seat); the test collector (seeds ``10_000 + seed + epoch``, never a training seed) plays
+    (at most the task's ``max_new_tokens`` per seat, `trainers.adapters.window.episode_size`); the test collector (seeds ``10_000 + seed + epoch``, never a training seed) plays
     `eval_episodes` episodes before training and after every epoch, sampling from the policies.
 
     Args:
@@ -229,6 +255,7 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, ep
         eval_episodes: evaluation episodes per point.
         epochs, episodes_per_update, repeat, batch_size, lr, num_envs: Tianshou's training settings.
         task, seating: a toy task with its own tokenizer (`tiny_vocab`, `relay`, `chain_relay`) and a seating spec.
+        context_len: the window L (`make_env`); None: the smallest that holds a whole query and every response.
 
     Returns:
         ``{"before", "after", "episodes", "curve": [[episodes_so_far, reward], ...], "metric": "collective"}``:
@@ -236,7 +263,7 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, ep
         episodes.
 
     Raises:
-        ValueError: if `episodes` < `epochs` or `eval_episodes` < 1.
+        ValueError: if `episodes` < `epochs` or `eval_episodes` < 1; from `make_env`.
     """
     if episodes < epochs or eval_episodes < 1:
         raise ValueError(f"need episodes >= epochs ({episodes} < {epochs}?) and eval_episodes >= 1 "
@@ -244,11 +271,13 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, ep
     logging.getLogger("tianshou").setLevel(logging.WARNING)
     torch.manual_seed(seed)
     np.random.seed(seed)
-    env = make_env(task, seating)
-    steps_per_episode = ANSWER_LEN * len(env.agents)  # every seat answers with at most ANSWER_LEN tokens
+    size = episode_size(task, seating)
+    context_len = size.context_len if context_len is None else context_len
+    env = make_env(task, seating, context_len=context_len)
+    steps_per_episode = size.max_episode_steps
     algorithm = build_algorithm(env, lr)
-    train_envs = DummyVectorEnv([lambda: make_env(task, seating) for _ in range(num_envs)])
-    test_envs = DummyVectorEnv([lambda: make_env(task, seating)])
+    train_envs = DummyVectorEnv([lambda: make_env(task, seating, context_len=context_len) for _ in range(num_envs)])
+    test_envs = DummyVectorEnv([lambda: make_env(task, seating, context_len=context_len)])
     train_envs.seed(seed)
     buffer = VectorReplayBuffer(episodes_per_update * 5 + 10 * num_envs, num_envs)
     train_collector = Collector(algorithm, train_envs, buffer)

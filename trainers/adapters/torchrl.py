@@ -16,6 +16,9 @@ and ``done`` False. `seat_transitions` gives each seat its own transitions (the 
 reward the seat receives until its next action to its latest action, and marks the seat's last action of each
 episode terminal, whoever acts last. Without it, PPO on the pioneer's steps learns from zero rewards.
 
+`make_env` sizes the window for the seating (`trainers.adapters.window`: a whole query and every response a seat
+reads fit); the networks read the window L and the vocabulary V from the env's specs (`token_sizes`).
+
 `train_and_evaluate` is the entry point of `examples/torchrl_marl.py` and of the ladder arm ``torchrl``
 (`benchmarks/learning.py`). Importing this module imports TorchRL.
 """
@@ -37,34 +40,40 @@ from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
 from cory_env.tasks import task_tokenizer
-from cory_env.tasks.tiny_vocab import ANSWER_LEN, CONTEXT_LEN
 from cory_env.token_env import env as cory_aec_env
+from trainers.adapters.window import episode_size
 
 __all__ = ["EVAL_SEED_OFFSET", "SeatPPO", "TokenMLP", "evaluate", "make_actor_critic", "make_batched_env", "make_env",
-           "max_episode_steps", "seat_transitions", "seats_of", "train_and_evaluate"]
+           "seat_transitions", "seats_of", "token_sizes", "train_and_evaluate"]
 
 #: Evaluation queries and sampling use seeds from here on; training uses `seed`.
 EVAL_SEED_OFFSET = 1_000_000
-def max_episode_steps(num_seats: int) -> int:
-    """Most env steps of one toy-task episode: every seat answers with at most `ANSWER_LEN` tokens."""
-    return num_seats * ANSWER_LEN
 
 
-def make_env(seed: int | None = None, *, task: str = "tiny_vocab", seating: str | None = None) -> PettingZooWrapper:
+def make_env(seed: int | None = None, *, task: str = "tiny_vocab", seating: str | None = None,
+             context_len: int | None = None) -> PettingZooWrapper:
     """TorchRL's ``PettingZooWrapper`` over the CORY AEC env of a toy task (its own tokenizer and action mask).
 
     Args:
         seed: seeds the first reset (None: PettingZoo's default).
         task: ``tiny_vocab``, ``relay`` or ``chain_relay``; seating: a seating spec (None: the task's default).
+        context_len: the window L in tokens; None: the smallest that holds a whole query and every response a seat
+            reads (`trainers.adapters.window.episode_size`), so it grows with the seats.
+
+    Raises:
+        ValueError: a task without its own tokenizer, a bad seating, or a `context_len` too small for even the
+            shortest query (the env's error names the length needed).
     """
-    aec = cory_aec_env(task=task, tokenizer=task_tokenizer(task), context_len=CONTEXT_LEN, seating=seating)
+    if context_len is None:
+        context_len = episode_size(task, seating).context_len
+    aec = cory_aec_env(task=task, tokenizer=task_tokenizer(task), context_len=context_len, seating=seating)
     with warnings.catch_warnings():  # "PettingZoo in TorchRL is tested using version == 1.24.3": 1.27 works
         warnings.filterwarnings("ignore", message="PettingZoo in TorchRL is tested", category=UserWarning)
         return PettingZooWrapper(env=aec, use_mask=True, categorical_actions=True, seed=seed)
 
 
 def make_batched_env(num_envs: int, seed: int, **env_kwargs) -> SerialEnv:
-    """`num_envs` `make_env` copies (with `env_kwargs`: task, seating) stepped together in one process (TorchRL
+    """`num_envs` `make_env` copies (with `env_kwargs`: task, seating, context_len) stepped together in one process (TorchRL
     ``SerialEnv``, batch (num_envs,)), seeded seed, seed + 1, ...: the policy runs once per batched step (TorchRL's
     per-step overhead dominates)."""
     env = SerialEnv(num_envs, functools.partial(make_env, **env_kwargs))
@@ -92,6 +101,14 @@ class TokenMLP(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         ids = torch.where(attention_mask > 0, input_ids, torch.full_like(input_ids, self.pad_id))
         return self.mlp(self.embed(ids).flatten(start_dim=-2))
+
+
+def token_sizes(env) -> tuple[int, int]:
+    """(V, L) of a TorchRL env over the CORY AEC env (`make_env`, `make_batched_env`): the vocabulary of the first
+    seat's action spec and the window of its ``input_ids`` observation, what `make_actor_critic` takes."""
+    seat = seats_of(env)[0]
+    return int(env.action_spec[seat, "action"].space.n), int(env.observation_spec[seat, "observation",
+                                                                                  "input_ids"].shape[-1])
 
 
 def _obs_keys(seat: str) -> list[tuple[str, ...]]:
@@ -202,7 +219,8 @@ def seats_of(env) -> list[str]:
     return list(env.action_spec.keys())
 
 
-def evaluate(env: SerialEnv, policy: TensorDictSequential, episodes: int, seed: int) -> float:
+def evaluate(env: SerialEnv, policy: TensorDictSequential, episodes: int, seed: int, *,
+             max_episode_steps: int) -> float:
     """Mean collective reward over `episodes` episodes of a sampled (not argmax) rollout of `policy` on `env`: the
     last seat's reward on the episode's last step (every seat's reward arrives there; with the collective reward
     they are one number).
@@ -210,6 +228,14 @@ def evaluate(env: SerialEnv, policy: TensorDictSequential, episodes: int, seed: 
     `env` (batch (n,), `make_batched_env`) is reseeded with `seed` (sub-env i: seed + i) and torch with `seed`
     (the global RNG is restored afterwards), so every call with the same seed plays the same queries and noise.
     Each sub-env plays ceil(episodes / n) whole episodes; the first `episodes` of them, sub-env by sub-env, count.
+
+    Args:
+        max_episode_steps: most env steps of one episode of `env`'s task and seating
+            (``trainers.adapters.window.episode_size(task, seating).max_episode_steps``); the rollout is that many
+            steps per episode long.
+
+    Raises:
+        ValueError: if a sub-env finished fewer episodes than it had to (`max_episode_steps` is too small).
     """
     n = env.batch_size[0]
     per_env = -(-episodes // n)
@@ -217,10 +243,14 @@ def evaluate(env: SerialEnv, policy: TensorDictSequential, episodes: int, seed: 
     with torch.random.fork_rng(devices=[]), set_exploration_type(ExplorationType.RANDOM), torch.no_grad():
         torch.manual_seed(seed)
         env.set_seed(seed)
-        rollout = env.rollout(max_episode_steps(len(seats)) * per_env, policy, break_when_any_done=False)
+        rollout = env.rollout(max_episode_steps * per_env, policy, break_when_any_done=False)
     collective = []
     for i in range(n):
         ends = rollout[i].get(("next", "done")).reshape(-1)
+        if int(ends.sum()) < per_env:
+            raise ValueError(f"sub-env {i} finished {int(ends.sum())} of {per_env} episodes in "
+                             f"{max_episode_steps * per_env} steps: max_episode_steps={max_episode_steps} is shorter "
+                             "than an episode; pass episode_size(task, seating).max_episode_steps")
         collective.append(rollout[i].get(("next", seats[-1], "reward")).reshape(-1)[ends][:per_env])
     return float(torch.cat(collective)[:episodes].mean())
 
@@ -228,7 +258,7 @@ def evaluate(env: SerialEnv, policy: TensorDictSequential, episodes: int, seed: 
 def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, episodes_per_update: int = 64,
                        epochs: int = 4, minibatch_size: int = 64, lr: float = 3e-3, entropy_coeff: float = 0.01,
                        num_envs: int = 16, num_evals: int = 4, task: str = "tiny_vocab",
-                       seating: str | None = None) -> dict:
+                       seating: str | None = None, context_len: int | None = None) -> dict:
     """Train one TorchRL PPO per seat on a toy task (default the tiny-vocabulary task) for `episodes` episodes.
 
     Each update collects `episodes_per_update` whole episodes (the last one fewer if the budget says so), then runs
@@ -243,6 +273,7 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, ep
         num_envs: envs stepped together (`make_batched_env`), for training and for evaluation.
         num_evals: evaluation points during training (>= 1), besides the one before.
         task, seating: the toy task and a seating spec (None: the task's default seats).
+        context_len: the window L (`make_env`); None: the smallest that holds a whole query and every response.
 
     Returns:
         ``{"before": float, "after": float, "episodes": int, "curve": [[episodes_so_far, reward], ...],
@@ -250,7 +281,7 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, ep
         ``episodes`` = training episodes used (= `episodes`); ``cpu_s`` the process CPU seconds of the call.
 
     Raises:
-        ValueError: if a count is < 1.
+        ValueError: if a count is < 1; from `make_env`.
     """
     for name, value in (("episodes", episodes), ("eval_episodes", eval_episodes), ("num_evals", num_evals),
                         ("episodes_per_update", episodes_per_update), ("epochs", epochs),
@@ -259,20 +290,21 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, ep
             raise ValueError(f"{name} must be >= 1, got {value}")
     cpu0 = time.process_time()
     torch.manual_seed(seed)
-    env_kwargs = {"task": task, "seating": seating}
+    size = episode_size(task, seating)
+    env_kwargs = {"task": task, "seating": seating,
+                  "context_len": size.context_len if context_len is None else context_len}
     env = make_batched_env(num_envs, seed, **env_kwargs)
     seats = seats_of(env)
-    steps = max_episode_steps(len(seats))
-    V = env.action_spec[seats[0], "action"].space.n
+    steps = size.max_episode_steps
     learners, actors = [], []
     for seat in seats:
-        actor, critic = make_actor_critic(seat, V, CONTEXT_LEN)
+        actor, critic = make_actor_critic(seat, *token_sizes(env))
         actors.append(actor)
         learners.append(SeatPPO(seat, actor, critic, lr=lr, epochs=epochs, minibatch_size=minibatch_size,
                                 entropy_coeff=entropy_coeff))
     policy = TensorDictSequential(*actors)
     eval_env, eval_seed = make_batched_env(num_envs, EVAL_SEED_OFFSET + seed, **env_kwargs), EVAL_SEED_OFFSET + seed
-    curve = [[0, evaluate(eval_env, policy, eval_episodes, eval_seed)]]
+    curve = [[0, evaluate(eval_env, policy, eval_episodes, eval_seed, max_episode_steps=steps)]]
     collector = Collector(env, policy, frames_per_batch=steps * episodes_per_update,
                           trajs_per_batch=episodes_per_update, traj_format="cat",
                           auto_register_policy_transforms=False)
@@ -284,7 +316,7 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, ep
             learner.update(data)
         used += int(data.get(("next", "done")).sum())
         if used >= next_eval or used >= episodes:
-            curve.append([used, evaluate(eval_env, policy, eval_episodes, eval_seed)])
+            curve.append([used, evaluate(eval_env, policy, eval_episodes, eval_seed, max_episode_steps=steps)])
             next_eval = (int(used * num_evals / episodes) + 1) * episodes / num_evals
         if used >= episodes:
             break

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import gymnasium
 import numpy as np
 import pytest
@@ -16,7 +18,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
 import cory_env  # noqa: E402,F401  (registers the ids)
 from cory_env.tasks.tiny_vocab import SYMBOLS, VOCAB  # noqa: E402
-from trainers.adapters.sb3 import TokenEmbedding, evaluate, train_and_evaluate  # noqa: E402
+from trainers.adapters.sb3 import TokenEmbedding, evaluate, make_env, make_model, train_and_evaluate  # noqa: E402
 
 POLICY_KWARGS = {"features_extractor_class": TokenEmbedding, "net_arch": [16]}
 
@@ -143,3 +145,31 @@ def test_evaluate_is_seeded_and_leaves_the_global_rng_alone():
     first = evaluate(model, 8, seed=123)
     assert torch.equal(torch.rand(1), expected)
     assert evaluate(model, 8, seed=123) == first
+
+
+def _best_reward(seating) -> float:
+    """The pioneer's best seat reward: its task reward plus each partner's (collective reward, c = 1)."""
+    return 1.0 if seating is None else float(seating.split(":")[1])
+
+
+@pytest.mark.parametrize(("seating", "window"), [(None, 7), ("chain:4", 14), ("chain:6", 18)])
+def test_make_env_window_grows_with_the_seats(caplog, seating, window):
+    """The pioneer's env holds every partner's prompt too: chain:4 used to cut every query to 2 of its 4 symbols (a
+    warning) and chain:6 was refused ("context_len=12 is too small")."""
+    torch.set_num_threads(1)
+    with caplog.at_level(logging.WARNING, logger="cory_env.episode"):
+        assert make_env(seating).observation_space["input_ids"].shape == (window,)
+        model = make_model(0, num_envs=1, n_steps=16, batch_size=16, n_epochs=1, seating=seating)
+        before = _params(model)
+        model.learn(total_timesteps=16)
+        assert _changed(before, model) and 0.0 <= evaluate(model, 2, seed=1, seating=seating) <= _best_reward(seating)
+    assert not [r.getMessage() for r in caplog.records if "truncated" in r.getMessage()]
+
+
+def test_make_model_and_evaluate_on_another_window():
+    torch.set_num_threads(1)
+    model = make_model(0, num_envs=1, n_steps=16, batch_size=16, n_epochs=1, context_len=16)
+    assert model.observation_space["input_ids"].shape == (16,) and model.policy.features_extractor.features_dim == 256
+    before = _params(model)
+    model.learn(total_timesteps=16)
+    assert _changed(before, model) and 0.0 <= evaluate(model, 2, seed=1) <= 1.0  # evaluate reads the model's window

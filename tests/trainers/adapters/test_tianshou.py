@@ -3,6 +3,8 @@ fix for any seating, a collect-update cycle."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 import torch
@@ -12,10 +14,18 @@ pytest.importorskip("tianshou")
 from tianshou.algorithm.algorithm_base import policy_within_training_step  # noqa: E402
 from tianshou.algorithm.multiagent.marl import MultiAgentOnPolicyAlgorithm  # noqa: E402
 from tianshou.data import Collector, VectorReplayBuffer  # noqa: E402
-from tianshou.env import DummyVectorEnv  # noqa: E402
+from tianshou.env import DummyVectorEnv, PettingZooEnv  # noqa: E402
 
+import cory_env  # noqa: E402
 from cory_env.seating import seat_names  # noqa: E402
-from trainers.adapters.tianshou import SequentialMultiAgentOnPolicyAlgorithm, build_algorithm, make_env  # noqa: E402
+from cory_env.tasks import task_tokenizer  # noqa: E402
+from trainers.adapters.tianshou import (  # noqa: E402
+    SequentialMultiAgentOnPolicyAlgorithm,
+    TianshouObsWrapper,
+    build_algorithm,
+    make_env,
+    train_and_evaluate,
+)
 
 
 @pytest.fixture()
@@ -25,8 +35,8 @@ def setup():
     return env, build_algorithm(env, lr=3e-3)
 
 
-def _collect(algorithm, episodes=8, seed=0, seating=None):
-    venv = DummyVectorEnv([lambda: make_env(seating=seating)] * 2)
+def _collect(algorithm, episodes=8, seed=0, seating=None, make=None):
+    venv = DummyVectorEnv([make or (lambda: make_env(seating=seating))] * 2)
     collector = Collector(algorithm, venv, VectorReplayBuffer(200, 2))
     collector.reset(gym_reset_kwargs={"seed": seed})
     stats = collector.collect(n_episode=episodes)
@@ -100,3 +110,60 @@ def test_collect_and_update_cycle_trains_both_seats(setup):
     assert any(k.startswith("pioneer/") for k in losses) and any(k.startswith("observer/") for k in losses)
     for seat, a in algorithm._dispatcher.algorithms.items():
         assert any(not torch.equal(b, p) for b, p in zip(params[seat], a.policy.parameters())), seat
+
+
+def _trains_one_update(algorithm, make) -> None:
+    """One collect (4 episodes) and one PPO update move every seat's policy."""
+    params = {seat: [p.detach().clone() for p in a.policy.parameters()]
+              for seat, a in algorithm._dispatcher.algorithms.items()}
+    collector, _, _, _ = _collect(algorithm, episodes=4, make=make)
+    with policy_within_training_step(algorithm.policy):
+        algorithm.update(buffer=collector.buffer, batch_size=16, repeat=1)
+    for seat, a in algorithm._dispatcher.algorithms.items():
+        assert any(not torch.equal(b, p) for b, p in zip(params[seat], a.policy.parameters())), seat
+
+
+@pytest.mark.parametrize("context_len", [16, 9])
+def test_build_algorithm_sizes_its_networks_from_the_env(context_len):
+    """Any window: the networks read L and V from the env's spaces (a fixed 12 failed with a matmul shape error)."""
+    torch.manual_seed(0)
+
+    def make():
+        return PettingZooEnv(TianshouObsWrapper(cory_env.env(task="tiny_vocab", tokenizer=task_tokenizer("tiny_vocab"),
+                                                             context_len=context_len)))
+
+    env = make()
+    assert env.observation_space["observation"].shape == (context_len,)
+    _trains_one_update(build_algorithm(env, lr=1e-2), make)
+
+
+def test_build_algorithm_refuses_an_env_without_the_observation_wrapper():
+    from types import SimpleNamespace
+
+    from gymnasium import spaces
+
+    bare = SimpleNamespace(observation_space=spaces.Dict({"input_ids": spaces.Box(0, 19, (12,), dtype=np.int64)}),
+                           action_space=spaces.Discrete(20), agents=["pioneer", "observer"])
+    with pytest.raises(ValueError, match="Dict observation space of TianshouObsWrapper.*build the env with make_env"):
+        build_algorithm(bare, lr=1e-2)
+
+
+@pytest.mark.parametrize(("seating", "window"), [("chain:4", 14), ("chain:6", 18)])
+def test_make_env_window_grows_with_the_seats(caplog, seating, window):
+    """chain:4 used to cut every query to 2 of its 4 symbols (a warning) and chain:6 was refused ("context_len=12 is
+    too small"): the default window holds a whole query and every answer the last seat reads."""
+    torch.manual_seed(0)
+    with caplog.at_level(logging.WARNING, logger="cory_env.episode"):
+        env = make_env(seating=seating)
+        assert env.observation_space["observation"].shape == (window,)
+        _trains_one_update(build_algorithm(env, lr=1e-2), lambda: make_env(seating=seating))
+    assert not [r.getMessage() for r in caplog.records if "truncated" in r.getMessage()]
+
+
+def test_train_and_evaluate_on_another_window_and_a_chain_of_four(caplog):
+    with caplog.at_level(logging.WARNING, logger="cory_env.episode"):
+        for kwargs in ({"context_len": 16}, {"seating": "chain:4"}):
+            result = train_and_evaluate(0, episodes=8, eval_episodes=2, epochs=1, episodes_per_update=4,
+                                        batch_size=16, repeat=1, num_envs=2, **kwargs)
+            assert result["episodes"] >= 4 and len(result["curve"]) == 2
+    assert not [r.getMessage() for r in caplog.records if "truncated" in r.getMessage()]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
@@ -9,8 +11,11 @@ pytest.importorskip("torchrl")
 
 from tensordict.nn import TensorDictSequential  # noqa: E402
 from torchrl.collectors import Collector  # noqa: E402
+from torchrl.envs import PettingZooWrapper  # noqa: E402
 
+import cory_env  # noqa: E402
 from cory_env import SEATS  # noqa: E402
+from cory_env.tasks import task_tokenizer  # noqa: E402
 from cory_env.tasks.tiny_vocab import SYMBOLS, VOCAB, tiny_vocab_reward  # noqa: E402
 from trainers.adapters.torchrl import (  # noqa: E402
     SeatPPO,
@@ -20,8 +25,10 @@ from trainers.adapters.torchrl import (  # noqa: E402
     make_env,
     seat_transitions,
     seats_of,
+    token_sizes,
     train_and_evaluate,
 )
+from trainers.adapters.window import episode_size  # noqa: E402
 
 ID_TO_TOKEN = {i: t for t, i in VOCAB.items()}
 ALLOWED = {VOCAB[s] for s in SYMBOLS} | {VOCAB["<eos>"]}
@@ -117,7 +124,7 @@ def test_seat_transitions_credit_the_terminal_reward_to_each_seats_last_action()
 def test_collector_and_clip_ppo_update_train_both_seats():
     torch.manual_seed(0)
     env = make_batched_env(2, seed=0)
-    pairs = {seat: make_actor_critic(seat, 20, 12) for seat in SEATS}
+    pairs = {seat: make_actor_critic(seat, *token_sizes(env)) for seat in SEATS}
     learners = [SeatPPO(seat, *pairs[seat], lr=1e-2, epochs=1, minibatch_size=16, entropy_coeff=0.01)
                 for seat in SEATS]
     policy = TensorDictSequential(*(pairs[seat][0] for seat in SEATS))
@@ -137,10 +144,13 @@ def test_collector_and_clip_ppo_update_train_both_seats():
 
 def test_evaluate_is_seeded():
     torch.manual_seed(0)
-    policy = TensorDictSequential(*(make_actor_critic(seat, 20, 12)[0] for seat in SEATS))
     env = make_batched_env(2, seed=5)
-    first = evaluate(env, policy, 6, seed=11)
-    assert 0.0 <= first <= 2.0 and evaluate(env, policy, 6, seed=11) == first
+    policy = TensorDictSequential(*(make_actor_critic(seat, *token_sizes(env))[0] for seat in SEATS))
+    steps = episode_size("tiny_vocab").max_episode_steps
+    first = evaluate(env, policy, 6, seed=11, max_episode_steps=steps)
+    assert 0.0 <= first <= 2.0 and evaluate(env, policy, 6, seed=11, max_episode_steps=steps) == first
+    with pytest.raises(ValueError, match="max_episode_steps=1 is shorter than an episode"):
+        evaluate(env, policy, 6, seed=11, max_episode_steps=1)
 
 
 def test_train_and_evaluate_contract():
@@ -181,3 +191,44 @@ def test_train_and_evaluate_runs_a_chain_of_three():
     result = train_and_evaluate(0, episodes=16, eval_episodes=4, episodes_per_update=16, num_envs=2, num_evals=1,
                                 task="chain_relay")
     assert result["episodes"] == 16 and all(0.0 <= r <= 3.0 for _, r in result["curve"])
+
+
+@pytest.mark.filterwarnings("ignore:PettingZoo in TorchRL is tested:UserWarning")
+def test_actor_critic_sized_from_the_env_train_on_another_window():
+    """Any window: `token_sizes` reads (V, L) from the env's specs; a PPO update on a 16-token window."""
+    torch.manual_seed(0)
+    env = make_batched_env(2, seed=0, context_len=16)
+    assert token_sizes(env) == (20, 16)
+    pairs = {seat: make_actor_critic(seat, *token_sizes(env)) for seat in SEATS}
+    policy = TensorDictSequential(*(pairs[seat][0] for seat in SEATS))
+    collector = Collector(env, policy, frames_per_batch=16, trajs_per_batch=4, traj_format="cat",
+                          auto_register_policy_transforms=False)
+    data = next(iter(collector))
+    collector.shutdown()
+    before = [p.detach().clone() for p in pairs["pioneer"][0].parameters()]
+    SeatPPO("pioneer", *pairs["pioneer"], lr=1e-2, epochs=1, minibatch_size=8, entropy_coeff=0.01).update(data)
+    assert any(not torch.equal(b, p) for b, p in zip(before, pairs["pioneer"][0].parameters()))
+    # a hand-built env (the README's way) is read the same
+    hand = PettingZooWrapper(env=cory_env.env(task="tiny_vocab", tokenizer=task_tokenizer("tiny_vocab"),
+                                              context_len=9), use_mask=True, categorical_actions=True)
+    assert token_sizes(hand) == (20, 9)
+
+
+@pytest.mark.parametrize(("seating", "window"), [("chain:4", 14), ("chain:6", 18)])
+def test_window_grows_with_the_seats_and_trains(caplog, seating, window):
+    """chain:4 used to cut every query to 2 of its 4 symbols (a warning) and chain:6 was refused ("context_len=12 is
+    too small"): the default window holds a whole query and every answer the last seat reads."""
+    torch.set_num_threads(1)
+    with caplog.at_level(logging.WARNING, logger="cory_env.episode"):
+        assert token_sizes(make_env(0, seating=seating)) == (20, window)
+        result = train_and_evaluate(0, episodes=4, eval_episodes=2, episodes_per_update=4, epochs=1,
+                                    minibatch_size=16, num_envs=2, num_evals=1, seating=seating)
+    assert result["episodes"] == 4 and all(0.0 <= r <= float(seating.split(":")[1]) for _, r in result["curve"])
+    assert not [r.getMessage() for r in caplog.records if "truncated" in r.getMessage()]
+
+
+def test_train_and_evaluate_on_another_window():
+    torch.set_num_threads(1)
+    result = train_and_evaluate(0, episodes=4, eval_episodes=2, episodes_per_update=4, epochs=1, minibatch_size=8,
+                                num_envs=2, num_evals=1, context_len=16)
+    assert result["episodes"] == 4 and all(0.0 <= r <= 2.0 for _, r in result["curve"])

@@ -1,0 +1,76 @@
+"""The episode sizes an adapter's env needs, computed from the task and the seating: the smallest context window in
+which every seat's prompt holds a whole query, the responses it reads and its own response, and the most env steps
+of an episode. No adapter keeps a window of its own; their networks read L and V from the env's spaces.
+
+Example:
+    >>> size = episode_size("tiny_vocab", "chain:4")
+    >>> size.context_len, size.max_new_tokens, size.num_seats, size.max_episode_steps
+    (14, 2, 4, 8)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cory_env.config import EnvConfig
+from cory_env.seating import Seating, config_seating
+from cory_env.tasks import TASK_TOKENIZERS, make_task, task_tokenizer
+from cory_env.tokenizer import prepare_tokenizer
+
+__all__ = ["EpisodeSize", "episode_size"]
+
+
+@dataclass(frozen=True)
+class EpisodeSize:
+    """How large one episode of a task under a seating is, in tokens.
+
+    Attributes:
+        context_len: L, the smallest window that fits every seat's prompt (its template, the longest query it sees,
+            each response it reads at ``max_new_tokens``) followed by its own ``max_new_tokens`` response, so no
+            query is cut.
+        max_new_tokens: T, the longest response of a seat.
+        num_seats: N, the seats that answer in turn.
+    """
+
+    context_len: int
+    max_new_tokens: int
+    num_seats: int
+
+    @property
+    def max_episode_steps(self) -> int:
+        """Most env steps of one episode: every seat answers with at most T tokens (N · T)."""
+        return self.num_seats * self.max_new_tokens
+
+
+def episode_size(task: str = "tiny_vocab", seating: Seating | str | None = None) -> EpisodeSize:
+    """The sizes of an episode of a task that brings its own tokenizer (`cory_env.tasks.TASK_TOKENIZERS`), played
+    with `seating` and the env's defaults (knowledge transfer on).
+
+    Args:
+        task: a task name with its own tokenizer (``tiny_vocab``, ``relay``, ``chain_relay``).
+        seating: a `Seating` or a seating spec (``"cory"``, ``"ppo"``, ``"chain:N"``); None: the task's default.
+
+    Returns:
+        `EpisodeSize`; ``context_len`` grows with the seats: seat k of ``chain:N`` reads k - 1 responses.
+
+    Raises:
+        ValueError: a task without a tokenizer of its own (the adapters' networks embed the task's vocabulary), an
+            unknown task or a bad seating spec.
+    """
+    if task not in TASK_TOKENIZERS:
+        raise ValueError(f"task {task!r} brings no tokenizer of its own, and the library adapters embed a task's own "
+                         f"vocabulary; use one of {sorted(TASK_TOKENIZERS)}")
+    tokenizer = prepare_tokenizer(task_tokenizer(task))
+    config = EnvConfig(task=task)
+    built = make_task(task, config, tokenizer)
+    seats = seating if isinstance(seating, Seating) else config_seating(
+        EnvConfig(task=task, seating=seating), built)
+    T = built.max_new_tokens
+    if built.query_tokens:
+        longest = built.query_tokens[1]
+    else:
+        queries = [str(r["query"]) for r in built.records]
+        longest = max(len(ids) for ids in tokenizer(queries, add_special_tokens=False)["input_ids"])
+    prompts = seats.prompt_templates(built, tokenizer).values()
+    return EpisodeSize(context_len=max(p.prompt_len(longest, T) for p in prompts) + T, max_new_tokens=T,
+                       num_seats=seats.num_seats)

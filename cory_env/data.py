@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from pathlib import Path
+
+from cory_env.checks import check_path
 
 __all__ = ["heldout_split", "load_table"]
 
@@ -30,13 +31,12 @@ def load_table(path: str | os.PathLike):
         A `datasets.Dataset`.
 
     Raises:
-        FileNotFoundError: if `path` does not exist.
+        FileNotFoundError, IsADirectoryError, PermissionError: nothing at `path`, a folder, unreadable
+            (`cory_env.checks.check_path`).
         ValueError: for an unsupported suffix, or a file without rows or not in its format.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"data file {str(path)!r} not found; pass an existing CSV/JSONL/Parquet path, "
-                                "or data_path=None for the built-in data")
+    path = check_path(path, "data file", fix="pass an existing CSV/JSONL/Parquet file, or data_path=None for the "
+                                             "built-in data")
     builder = _BUILDERS.get(path.suffix.lower())
     if builder is None:
         raise ValueError(f"data file {str(path)!r} has the unsupported suffix {path.suffix!r}; use one of "

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from cory_env.checks import MAX_MAGNITUDE
 from cory_env.registry import Registry, import_object
 from cory_env.seating import Seating
 
@@ -205,7 +206,10 @@ def score_texts(reward_fn: RewardFn, task_name: str, queries: list[str], respons
         raise RewardFunctionError(f"task {task_name!r}: the reward function returned a tensor on device {device}; "
                                   "return CPU numbers (call .cpu() or .tolist() on it)")
     try:
-        scores = np.asarray(list(raw), dtype=np.float64).reshape(-1)
+        values = list(raw)
+        if any(isinstance(v, (str, bytes)) for v in values):
+            raise TypeError("text is not a number")
+        scores = np.asarray(values, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError, RuntimeError) as exc:
         raise RewardFunctionError(f"task {task_name!r}: the reward function returned {type(raw).__name__} "
                                   f"{raw!r:.200}, not a sequence of numbers ({exc}); return one float per "
@@ -214,11 +218,12 @@ def score_texts(reward_fn: RewardFn, task_name: str, queries: list[str], respons
         raise RewardFunctionError(f"task {task_name!r}: the reward function returned {scores.shape[0]} values for "
                                   f"{len(queries)} texts (first text: {queries[0] + responses[0]!r}); it must "
                                   "return one float per (query, response) pair")
-    bad = ~np.isfinite(scores)
+    bad = ~np.isfinite(scores) | (np.abs(scores) > MAX_MAGNITUDE)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise RewardFunctionError(f"task {task_name!r}: the reward function returned {scores[i]} for the text "
-                                  f"{queries[i] + responses[i]!r}; rewards must be finite")
+                                  f"{queries[i] + responses[i]!r}; rewards must be finite numbers of magnitude at "
+                                  f"most {MAX_MAGNITUDE:g} (the collective reward multiplies them)")
     return scores
 
 

@@ -47,7 +47,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 import operator
 import re
 from collections.abc import Sequence
@@ -55,6 +54,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cory_env.checks import check_number
 from cory_env.prompts import PLACEHOLDERS, PromptTemplate, parse_template
 
 __all__ = ["MAX_SEATS", "PIONEER", "READS", "SEATS", "SEATING_SPECS", "Seat", "Seating", "canonical_seating_spec",
@@ -248,16 +248,17 @@ class Seating:
                                      "reads")
         n = len(seats)
         matrix = ((1.0,) * n,) * n if self.reward_matrix is None else self.reward_matrix
+        if isinstance(matrix, (str, bytes)) or any(isinstance(row, (str, bytes)) for row in matrix):
+            raise ValueError(f"reward_matrix must be N rows of N numbers, got {matrix!r} (text, not numbers)")
         try:
-            rows = tuple(tuple(float(x) for x in row) for row in matrix)
-        except (TypeError, ValueError) as exc:
+            rows = tuple(tuple(check_number(x, f"reward_matrix[{i}][{j}]", bounded=True) for j, x in enumerate(row))
+                         for i, row in enumerate(matrix))
+        except TypeError as exc:
             raise ValueError(f"reward_matrix must be N rows of N numbers, got {matrix!r}") from exc
         if len(rows) != n or any(len(row) != n for row in rows):
             shape = f"{len(rows)}×{'/'.join(str(len(r)) for r in rows) if rows else 0}"
             raise ValueError(f"reward_matrix is {shape}, expected N×N = {n}×{n} for {n} seat(s) {names} (row i: "
                              "the weights of the seats' task rewards in seat i's reward)")
-        if not all(math.isfinite(x) for row in rows for x in row):
-            raise ValueError(f"reward_matrix {rows} holds a NaN or inf; use finite weights")
         object.__setattr__(self, "reward_matrix", rows)
 
     # ----- constructors -----------------------------------------------------------------------------------------
@@ -277,12 +278,7 @@ class Seating:
         check_flag(private_query, "private_query")
         if reads not in READS:
             raise ValueError(f"reads must be one of {READS}, got {reads!r}")
-        try:
-            c = float(partner_reward_coef)
-        except (TypeError, ValueError):
-            c = math.nan
-        if isinstance(partner_reward_coef, (bool, str)) or not math.isfinite(c):
-            raise ValueError(f"partner_reward_coef must be a finite number, got {partner_reward_coef!r}")
+        c = check_number(partner_reward_coef, "partner_reward_coef", bounded=True)
         names = seat_names(n)
         seats = []
         for k, name in enumerate(names):

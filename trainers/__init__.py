@@ -1,13 +1,16 @@
-"""MARL trainer layer for CORY, in five parts a newcomer can read in this order:
+"""MARL trainer layer for CORY (the map: docs/architecture.md), in parts a newcomer can read in this order:
 
-| package | what |
+| part | what |
 |---|---|
-| `trainers.config` | the run's configs (`ModelConfig`, `CORYConfig`; the learners' `PPOConfig` and `GRPOConfig`; `EnvConfig` and `SamplingConfig` from the env and agents) and the flat dict that joins them (`RunConfigs`) |
-| `trainers.learning` | PPO maths, KL control, score scaling, the shared update loop, the `Rollout`, `PPOLearner`, `GRPOLearner`, the joint-learner protocol, `MAPPO`, `MAGRPO`, the learner registry |
-| `trainers.loop` | rollouts, role exchange, building a run, `CORYTrainer`, run directory, checkpoints, metrics |
+| `trainers.config` | the run's configs as a tree (`RunConfigs`: `CORYConfig`, `ModelConfig`, `EnvConfig`, `PPOConfig`, `SamplingConfig`, the task's and the learner's options) and the flat dict that joins them |
+| `trainers.learning` | PPO maths, KL control, score scaling, the shared update loop, the `Rollout`, the learners and their registry |
+| `trainers.rollout` | the one rollout loop: env → one `Rollout` per seat (training and evaluation) |
+| `trainers.loop` | checks and builds a run (`plan_run`), role exchange, `CORYTrainer`, run directory, checkpoints, metrics |
 | `trainers.distributed` | the data-parallel process group (`DataParallel`) the learners and the loop share |
-| `trainers.evaluation` | the pioneer's (and the pair's) evaluation, pass@k |
-| `trainers.cli` | the `cory` command: train, launch, eval, plot, bench, presets |
+| `trainers.evaluation` | the pioneer's (and the seats') evaluation, pass@k |
+| `trainers.unread_options` | the options a run does not read, derived from the specs and the fields' own rules |
+| `trainers.adapters` | other RL libraries (Tianshou, Stable-Baselines3, TorchRL) on the env |
+| `trainers.cli` | the `cory` command: train, launch, eval, export, plot, bench, presets |
 
 Names are imported lazily so `import trainers.learning.ppo_math` stays light (torch only).
 """

@@ -155,6 +155,7 @@ class CORYConfig:
     def __post_init__(self) -> None:
         check_finite_fields(self)
         check_field(self.num_iterations >= 1, "num_iterations", self.num_iterations, "use a positive integer")
+        check_field(self.seed >= 0, "seed", self.seed, "use an integer >= 0 (numpy's SeedSequence takes no negative seed)")
         check_field(self.role_exchange_period >= 0, "role_exchange_period", self.role_exchange_period, "use >= 0 (0 disables role exchange)")
         check_field(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "use >= 0 (0 = only at the end)")
         check_field(self.checkpoint_every_minutes >= 0, "checkpoint_every_minutes", self.checkpoint_every_minutes,

@@ -19,7 +19,7 @@ quiet. One message per reason, naming the options, their values, why, and what t
 
 >>> from cory_env.seating import Seating
 >>> from trainers.config import RunConfigs
->>> unread_options(RunConfigs.from_flat({"num_iterations": 3}), Seating.cory())[0][:74]
+>>> unread_options(RunConfigs.from_flat({"num_iterations": 3}), Seating.cory())[0][:75]
 'role_exchange_period=5 does nothing with num_iterations=3: no role exchange'
 """
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from cory_env.checks import check_number
 from cory_env.prompts import OBSERVER_REQUIRED, PIONEER_TEMPLATE, parse_template
 from cory_env.rewards import make_reward_fn
 from cory_env.seating import READS, check_flag, check_num_seats
@@ -97,8 +98,10 @@ class Task:
         check_flag(self.private_query, f"task {self.name!r}: private_query")
         if self.seat_reads not in READS:
             raise ValueError(f"task {self.name!r}: seat_reads must be one of {READS}, got {self.seat_reads!r}")
+        for name in ("min_new_tokens", "max_new_tokens"):
+            check_number(getattr(self, name), f"task {self.name!r}: {name}", integer=True)
         if self.query_tokens is not None:
-            lo, hi = self.query_tokens
+            lo, hi = (check_number(n, f"task {self.name!r}: query_tokens", integer=True) for n in self.query_tokens)
             if not 1 <= lo <= hi:
                 raise ValueError(f"task {self.name!r}: query_tokens must be (min, max) with 1 <= min <= max, got "
                                  f"{self.query_tokens}; or None to keep whole queries")

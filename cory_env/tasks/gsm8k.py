@@ -30,6 +30,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from cory_env.checks import check_path
 from cory_env.hub import hub_reachable
 from cory_env.tasks.base import Task, TaskSpec
 from cory_env.tasks.gsm8k_answers import (
@@ -101,9 +102,7 @@ def load_gsm8k(path_or_split: str | os.PathLike[str], *, limit: int | None = Non
     source = os.fspath(path_or_split)
     if source.startswith("hub:"):
         return _load_hub(source[len("hub:"):], limit)
-    path = Path(source)
-    if not path.is_file():
-        raise FileNotFoundError(f"GSM8K file not found: {path}; pass a JSONL path or 'hub:train' / 'hub:test'")
+    path = check_path(source, "GSM8K file", fix="pass a JSONL file, or 'hub:train' / 'hub:test'")
     records: list[dict[str, str]] = []
     with path.open(encoding="utf-8") as lines:
         for line_no, line in enumerate(lines, start=1):

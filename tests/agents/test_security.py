@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from agents import LLMAgent, loading
+from cory_env import hub
 from cory_env import raw_env
 from cory_env.tasks.base import Task
 from trainers.config import RunConfigs
@@ -87,7 +88,8 @@ def test_trust_remote_code_is_off_unless_set(tmp_path, tiny_tok, tiny_model, mon
         seen.append(kwargs.get("trust_remote_code"))
         return real(auto_cls, name_or_path, local, hub, **kwargs)
 
-    monkeypatch.setattr(loading, "load_pretrained", spy)
+    monkeypatch.setattr(loading, "load_pretrained", spy)  # the model's load
+    monkeypatch.setattr(hub, "load_pretrained", spy)  # the tokenizer's (`load_tokenizer`)
     loading.load_model_and_tokenizer(str(tmp_path / "m"))
     assert seen == [False, False]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -120,13 +121,17 @@ def test_stepping_a_finished_batch_says_so(tiny_tok):
         batch.step(np.array([5, 6]))
 
 
-@pytest.mark.parametrize("group_size", [3, 0, True, 2.0])
-def test_group_size_must_be_a_positive_int_dividing_the_batch(tiny_tok, group_size):
+@pytest.mark.parametrize(("group_size", "message"), [
+    (3, "4 rows (batch_size) do not split into groups of group_size=3; pass a group_size that divides the env's "
+        "batch_size"),
+    *[(bad, f"group_size must be an int >= 1, got {bad!r}; pass a group_size that divides the env's batch_size")
+      for bad in (0, True, 2.0)]])
+def test_group_size_must_be_a_positive_int_dividing_the_batch(tiny_tok, group_size, message):
+    """The one group rule (`cory_env.episode.check_groups`), at the env's input."""
     from cory_env.episode import EpisodeBatch
 
     batch = EpisodeBatch.from_config(EnvConfig(), tiny_tok, batch_size=4, reward_fn=char_count_reward)
-    with pytest.raises(ValueError, match=rf"^group_size must be a positive int dividing batch_size=4, got "
-                                         rf"{group_size!r}$"):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         batch.reset(seed=0, group_size=group_size)
     batch.reset(seed=0, group_size=2)  # 2 divides 4
 

@@ -237,3 +237,12 @@ def test_distilbert_reward_reads_the_raw_positive_logit_of_query_plus_response(m
     assert reward(["x"], ["y"]) == [2.0]
     assert built == [("sentiment-analysis", "some/classifier", "cpu")]  # built once, on the first call
     assert calls[0] == (["abd", "cefg"], None, "none", 3)
+
+
+@pytest.mark.parametrize(("scores", "message"), [
+    (["1.0", "2.0"], "not a sequence of numbers"),
+    ([1e308, 0.0], r"rewards must be finite numbers of magnitude at most 1e\+06"),
+])
+def test_reward_values_are_numbers_of_bounded_size(scores, message):
+    with pytest.raises(RewardFunctionError, match=message):
+        score_texts(lambda q, r, rec: scores, "t", ["a", "b"], ["c", "d"], [{}, {}])

@@ -16,7 +16,7 @@ from tests.plugins.conftest import PACKAGE, plugin_env, write_plugins
 from trainers.cli import main
 
 TINY = ["--model", "tiny", "--num_iterations", "2", "--role_exchange_period", "1", "--batch_size", "4",
-        "--mini_batch_size", "4", "--min_new_tokens", "2", "--max_new_tokens", "4", "--context_len", "32",
+        "--mini_batch_size", "4", "--min_new_tokens", "2", "--max_new_tokens", "4", "--context_len", "64",
         "--learning_rate", "1e-3", "--tensorboard", "false", "--torch_threads", "1"]
 
 

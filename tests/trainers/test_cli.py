@@ -186,16 +186,20 @@ def test_options_are_never_abbreviated_and_help_groups_them():
     with pytest.raises(ValueError, match="unknown option"):
         parse_train_args(["--pres", "tiny"])
     help_text = cory("train", "--help").stdout
-    groups = ["run options (CORYConfig)", "model options (ModelConfig)", "task and episode options (EnvConfig)",
-              "learner options read by every learner", "learner options read by ppo, mappo",
-              "learner options read by grpo, magrpo", "sampling options (SamplingConfig)"]
+    groups = ["run options (CORYConfig)", "model options (ModelConfig)", "env options read by task 'imdb' (EnvConfig)",
+              "IMDB task options (--task imdb)", "update options read by learner 'ppo' (PPOConfig)",
+              "sampling options (SamplingConfig)"]
     where = [help_text.index(g) for g in groups]
     assert where == sorted(where) and help_text.index("--preset PRESET") < where[0]
-    # issue #24: the learners' flags are grouped by the learners that read them (their LearnerSpecs)
-    flag = lambda name: re.search(rf"^  --{name}\b", help_text, flags=re.M).start()  # noqa: E731
-    assert where[3] < flag("learning_rate") < flag("cliprange") < where[4]
-    assert where[4] < flag("gamma") < flag("vf_coef") < where[5]
-    assert where[5] < flag("group_size") < where[6]
+    flag = lambda text, name: re.search(rf"^  --{name}\b", text, flags=re.M)  # noqa: E731
+    assert where[3] < flag(help_text, "min_review_chars").start() < where[4] < flag(help_text, "gamma").start()
+    assert flag(help_text, "group_size") is None  # what the default run (ppo) does not read is not shown
+    # the chosen learner and task decide the groups and the options shown (their specs)
+    grpo = cory("train", "--learner", "grpo", "--task", "gsm8k", "--help").stdout
+    assert "update options read by learner 'grpo' (PPOConfig)" in grpo and "GRPO options (GRPOConfig" in grpo
+    assert flag(grpo, "group_size") and flag(grpo, "learning_rate") and flag(grpo, "data_path")
+    for unread in ("gamma", "vf_coef", "whiten_rewards", "min_review_chars", "reward", "heldout_fraction"):
+        assert flag(grpo, unread) is None, unread
 
 
 def test_plot_of_a_missing_run_leaves_no_folder(tmp_path):

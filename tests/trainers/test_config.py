@@ -156,3 +156,29 @@ def test_a_flat_config_of_the_algo_era_reads_as_its_seating(old, seating):
     assert configs.env.seating == seating and configs.run.num_iterations == 3
     assert "algo" not in configs.to_flat()
     assert RunConfigs.from_flat({"algo": "ppo", "seating": "chain:3"}).env.seating == "chain:3"  # today's key wins
+
+
+@pytest.mark.parametrize(("cls", "field", "value", "message"), [
+    (PPOConfig, "learning_rate", "1e3", "learning_rate must be a number, got '1e3' (str); write it without quotes"),
+    (PPOConfig, "batch_size", True, "batch_size must be an integer, got True (bool)"),
+    (PPOConfig, "ppo_epochs", 2.0, "ppo_epochs must be an integer, got 2.0 (float)"),
+    (PPOConfig, "adap_kl_ctrl", 1, "adap_kl_ctrl must be True or False, got 1 (int)"),
+    (CORYConfig, "seed", -1, "seed=-1 is invalid: use an integer >= 0"),
+    (CORYConfig, "output_dir", 3, "output_dir must be a str, got 3 (int)"),
+    (IMDBOptions, "query_max_tokens", 3.0, "query_max_tokens must be an integer, got 3.0 (float)"),
+])
+def test_every_field_takes_a_value_of_its_declared_kind_only(cls, field, value, message):
+    """One strict check (`cory_env.checks.check_number` through every config's first check): text, bools and
+    floats are not read as the numbers or flags they are not."""
+    import re
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        cls(**{field: value})
+
+
+def test_partner_coefficients_and_weights_are_bounded():
+    from cory_env import EnvConfig
+
+    with pytest.raises(ValueError, match=r"partner_reward_coef=1e\+308 is too large"):
+        EnvConfig(partner_reward_coef=1e308)
+    assert EnvConfig(partner_reward_coef=-1e6).partner_reward_coef == -1e6

@@ -307,7 +307,8 @@ def test_a_nan_loss_on_one_process_stops_every_process_and_keeps_the_checkpoint(
     (["--learner", "nosuch"], "unknown learner 'nosuch'"),
     (["--device", "cuda:1"], "would put all 2 processes on one device|needs CUDA"),
     (["--learner", "mappo", "--seating", "ppo"], "learner 'mappo' needs at least two seats"),
-    (["--task", "tiny_vocab", "--seating", "chain:3", "--context_len", "9"], "context_len=9 is too small"),
+    (["--task", "tiny_vocab", "--seating", "chain:3", "--context_len", "9", "--truncate_query", "false"],
+     "context_len=9 is too small"),
 ])
 def test_launcher_mistakes_are_one_line_before_any_process_starts(tmp_path, extra, message):
     proc = subprocess.run([sys.executable, "-m", "trainers.cli", "train", "--preset", "tiny", "--num_processes", "2",

@@ -24,7 +24,7 @@ TEXTS = ["A quiet film that", "The plot twists and"]
 
 def _train(tiny_run, name: str, **overrides) -> str:
     configs = tiny_run(name, num_iterations=1, **overrides)
-    CORYTrainer(*configs).train()
+    CORYTrainer(configs).train()
     return configs.run.output_dir
 
 

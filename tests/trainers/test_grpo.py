@@ -11,6 +11,7 @@ import torch
 from cory_env import BatchedCORYEnv, EnvConfig
 from trainers.config import GRPOConfig, PPOConfig
 from trainers.learning.grpo import STD_EPS, GRPOLearner, group_advantages, grpo_loss
+from trainers.learning.learners import check_learner
 from trainers.loop.cory import CORYTrainer
 from trainers.rollout import rollout_from_transcript, run_episodes
 
@@ -48,7 +49,7 @@ def test_group_advantages_errors_say_what_is_wrong():
         group_advantages(torch.zeros(2, 2), 2)
     with pytest.raises(ValueError, match="^group_size must be >= 2 for group-relative advantages, got 1;"):
         group_advantages(torch.zeros(4), 1)
-    with pytest.raises(ValueError, match="^5 rewards do not split into groups of 2;"):
+    with pytest.raises(ValueError, match="^5 rows \\(batch_size\\) do not split into groups of group_size=2;"):
         group_advantages(torch.zeros(5), 2)
 
 
@@ -191,8 +192,8 @@ def test_group_size_one_is_rejected(grpo_parts):
     agent, ref, _ = grpo_parts
     with pytest.raises(ValueError, match="group_size"):
         GRPOLearner(agent, ref, PPOConfig(batch_size=4, mini_batch_size=2))
-    with pytest.raises(ValueError, match="divisible by group_size"):
-        GRPOLearner(agent, ref, *grpo_configs(batch_size=4, mini_batch_size=2, group_size=3))
+    with pytest.raises(ValueError, match="4 rows \\(batch_size\\) do not split into groups of group_size=3"):
+        check_learner("grpo", *grpo_configs(batch_size=4, mini_batch_size=2, group_size=3))  # the one group rule
 
 
 @pytest.mark.parametrize("algo", ["cory", "ppo"])

@@ -73,7 +73,7 @@ def test_the_batch_is_checked_before_any_update():
         check_joint_batch(_batch(rollouts, {"pioneer": "llm1", "observer": "llm3"}), owned, algo="x")
     with pytest.raises(ValueError, match="names seats"):
         check_joint_batch(_batch(rollouts, {"pioneer": "llm1"}), owned, algo="x")
-    with pytest.raises(ValueError, match="do not split into groups of 3"):
+    with pytest.raises(ValueError, match="do not split into groups of group_size=3"):
         check_joint_batch(_batch(rollouts, group_size=3), owned, algo="x")
     short = {**rollouts, "observer": _rollout(PROMPTS[:2], A2[:2], [0.0, 1.0])}
     with pytest.raises(ValueError, match="different batch sizes"):
@@ -202,7 +202,7 @@ def test_magrpo_advantage_is_the_joint_rewards_group_advantage_shared_by_every_s
         MAGRPO(agents_, ref, config, GRPOConfig(group_size=1))
 
 
-def test_magrpo_equals_cory_grpo_with_a_partner_coefficient_of_one_and_not_otherwise(tiny_run):
+def test_magrpo_equals_cory_grpo_with_a_partner_coefficient_of_one_and_refuses_another(tiny_run):
     from tests.trainers.test_cory_trainer import _strip_time
 
     reward = lambda queries, responses: [float(len(r) % 3) for r in responses]  # noqa: E731 - a spread
@@ -211,9 +211,9 @@ def test_magrpo_equals_cory_grpo_with_a_partner_coefficient_of_one_and_not_other
     magrpo = CORYTrainer(tiny_run("magrpo", learner="magrpo", **opts), reward_fn=reward).train()
     assert _strip_time(magrpo) == _strip_time(grpo)
     half = dict(opts, partner_reward_coef=0.5)
-    grpo = CORYTrainer(tiny_run("grpo-h", learner="grpo", **half), reward_fn=reward).train()
-    magrpo = CORYTrainer(tiny_run("magrpo-h", learner="magrpo", **half), reward_fn=reward).train()
-    assert magrpo[-1]["pioneer/score"] != grpo[-1]["pioneer/score"]  # the joint reward, not the env's mix
+    CORYTrainer(tiny_run("grpo-h", learner="grpo", **half), reward_fn=reward).train()  # per-seat rewards: fine
+    with pytest.raises(ValueError, match="trains every seat on one joint reward"):  # it would train on another
+        CORYTrainer(tiny_run("magrpo-h", learner="magrpo", **half), reward_fn=reward)
 
 
 # ---------------------------------------------------------------------------------------------- through the trainer
@@ -234,13 +234,17 @@ def test_joint_learners_train_and_resume_exactly(tiny_run, learner, extra):
 @pytest.mark.parametrize("overrides, message", [
     ({"algo": "ppo", "learner": "mappo"}, "needs at least two seats"),
     ({"learner": "magrpo"}, "group_size >= 2"),
-    ({"learner": "magrpo", "group_size": 3}, "not divisible by group_size=3"),
+    ({"learner": "magrpo", "group_size": 3}, "do not split into groups of group_size=3"),
 ])
-def test_refused_before_any_model_loads(tiny_run, overrides, message):
-    configs = tiny_run(**overrides)
-    configs = dataclasses.replace(configs, model=dataclasses.replace(configs.model, model="/nonexistent/model"))
+def test_refused_before_any_model_loads(tiny_run, overrides, message, monkeypatch):
+    from trainers.loop import cory
+
+    def trap(*args, **kwargs):
+        raise AssertionError("the model was loaded before the settings were checked")
+
+    monkeypatch.setattr(cory, "load_run_model", trap)
     with pytest.raises(ValueError, match=message):
-        CORYTrainer(configs)
+        CORYTrainer(tiny_run(**overrides))
 
 
 def test_cli_refuses_a_centralized_critic_on_the_single_agent_seating(tmp_path, capsys):
@@ -266,10 +270,9 @@ def test_make_joint_learner_wraps_per_seat_learners_and_checks_joint_factories(a
         make_learner("mappo", agents_["llm1"], ref, config)
 
 
-def test_a_joint_factory_must_own_every_model_it_is_built_for(agents, monkeypatch):
+def test_a_joint_factory_must_own_every_model_it_is_built_for(agents, registries):
     from trainers.learning import learners
 
-    monkeypatch.setattr(learners, "LEARNERS", dict(learners.LEARNERS))
     agents_, ref = agents
 
     class OnlyFirst:

@@ -370,7 +370,7 @@ class _SignalsItself(CORYTrainer):
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_stop_signal_in_process_checkpoints_and_restores_handlers(tiny_run, tmp_path, signum):
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    trainer = _SignalsItself(*tiny_run("sig", num_iterations=50))
+    trainer = _SignalsItself(tiny_run("sig", num_iterations=50))
     trainer.signum = signum
     rows = trainer.train()
     assert [r["iteration"] for r in rows] == [0, 1] and trainer.last_checkpoint_iteration == 1

@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 
 from trainers.cli import main as cory_main
 from trainers.config import CORYConfig
-from trainers.learning.learners import LEARNERS, check_learner, register_learner
+from trainers.learning.learners import check_learner, register_learner
 from trainers.loop.checkpoint import latest_checkpoint
 from trainers.loop.metrics import read_jsonl
 from trainers.loop.sharding import check_sharding, full_state, shard_like, sharded_optimizer_state
@@ -64,19 +64,16 @@ def test_config_names_an_unknown_sharding():
         CORYConfig(sharding="zero3")
 
 
-def test_a_learner_without_sharding_support_is_refused_only_when_sharded():
+def test_a_learner_without_sharding_support_is_refused_only_when_sharded(registries):
     def factory(agent, ref_model, config, dist=None):  # pragma: no cover - never built
         raise AssertionError
 
     register_learner("no_shard_test", factory)
-    try:
-        check_learner("no_shard_test", None)  # replicated: fine
-        with pytest.raises(ValueError, match="supports_sharding=True"):
-            check_learner("no_shard_test", None, sharded=True)
-        register_learner("no_shard_test", factory, supports_sharding=True, overwrite=True)
+    check_learner("no_shard_test", None)  # replicated: fine
+    with pytest.raises(ValueError, match="supports_sharding=True"):
         check_learner("no_shard_test", None, sharded=True)
-    finally:
-        LEARNERS.pop("no_shard_test")
+    register_learner("no_shard_test", factory, supports_sharding=True, overwrite=True)
+    check_learner("no_shard_test", None, sharded=True)
     from trainers.config import GRPOConfig, PPOConfig
 
     for name in ("ppo", "grpo", "mappo", "magrpo"):

@@ -33,7 +33,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 import cory_env  # noqa: F401  (registers the Gymnasium ids)
 from cory_env.gym_env import ALONE
-from trainers.adapters.window import episode_size
+from trainers.adapters.window import default_context_len
 
 __all__ = ["ENV_ID", "EVAL_SEED_OFFSET", "EpisodeCounter", "TokenEmbedding", "evaluate", "make_env", "make_model",
            "train_and_evaluate"]
@@ -93,14 +93,14 @@ def make_env(seating: str | None = None, *, context_len: int | None = None) -> g
 
     Args:
         seating: a seating spec (``"cory"``, ``"chain:N"``); None: the pioneer alone.
-        context_len: the window L in tokens; None: the smallest that holds a whole query and every response a seat
-            reads (`trainers.adapters.window.episode_size`), so it grows with the seats.
+        context_len: the window L in tokens; None: the ladder's 12 when a whole query and every response a seat
+            reads fit, else the smallest window that holds them (`trainers.adapters.window.default_context_len`).
 
     Raises:
         ValueError: a bad seating, or a `context_len` too small for even the shortest query.
     """
     if context_len is None:
-        context_len = episode_size("tiny_vocab", ALONE if seating is None else seating).context_len
+        context_len = default_context_len("tiny_vocab", ALONE if seating is None else seating)
     kwargs = {"context_len": context_len} if seating is None else {"context_len": context_len, "seating": seating}
     return gym.make(ENV_ID, **kwargs)
 

@@ -43,9 +43,7 @@ from tianshou.data import Collector, VectorReplayBuffer
 from tianshou.env import DummyVectorEnv, PettingZooEnv
 from tianshou.trainer import OnPolicyTrainerParams
 
-from cory_env.tasks import task_tokenizer
-from cory_env.token_env import env as cory_aec_env
-from trainers.adapters.window import episode_size
+from trainers.adapters.window import aec_env, default_context_len, episode_size
 
 __all__ = ["SequentialMultiAgentOnPolicyAlgorithm", "TianshouObsWrapper", "TokenMLP", "build_algorithm", "make_env",
            "redistribute_terminal_reward", "train_and_evaluate"]
@@ -196,17 +194,14 @@ def make_env(task: str = "tiny_vocab", seating: str | None = None, *, context_le
     Args:
         task: a task with its own tokenizer (``tiny_vocab``, ``relay``, ``chain_relay``).
         seating: a seating spec (``"cory"``, ``"chain:N"``); None: the task's default seats.
-        context_len: the window L in tokens; None: the smallest that holds a whole query and every response a seat
-            reads (`trainers.adapters.window.episode_size`), so it grows with the seats.
+        context_len: the window L in tokens; None: the ladder's 12 when a whole query and every response a seat
+            reads fit, else the smallest window that holds them (`trainers.adapters.window.default_context_len`).
 
     Raises:
         ValueError: a task without its own tokenizer, a bad seating, or a `context_len` too small for even the
             shortest query (the env's error names the length needed).
     """
-    if context_len is None:
-        context_len = episode_size(task, seating).context_len
-    aec = cory_aec_env(task=task, tokenizer=task_tokenizer(task), context_len=context_len, seating=seating)
-    return PettingZooEnv(TianshouObsWrapper(aec))
+    return PettingZooEnv(TianshouObsWrapper(aec_env(task, seating, context_len=context_len)))
 
 
 def build_algorithm(env: PettingZooEnv, lr: float) -> SequentialMultiAgentOnPolicyAlgorithm:
@@ -272,7 +267,7 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, ep
     torch.manual_seed(seed)
     np.random.seed(seed)
     size = episode_size(task, seating)
-    context_len = size.context_len if context_len is None else context_len
+    context_len = default_context_len(task, seating) if context_len is None else context_len
     env = make_env(task, seating, context_len=context_len)
     steps_per_episode = size.max_episode_steps
     algorithm = build_algorithm(env, lr)

@@ -39,9 +39,7 @@ from torchrl.modules import MaskedCategorical, ProbabilisticActor, ValueOperator
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
-from cory_env.tasks import task_tokenizer
-from cory_env.token_env import env as cory_aec_env
-from trainers.adapters.window import episode_size
+from trainers.adapters.window import aec_env, default_context_len, episode_size
 
 __all__ = ["EVAL_SEED_OFFSET", "SeatPPO", "TokenMLP", "evaluate", "make_actor_critic", "make_batched_env", "make_env",
            "seat_transitions", "seats_of", "token_sizes", "train_and_evaluate"]
@@ -57,16 +55,14 @@ def make_env(seed: int | None = None, *, task: str = "tiny_vocab", seating: str 
     Args:
         seed: seeds the first reset (None: PettingZoo's default).
         task: ``tiny_vocab``, ``relay`` or ``chain_relay``; seating: a seating spec (None: the task's default).
-        context_len: the window L in tokens; None: the smallest that holds a whole query and every response a seat
-            reads (`trainers.adapters.window.episode_size`), so it grows with the seats.
+        context_len: the window L in tokens; None: the ladder's 12 when a whole query and every response a seat
+            reads fit, else the smallest window that holds them (`trainers.adapters.window.default_context_len`).
 
     Raises:
         ValueError: a task without its own tokenizer, a bad seating, or a `context_len` too small for even the
             shortest query (the env's error names the length needed).
     """
-    if context_len is None:
-        context_len = episode_size(task, seating).context_len
-    aec = cory_aec_env(task=task, tokenizer=task_tokenizer(task), context_len=context_len, seating=seating)
+    aec = aec_env(task, seating, context_len=context_len)
     with warnings.catch_warnings():  # "PettingZoo in TorchRL is tested using version == 1.24.3": 1.27 works
         warnings.filterwarnings("ignore", message="PettingZoo in TorchRL is tested", category=UserWarning)
         return PettingZooWrapper(env=aec, use_mask=True, categorical_actions=True, seed=seed)
@@ -292,7 +288,7 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, ep
     torch.manual_seed(seed)
     size = episode_size(task, seating)
     env_kwargs = {"task": task, "seating": seating,
-                  "context_len": size.context_len if context_len is None else context_len}
+                  "context_len": default_context_len(task, seating) if context_len is None else context_len}
     env = make_batched_env(num_envs, seed, **env_kwargs)
     seats = seats_of(env)
     steps = size.max_episode_steps

@@ -14,10 +14,15 @@ from dataclasses import dataclass
 
 from cory_env.config import EnvConfig
 from cory_env.seating import Seating, config_seating
-from cory_env.tasks import TASK_TOKENIZERS, make_task, task_tokenizer
+from cory_env.tasks import TASKS, make_task, task_spec, task_tokenizer
 from cory_env.tokenizer import prepare_tokenizer
 
-__all__ = ["EpisodeSize", "episode_size"]
+__all__ = ["LADDER_CONTEXT_LEN", "EpisodeSize", "aec_env", "default_context_len", "episode_size"]
+
+#: The window the learning ladder's tiny rungs play (`benchmarks/learning.py`: ``--context_len 12``): an adapter's
+#: default window when it fits the seating (`default_context_len`), so a library's arm plays the env this project's
+#: arms play and its seeded numbers stay comparable.
+LADDER_CONTEXT_LEN = 12
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,7 @@ class EpisodeSize:
 
 
 def episode_size(task: str = "tiny_vocab", seating: Seating | str | None = None) -> EpisodeSize:
-    """The sizes of an episode of a task that brings its own tokenizer (`cory_env.tasks.TASK_TOKENIZERS`), played
+    """The sizes of an episode of a task that brings its own tokenizer (`cory_env.tasks.TaskSpec.tokenizer`), played
     with `seating` and the env's defaults (knowledge transfer on).
 
     Args:
@@ -57,9 +62,10 @@ def episode_size(task: str = "tiny_vocab", seating: Seating | str | None = None)
         ValueError: a task without a tokenizer of its own (the adapters' networks embed the task's vocabulary), an
             unknown task or a bad seating spec.
     """
-    if task not in TASK_TOKENIZERS:
+    if task_spec(task).tokenizer is None:
+        own = [name for name, spec in TASKS.items() if spec.tokenizer is not None]
         raise ValueError(f"task {task!r} brings no tokenizer of its own, and the library adapters embed a task's own "
-                         f"vocabulary; use one of {sorted(TASK_TOKENIZERS)}")
+                         f"vocabulary; use one of {own}")
     tokenizer = prepare_tokenizer(task_tokenizer(task))
     config = EnvConfig(task=task)
     built = make_task(task, config, tokenizer)
@@ -74,3 +80,28 @@ def episode_size(task: str = "tiny_vocab", seating: Seating | str | None = None)
     prompts = seats.prompt_templates(built, tokenizer).values()
     return EpisodeSize(context_len=max(p.prompt_len(longest, T) for p in prompts) + T, max_new_tokens=T,
                        num_seats=seats.num_seats)
+
+
+def default_context_len(task: str = "tiny_vocab", seating: Seating | str | None = None) -> int:
+    """An adapter's default window: the ladder's `LADDER_CONTEXT_LEN` when every prompt fits it, else the smallest
+    that does (`episode_size`), so it grows with the seats (``chain:4``: 14, ``chain:6``: 18).
+
+    >>> default_context_len("tiny_vocab", "cory"), default_context_len("tiny_vocab", "chain:6")
+    (12, 18)
+    """
+    return max(LADDER_CONTEXT_LEN, episode_size(task, seating).context_len)
+
+
+def aec_env(task: str = "tiny_vocab", seating: Seating | str | None = None, *, context_len: int | None = None):
+    """The CORY AEC env an adapter wraps: a task with its own tokenizer (and action mask), its seating, and the
+    window `default_context_len` when `context_len` is None.
+
+    Raises:
+        ValueError: a task without its own tokenizer, a bad seating, or a `context_len` too small for even the
+            shortest query (the env's error names the length needed).
+    """
+    from cory_env import env
+
+    if context_len is None:
+        context_len = default_context_len(task, seating)
+    return env(task=task, tokenizer=task_tokenizer(task), context_len=context_len, seating=seating)

@@ -36,6 +36,7 @@ from transformers import HfArgumentParser
 
 from agents import LLMAgent, SamplingConfig
 from cory_env import BatchedCORYEnv, EnvConfig, make_reward_fn
+from cory_env.checks import check_path
 from cory_env.tasks import task_spec
 from cory_env.seating import PIONEER
 from trainers.config import RunConfigs
@@ -164,9 +165,9 @@ def run_eval(argv: Sequence[str]) -> int:
 
 def _check_data_path(data_path: str | None) -> None:
     """Fail before any model loads when a local data file is missing."""
-    if data_path not in (None, "hub") and not Path(data_path).is_file():
-        raise FileNotFoundError(f"--data_path {data_path!r} does not exist; for GSM8K pass a test JSONL such as "
-                                "--data_path ../shared/data/gsm8k_test.jsonl")
+    if data_path not in (None, "hub"):
+        check_path(data_path, "--data_path", fix="for GSM8K pass a test JSONL such as --data_path "
+                                                 "../shared/data/gsm8k_test.jsonl")
 
 
 @dataclasses.dataclass
@@ -208,7 +209,8 @@ def load_checkpoint_agent(checkpoint: str | Path, model_name: str | None = None)
         FileNotFoundError: no checkpoint there. ValueError / CheckpointError: a model name the checkpoint lacks,
             another base model behind the recorded name, a damaged file.
     """
-    path = Path(checkpoint)
+    path = check_path(checkpoint, "checkpoint", kind="folder",
+                      fix="give a run directory (runs/x) or one of its checkpoint folders")
     if not (path / "trainer_state.json").exists():
         latest = ckpt.latest_checkpoint(path)
         if latest is None:

@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from cory_env.seating import PIONEER
+from cory_env.checks import check_path
 from trainers.loop.metrics import METRICS_FILE, read_jsonl
 
 QUANTITIES = ("task_reward", "kl", "combined_reward")
@@ -47,9 +48,8 @@ def load_runs(run_dirs: Sequence[str | Path]) -> dict[str, list[dict]]:
     """
     runs = {}
     for run in run_dirs:
-        path = Path(run) / METRICS_FILE
-        if not path.exists():
-            raise FileNotFoundError(f"{path} not found: is {run} a cory run directory?")
+        check_path(run, "run directory", kind="folder", fix="give a cory run directory (holding metrics.jsonl)")
+        path = check_path(Path(run) / METRICS_FILE, "metrics file", fix=f"is {run} a cory run directory?")
         label = Path(run).name
         while label in runs:
             label += "'"

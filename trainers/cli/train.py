@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import yaml
+from transformers import HfArgumentParser
 
 from agents.sampling import SamplingConfig
+from cory_env.checks import check_path
 from cory_env import EnvConfig
 from cory_env.rewards import REWARDS
 from cory_env.tasks import OPTIONAL_ENV_FIELDS, TASKS
@@ -33,6 +35,15 @@ from trainers.cli.presets import PRESETS, preset
 from trainers.config import (CORYConfig, ModelConfig, PPOConfig, RunConfigs, flat_field_types, migrate_flat,
                              option_fields)
 from trainers.learning.learners import LEARNERS
+
+
+class ConfigParser(HfArgumentParser):
+    """`transformers.HfArgumentParser` whose parse errors (a flag's value of the wrong kind, ``--use_lora maybe``)
+    raise `ValueError`, which `trainers.cli.main` reports as one line and exit 2, instead of printing the whole
+    usage first."""
+
+    def error(self, message: str):
+        raise ValueError(f"{message} (cory train --help lists the options)")
 
 
 def run_classes(configs: RunConfigs) -> list[type]:
@@ -93,13 +104,15 @@ def load_yaml_config(path: str | Path) -> dict[str, Any]:
     """A flat `field: value` YAML file, checked against the config fields.
 
     Raises:
-        FileNotFoundError: missing file.
-        ValueError: not a mapping, unknown keys (lists valid ones), or a value of the wrong type.
+        FileNotFoundError, IsADirectoryError, PermissionError: no file there (`cory_env.checks.check_path`).
+        ValueError: not YAML, not a mapping, unknown keys (lists valid ones), or a value of the wrong type.
     """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"config file {path} not found")
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    path = check_path(path, "--config", fix="pass a YAML file of option: value, e.g. a run's config.yaml")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise ValueError(f"--config {str(path)!r} is not valid YAML ({str(err).splitlines()[0]}); pass a YAML file "
+                         "of option: value, e.g. a run's config.yaml") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of option: value, got {type(data).__name__}")
     data = migrate_flat(data)  # a run's config.yaml written before a field moved
@@ -158,8 +171,6 @@ def _chosen(argv: Sequence[str], defaults: dict[str, Any]) -> RunConfigs:
 def _other_options(remaining: list[str], chosen: set[str]) -> tuple[dict[str, Any], list[str]]:
     """({field: value} of the other learners' and tasks' options among `remaining` flags, the flags left), parsed
     with their own classes' types (`RunConfigs.unread`)."""
-    from transformers import HfArgumentParser
-
     values: dict[str, Any] = {}
     for owner in dict.fromkeys(owner for owner, _ in option_fields().values()):
         names = [f.name for f in dataclasses.fields(owner) if f.name not in chosen and f.name not in values]
@@ -169,8 +180,8 @@ def _other_options(remaining: list[str], chosen: set[str]) -> tuple[dict[str, An
                  if a.startswith("--")}
         if not given & set(names):
             continue
-        instance, remaining = HfArgumentParser(owner).parse_args_into_dataclasses(args=remaining,
-                                                                                  return_remaining_strings=True)
+        instance, remaining = ConfigParser(owner).parse_args_into_dataclasses(args=remaining,
+                                                                             return_remaining_strings=True)
         values.update({n: getattr(instance, n) for n in names if n in given})
     return values, remaining
 
@@ -178,8 +189,6 @@ def _other_options(remaining: list[str], chosen: set[str]) -> tuple[dict[str, An
 def parse_train_args(argv: Sequence[str]) -> RunConfigs:
     """Resolve `cory train` arguments into the run's configs (flags > YAML > preset > defaults); ``--help`` prints
     the options of the chosen learner and task (see the module docstring)."""
-    from transformers import HfArgumentParser
-
     argv = list(argv)
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--preset", default=None)
@@ -193,10 +202,10 @@ def parse_train_args(argv: Sequence[str]) -> RunConfigs:
     chosen = _chosen(argv, defaults)
     classes = run_classes(chosen)
     # no abbreviations: argparse would take --num_iteration for --num_iterations
-    parser = HfArgumentParser(classes, prog="cory train", allow_abbrev=False,
-                              description="Train with CORY (two seats), the single-agent baseline (--seating ppo) or "
-                                          "a chain of N seats (--seating chain:N) on a CORY env, with the learner "
-                                          "--learner and the task --task; --help shows the options they read.")
+    parser = ConfigParser(classes, prog="cory train", allow_abbrev=False,
+                          description="Train with CORY (two seats), the single-agent baseline (--seating ppo) or a "
+                                      "chain of N seats (--seating chain:N) on a CORY env, with the learner --learner "
+                                      "and the task --task; --help shows the options they read.")
     parser.add_argument("--preset", default=None, help=f"Preset: {', '.join(sorted(PRESETS))}.")
     parser.add_argument("--config", default=None, help="YAML file of option: value (e.g. a run's config.yaml).")
     parser.add_argument("--num_processes", default=1, type=int,

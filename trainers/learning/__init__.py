@@ -1,16 +1,20 @@
-"""Learning: the maths and the learners that update one model from its seat's `Rollout`.
+"""Learning: the maths and the learners that update the models from the seats' `Rollout`s.
 
 | module | what |
 |---|---|
+| `configs` | `PPOConfig` (the update every learner shares; PPO's value head, GAE, scores), `GRPOConfig` |
+| `experience` | `Rollout` (one seat's experience, (B, T) tensors), `score_rollout`, `pad_sequences` |
 | `ppo_math` | pure PPO maths (TRL 0.7–0.11 formulas): KL penalties, shaped rewards, GAE, whitening, PPO losses |
 | `kl_control` | `AdaptiveKLController`, `FixedKLController` |
 | `score_scaling` | `RunningMoments`, score scaling / normalisation / clipping (TRL) |
 | `update` | the update loop every learner shares: Adam, mini-batches, accumulation, clipping, data-parallel pooling |
 | `ppo` | `PPOLearner` |
 | `grpo` | `GRPOLearner` (critic-free, DeepSeekMath §4.1) |
-| `learners` | the `Learner` protocol and the registry behind `--learner` |
-| `sequential_marl` | Tianshou's multi-agent on-policy algorithm with the sequential-turn credit fix (imports Tianshou) |
+| `joint` | `JointBatch`, the `JointLearner` protocol, `IndependentLearners` (per-seat learners = IPPO) |
+| `mappo` | `MAPPO`: PPO with a centralized critic on the joint transcript |
+| `magrpo` | `MAGRPO`: the joint reward's group-relative advantage shared by every seat |
+| `learners` | the `Learner` protocol, `LearnerSpec` and the registry behind `--learner` |
 
-Log-probabilities and entropies come from `agents.forward` (through `LLMAgent.evaluate`); the rollout data type and
-the data-parallel group from `trainers.loop`.
+Log-probabilities and entropies come from `agents.forward` (through `LLMAgent.evaluate`); the data-parallel group
+from `trainers.distributed`. Nothing here imports the loop, the CLI, the evaluation or `trainers.config`.
 """

@@ -1,6 +1,6 @@
 """The learner protocols and the registry of learners by name (`CORYConfig.learner`, ``--learner``).
 
-Two kinds plug in (guide and worked examples: docs/learners.md):
+Two kinds plug in (guide and worked examples: docs/extending.md):
 
 * a **per-seat learner** (`Learner`) owns one model's optimisation: built once per model from its agent, the shared
   reference model and the `PPOConfig`, it receives its seat's finished `Rollout` each iteration. The trainer runs
@@ -78,7 +78,7 @@ class LearnerSpec:
         config_class: the config class holding the learner's own options: `PPOConfig` (ppo, mappo) or
             `GRPOConfig` (grpo, magrpo); None for a learner with none beyond `PPOConfig`'s update.
         ignores: `PPOConfig` fields the learner never reads (`cory train` warns when one is set:
-            `trainers.loop.inert_options`).
+            `trainers.unread_options`).
         value_head: the learner trains the agents' value heads (else ``value_head_dropout`` does nothing).
         samples_per_query: ``options -> k``, responses per query the rollout must hold in consecutive rows
             (GRPO's group); None = 1.
@@ -86,6 +86,9 @@ class LearnerSpec:
             ``kl``; None = ``config.kl_penalty``.
         check: ``(config, options) -> None``, raising `ValueError` for settings it cannot run.
         needs_partner: refuses a run with a single seat (a centralized critic needs other seats to centralise).
+        joint_reward: trains every seat on one joint reward, the sum of the seats' task rewards (MAGRPO), not on
+            each seat's reward R = M · r: a seating whose reward matrix M is not all ones (a partner coefficient
+            other than 1, a competitive or independent seating) is refused, since its seats are paid otherwise.
         supports_sharding: keeps its optimizer as ``learner.optimizer`` on each per-model learner, which
             checkpoints gather whole and re-shard on load (``--sharding fsdp``).
         summary: one line for tables and ``--help``.
@@ -100,6 +103,7 @@ class LearnerSpec:
     kl_kind: Callable[[Any, Any], str] | None = None
     check: Callable[[Any, Any], None] | None = None
     needs_partner: bool = False
+    joint_reward: bool = False
     supports_sharding: bool = False
     summary: str = ""
 
@@ -199,7 +203,7 @@ LEARNERS.register("grpo", LearnerSpec(_grpo, summary="per seat: critic-free GRPO
 LEARNERS.register("mappo", LearnerSpec(_mappo, joint=True, config_class=PPOConfig, needs_partner=True,
                                        supports_sharding=True, summary="joint: PPO with a centralized critic on the "
                                        "joint transcript (MAPPO)"), origin="trainers.learning.mappo:MAPPO")
-LEARNERS.register("magrpo", LearnerSpec(_magrpo, joint=True, summary="joint: one group-relative advantage of the "
+LEARNERS.register("magrpo", LearnerSpec(_magrpo, joint=True, joint_reward=True, summary="joint: one group-relative advantage of the "
                                         "joint reward shared by every seat (MAGRPO)", **_GROUP),
                   origin="trainers.learning.magrpo:MAGRPO")
 
@@ -258,7 +262,7 @@ def accepts_dist(factory: Callable[..., Learner]) -> bool:
 
 
 def check_learner(name: str, config, options: Any = None, *, sharded: bool = False, seats: int = 2,
-                  num_processes: int = 1) -> None:
+                  num_processes: int = 1, reward_matrix=None) -> None:
     """Check, before any model is built, that `name` is registered and fits the run.
 
     Args:
@@ -266,6 +270,7 @@ def check_learner(name: str, config, options: Any = None, *, sharded: bool = Fal
         sharded: the run is FSDP2-sharded (``--sharding fsdp``): the learner must declare ``supports_sharding``.
         seats: how many seats the run has (1 for the single-agent baseline ``--algo ppo``, 2 for CORY).
         num_processes: the run's data-parallel processes: with more than one, the factory must take ``dist``.
+        reward_matrix: the seating's M (`cory_env.seating.Seating.reward_matrix`), for a `joint_reward` learner.
 
     Raises:
         ValueError: an unknown name (lists the registered ones); settings the learner refuses (its `check`); a
@@ -285,6 +290,12 @@ def check_learner(name: str, config, options: Any = None, *, sharded: bool = Fal
         raise ValueError(f"learner {name!r} needs at least two seats (its critic is centralised over the seats' "
                          "joint transcript), but this run has one (--seating ppo or chain:1); use --seating cory "
                          "(or chain:N, N >= 2), or --learner ppo for the single-agent baseline")
+    if spec.joint_reward and reward_matrix is not None and any(m != 1 for row in reward_matrix for m in row):
+        raise ValueError(f"learner {name!r} trains every seat on one joint reward (the sum of the seats' task "
+                         f"rewards), but this seating pays seat i R_i = sum_j M_ij r_j with M = "
+                         f"{[list(row) for row in reward_matrix]} (--partner_reward_coef other than 1): the run would "
+                         "log one reward and train on another. Use --partner_reward_coef 1, or --learner grpo "
+                         "(each seat's group advantage of its own reward)")
     options = spec.options(options)  # None: the learner's defaults
     if spec.check is not None:
         spec.check(config, options)
@@ -310,7 +321,7 @@ def _check_dist(name: str, spec: LearnerSpec, num_processes: int) -> None:
         raise ValueError(
             f"learner {name!r} cannot train data-parallel: its factory takes no `dist` argument, so it would not "
             f"average gradients across the {num_processes} processes. Add a `dist=None` keyword and call "
-            "dist.sync_gradients(params) before each optimiser step (docs/learners.md), or run one process"
+            "dist.sync_gradients(params) before each optimiser step (docs/extending.md), or run one process"
         )
 
 

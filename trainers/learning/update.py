@@ -12,7 +12,7 @@ per mini-batch (their loss) and before it (advantages); one `step` of either rea
 3. `global_sequence_kl` for the KL controller and the logged ``kl``; `mean_over_minibatches` for the statistics.
 
 `PolicyLearner` is that step, with the learner-specific parts (`prepare`, the mini-batch loss, extra statistics)
-left to `PPOLearner` and `GRPOLearner`. A custom learner can reuse any of these (docs/learners.md).
+left to `PPOLearner` and `GRPOLearner`. A custom learner can reuse any of these (docs/extending.md).
 """
 
 from __future__ import annotations

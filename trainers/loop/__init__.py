@@ -2,13 +2,13 @@
 
 | module | what |
 |---|---|
-| `rollout` | env → `Rollout` (B, T) tensors per seat: `run_episodes` (the one rollout loop), `score_rollout` |
-| `role_exchange` | `RoleExchange`: which bundle (agent + learner) sits in which seat, swapped every T_REx |
-| `build` | configs → model, agents, reference model, bundles, env |
-| `cory` | `CORYTrainer`: the CORY loop (and the single-agent baselines) |
+| `plan` | `plan_run`: every check and the task and seating of a run, before any model loads (trainer and launcher) |
+| `build` | configs → tokenizer, model, agents, reference model, the algorithm, bundles, env |
+| `role_exchange` | `RoleExchange`: which bundle (agent + learner) sits in which seat, rotated every T_REx |
+| `cory` | `CORYTrainer`: the CORY loop (and the single-agent baselines, chains) |
 | `run_dir` | the run directory: checks before a run, config.yaml, what a resume may change |
+| `fingerprint` | content fingerprints of a run's inputs, which a resume must match |
 | `checkpoint` | atomic checkpoints, resume, `load_agent` for inference |
 | `metrics` | metrics.jsonl, samples.jsonl, TensorBoard |
-| `distributed` | `DataParallel`: accelerate process group, gradient averaging, global statistics |
-| `inert_options` | options that do nothing in a combination, named at the start of a run |
+| `sharding` | `--sharding fsdp`: FSDP2 shards of the models, gathered for generation |
 """

@@ -1,5 +1,5 @@
-"""Build a run's pieces from its configs: the tokenizer and models, one bundle per seat, the batched env (the task and
-the seating are `trainers.loop.plan`'s).
+"""Build a run's pieces from its configs: the tokenizer and models, one bundle per seat (the task, the seating and the
+env are `trainers.loop.plan`'s).
 
 Layouts (PAPER.md §1, issue "LLM agents"), for a seating of N seats (`cory_env.seating`; CORY: 2):
 
@@ -29,9 +29,8 @@ from agents.dropout import disable_dropout
 from agents.precision import resolve_precision
 from agents.tiny import tiny_causal_lm, tiny_tokenizer
 from agents.loading import load_model, load_tokenizer
-from cory_env import BatchedCORYEnv, EnvConfig
 from cory_env.seating import Seating
-from cory_env.tasks import Task, task_tokenizer
+from cory_env.tasks import task_tokenizer
 from trainers.config import DTYPES, CORYConfig, ModelConfig, RunConfigs
 from trainers.learning.joint import JointLearner
 from trainers.learning.learners import make_joint_learner
@@ -177,12 +176,6 @@ def build_exchange(agents: dict[str, LLMAgent], algorithm: JointLearner, config:
     bundles = [Bundle(name, agent, algorithm.learners[name]) for name, agent in agents.items()]
     return RoleExchange(bundles, seating.names, period=config.role_exchange_period,
                         reset_on_exchange=config.reset_on_exchange)
-
-
-def build_env(env_config: EnvConfig, tokenizer, *, batch_size: int, task: Task, seating: Seating) -> BatchedCORYEnv:
-    """The batched env of `batch_size` rows (`PPOConfig.batch_size` in training) playing the run's `task` and
-    `seating`, built once by `trainers.loop.plan.plan_run`."""
-    return BatchedCORYEnv(env_config, tokenizer, batch_size=batch_size, task=task, seating=seating)
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:

@@ -43,8 +43,8 @@ from trainers.config import RunConfigs, plugin_origins
 from trainers.distributed import DataParallel
 from trainers.learning.joint import JointBatch
 from trainers.loop import checkpoint as ckpt
-from trainers.loop.build import (build_agents, build_env, build_exchange, build_learners, load_run_model,
-                                 load_run_tokenizer, seed_everything)
+from trainers.loop.build import (build_agents, build_exchange, build_learners, load_run_model, load_run_tokenizer,
+                                 seed_everything)
 from trainers.loop.fingerprint import (check_fingerprints, data_fingerprint, model_fingerprint, reward_fingerprint,
                                        tokenizer_fingerprint)
 from trainers.loop.metrics import METRICS_FILE, SAMPLES_FILE, MetricsLogger, truncate_jsonl
@@ -130,8 +130,7 @@ class CORYTrainer:
             shard_agents(self.agents, self.ref_model, self.dist)
         self.algorithm = build_learners(self.agents, self.ref_model, configs, self.dist)  # the MARL algorithm
         self.exchange = build_exchange(self.agents, self.algorithm, config, self.seating)
-        self.env = build_env(self._env_source, tokenizer, batch_size=configs.ppo.batch_size, task=plan.task,
-                             seating=self.seating)
+        self.env = plan.env
         self._heldout_envs: dict[tuple[int, bool], Any] = {}  # (episodes, collective) -> env, built once
         self._reward_fn = reward_fn
         self.start_iteration = 0

@@ -7,13 +7,14 @@ line and exit 2 whichever path runs, and nothing is written before it passes:
 1. the learner and the task by name (`RunConfigs` resolved them: registered name, ``module:attr`` or entry point);
 2. the device and the sharding against the process count;
 3. the task's data source once (`cory_env.tasks.TaskSpec.resolve`: the IMDB hub probe), then the `Task`, built
-   once with the run's tokenizer and reward, and the `Seating`, built once on it (`cory_env.seating.config_seating`);
+   once with the run's tokenizer and reward, the `Seating`, built once on it (`cory_env.seating.config_seating`),
+   and the training env over both (every prompt fits the context window);
 4. the learner against the seating and its options (`trainers.learning.learners.check_learner`: the group rule);
 5. the run folder: ``--resume`` / ``--overwrite``, writability, and a resume's config against the checkpoint's, its
    seating compared as built seatings (`trainers.loop.run_dir.check_output_dir`);
 6. the options the run does not read (`trainers.unread_options`), as messages for the caller to log.
 
-The env the trainer plays is then built from the plan's task and seating; nothing re-parses a spec.
+The trainer plays the plan's env; nothing re-parses a spec or rebuilds the task.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from cory_env import EnvConfig
+from cory_env import BatchedCORYEnv, EnvConfig
 from cory_env.seating import Seating, config_seating
 from cory_env.tasks import Task
 from cory_env.rewards import reward_name
@@ -46,6 +47,7 @@ class RunPlan:
             every env of the run (training, evaluations) reads the same source.
         task: the training `Task` (the ``train`` side of the held-out slice), with the run's reward.
         seating: the run's `Seating` on that task.
+        env: the training env: ``configs.ppo.batch_size`` rows of the task played by the seating.
         group_size: responses per query the learner needs (`LearnerSpec.group_size`).
         flat: the flat config the run records (``config.yaml``; a callable reward recorded by name).
         has_run: the output folder holds a run (which ``--resume`` continues or ``--overwrite`` replaces).
@@ -56,6 +58,7 @@ class RunPlan:
     env_config: EnvConfig
     task: Task
     seating: Seating
+    env: BatchedCORYEnv
     group_size: int
     flat: dict[str, Any]
     has_run: bool
@@ -86,14 +89,15 @@ def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
     if reward_fn is not None:
         task = dataclasses.replace(task, reward_fn=reward_fn)
     seating = config_seating(env_config, task)
+    env = BatchedCORYEnv(env_config, tokenizer, batch_size=configs.ppo.batch_size, task=task, seating=seating)
     learner = configs.learner_spec
     options = learner.options(configs.learner_options)
     check_learner(run.learner, configs.ppo, options, sharded=run.sharded, seats=seating.num_seats,
-                  num_processes=num_processes)
+                  num_processes=num_processes, reward_matrix=seating.reward_matrix)
     flat = configs.to_flat()
     if reward_fn is not None:  # what was really used, so `cory eval` and --resume do not fall back to a name
         flat["reward"] = reward_name(reward_fn)
     has_run = check_output_dir(run, num_processes, flat, task=task)
-    return RunPlan(configs=configs, env_config=env_config, task=task, seating=seating,
+    return RunPlan(configs=configs, env_config=env_config, task=task, seating=seating, env=env,
                    group_size=learner.group_size(options), flat=flat, has_run=has_run,
                    warnings=unread_options(configs, seating))

@@ -152,7 +152,7 @@ def _best_reward(seating) -> float:
     return 1.0 if seating is None else float(seating.split(":")[1])
 
 
-@pytest.mark.parametrize(("seating", "window"), [(None, 7), ("chain:4", 14), ("chain:6", 18)])
+@pytest.mark.parametrize(("seating", "window"), [(None, 12), ("chain:4", 14), ("chain:6", 18)])
 def test_make_env_window_grows_with_the_seats(caplog, seating, window):
     """The pioneer's env holds every partner's prompt too: chain:4 used to cut every query to 2 of its 4 symbols (a
     warning) and chain:6 was refused ("context_len=12 is too small")."""

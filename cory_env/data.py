@@ -85,6 +85,6 @@ def heldout_split(records: list[dict], split: str, heldout_fraction: float) -> l
     if not chosen:
         raise ValueError(f"the {split!r} side of heldout_fraction={heldout_fraction} is empty among {len(records)} "
                          "records; use more data or another heldout_fraction")
-    logger.info("queries: %d of %d records on the %r side of the held-out slice (heldout_fraction=%g)",
-                len(chosen), len(records), split, heldout_fraction)
+    logger.debug("queries: %d of %d records on the %r side of the held-out slice (heldout_fraction=%g)",
+                 len(chosen), len(records), split, heldout_fraction)
     return chosen

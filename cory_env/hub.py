@@ -20,13 +20,16 @@ hub fallback (models, tokenizers and the IMDB / GSM8K data loaders).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import io
 import importlib.util
 import logging
 import os
 import shutil
 import socket
+import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -131,7 +134,11 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike) -> Pa
         raise FileNotFoundError(f"GGUF file not found: {gguf_path}")
     folder, name = str(gguf_path.parent), gguf_path.name
     logger.info("converting %s to safetensors in %s (one-off, ~30 s for 135M parameters)", gguf_path, out_dir)
-    quantised = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    # transformers draws its conversion bar with tqdm.auto directly: off a terminal it would land in a log file as
+    # one line of kilobytes; there it goes nowhere (the log line above says what happens)
+    quiet = contextlib.nullcontext() if sys.stderr.isatty() else contextlib.redirect_stderr(io.StringIO())
+    with quiet:
+        quantised = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     config = AutoConfig.from_pretrained(folder, gguf_file=name)
     with torch.random.fork_rng(devices=[]):  # the throw-away initialisation must not move a seeded caller's RNG
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)

@@ -146,6 +146,7 @@ class CORYConfig:
     log_samples: int = field(default=4, metadata={"help": "Sample texts written to samples.jsonl per iteration."})
     eval_episodes: int = field(default=0, metadata={"help": "cory train: before and after training, evaluate the pioneer alone on this many held-out queries (the held-out slice when heldout_fraction > 0), print both and write eval.json; 0 = off."})
     eval_every: int = field(default=0, metadata={"help": "Also evaluate the pioneer alone on eval_episodes held-out queries after every N iterations (the same queries each time), logged as eval/reward, eval/kl, ... with that iteration's metrics; 0 = off."})
+    log_every_seconds: float = field(default=30.0, metadata={"help": "Off a terminal (a log file, nohup, a batch scheduler), log a one-line progress record (iteration, elapsed, ETA, the pioneer's and the observer's rewards, KL, the collective reward) at least this often, and after the first and the last iteration; 0 = after every iteration. On a terminal the progress bar shows them instead."})
     tensorboard: bool = field(default=True, metadata={"help": "Write TensorBoard events to output_dir."})
     torch_threads: int = field(default=0, metadata={"help": "torch.set_num_threads; 0 = leave torch's default."})
     deterministic: bool = field(default=True, metadata={"help": "torch.use_deterministic_algorithms(True, warn_only=True) so same seed => same metrics on CPU."})
@@ -165,6 +166,8 @@ class CORYConfig:
         check_field(self.log_samples >= 0, "log_samples", self.log_samples, "use >= 0")
         check_field(self.eval_episodes >= 0, "eval_episodes", self.eval_episodes, "use >= 0 (0 = no evaluation)")
         check_field(self.eval_every >= 0, "eval_every", self.eval_every, "use >= 0 (0 = no periodic evaluation)")
+        check_field(self.log_every_seconds >= 0, "log_every_seconds", self.log_every_seconds,
+                    "use >= 0 (0 = a progress line after every iteration)")
         check_field(self.torch_threads >= 0, "torch_threads", self.torch_threads, "use >= 0 (0 = torch's default)")
         check_field(not (self.resume and self.overwrite), "resume", self.resume, "pass either --resume or --overwrite, not both")
         check_field(self.device == "auto" or self.device == "cpu" or self.device.startswith(("cuda", "mps", "xpu")),

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, replace
 
 from cory_env.config import check_int
@@ -20,6 +21,8 @@ from cory_env.tasks.base import Task, TaskSpec
 from cory_env.tasks.imdb_data import load_imdb_records, resolve_imdb_source
 
 __all__ = ["OBSERVER_TEMPLATE", "SPEC", "IMDBOptions", "make_imdb_task", "resolve_data_source"]
+
+logger = logging.getLogger(__name__)
 
 #: The official code's IMDB knowledge-transfer template (paper §1 step 3): it ends with q, so the observer writes
 #: its own continuation of q after reading the pioneer's.
@@ -77,10 +80,14 @@ def make_imdb_task(config, tokenizer=None, options: IMDBOptions | None = None) -
             `cory_env.rewards.make_reward_fn`.
     """
     options = IMDBOptions() if options is None else options
+    loaded = load_imdb_records(config.data_path, min_review_chars=options.min_review_chars)
+    records = heldout_split(loaded, config.query_split, config.heldout_fraction)
+    source = "built-in review openings" if config.data_path is None else f"reviews of {config.data_path}"
+    side = f" (the {config.query_split} side of the held-out slice)" if config.heldout_fraction else ""
+    logger.info("IMDB queries: %d of %d %s%s", len(records), len(loaded), source, side)
     return Task(
         name="imdb",
-        records=heldout_split(load_imdb_records(config.data_path, min_review_chars=options.min_review_chars),
-                              config.query_split, config.heldout_fraction),
+        records=records,
         reward_fn=config.reward,  # resolved by Task (make_reward_fn)
         observer_template=OBSERVER_TEMPLATE if config.observer_template is None else config.observer_template,
         pioneer_template=PIONEER_TEMPLATE if config.pioneer_template is None else config.pioneer_template,

@@ -73,7 +73,7 @@ def load_imdb_records(data_path: str | os.PathLike | None = None, *, min_review_
     data_path = resolve_imdb_source(data_path, probe_timeout=probe_timeout)
     if data_path is None:
         records = load_builtin_openings()
-        logger.info("IMDB queries: %d built-in review openings", len(records))
+        logger.debug("IMDB queries: %d built-in review openings", len(records))
         return records
     if data_path in {"hub", HUB_IMDB}:
         import datasets
@@ -97,6 +97,6 @@ def load_imdb_records(data_path: str | os.PathLike | None = None, *, min_review_
     if not records:
         raise ValueError(f"IMDB data {source!r}: no review of at least min_review_chars={min_review_chars} "
                          f"characters among {len(table)} rows; lower min_review_chars or use other data")
-    logger.info("IMDB queries: %d of %d reviews from %s (min_review_chars=%d)", len(records), len(table), source,
-                min_review_chars)
+    logger.debug("IMDB queries: %d of %d reviews from %s (min_review_chars=%d)", len(records), len(table), source,
+                 min_review_chars)
     return records

@@ -51,6 +51,6 @@ def test_main_job_imdb_quick_real_smollm2(tmp_path):
     assert "imdb_reviews_1000.csv" in proc.stderr  # the log names the data source
     assert (out / "checkpoints" / "latest").exists()
     # it ends with the pioneer's held-out reward before and after training (README: the main job learns)
-    assert "pioneer held-out task reward (4 test-split queries" in proc.stdout
+    assert "in the pioneer seat, held-out task reward on 4 episodes of" in proc.stdout
     result = json.loads((out / "eval.json").read_text())
     assert result["before"]["query_split"] == "test" and -1.0 <= result["after"]["reward"] <= 1.0

@@ -38,10 +38,10 @@ def _train_resume_eval(site: Path, run: Path, names: dict[str, str]) -> dict:
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [0, 1, 2] and all("pioneer/policy_loss" in r for r in rows)
-    evaluated = cory(["eval", str(run), "--num_batches", "1", "--batch_size", "2"], site)
+    evaluated = cory(["eval", str(run), "--episodes", "2"], site)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     state_path = sorted((run / "checkpoints").glob("iter-*"))[-1]
-    assert (state_path / "eval-llm1.json").exists() or (state_path / "eval-llm2.json").exists()
+    assert evaluated.stdout.strip().splitlines()[-1].startswith(f"wrote {run}/eval-llm")
     return json.loads((state_path / "trainer_state.json").read_text())
 
 
@@ -128,5 +128,5 @@ def test_a_resume_whose_plugin_no_longer_imports_is_refused_with_the_reason(plug
     again = cory(["train", "--config", str(run / "config.yaml"), "--resume", "--num_iterations", "2"], None)
     assert again.returncode == 2
     assert "unknown learner 'demo-reinforce'" in again.stderr and "entry point group 'cory.learners'" in again.stderr
-    evaluated = cory(["eval", str(run), "--num_batches", "1", "--batch_size", "2"], None)
+    evaluated = cory(["eval", str(run), "--episodes", "2"], None)
     assert evaluated.returncode == 2 and "demo-reinforce" in evaluated.stderr

@@ -37,12 +37,14 @@ def test_train_eval_plot_round_trip(tmp_path):
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["num_iterations"] == 2 and saved["model"] == "tiny"
 
-    proc = cory("eval", str(run), "--num_batches", "1", "--batch_size", "2")
-    result = json.loads((run / "checkpoints" / "iter-000001" / "eval-llm1.json").read_text())
+    proc = cory("eval", str(run), "--episodes", "2")
+    written = run / "eval-llm1-iter-000001.json"  # beside checkpoints/, which rotation prunes
+    assert proc.stdout.strip().splitlines()[-1] == f"wrote {written}"
+    result = json.loads(written.read_text())
     assert result["model_name"] == "llm1"  # two exchanges: llm1 is back in the pioneer seat
     for key in ("task_reward", "kl", "combined_reward", "distinct_1", "distinct_2", "response_len"):
-        assert key in result and key in proc.stdout
-    assert result["num_queries"] == 2
+        assert key in result["after"] and key in proc.stdout
+    assert result["after"]["num_queries"] == 2 and "llm1 in the pioneer seat, held-out task reward" in proc.stdout
 
     cory("plot", str(run), "--out", str(tmp_path / "plots"))
     for name in ("curves.png", "pareto.png"):
@@ -169,7 +171,7 @@ def test_eval_uses_the_runs_held_out_reviews(tmp_path):
     run = tmp_path / "held"
     cory("train", "--preset", "tiny", "--output_dir", str(run), "--num_iterations", "1", "--heldout_fraction", "0.3",
          "--torch_threads", "1", "--tensorboard", "false")
-    cory("eval", str(run), "--num_batches", "1", "--batch_size", "2", "--out", str(tmp_path / "eval.json"))
+    cory("eval", str(run), "--episodes", "2", "--out", str(tmp_path / "eval.json"))
     result = json.loads((tmp_path / "eval.json").read_text())
     assert (result["query_split"], result["heldout_fraction"]) == ("test", 0.3)
     sides = {}
@@ -216,7 +218,7 @@ def test_main_job_output_log_lines_and_eval_json(tmp_path):
     proc = cory("train", "--preset", "tiny", "--output_dir", str(run), "--num_iterations", "2", "--data_path", "hub",
                 "--heldout_fraction", "0.2", "--eval_episodes", "4", "--adap_kl_ctrl", "false",
                 "--init_kl_coef", "0.3", "--torch_threads", "1", "--tensorboard", "false")
-    assert proc.stdout.strip().splitlines()[-1].startswith("pioneer held-out task reward")
+    assert "in the pioneer seat, held-out task reward on 4 episodes" in proc.stdout.strip().splitlines()[-1]
     assert proc.stderr.count("unreachable") == 1
     import re
 
@@ -226,10 +228,60 @@ def test_main_job_output_log_lines_and_eval_json(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [(["--eta", "inf"], "--eta inf is invalid"),
-                                           (["--num_batches", "0"], "--num_batches 0 is invalid"),
-                                           (["--num_batch", "1"], "not used by the HfArgumentParser: ['--num_batch'")])
+                                           (["--episodes", "0"], "--episodes 0 is invalid"),
+                                           (["--seed", "-1"], "--seed -1 is invalid"),
+                                           (["--episode", "1"], "not used by the HfArgumentParser: ['--episode'")])
 def test_eval_numbers_and_abbreviations_are_refused_before_any_model_loads(tmp_path, capsys, args, message):
     from trainers.cli import main
 
     assert main(["eval", str(tmp_path / "no-run"), *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_cory_eval_reproduces_the_runs_own_evaluation_by_default(tmp_path):
+    """`cory eval RUN` with no option is the run's own held-out evaluation: the same before and after as the
+    training run printed (same queries, seed, episodes and sampling), and the same line."""
+    run = tmp_path / "own"
+    train = cory("train", "--preset", "tiny", "--output_dir", str(run), "--num_iterations", "2",
+                 "--heldout_fraction", "0.2", "--eval_episodes", "8", "--torch_threads", "1")
+    evaluated = cory("eval", str(run), "--torch_threads", "1")
+    line = lambda text: next(l for l in text.splitlines() if "held-out task reward" in l)  # noqa: E731,E741
+    assert line(evaluated.stdout) == line(train.stdout)
+    ran = json.loads((run / "eval.json").read_text())
+    (written,) = run.glob("eval-llm*-iter-000001.json")
+    again = json.loads(written.read_text())
+    assert again["after"]["rewards"] == ran["after"]["rewards"] and again["before"]["rewards"] == ran["before"]["rewards"]
+    assert again["gain_sem"] == ran["gain_sem"] and again["distinct_queries"] == ran["distinct_queries"]
+
+
+@pytest.mark.parametrize("argv", [[], ["--preset", "imdb-quick"], ["--preset", "tiny-vocab", "--learner", "mappo"],
+                                  ["--task", "gsm8k", "--learner", "grpo"]])
+def test_every_flag_shows_its_fields_help_and_the_default_this_run_has(argv):
+    """`cory train --help` tells the truth: every shown option's help is its field's, its default the value the run
+    would take (the preset's when a preset sets it, not the built-in one), each --no_X switch says what it sets (it
+    used to carry X's description and "(default: False)"), and parsing the same arguments gives those defaults."""
+    import argparse
+    import dataclasses
+
+    from trainers.cli.train import build_train_parser
+
+    parser, classes, _ = build_train_parser(argv)
+    configs = parse_train_args(argv)
+    values = configs.to_flat()
+    fields = {f.name: f for cls in classes for f in dataclasses.fields(cls)}
+    shown = {a.dest: a for a in parser._actions if a.help != argparse.SUPPRESS and a.dest in fields
+             and not a.option_strings[0].startswith("--no_")}
+    assert shown, "no option shown"
+    given = {a.lstrip("-") for a in argv if a.startswith("--")}
+    for dest, action in shown.items():
+        assert action.help.startswith(fields[dest].metadata["help"][:60]), dest
+        if dest not in given:
+            assert action.default == values[dest], \
+                f"--{dest} shows default {action.default!r}, the run has {values[dest]!r}"
+    for action in parser._actions:
+        if action.option_strings and action.option_strings[0].startswith("--no_"):
+            assert action.help == f"Set {action.dest} to false (the same as --{action.dest} false)."
+            assert action.default is argparse.SUPPRESS
+    text = parser.format_help()
+    for switch in ("--adap_kl_ctrl", "--no_adap_kl_ctrl"):  # both twins in the help, not only in the usage line
+        assert f"\n  {switch}" in text

@@ -326,15 +326,15 @@ def test_a_reward_callable_is_recorded_and_eval_never_substitutes_another(tiny_r
     saved = yaml.safe_load((tmp_path / "named" / "config.yaml").read_text())
     assert saved["reward"] == "tests.trainers.test_cory_trainer:constant_ten_reward"
     out = tmp_path / "named.json"
-    run_eval([str(tmp_path / "named"), "--num_batches", "1", "--batch_size", "2", "--out", str(out)])
+    run_eval([str(tmp_path / "named"), "--episodes", "2", "--out", str(out)])
     assert json.loads(out.read_text())["task_reward"] == 10.0
 
     CORYTrainer(tiny_run("lambda", num_iterations=1), reward_fn=lambda q, r: [10.0] * len(q)).train()
     saved = yaml.safe_load((tmp_path / "lambda" / "config.yaml").read_text())
     assert "<lambda>" in saved["reward"] and saved["reward"] != "vader"
     with pytest.raises(ValueError, match="--reward"):
-        run_eval([str(tmp_path / "lambda"), "--num_batches", "1", "--batch_size", "2", "--out", str(out)])
-    run_eval([str(tmp_path / "lambda"), "--num_batches", "1", "--batch_size", "2", "--out", str(out),
+        run_eval([str(tmp_path / "lambda"), "--episodes", "2", "--out", str(out)])
+    run_eval([str(tmp_path / "lambda"), "--episodes", "2", "--out", str(out),
               "--reward", "tests.trainers.test_cory_trainer:constant_ten_reward"])
     assert json.loads(out.read_text())["task_reward"] == 10.0
 
@@ -364,7 +364,7 @@ def test_cory_eval_loads_the_agent_only(tiny_run, monkeypatch, capsys):
     monkeypatch.setattr(ckpt, "load_agent", lambda p, name, agent: loaded.append((name, agent)) or
                         real_load_agent(p, name, agent))
     out = path / "eval.json"
-    assert run_eval([str(path), "--num_batches", "1", "--batch_size", "2", "--out", str(out)]) == 0
+    assert run_eval([str(path), "--episodes", "2", "--out", str(out)]) == 0
     (name, agent), = loaded
     assert name == trainer.exchange.seats["pioneer"].name and agent.sampling.temperature == 0.7
     trained = dict(trainer.agents[name].named_parameters())
@@ -388,9 +388,9 @@ def test_eval_refuses_a_checkpoint_whose_base_model_changed_under_its_name(tiny_
     configs = tiny_run("evalfp", model=str(folder), use_lora=True, num_iterations=1)
     CORYTrainer(configs).train()
     run = configs.run.output_dir
-    assert main(["eval", run, "--num_batches", "1", "--batch_size", "2"]) == 0
+    assert main(["eval", run, "--episodes", "2"]) == 0
     tiny_causal_lm(tok, seed=1).save_pretrained(folder)  # other weights, same shapes, same path
-    assert main(["eval", run, "--num_batches", "1", "--batch_size", "2"]) == 2
+    assert main(["eval", run, "--episodes", "2"]) == 2
     assert "its inputs changed since the run started: model" in capsys.readouterr().err
 
 

@@ -117,11 +117,11 @@ def test_cory_eval_gsm8k_on_a_checkpoint(tmp_path, tiny_run):
     path = _write_problems(tmp_path / "test.jsonl")
     assert run_eval([configs.run.output_dir, "--task", "gsm8k", "--data_path", str(path), "--limit", "2",
                      "--num_samples", "3", "--max_k", "3", "--max_new_tokens", "6"]) == 0
-    outs = list((tmp_path / "run" / "checkpoints").glob("iter-*/eval-llm*-gsm8k.json"))
+    outs = list((tmp_path / "run").glob("eval-llm*-gsm8k-iter-*.json"))
     assert len(outs) == 1
     result = json.loads(outs[0].read_text(encoding="utf-8"))
     assert list(result["pass_at_k"]) == ["1", "2", "3"] and result["model_name"] in ("llm1", "llm2")
-    assert result["checkpoint"] == str(outs[0].parent)
+    assert result["checkpoint"] == str(tmp_path / "run" / "checkpoints" / outs[0].stem.split("-gsm8k-")[1])
 
 
 def test_missing_data_file_is_a_clear_error(tmp_path, capsys):

@@ -75,8 +75,9 @@ def test_cory_train_prints_the_pioneer_before_and_after(tmp_path, capsys):
                      "--output_dir", str(out), "--tensorboard", "false"])
     assert code == 0
     printed = capsys.readouterr().out
-    assert "pioneer held-out task reward (16 test-split queries" in printed
+    assert "in the pioneer seat, held-out task reward on 16 episodes of" in printed
     result = json.loads((out / "eval.json").read_text())
+    assert f"{result['distinct_queries']} distinct test-split queries" in printed
     before, after = result["before"], result["after"]
     assert before["query_split"] == "test" and before["num_queries"] == 16
     assert result["gain"] == pytest.approx(after["reward"] - before["reward"])

@@ -77,7 +77,7 @@ def test_a_run_folder_of_the_algo_era_resumes_and_evaluates_identically(tiny_run
         state_file.write_text(json.dumps(state))
     resumed = CORYTrainer(tiny_run("old", num_iterations=4, role_exchange_period=3, resume=True))
     assert _strip_time(resumed.train()) == _strip_time(full[2:])
-    assert cory(["eval", str(run), "--num_batches", "1", "--batch_size", "2"]) == 0
+    assert cory(["eval", str(run), "--episodes", "2"]) == 0
 
 
 def test_the_evaluation_hook_runs_every_k_iterations_and_at_given_points(tiny_run, tmp_path):

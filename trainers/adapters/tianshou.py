@@ -264,6 +264,9 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, ep
         raise ValueError(f"need episodes >= epochs ({episodes} < {epochs}?) and eval_episodes >= 1 "
                          f"(got {eval_episodes})")
     logging.getLogger("tianshou").setLevel(logging.WARNING)
+    # a multi-agent return is (episodes, seats) by design; Tianshou's statistics warn on every collect that they
+    # flatten it ("Sequence has shape ..."), which says nothing about this run
+    logging.getLogger("tianshou.data.stats").setLevel(logging.ERROR)
     torch.manual_seed(seed)
     np.random.seed(seed)
     size = episode_size(task, seating)

@@ -35,6 +35,19 @@ USAGE = ("usage: cory {train,eval,export,plot,bench} [options]\n\n"
          "  bench   arms x seeds with identical settings, one table; cory bench --help\n")
 
 
+def quiet_library_progress_bars() -> None:
+    """Off a terminal, the libraries' own progress bars (transformers' GGUF conversion and weight loading, the hub's
+    downloads, `datasets`' table builds) would land in a log file as kilobyte-long lines of carriage returns: switch
+    them off (the run's own progress lines stay, `trainers.loop.progress`)."""
+    import datasets
+    import huggingface_hub.utils
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    huggingface_hub.utils.disable_progress_bars()
+    datasets.disable_progress_bars()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``cory COMMAND ...``; returns the exit status (0 ok, 2 a user error reported in one line, 130 stopped)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -44,6 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # op on model outputs (the sharded = replicated tests would see a lost gradient)
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor", category=UserWarning)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not sys.stderr.isatty():
+        quiet_library_progress_bars()
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2

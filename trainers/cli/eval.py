@@ -1,19 +1,21 @@
-"""`cory eval [CHECKPOINT]`: the pioneer alone (no observer, as at inference) on evaluation queries.
+"""`cory eval [CHECKPOINT]`: one model of a run, the pioneer alone (no observer, as at inference), on its task's
+evaluation queries; the task's spec says how (`cory_env.tasks.TaskSpec.evaluation`).
 
-Two evaluations:
-
-* IMDB (default for IMDB checkpoints): task reward, KL to the reference, combined reward, distinct-1/2, mean
-  length and samples (`trainers.evaluation.episodes.evaluate_pioneer`).
+* the pioneer evaluation (IMDB and the toys): by default **the run's own held-out evaluation** (the evaluation
+  `cory train --eval_episodes` runs: its held-out slice, its evaluation seed, its number of episodes, sampled as the
+  run trained), of the trained model and of the model before training on the same episodes; prints the same line
+  as training (the gain with its standard error clustered by query, the combined reward, KL, distinct-2) and the
+  file it wrote (`trainers.evaluation.episodes`).
 * GSM8K (`--task gsm8k`): pass@1..5 on the test split (or its first `--limit N` problems) from `--num_samples`
   answers per problem, with the unbiased estimator and the paper's "any of the first k" form
-  (`trainers.evaluation.passk.evaluate_pass_at_k`), sampled like the authors' script (top_k 10, top_p 0.7, temperature 1.0,
-  repetition penalty 1.1, 256 new tokens). A checkpoint, or a base model without training (`--model`).
+  (`trainers.evaluation.passk.evaluate_pass_at_k`), sampled like the authors' script (top_k 10, top_p 0.7,
+  temperature 1.0, repetition penalty 1.1, 256 new tokens). A checkpoint, or a base model without training
+  (`--model`).
 
-Prints a short table and the JSON, and writes the JSON next to the checkpoint (or to `--out`). The model is rebuilt
-from the run's recorded configs (`trainers.config.RunConfigs.from_flat`) and its trained weights are loaded with
+The JSON goes next to the checkpoint (or to `--out`). The model is rebuilt from the run's recorded configs
+(`trainers.config.RunConfigs.from_flat`) and its trained weights are loaded with
 `trainers.loop.checkpoint.load_agent`: no learner or optimizer is built. The sampling options (`--temperature`,
-`--top_k`, `--top_p`, `--repetition_penalty`: `agents.SamplingConfig`) apply to GSM8K; an IMDB evaluation samples
-as the run trained.
+`--top_k`, `--top_p`, `--repetition_penalty`: `agents.SamplingConfig`) apply to GSM8K only.
 
 Examples:
     cory eval runs/imdb-quick
@@ -35,12 +37,13 @@ import torch
 from transformers import HfArgumentParser
 
 from agents import LLMAgent, SamplingConfig
-from cory_env import BatchedCORYEnv, EnvConfig, make_reward_fn
+from cory_env import EnvConfig, make_reward_fn
 from cory_env.checks import check_path
 from cory_env.tasks import task_spec
 from cory_env.seating import PIONEER
 from trainers.config import RunConfigs
-from trainers.evaluation.episodes import PIONEER_ALONE, evaluate_pioneer
+from trainers.cli.train import before_after_line
+from trainers.evaluation.episodes import evaluate_heldout, gain_summary, heldout_env
 from trainers.evaluation.passk import PAPER_EVAL_SAMPLING, evaluate_pass_at_k
 from trainers.learning.learners import kl_estimator
 from trainers.loop import checkpoint as ckpt
@@ -48,6 +51,11 @@ from trainers.loop.build import build_agents, load_policy_model, load_run_model
 from trainers.loop.fingerprint import check_fingerprints, model_fingerprint, tokenizer_fingerprint
 
 logger = logging.getLogger(__name__)
+
+#: Held-out episodes of a pioneer evaluation when the run had none (`--eval_episodes 0`): the main job's 128.
+DEFAULT_EPISODES = 128
+#: GSM8K's default query and sampling seed (the pioneer evaluation takes the run's own, `trainers.loop.cory.EVAL_SEED`).
+GSM8K_SEED = 12345
 
 
 
@@ -77,6 +85,10 @@ def build_parser() -> HfArgumentParser:
     parser = HfArgumentParser(SamplingConfig, prog="cory eval", description=__doc__.splitlines()[0],
                               allow_abbrev=False)
     parser.set_defaults(**dataclasses.asdict(PAPER_EVAL_SAMPLING))
+    for group in parser._action_groups:
+        if group.title == SamplingConfig._argument_group_name:  # the pioneer's evaluation samples as the run trained
+            group.title = "GSM8K sampling (defaults: the authors' evaluation script; a pioneer evaluation samples as " \
+                          "the run trained)"
     parser.add_argument("checkpoint", nargs="?", default=None,
                         help="A checkpoint folder (runs/X/checkpoints/iter-000009) or a run directory (its latest "
                              "checkpoint). Omit it with --task gsm8k --model NAME to evaluate a base model.")
@@ -93,14 +105,18 @@ def build_parser() -> HfArgumentParser:
     parser.add_argument("--data_path", default=None,
                         help="Query source override (else the run's). GSM8K: a test JSONL such as "
                              "../shared/data/gsm8k_test.jsonl; omitted = the hub's test split.")
-    parser.add_argument("--seed", type=int, default=12345, help="Query and sampling seed (not the training seed).")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="Query and sampling seed. Default: the run's own held-out seed (`cory train "
+                             "--eval_episodes` evaluates with it, so the numbers are the run's), 12345 for GSM8K.")
     parser.add_argument("--out", default=None,
-                        help="JSON output path (default: <checkpoint>/eval-<model>[-gsm8k].json; without a "
-                             "checkpoint: eval-gsm8k-<model>.json in the current folder).")
+                        help="JSON output path, outside the run's checkpoints/ (whose old checkpoints rotation "
+                             "deletes). Default: <run>/eval-<model>[-gsm8k]-<checkpoint>.json; a checkpoint folder "
+                             "outside a run: inside it; without a checkpoint: eval-gsm8k-<model>.json here.")
     parser.add_argument("--torch_threads", type=int, default=0, help="torch.set_num_threads; 0 = torch's default.")
-    imdb = parser.add_argument_group("IMDB")
-    imdb.add_argument("--num_batches", type=int, default=4, help="Batches of --batch_size queries drawn with --seed (IMDB: from the run's data, not a separate split).")
-    imdb.add_argument("--batch_size", type=int, default=8, help="Queries per batch.")
+    imdb = parser.add_argument_group("the pioneer alone (imdb and the toys): the run's own evaluation by default")
+    imdb.add_argument("--episodes", type=int, default=None,
+                      help="Held-out episodes (the run's held-out slice; batches of at most 64). Default: the run's "
+                           "--eval_episodes, else 128. The base model is evaluated on the same episodes (before).")
     imdb.add_argument("--reward", default=None,
                       help="Score with this reward (a name such as vader, or module:function) instead of the run's. "
                            "Needed when the run's reward was a callable that cannot be imported by name.")
@@ -139,8 +155,10 @@ def run_eval(argv: Sequence[str]) -> int:
                          "samples per problem")
     if task == "gsm8k":
         _check_data_path(args.data_path)
+    if args.out and args.checkpoint:
+        ckpt.check_outside_rotation(args.out, args.checkpoint, option="--out", example="-eval.json")
     if args.checkpoint is None:
-        model, tokenizer = load_policy_model(args.model, seed=args.seed)
+        model, tokenizer = load_policy_model(args.model, seed=GSM8K_SEED if args.seed is None else args.seed)
         loaded = _Loaded(LLMAgent(model, tokenizer), None, None, None, RunConfigs(env=EnvConfig(task="gsm8k")),
                          args.model)
     else:
@@ -151,15 +169,17 @@ def run_eval(argv: Sequence[str]) -> int:
         if task != "gsm8k":
             raise ValueError(f"task {task!r} declares pass@k evaluation, which cory eval runs for gsm8k only; "
                              "evaluate it with trainers.evaluation.passk.evaluate_pass_at_k")
-        result = _eval_gsm8k(loaded, args)
+        result, out = _eval_gsm8k(loaded, args)
         print(format_passk_table(result))
     elif evaluation == "pioneer":
-        result = _eval_pioneer(loaded, args)
-        print(format_table(result))
+        if loaded.checkpoint is None:
+            raise ValueError("the pioneer evaluation needs a CHECKPOINT (a run directory or checkpoint folder)")
+        result, out = _eval_pioneer(loaded, args)
+        print(format_table(result["after"]))
+        print(before_after_line(loaded.model_name, result["before"], result["after"], result), flush=True)
     else:
         raise ValueError(f"task {task!r} declares no evaluation (its TaskSpec.evaluation is {evaluation!r})")
-    print(json.dumps({k: v for k, v in result.items() if k not in ("correct", "predictions", "golds")}, indent=2,
-                     ensure_ascii=False))
+    print(f"wrote {out}")
     return 0
 
 
@@ -183,14 +203,20 @@ class _Loaded:
     label: str
     kl_penalty: str = "kl"
     kl_coef: float | None = None  # the model's β at the checkpoint (the default η of the combined reward)
+    base: LLMAgent | None = None  # an agent of the run's layout never trained: the model before training
 
 
 def check_eval_numbers(args) -> None:
-    """Raise `ValueError` naming the first `cory eval` number outside its domain (issue #27 item 3: checked before
-    any model loads): counts >= 1, ``--eta`` finite and >= 0, ``--torch_threads`` >= 0."""
-    for name in ("num_batches", "batch_size", "num_samples", "max_k", "problems_per_batch", "max_new_tokens"):
+    """Raise `ValueError` naming the first `cory eval` number outside its domain (checked before any model loads):
+    counts >= 1, ``--seed`` >= 0, ``--eta`` finite and >= 0, ``--torch_threads`` >= 0."""
+    for name in ("num_samples", "max_k", "problems_per_batch", "max_new_tokens"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} {getattr(args, name)} is invalid: use an integer >= 1")
+    if args.episodes is not None and args.episodes < 1:
+        raise ValueError(f"--episodes {args.episodes} is invalid: use an integer >= 1, or leave it out for the "
+                         "run's own number")
+    if args.seed is not None and args.seed < 0:
+        raise ValueError(f"--seed {args.seed} is invalid: use an integer >= 0")
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit {args.limit} is invalid: use an integer >= 1, or leave it out for every problem")
     if args.torch_threads < 0:
@@ -224,43 +250,59 @@ def load_checkpoint_agent(checkpoint: str | Path, model_name: str | None = None)
     # the trained weights go onto this base: refuse another base behind the same name (issue #27 item 1)
     check_fingerprints(state.get("inputs"), {"model": model_fingerprint(model),
                                              "tokenizer": tokenizer_fingerprint(tokenizer)}, str(path))
-    agents, ref = build_agents(model, tokenizer, configs.model, configs.sampling, num_models=len(seats))
-    if name not in agents:
-        raise ValueError(f"--model_name {name!r} is not in this checkpoint; choose one of {sorted(agents)}")
+    # one agent more than the run had: never loaded, it is the model before training (a fresh LoRA adapter is the
+    # base model; a full copy is its weights)
+    agents, ref = build_agents(model, tokenizer, configs.model, configs.sampling, num_models=len(seats) + 1)
+    *trained, untrained = agents
+    if name not in trained:
+        raise ValueError(f"--model_name {name!r} is not in this checkpoint; choose one of {sorted(trained)}")
     ckpt.load_agent(path, name, agents[name])
     kind = kl_estimator(configs.run.learner, configs.ppo, configs.learner_options)
     beta = state.get("kl_coef", {}).get(name)
     if beta is None:  # a checkpoint written before the trainer recorded each model's β: its KL controller's state
         beta = ckpt.read_learner_state(path, name, with_optimizer=False).get("kl_ctl", {}).get("value")
     return _Loaded(agents[name], ref, name, path, configs, f"{configs.model.model} ({path}, {name})", kind,
-                   None if beta is None else float(beta))
+                   None if beta is None else float(beta), agents[untrained])
 
 
-def _eval_pioneer(loaded: _Loaded, args) -> dict[str, Any]:
-    """The pioneer alone on the run's task (its held-out slice when it has one): task reward, KL, combined reward,
-    distinct-n, length (`evaluate_pioneer`)."""
-    agent, env_cfg, where, model_name = loaded.agent, loaded.configs.env, loaded.checkpoint, loaded.model_name
+def _eval_pioneer(loaded: _Loaded, args) -> tuple[dict[str, Any], Path]:
+    """The run's own held-out evaluation of one model (`CORYTrainer.heldout_evaluation`: its held-out slice, its
+    evaluation seed, its `--eval_episodes`, as it sampled in training) and of the model before training on the same
+    episodes; the gain with its standard error clustered by query (`gain_summary`). Returns (result, file)."""
+    from trainers.loop.cory import EVAL_SEED
+
+    configs, where, model_name = loaded.configs, loaded.checkpoint, loaded.model_name
+    env_cfg = configs.task_spec.resolve(configs.env) if configs.task_spec.resolve else configs.env
     if args.data_path is not None:
         env_cfg = dataclasses.replace(env_cfg, data_path=args.data_path)
-    if env_cfg.heldout_fraction > 0:  # the reviews this run never trained on
-        env_cfg = dataclasses.replace(env_cfg, query_split="test")
-    else:
+    if env_cfg.heldout_fraction == 0:
         logger.warning("this run has no held-out slice (heldout_fraction=0): the evaluation queries are fresh-seed "
                        "draws from its training data; train with --heldout_fraction 0.1 for a held-out evaluation")
     eta = args.eta if args.eta is not None else loaded.kl_coef  # default: the model's final KL coefficient
     if eta is None:
         raise ValueError(f"{where} records no KL coefficient for {model_name} (its learner keeps none); pass --eta")
     env_cfg = dataclasses.replace(env_cfg, reward=_run_reward(env_cfg.reward, args.reward))
-    env = BatchedCORYEnv(dataclasses.replace(env_cfg, seating=PIONEER_ALONE), agent.tokenizer,
-                         batch_size=args.batch_size, task_options=loaded.configs.task_options)
-    result = evaluate_pioneer(agent, loaded.ref_model, env, num_batches=args.num_batches, seed=args.seed, eta=eta,
-                              kl_penalty=loaded.kl_penalty)
-    result = {"checkpoint": str(where), "model_name": model_name, "eta": eta,
-              "reward": env_cfg.reward, "query_split": env_cfg.query_split,
-              "heldout_fraction": env_cfg.heldout_fraction, **result}
-    out = Path(args.out) if args.out else where / f"eval-{model_name}.json"
+    episodes = args.episodes or configs.run.eval_episodes or DEFAULT_EPISODES
+    env = heldout_env(env_cfg, loaded.agent.tokenizer, episodes=episodes, task_options=configs.task_options)
+    common = {"episodes": episodes, "seed": EVAL_SEED if args.seed is None else args.seed, "eta": eta,
+              "kl_penalty": loaded.kl_penalty, "env": env}
+    first = env.possible_agents[0]
+    before, after = (evaluate_heldout({first: agent}, loaded.ref_model, env_cfg, agent.tokenizer, **common)
+                     for agent in (loaded.base, loaded.agent))
+    result = {"checkpoint": str(where), "model_name": model_name, "eta": eta, "reward": env_cfg.reward,
+              "query_split": after["query_split"], "heldout_fraction": env_cfg.heldout_fraction, "seed": common["seed"],
+              **gain_summary(before, after), "before": before, "after": after}
+    out = Path(args.out) if args.out else _default_out(where, f"eval-{model_name}")
     _write_json(out, result)
-    return result
+    return result, out
+
+
+def _default_out(checkpoint: Path, stem: str) -> Path:
+    """Where an evaluation of `checkpoint` goes by default: beside the run's ``checkpoints/`` (``runs/x/eval-llm1-
+    iter-000023.json``), which checkpoint rotation never deletes; into the checkpoint folder when it lies outside a
+    run."""
+    root = ckpt.checkpoints_root(checkpoint)
+    return root.parent / f"{stem}-{checkpoint.name}.json" if root is not None else checkpoint / f"{stem}.json"
 
 
 def _run_reward(recorded: str, override: str | None) -> str:
@@ -284,10 +326,11 @@ def _run_reward(recorded: str, override: str | None) -> str:
     return recorded
 
 
-def _eval_gsm8k(loaded: _Loaded, args) -> dict[str, Any]:
+def _eval_gsm8k(loaded: _Loaded, args) -> tuple[dict[str, Any], Path]:
     from cory_env.tasks.gsm8k import make_gsm8k_task
 
     agent, where, model_name, model_label = loaded.agent, loaded.checkpoint, loaded.model_name, loaded.label
+    seed = GSM8K_SEED if args.seed is None else args.seed
 
     env_cfg = dataclasses.replace(loaded.configs.env, task="gsm8k", data_path=args.data_path, pioneer_template=None,
                                   observer_template=None)
@@ -298,23 +341,23 @@ def _eval_gsm8k(loaded: _Loaded, args) -> dict[str, Any]:
     if args.out:
         out = Path(args.out)
     elif where is not None:
-        out = where / f"eval-{model_name}-gsm8k.json"
+        out = _default_out(where, f"eval-{model_name}-gsm8k")
     else:
         out = Path(f"eval-gsm8k-{re.sub(r'[^A-Za-z0-9._-]+', '_', model_label)}.json")
     header = {"task": "gsm8k", "model": model_label, "checkpoint": None if where is None else str(where),
-              "model_name": model_name, "data_path": args.data_path or "hub:test", "seed": args.seed,
+              "model_name": model_name, "data_path": args.data_path or "hub:test", "seed": seed,
               "sampling": dataclasses.asdict(agent.sampling), "prompt": args.prompt}
     logger.info("GSM8K eval: %d problems x %d samples, %d new tokens, writing %s", len(task.records),
                 args.num_samples, args.max_new_tokens, out)
     result = evaluate_pass_at_k(
         agent, task, num_samples=args.num_samples, ks=tuple(range(1, args.max_k + 1)),
-        problems_per_batch=args.problems_per_batch, seed=args.seed,
+        problems_per_batch=args.problems_per_batch, seed=seed,
         callback=lambda partial: _write_json(out, {**header, **partial}),
     )
     result = {**header, **result}
     _write_json(out, result)
     logger.info("GSM8K eval written to %s", out)
-    return result
+    return result, out
 
 
 def _write_json(path: Path, result: dict) -> None:

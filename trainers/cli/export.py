@@ -38,6 +38,8 @@ import json
 from pathlib import Path
 from typing import Sequence
 
+from trainers.loop.checkpoint import check_outside_rotation
+
 
 def _bool(text: str) -> bool:
     from transformers.hf_argparser import string_to_bool
@@ -60,18 +62,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def checkpoints_root(checkpoint: str | Path) -> Path | None:
-    """The ``<run>/checkpoints`` folder that a checkpoint argument (a checkpoint folder, or a run directory) belongs
-    to, resolved: the folder whose old checkpoints rotation deletes. None for a checkpoint folder outside a run
-    (a copy elsewhere: nothing rotates there)."""
-    from trainers.loop import checkpoint as ckpt
-
-    path = Path(checkpoint).resolve()
-    if (path / ckpt.STATE_FILE).exists():
-        return path.parent if path.parent.name == ckpt.CHECKPOINT_DIR else None
-    return path / ckpt.CHECKPOINT_DIR
-
-
 def check_out(out: Path, checkpoint: str | Path) -> None:
     """Refuse an export folder that exists and is not empty, or that lies inside the run's ``checkpoints/``.
 
@@ -81,12 +71,7 @@ def check_out(out: Path, checkpoint: str | Path) -> None:
     """
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"--out {out} exists and is not empty; choose a new folder (nothing was overwritten)")
-    root = checkpoints_root(checkpoint)
-    target = out.resolve()
-    if root is not None and (target == root or root in target.parents):
-        raise ValueError(f"--out {out} is inside the run's checkpoints folder {root}, whose old checkpoints are "
-                         f"deleted as training goes on; choose a folder outside it (e.g. "
-                         f"{root.parent.with_name(root.parent.name + '-export')})")
+    check_outside_rotation(out, checkpoint, option="--out", example="-export")
 
 
 def merged_agent(agent):

@@ -72,9 +72,33 @@ def _run_colors(runs: dict[str, list[dict]]) -> dict[str, tuple]:
     return {label: cmap(i % cmap.N) for i, label in enumerate(runs)}
 
 
+def smoothed(values: Sequence[float], window: int | None = None) -> list[float]:
+    """The centred moving average of `values` over `window` points (default: a tenth of them, at least 1), the
+    window shrinking at both ends so every point has a value.
+
+    >>> smoothed([0.0, 3.0, 0.0, 3.0, 0.0], window=3)
+    [1.5, 1.0, 2.0, 1.0, 1.5]
+    """
+    n = len(values)
+    window = max(1, round(n / 10)) if window is None else window
+    half = window // 2
+    out = []
+    for i in range(n):
+        part = values[max(0, i - half):min(n, i + window - half)]
+        out.append(sum(part) / len(part))
+    return out
+
+
+def role_exchanges(records: list[dict]) -> list[float]:
+    """Where the models changed seats: between iteration i and i + 1 for each i whose ``cory/role_exchange`` is 1."""
+    return [r["iteration"] + 0.5 for r in records if r.get("cory/role_exchange") == 1.0]
+
+
 def plot_curves(runs: dict[str, list[dict]], out: Path) -> Path:
     """A grid: rows = task_reward, kl, combined_reward; columns = the seats (pioneer, observer, ...), then the models
-    (llm1, llm2, ...)."""
+    (llm1, llm2, ...). Each run: its per-iteration values (one training batch each, noisy) as faint points, a centred
+    moving average over a tenth of the iterations as its line (`smoothed`), and dotted vertical lines where its
+    models changed seats (`role_exchanges`)."""
     scopes = scopes_of(runs) or [PIONEER]
     fig = Figure(figsize=(4 * len(scopes), 2.8 * len(QUANTITIES)))
     axes = fig.subplots(len(QUANTITIES), len(scopes), squeeze=False, sharex=True)
@@ -87,12 +111,18 @@ def plot_curves(runs: dict[str, list[dict]], out: Path) -> Path:
                 xs = [r["iteration"] for r in records if key in r]
                 ys = [r[key] for r in records if key in r]
                 if xs:
-                    ax.plot(xs, ys, label=label, linewidth=1.2, color=colors[label])
+                    ax.plot(xs, ys, ls="", marker=".", ms=3, alpha=0.3, color=colors[label])
+                    ax.plot(xs, smoothed(ys), label=label, linewidth=1.5, color=colors[label])
+                for x in role_exchanges(records):
+                    ax.axvline(x, color=colors[label], ls=":", lw=0.8, alpha=0.6)
             ax.set_title(key, fontsize=9)
             ax.grid(alpha=0.3)
             if i == len(QUANTITIES) - 1:
                 ax.set_xlabel("iteration")
     handles = [Line2D([], [], color=colors[label], label=label) for label in runs]
+    if any(role_exchanges(records) for records in runs.values()):
+        handles.append(Line2D([], [], color="grey", ls=":", label="role exchange"))
+    handles.append(Line2D([], [], color="grey", ls="", marker=".", alpha=0.5, label="one iteration (raw)"))
     if handles:
         fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 6), fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
@@ -123,9 +153,12 @@ def plot_pareto(runs: dict[str, list[dict]], out: Path) -> Path:
         several = final_point(records, f"{MODEL_SCOPE}2") is not None  # a single-agent run's llm1 is its pioneer
         for scope, marker in markers.items():
             point = final_point(records, scope) if several or scope == PIONEER else None
-            if point is not None:
-                ax.scatter(point[1], point[0], marker=marker, s=46, color=colors[label], edgecolors="black",
-                           linewidths=0.4, alpha=0.85)
+            if point is not None:  # the pioneer seat filled and large, the models hollow on top: a model sitting
+                pioneer = scope == PIONEER  # in the pioneer seat shows both instead of one hiding the other
+                ax.scatter(point[1], point[0], marker=marker, s=110 if pioneer else 50, zorder=2 if pioneer else 3,
+                           facecolors=colors[label] if pioneer else "none",
+                           edgecolors="black" if pioneer else colors[label], linewidths=0.5 if pioneer else 1.6,
+                           alpha=0.85)
                 shown_runs += [label] if label not in shown_runs else []
                 shown_scopes += [scope] if scope not in shown_scopes else []
     ax.set_xlabel("KL to reference (nats, last 3 iterations)")
@@ -133,17 +166,20 @@ def plot_pareto(runs: dict[str, list[dict]], out: Path) -> Path:
     ax.set_title("Pareto view: higher reward at lower KL is better", fontsize=9)
     ax.grid(alpha=0.3)
     ax.margins(0.12)
+    legends = []
     run_handles = [Line2D([], [], ls="", marker="s", ms=7, color=colors[label], label=label) for label in shown_runs]
-    scope_handles = [Line2D([], [], ls="", marker=markers[scope], ms=7, color="grey", markeredgecolor="black",
-                            label=scope) for scope in shown_scopes]
+    scope_handles = [Line2D([], [], ls="", marker=markers[scope], ms=9 if scope == PIONEER else 7,
+                            markerfacecolor="grey" if scope == PIONEER else "none",
+                            markeredgecolor="black" if scope == PIONEER else "grey", label=scope)
+                     for scope in shown_scopes]
     if run_handles:
         first = ax.legend(handles=run_handles, title="run", fontsize=7, title_fontsize=8, loc="upper left",
                           bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
         ax.add_artist(first)
-        ax.legend(handles=scope_handles, title="model / seat", fontsize=7, title_fontsize=8, loc="lower left",
-                  bbox_to_anchor=(1.02, 0.0), borderaxespad=0.0)
+        legends = [first, ax.legend(handles=scope_handles, title="model / seat", fontsize=7, title_fontsize=8,
+                                    loc="lower left", bbox_to_anchor=(1.02, 0.0), borderaxespad=0.0)]
     fig.tight_layout()
-    fig.savefig(out, dpi=90)
+    fig.savefig(out, dpi=90, bbox_inches="tight", bbox_extra_artists=legends)  # the legends beside stay whole
     return out
 
 

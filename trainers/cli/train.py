@@ -186,10 +186,10 @@ def _other_options(remaining: list[str], chosen: set[str]) -> tuple[dict[str, An
     return values, remaining
 
 
-def parse_train_args(argv: Sequence[str]) -> RunConfigs:
-    """Resolve `cory train` arguments into the run's configs (flags > YAML > preset > defaults); ``--help`` prints
-    the options of the chosen learner and task (see the module docstring)."""
-    argv = list(argv)
+def build_train_parser(argv: Sequence[str]) -> tuple[ConfigParser, list[type], dict[str, Any]]:
+    """(the `cory train` parser of the run `argv` names, its config classes, the preset's and YAML's values): the
+    chosen learner's and task's options, grouped and with the preset's and YAML's values as defaults, which
+    ``--help`` shows."""
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--preset", default=None)
     pre.add_argument("--config", default=None)
@@ -214,6 +214,15 @@ def parse_train_args(argv: Sequence[str]) -> RunConfigs:
     read = {f.name for c in classes for f in dataclasses.fields(c)}
     parser.set_defaults(**{k: v for k, v in defaults.items() if k in read})
     shape_help(parser, chosen)
+    return parser, classes, defaults
+
+
+def parse_train_args(argv: Sequence[str]) -> RunConfigs:
+    """Resolve `cory train` arguments into the run's configs (flags > YAML > preset > defaults); ``--help`` prints
+    the options of the chosen learner and task (see the module docstring)."""
+    argv = list(argv)
+    parser, classes, defaults = build_train_parser(argv)
+    read = {f.name for c in classes for f in dataclasses.fields(c)}
     check_one_name_per_option(parser, argv)
     *configs, extra, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if extra.num_processes != 1:  # run_train takes it off before parsing; anywhere else it would be ignored
@@ -256,15 +265,7 @@ def run_train(argv: Sequence[str]) -> int:
         history = trainer.train()
         after = heldout_eval(trainer, "after") if before is not None and not trainer.stopped_early else None
     if history and trainer.dist.is_main:
-        last = history[-1]
-        scopes = (*trainer.seating.names, "cory")
-        summary = {k: round(v, 4) for k, v in last.items() if k.split("/")[0] in scopes
-                   and k.split("/")[-1] in ("task_reward", "kl", "combined_reward", "collective_reward")}
-        first = trainer.seating.first
-        pioneer = next(m for m in trainer.exchange.bundles if last[f"cory/{m}_seat"] == 0.0)
-        print(json.dumps({"output_dir": str(trainer.output_dir), "last_iteration": last["iteration"],
-                          "pioneer_model_last_iteration": pioneer,
-                          "pioneer_model_now": trainer.exchange.seats[first].name, **summary}, indent=2))
+        print(json.dumps(training_summary(trainer, history[-1]), indent=2))
     if after is not None and trainer.dist.is_main:  # the result a reader looks for comes last
         report_before_after(trainer, before, after)
     return 130 if trainer.stopped_early or trainer._stop_requested else 0
@@ -279,16 +280,39 @@ def heldout_eval(trainer, when: str) -> dict:
                                                                "before" else trainer.config.num_iterations}
 
 
+def training_summary(trainer, last: dict) -> dict:
+    """The run's last training batch, each number labelled with the model it belongs to (the pioneer seat of the
+    last iteration may hold another model than the pioneer after the last role exchange, whose held-out evaluation
+    follows)."""
+    seats = {seat: next(m for m in trainer.exchange.bundles if last[f"cory/{m}_seat"] == float(k))
+             for k, seat in enumerate(trainer.seating.names)}
+    batch = {f"{seat} ({model})": {key: round(last[f"{seat}/{key}"], 4) for key in ("task_reward", "kl",
+                                                                               "combined_reward")}
+             for seat, model in seats.items()}
+    return {"output_dir": str(trainer.output_dir), "last_iteration": last["iteration"],
+            "last_training_batch": batch, "collective_reward": round(last["cory/collective_reward"], 4),
+            "pioneer_now": trainer.exchange.seats[trainer.seating.first].name}
+
+
+def before_after_line(model: str, before: dict, after: dict, gain: dict) -> str:
+    """The one line that says what training did to `model` on held-out queries (`gain_summary`'s fields)."""
+    return (f"{model} in the pioneer seat, held-out task reward on {gain['episodes']} episodes of "
+            f"{gain['distinct_queries']} distinct {after['query_split']}-split queries (the same queries and sampling "
+            f"seeds): before {before['reward']:.3f} -> after {after['reward']:.3f} (gain {gain['gain']:+.3f} ± "
+            f"{gain['gain_sem']:.3f} s.e., clustered by query); combined reward (task − β·KL) "
+            f"{gain['combined_before']:.3f} -> {gain['combined_after']:.3f}; KL to the reference {after['kl']:.2f} "
+            f"nats; distinct-2 {before['distinct_2']:.2f} -> {after['distinct_2']:.2f}")
+
+
 def report_before_after(trainer, before: dict, after: dict) -> None:
     """Print and write (`eval.json`) the pioneer's held-out reward before and after training, with the noise of
-    the difference (standard error of the per-query reward difference on the same queries and seeds)."""
-    diffs = [a - b for a, b in zip(after["rewards"], before["rewards"])]
-    mean = sum(diffs) / len(diffs)
-    sem = (sum((d - mean) ** 2 for d in diffs) / max(1, len(diffs) - 1) / len(diffs)) ** 0.5
-    result = {"before": before, "after": after, "gain": mean, "gain_sem": sem}
+    the difference (`trainers.evaluation.episodes.gain_summary`: the standard error clustered by query, since the
+    episodes share queries)."""
+    from trainers.evaluation.episodes import gain_summary
+
+    gain = gain_summary(before, after)
+    model = trainer.exchange.seats[trainer.seating.first].name
+    result = {"before": before, "after": after, "model": model, **gain}
     (trainer.output_dir / "eval.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
-    print(f"pioneer held-out task reward ({before['num_queries']} {before['query_split']}-split queries, same "
-          f"queries and sampling seeds): before {before['reward']:.3f} -> after {after['reward']:.3f} "
-          f"(gain {mean:+.3f} ± {sem:.3f} s.e.; KL to the reference {after['kl']:.2f} nats, "
-          f"distinct-2 {before['distinct_2']:.2f} -> {after['distinct_2']:.2f})", flush=True)
+    print(before_after_line(model, before, after, gain), flush=True)
 

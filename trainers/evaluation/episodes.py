@@ -6,6 +6,7 @@ collapse shows as low distinct-n, paper §3) and response length.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 from typing import Sequence
 
@@ -34,6 +35,57 @@ def distinct_n(texts: Sequence[str], n: int) -> float:
         raise ValueError(f"n must be >= 1, got {n}")
     grams = [tuple(words[i:i + n]) for words in (t.split() for t in texts) for i in range(len(words) - n + 1)]
     return len(set(grams)) / len(grams) if grams else 0.0
+
+
+def query_key(record: dict) -> str:
+    """A short, stable name of a query record: the first 12 hex digits of the SHA-256 of its ``"query"`` text."""
+    return hashlib.sha256(str(record["query"]).encode("utf-8")).hexdigest()[:12]
+
+
+def clustered_sem(values: Sequence[float], clusters: Sequence[str]) -> float:
+    """Standard error of the mean of `values` when the values of one cluster are not independent (episodes that drew
+    the same query): the cluster-robust (CR1) variance G/(G-1) · Σ_g (Σ_{i∈g} (x_i − x̄))² / N², G clusters, N
+    values. With one value per cluster it is the usual s/√N.
+
+    Source: Cameron & Miller 2015, "A Practitioner's Guide to Cluster-Robust Inference", eq. 11 with the G/(G-1)
+    small-sample factor.
+
+    >>> round(clustered_sem([1.0, 1.0, 3.0, 3.0], ["a", "a", "b", "b"]), 3)
+    1.0
+    >>> round(clustered_sem([1.0, 1.0, 3.0, 3.0], ["a", "b", "c", "d"]), 3)  # s / sqrt(N)
+    0.577
+
+    Raises:
+        ValueError: fewer than two clusters (no spread to estimate), or `values` and `clusters` of other lengths.
+    """
+    if len(values) != len(clusters):
+        raise ValueError(f"{len(values)} values and {len(clusters)} cluster labels: give one label per value")
+    groups = sorted(set(clusters))
+    if len(groups) < 2:
+        raise ValueError(f"a clustered standard error needs at least 2 clusters, got {len(groups)}")
+    x = np.asarray(values, dtype=float)
+    residual = x - x.mean()
+    sums = np.array([residual[[c == g for c in clusters]].sum() for g in groups])
+    n, g = len(x), len(groups)
+    return float(np.sqrt(g / (g - 1) * (sums ** 2).sum() / n ** 2))
+
+
+def gain_summary(before: dict, after: dict) -> dict:
+    """The held-out gain of one model over another on the same episodes (`evaluate_pioneer` results of the same
+    queries and sampling seeds): the mean per-episode difference of the task reward, its standard error clustered
+    by query (`clustered_sem`: episodes that drew the same query are not independent), the episodes, the distinct
+    queries, and the combined reward (task reward − η·KL) before and after.
+
+    Raises:
+        ValueError: results of different episodes (other queries or counts).
+    """
+    if before["query_keys"] != after["query_keys"]:
+        raise ValueError("the two evaluations played other queries; evaluate both with the same env and seed")
+    diffs = [a - b for a, b in zip(after["rewards"], before["rewards"])]
+    keys = after["query_keys"]
+    return {"gain": float(np.mean(diffs)), "gain_sem": clustered_sem(diffs, keys), "episodes": len(diffs),
+            "distinct_queries": len(set(keys)), "combined_before": before["combined_reward"],
+            "combined_after": after["combined_reward"]}
 
 
 def sequence_kl(agent, ref_model, rollout, kind: str = "kl") -> torch.Tensor:
@@ -102,10 +154,12 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
     Returns:
         dict: task_reward, kl (the `kl_penalty` estimator), kl_k1 (the k1 estimate logp − ref_logp, comparable
         across runs that penalise different estimators), combined_reward (means; nats for the KLs), rewards (the
-        per-query task rewards, in order), responses (every response text, in the same order), distinct_1,
-        distinct_2, response_len, num_queries, samples.
+        per-episode task rewards, in order), responses (every response text, in the same order), query_keys (each
+        episode's query record, as a short hash of its text, in the same order: episodes that drew the same record
+        share it, which the standard error of a gain must account for, `gain_summary`), distinct_queries,
+        distinct_1, distinct_2, response_len, num_queries (episodes), samples.
     """
-    rewards, kls, k1s, lengths, texts, samples = [], [], [], [], [], []
+    rewards, kls, k1s, lengths, texts, samples, keys = [], [], [], [], [], [], []
     acting: dict = {}
     (first,) = env.possible_agents
     for transcript in evaluation_batches(env, {first: agent}, num_batches=num_batches, seed=seed, acting=acting):
@@ -117,13 +171,14 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
         k1s.extend(k1.tolist())
         lengths.extend(rollout.response_mask.sum(dim=-1).tolist())
         texts.extend(seat.response_text)
+        keys.extend(query_key(record) for record in transcript.records)
         for q, r, s in zip(transcript.query_text, seat.response_text, seat.task_reward):
             if len(samples) < num_samples:
                 samples.append({"query": q, "response": r, "task_reward": float(s)})
     task_reward, kl = float(np.mean(rewards)), float(np.mean(kls))
     return {
         "task_reward": task_reward, "kl": kl, "kl_k1": float(np.mean(k1s)), "combined_reward": task_reward - eta * kl,
-        "rewards": rewards, "responses": texts,
+        "rewards": rewards, "responses": texts, "query_keys": keys, "distinct_queries": len(set(keys)),
         "distinct_1": distinct_n(texts, 1), "distinct_2": distinct_n(texts, 2),
         "response_len": float(np.mean(lengths)), "num_queries": len(rewards), "samples": samples,
     }

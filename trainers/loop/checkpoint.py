@@ -223,6 +223,32 @@ def save_checkpoint(output_dir: str | os.PathLike, iteration: int, *, states: It
     return final
 
 
+def checkpoints_root(checkpoint: str | os.PathLike) -> Path | None:
+    """The ``<run>/checkpoints`` folder that a checkpoint argument (a checkpoint folder, or a run directory) belongs
+    to, resolved: the folder whose old checkpoints rotation deletes. None for a checkpoint folder outside a run
+    (a copy elsewhere: nothing rotates there)."""
+    path = Path(checkpoint).resolve()
+    if (path / STATE_FILE).exists():
+        return path.parent if path.parent.name == CHECKPOINT_DIR else None
+    return path / CHECKPOINT_DIR
+
+
+def check_outside_rotation(out: str | os.PathLike, checkpoint: str | os.PathLike, *, option: str,
+                           example: str) -> None:
+    """Refuse an output path inside the run's ``checkpoints/``, whose old checkpoint folders rotation deletes (with
+    whatever was written into them).
+
+    Raises:
+        ValueError: naming `option`, the folder and a path outside it (the run's folder name + `example`).
+    """
+    root = checkpoints_root(checkpoint)
+    target = Path(out).resolve()
+    if root is not None and (target == root or root in target.parents):
+        raise ValueError(f"{option} {out} is inside the run's checkpoints folder {root}, whose old checkpoints are "
+                         f"deleted as training goes on; choose a path outside it (e.g. "
+                         f"{root.parent.with_name(root.parent.name + example)})")
+
+
 def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
     """The checkpoint `latest` points at; without a usable pointer the newest complete `iter-*` folder; else None."""
     root = Path(output_dir) / CHECKPOINT_DIR

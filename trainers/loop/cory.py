@@ -36,7 +36,6 @@ import numpy as np
 import psutil
 import torch
 import yaml
-from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from trainers.config import RunConfigs, plugin_origins
@@ -49,6 +48,7 @@ from trainers.loop.fingerprint import (check_fingerprints, data_fingerprint, mod
                                        tokenizer_fingerprint)
 from trainers.loop.metrics import METRICS_FILE, SAMPLES_FILE, MetricsLogger, truncate_jsonl
 from trainers.loop.plan import plan_run
+from trainers.loop.progress import Progress
 from trainers.loop.run_dir import latest_checkpoint_or_raise, start_output_dir
 from trainers.loop.sharding import gathered_for_generation, shard_agents
 from trainers.rollout import rollout_from_transcript, run_episodes
@@ -57,7 +57,6 @@ logger = logging.getLogger(__name__)
 
 # signals that stop training cleanly: finish the iteration, write a checkpoint, return (Ctrl-C; a scheduler's TERM)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-PROGRESS_KEYS = ("pioneer/task_reward", "observer/task_reward", "pioneer/kl", "cory/collective_reward")
 #: Query/sampling seed of the run's held-out evaluations (`CORYTrainer.heldout_evaluation`; `cory train
 #: --eval_episodes`, `--eval_every`): training derives its streams from --seed (`derive_seed`), never this one.
 EVAL_SEED = 2_000_003
@@ -410,12 +409,11 @@ class CORYTrainer:
                 break
         last_saved = self.start_iteration - 1
         saved_at = time.monotonic()
-        bar = tqdm(range(self.start_iteration, cfg.num_iterations), initial=self.start_iteration,
-                   total=cfg.num_iterations, desc=self.seating.label, dynamic_ncols=True,
-                   disable=None if main else True)  # None: a bar on a terminal only, not in logs
+        progress = Progress(self.start_iteration, cfg.num_iterations, self.seating.label, enabled=main,
+                            every_s=cfg.log_every_seconds)
         try:
             with logging_redirect_tqdm():  # log lines above the live bar, not glued onto it
-                for it in bar:
+                for it in range(self.start_iteration, cfg.num_iterations):
                     self._updating = False
                     try:
                         metrics, samples = self.iteration(it)
@@ -433,8 +431,7 @@ class CORYTrainer:
                         logger_.log(it, metrics)
                         logger_.log_samples(it, samples)
                     history.append(row)
-                    bar.set_postfix({k.split("/")[0][:3] + "/" + k.split("/")[1][:6]: f"{metrics[k]:.3f}"
-                                     for k in PROGRESS_KEYS if k in metrics})
+                    progress.update(it, metrics)
                     last = it == cfg.num_iterations - 1
                     # read once (a signal after this line stops after the next iteration); any process's request
                     # stops all; the main process's clock decides the time-based checkpoints for all
@@ -451,7 +448,7 @@ class CORYTrainer:
                         logger.warning("stopped after iteration %d; resume with --resume", it)
                         break
         finally:
-            bar.close()
+            progress.close()
             if logger_ is not None:
                 logger_.close()
             for signum, handler in previous.items():

@@ -25,7 +25,7 @@ CONFIG_FILE = "config.yaml"
 #: Fields that may change between a run and its resume (everything else must match the checkpoint's config).
 RESUMABLE_CHANGES = {"resume", "overwrite", "num_iterations", "checkpoint_every", "checkpoint_every_minutes",
                      "keep_checkpoints", "log_samples", "tensorboard", "torch_threads", "output_dir", "device",
-                     "eval_every"}
+                     "eval_every", "log_every_seconds"}
 
 
 def latest_checkpoint_or_raise(output_dir: Path) -> Path:

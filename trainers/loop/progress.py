@@ -1,0 +1,76 @@
+"""What a run shows while it trains: a progress bar on a terminal, one progress line at a time off it.
+
+Under ``tee``, ``nohup`` or a batch scheduler (Slurm) there is no terminal, so tqdm's bar stays off and nothing would
+appear between the start and the checkpoints; there the run logs one line per `every_s` seconds (and after the
+first and the last iteration), the way transformers' trainers log every ``logging_steps``::
+
+    iteration 5/24 (21%), 2m10s elapsed, ETA 8m14s: pioneer reward 0.231, observer reward 0.187, pioneer KL 1.20,
+    collective reward 0.418
+
+On a terminal the bar carries the same metrics with readable labels.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Mapping
+
+from tqdm.auto import tqdm
+
+__all__ = ["PROGRESS_METRICS", "Progress"]
+
+logger = logging.getLogger(__name__)
+
+#: The metrics the bar and the lines show, with their labels (metrics absent from a run, such as the observer's in
+#: the single-agent baseline, are left out).
+PROGRESS_METRICS = {"pioneer/task_reward": "pioneer reward", "observer/task_reward": "observer reward",
+                    "pioneer/kl": "pioneer KL", "cory/collective_reward": "collective reward"}
+
+
+def _duration(seconds: float) -> str:
+    """``"2m10s"``, ``"1h04m"``, ``"45s"``."""
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class Progress:
+    """Progress of iterations ``start .. total - 1`` of one process.
+
+    Args:
+        start, total: the first iteration this call trains, and the run's `num_iterations`.
+        label: the bar's label (the seating).
+        enabled: this process reports (the main one); False shows nothing.
+        every_s: off a terminal, the most seconds between two progress lines (0: a line after every iteration).
+    """
+
+    def __init__(self, start: int, total: int, label: str, *, enabled: bool, every_s: float) -> None:
+        self.start, self.total, self.every_s = start, total, every_s
+        self.bar = tqdm(total=total, initial=start, desc=label, dynamic_ncols=True,
+                        disable=None if enabled else True)  # None: a bar on a terminal only
+        self.lines = enabled and self.bar.disable  # off a terminal: lines instead
+        self.t0 = self.last_line = time.monotonic()
+
+    def line(self, it: int, metrics: Mapping[str, float]) -> str:
+        """The progress line after iteration `it` (0-based) with `metrics`."""
+        done, elapsed = it + 1, time.monotonic() - self.t0
+        eta = elapsed / (done - self.start) * (self.total - done)
+        values = ", ".join(f"{label} {metrics[key]:.3f}" for key, label in PROGRESS_METRICS.items() if key in metrics)
+        return (f"iteration {done}/{self.total} ({100 * done // self.total}%), {_duration(elapsed)} elapsed, "
+                f"ETA {_duration(eta)}: {values}")
+
+    def update(self, it: int, metrics: Mapping[str, float]) -> None:
+        """Iteration `it` ended with `metrics`: move the bar, or log a line when one is due (the first and the last
+        iteration, and `every_s` seconds after the last line)."""
+        self.bar.set_postfix({label: f"{metrics[key]:.3f}" for key, label in PROGRESS_METRICS.items()
+                              if key in metrics}, refresh=False)
+        self.bar.update(1)
+        now = time.monotonic()
+        if self.lines and (it == self.start or it == self.total - 1 or now - self.last_line >= self.every_s):
+            logger.info("%s", self.line(it, metrics))
+            self.last_line = now
+
+    def close(self) -> None:
+        self.bar.close()

@@ -59,7 +59,7 @@ def test_loader_names_file_and_line(tmp_path, bad_row, match):
 
 
 def test_loader_missing_file_and_bad_hub_split(tmp_path):
-    with pytest.raises(FileNotFoundError, match="GSM8K file not found"):
+    with pytest.raises(FileNotFoundError, match="GSM8K file .*nope.jsonl' does not exist; pass a JSONL file"):
         load_gsm8k(tmp_path / "nope.jsonl")
     with pytest.raises(ValueError, match="'train' or 'test'"):
         load_gsm8k("hub:validation")

@@ -398,7 +398,7 @@ def test_soak_200_iterations_no_growth(tiny_run, tmp_path):
                        min_new_tokens=2, max_new_tokens=3)
     proc = psutil.Process()
     fds_before = proc.num_fds()
-    trainer = _Probe(*configs)
+    trainer = _Probe(configs)
     trainer.probe = []
     start = time.perf_counter()
     rows = trainer.train()

@@ -29,12 +29,12 @@ from agents.sampling import SamplingConfig
 from cory_env.checks import check_path
 from cory_env import EnvConfig
 from cory_env.rewards import REWARDS
-from cory_env.tasks import OPTIONAL_ENV_FIELDS, TASKS
+from cory_env.tasks import OPTIONAL_ENV_FIELDS, TASKS, task_spec
 from trainers.cli.launch import launch_command, preflight, run_launcher, split_num_processes
 from trainers.cli.presets import PRESETS, preset
 from trainers.config import (CORYConfig, ModelConfig, PPOConfig, RunConfigs, flat_field_types, migrate_flat,
                              option_fields)
-from trainers.learning.learners import LEARNERS
+from trainers.learning.learners import LEARNERS, learner_spec
 
 
 class ConfigParser(HfArgumentParser):
@@ -134,7 +134,13 @@ def _yaml_float(value: Any) -> Any:
 
 
 def check_overrides(data: dict[str, Any], *, source: str) -> None:
-    """Raise `ValueError` (naming `source`) for a key that is no config field or a value of the wrong type."""
+    """Raise `ValueError` (naming `source`) for a learner or a task that is not found (the registry's reason: a
+    plug-in no longer installed is named as such, before its options would read as unknown ones), a key that is no
+    config field, or a value of the wrong type."""
+    if isinstance(data.get("learner"), str):
+        learner_spec(data["learner"])
+    if isinstance(data.get("task"), str):
+        task_spec(data["task"])
     types = flat_field_types()
     unknown = sorted(set(data) - set(types))
     if unknown:

@@ -10,5 +10,6 @@
 | `fingerprint` | content fingerprints of a run's inputs, which a resume must match |
 | `checkpoint` | atomic checkpoints, resume, `load_agent` for inference |
 | `metrics` | metrics.jsonl, samples.jsonl, TensorBoard |
+| `progress` | the progress bar on a terminal, progress lines off it |
 | `sharding` | `--sharding fsdp`: FSDP2 shards of the models, gathered for generation |
 """

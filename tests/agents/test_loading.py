@@ -123,3 +123,18 @@ def test_gguf_conversion_leaves_a_seeded_callers_rng_as_it_was(tmp_path):
     assert torch.equal(torch.random.get_rng_state(), before)
     model, tok = load_model_and_tokenizer(str(out))  # and the folder it wrote loads as the model
     assert model.config.vocab_size == len(tok) == 49152
+
+
+def test_the_tiny_tokenizer_ignores_openings_added_after_its_corpus():
+    """The tiny tokenizer trains on the first `TINY_CORPUS_LINES` built-in openings: lines added to the file (the set
+    grew from 60 to 289) leave its merges, and so every seeded tiny-model number, as they were."""
+    import importlib.resources
+
+    from agents.tiny import TINY_CORPUS_LINES, training_lines
+
+    text = importlib.resources.files("cory_env.tasks").joinpath("imdb_openings.txt").read_text("utf-8")
+    lines = training_lines(text)
+    assert len(lines) == TINY_CORPUS_LINES == 60
+    assert lines[0] == "This movie was one of the strangest things I have watched this year."
+    assert training_lines(text + "\nA new opening appended to the set.\n") == lines
+    assert training_lines("# a comment\n\none\ntwo\n") == ["one", "two"]

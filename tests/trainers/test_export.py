@@ -113,7 +113,7 @@ def test_export_refuses_an_out_inside_the_runs_checkpoints(tiny_run, tmp_path, c
             err = capsys.readouterr().err
             assert err.startswith("cory export: error: --out ") and err.count("\n") == 1
             assert f"is inside the run's checkpoints folder {(run / 'checkpoints').resolve()}" in err
-            assert "choose a folder outside it" in err and not out.exists()
+            assert "choose a path outside it" in err and not out.exists()
     assert _export(capsys, str(checkpoint), "--out", str(run / "exported"))["written"] == "model"
     with pytest.raises(SystemExit) as exit_info:  # argparse: one usage line and the error
         cory_main(["export", str(run), "--merge_lora", "maybe", "--out", str(tmp_path / "x")])

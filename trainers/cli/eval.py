@@ -162,7 +162,7 @@ def run_eval(argv: Sequence[str]) -> int:
         loaded = _Loaded(LLMAgent(model, tokenizer), None, None, None, RunConfigs(env=EnvConfig(task="gsm8k")),
                          args.model)
     else:
-        loaded = load_checkpoint_agent(args.checkpoint, args.model_name)
+        loaded = load_checkpoint_agent(args.checkpoint, args.model_name, with_base=True)
         task = task or loaded.configs.env.task
     evaluation = task_spec(task).evaluation
     if evaluation == "pass@k":
@@ -226,10 +226,13 @@ def check_eval_numbers(args) -> None:
                          "KL coefficient")
 
 
-def load_checkpoint_agent(checkpoint: str | Path, model_name: str | None = None) -> _Loaded:
+def load_checkpoint_agent(checkpoint: str | Path, model_name: str | None = None, *,
+                          with_base: bool = False) -> _Loaded:
     """One model of a checkpoint (a checkpoint folder, or a run directory: its latest checkpoint): `model_name`
     (``"llm1"``, ``"llm2"``; default the model in the pioneer seat), rebuilt with the run's layout and sampling,
-    its trained weights loaded (`checkpoint.load_agent`). Used by ``cory eval`` and ``cory export``.
+    its trained weights loaded (`checkpoint.load_agent`). Used by ``cory eval`` and ``cory export``. `with_base`:
+    also build one agent of the run's layout that is never loaded, the model before training (``cory eval``'s
+    "before"; `_Loaded.base`).
 
     Raises:
         FileNotFoundError: no checkpoint there. ValueError / CheckpointError: a model name the checkpoint lacks,
@@ -250,10 +253,11 @@ def load_checkpoint_agent(checkpoint: str | Path, model_name: str | None = None)
     # the trained weights go onto this base: refuse another base behind the same name (issue #27 item 1)
     check_fingerprints(state.get("inputs"), {"model": model_fingerprint(model),
                                              "tokenizer": tokenizer_fingerprint(tokenizer)}, str(path))
-    # one agent more than the run had: never loaded, it is the model before training (a fresh LoRA adapter is the
-    # base model; a full copy is its weights)
-    agents, ref = build_agents(model, tokenizer, configs.model, configs.sampling, num_models=len(seats) + 1)
-    *trained, untrained = agents
+    # with_base: one agent more than the run had, never loaded: the model before training (a fresh LoRA adapter is
+    # the base model; a full copy is its weights)
+    agents, ref = build_agents(model, tokenizer, configs.model, configs.sampling,
+                               num_models=len(seats) + int(with_base))
+    trained = list(agents)[:len(seats)]
     if name not in trained:
         raise ValueError(f"--model_name {name!r} is not in this checkpoint; choose one of {sorted(trained)}")
     ckpt.load_agent(path, name, agents[name])
@@ -262,7 +266,7 @@ def load_checkpoint_agent(checkpoint: str | Path, model_name: str | None = None)
     if beta is None:  # a checkpoint written before the trainer recorded each model's β: its KL controller's state
         beta = ckpt.read_learner_state(path, name, with_optimizer=False).get("kl_ctl", {}).get("value")
     return _Loaded(agents[name], ref, name, path, configs, f"{configs.model.model} ({path}, {name})", kind,
-                   None if beta is None else float(beta), agents[untrained])
+                   None if beta is None else float(beta), agents[list(agents)[-1]] if with_base else None)
 
 
 def _eval_pioneer(loaded: _Loaded, args) -> tuple[dict[str, Any], Path]:

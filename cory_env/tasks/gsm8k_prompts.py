@@ -2,7 +2,7 @@
 
 The pioneer gets an instruction, an optional 1-shot worked example in the authors' evaluation format
 (`Question: ... Answer: ...`) and the question; the observer gets the question and the pioneer's solution as a
-reference that may be wrong (our wording: the paper does not publish its GSM8K template, PAPER.md §1). With a
+reference that may be wrong (our wording: the paper does not publish its GSM8K template, docs/paper.md §1). With a
 tokenizer chat template the same content is rendered as chat turns. Templates are `str.format`-style strings with
 `{query}` (and `{response}`) placeholders, the form `cory_env.prompts.PromptTemplate` splices at token level.
 """

@@ -47,7 +47,7 @@ PRESETS: dict[str, dict] = {
         "min_new_tokens": 256, "max_new_tokens": 256, "context_len": 800, "log_samples": 2,
         "torch_threads": 2,
     },
-    # The paper's IMDB settings (official code, PAPER.md §2), for a GPU.
+    # The paper's IMDB settings (official code, docs/paper.md §2), for a GPU.
     "imdb-paper": {
         "model": "gpt2-large", "output_dir": "runs/imdb-paper", "data_path": "hub", "reward": "distilbert-imdb",
         "min_review_chars": 100, "query_min_tokens": 2, "query_max_tokens": 7,

@@ -23,7 +23,8 @@ DEFAULT_OBSERVER_INSTRUCTION = (
     "Solve the math problem step by step. A reference solution written by another student is given; it may contain "
     'mistakes, so check it and write your own solution. Finish with a line "The answer is N." where N is a number.'
 )
-#: Our own 1-shot example in the format of the authors' evaluation prompt (`Question: ... Answer: ...`).
+#: Our own 1-shot example, in the format of the authors' evaluation prompt
+#: (``Question: ... Answer: ...``).
 ONE_SHOT_QUESTION = (
     "A baker makes 3 trays of 12 cookies each. He sells 20 cookies and gives 4 to a friend. "
     "How many cookies does he have left?"

@@ -115,7 +115,7 @@ def tiny_vocab_records(seed: int = 0) -> list[dict]:
 
 
 def tiny_vocab_reward(queries: list[str], responses: list[str], records: list[dict]) -> list[float]:
-    """r(q, a) = |distinct symbols in a's first `ANSWER_LEN` words ∩ q − partner's words| / `ANSWER_LEN`.
+    """r(q, a) = #(distinct symbols in a's first `ANSWER_LEN` words ∩ q − partner's words) / `ANSWER_LEN`.
 
     Args:
         queries: N query texts (symbols separated by spaces).

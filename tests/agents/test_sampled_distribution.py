@@ -123,7 +123,7 @@ class _CountingAgent:
 
 @pytest.mark.parametrize("top_k, reused", [(0, True), (5, False)])
 def test_the_rollout_scores_replace_the_old_forward_only_when_exact(top_k, reused):
-    """Issue #26: the learner's old log-probabilities and values come from the rollout when they equal its
+    """The learner's old log-probabilities and values come from the rollout when they equal its
     recomputation (plain sampling in fp32: 1e-5); with top-k (an approximate sampler) the recomputation stays."""
     from trainers.rollout import ActingScores
 

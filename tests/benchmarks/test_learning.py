@@ -58,7 +58,7 @@ def test_knowledge_transfer_pays_on_the_relay_task(tmp_path):
 
 @pytest.mark.slow
 def test_a_chain_of_three_needs_every_link_of_knowledge_transfer(tmp_path):
-    """chain_relay (issue #23): the query is private to the first of three seats and each seat reads only the one
+    """chain_relay: the query is private to the first of three seats and each seat reads only the one
     before; with transfer the chain passes the query along, without it the later seats are blind (measured at
     32,768 episodes, seed 0: 1.56 vs 1.06; README "Does it learn?")."""
     result = _ladder(tmp_path, "--rung", "chain_relay", "--episodes", "32768", "--arms", "chain3", "chain3-wo-kt")

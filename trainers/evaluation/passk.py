@@ -1,6 +1,6 @@
 """pass@k for objective-reward tasks (GSM8K): the estimators, and the sampling run that feeds them.
 
-For each problem the pioneer alone (as CORY is deployed, paper §1) draws n >= k answers; each is scored correct
+For each problem the pioneer alone (as CORY is deployed, docs/paper.md §1) draws n >= k answers; each is scored correct
 or not against the gold number, and the per-problem correctness lists give
 
 * `pass_at_k`: the unbiased estimator of Chen et al. 2021, 1 − C(n−c, k) / C(n, k) (c correct of n);

@@ -2,13 +2,14 @@
 
 Runs the README's first command's training run, ``cory train --preset imdb-quick`` (offline: the built-in review
 openings), once per seed, each in its own process with the preset's threads, and reads each run's ``eval.json``
-(the pioneer's held-out reward before and after training on the same queries and sampling seeds, and the standard
-error of the per-query difference). Seeded CPU runs drift between machines and thread counts (PLATFORM.md), so the
+(the pioneer's held-out reward before and after training on the same queries and sampling seeds, the standard
+error of the per-episode difference clustered by query, the distinct queries and the combined reward). Seeded CPU runs drift between machines and thread counts (PLATFORM.md), so the
 seeds stand in for other machines: the job is robust when every seed's gain is at least 2 standard errors.
 
 Run::
 
-    python benchmarks/main_job_seeds.py [--seeds 0 1 2 3 4] [--out benchmarks/main_job_seeds.json] [-- FLAGS...]
+    python benchmarks/main_job_seeds.py [--seeds 0 1 2 3 4] [--out benchmarks/main_job_seeds.json] [--keep DIR]
+        [-- FLAGS...]
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 
@@ -37,8 +40,13 @@ def run_seed(seed: int, flags: list[str], folder: Path) -> dict:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = json.loads((out / "eval.json").read_text(encoding="utf-8"))
     gain, se = result["gain"], result["gain_sem"]
+    diffs = np.subtract(result["after"]["rewards"], result["before"]["rewards"])
     return {"seed": seed, "before": result["before"]["reward"], "after": result["after"]["reward"], "gain": gain,
-            "se": se, "gain_over_se": gain / se if se else None, "kl": result["after"]["kl"],
+            "se": se, "gain_over_se": gain / se if se else None,
+            # the standard error as if the episodes were independent (what the line printed before clustering)
+            "se_unclustered": float(diffs.std(ddof=1) / np.sqrt(len(diffs))),
+            "distinct_queries": result["distinct_queries"], "combined_before": result["combined_before"],
+            "combined_after": result["combined_after"], "kl": result["after"]["kl"],
             "kl_k1": result["after"].get("kl_k1"), "distinct_2_before": result["before"]["distinct_2"],
             "distinct_2_after": result["after"]["distinct_2"], "num_queries": result["after"]["num_queries"],
             "cpu_s": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
@@ -49,16 +57,19 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--out", default=str(HERE / "main_job_seeds.json"))
+    parser.add_argument("--keep", default=None, help="keep each seed's run folder under this folder (default: a "
+                                                      "temporary folder, deleted)")
     parser.add_argument("flags", nargs=argparse.REMAINDER, help="after --: extra `cory train` flags")
     args = parser.parse_args(argv)
     flags = [f for f in args.flags if f != "--"]
     runs = []
     with tempfile.TemporaryDirectory(prefix="cory-main-job-") as tmp:
         for seed in args.seeds:
-            runs.append(run_seed(seed, flags, Path(tmp)))
+            runs.append(run_seed(seed, flags, Path(args.keep or tmp)))
             r = runs[-1]
             print(f"seed {seed}: before {r['before']:.3f} -> after {r['after']:.3f} (gain {r['gain']:+.3f} ± "
-                  f"{r['se']:.3f} s.e., {r['gain_over_se']:.1f} s.e.; KL {r['kl']:.2f}; {r['cpu_s']:.0f} CPU s)",
+                  f"{r['se']:.3f} s.e. clustered by {r['distinct_queries']} queries, {r['gain_over_se'] or 0:.1f} s.e.; combined "
+                  f"{r['combined_before']:.3f} -> {r['combined_after']:.3f}; KL {r['kl']:.2f}; {r['cpu_s']:.0f} CPU s)",
                   flush=True)
     robust = all(r["gain"] >= 2 * r["se"] for r in runs)
     result = {"command": "cory train --preset imdb-quick" + (" " + " ".join(flags) if flags else ""),

@@ -165,8 +165,8 @@ def test_the_metrics_glossary_names_every_logged_key(tmp_path):
 
 
 def test_no_tracked_file_points_at_a_paper_outside_the_repository():
-    """The paper is docs/paper.md; a clone has no ``../shared/docs`` (the needles are split so that this file does
-    not match itself)."""
+    """The paper is docs/paper.md; a clone has no ``shared`` folder next to it with the paper in it (the needles are
+    split so that this file does not match itself)."""
     if not (REPO_ROOT / ".git").exists():
         pytest.skip("not a git checkout")
     needles = [("../shared/" + "docs").encode(), ("PAPER" + ".md").encode()]

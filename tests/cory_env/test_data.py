@@ -65,7 +65,7 @@ def test_zero_usable_rows(tmp_path):
 
 def test_builtin_openings_are_the_default():
     records = load_imdb_records(None)
-    assert records == load_builtin_openings() and len(records) == 60
+    assert records == load_builtin_openings() and len(records) == 289
     assert not any(r["query"].startswith("#") for r in records)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -327,7 +328,8 @@ def test_a_reward_callable_is_recorded_and_eval_never_substitutes_another(tiny_r
     assert saved["reward"] == "tests.trainers.test_cory_trainer:constant_ten_reward"
     out = tmp_path / "named.json"
     run_eval([str(tmp_path / "named"), "--episodes", "2", "--out", str(out)])
-    assert json.loads(out.read_text())["task_reward"] == 10.0
+    scored = json.loads(out.read_text())
+    assert scored["after"]["task_reward"] == scored["before"]["task_reward"] == 10.0
 
     CORYTrainer(tiny_run("lambda", num_iterations=1), reward_fn=lambda q, r: [10.0] * len(q)).train()
     saved = yaml.safe_load((tmp_path / "lambda" / "config.yaml").read_text())
@@ -336,7 +338,7 @@ def test_a_reward_callable_is_recorded_and_eval_never_substitutes_another(tiny_r
         run_eval([str(tmp_path / "lambda"), "--episodes", "2", "--out", str(out)])
     run_eval([str(tmp_path / "lambda"), "--episodes", "2", "--out", str(out),
               "--reward", "tests.trainers.test_cory_trainer:constant_ten_reward"])
-    assert json.loads(out.read_text())["task_reward"] == 10.0
+    assert json.loads(out.read_text())["after"]["task_reward"] == 10.0
 
 
 def test_cory_eval_loads_the_agent_only(tiny_run, monkeypatch, capsys):
@@ -363,7 +365,7 @@ def test_cory_eval_loads_the_agent_only(tiny_run, monkeypatch, capsys):
     real_load_agent = ckpt.load_agent
     monkeypatch.setattr(ckpt, "load_agent", lambda p, name, agent: loaded.append((name, agent)) or
                         real_load_agent(p, name, agent))
-    out = path / "eval.json"
+    out = Path(configs.run.output_dir).parent / "evalonly-eval.json"  # outside checkpoints/, which rotation prunes
     assert run_eval([str(path), "--episodes", "2", "--out", str(out)]) == 0
     (name, agent), = loaded
     assert name == trainer.exchange.seats["pioneer"].name and agent.sampling.temperature == 0.7
@@ -372,7 +374,7 @@ def test_cory_eval_loads_the_agent_only(tiny_run, monkeypatch, capsys):
         torch.testing.assert_close(param, trained[key].detach().cpu())
     result = json.loads(out.read_text())
     learner_state = ckpt.read_learner_state(path, name, with_optimizer=False)
-    assert result["eta"] == learner_state["kl_ctl"]["value"] and result["num_queries"] == 2
+    assert result["eta"] == learner_state["kl_ctl"]["value"] and result["after"]["num_queries"] == 2
 
 
 def test_eval_refuses_a_checkpoint_whose_base_model_changed_under_its_name(tiny_run, tmp_path, capsys):

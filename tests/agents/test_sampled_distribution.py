@@ -2,8 +2,8 @@
 
 Before this was so, the tiny-vocabulary task's action mask shaped sampling while PPO, the KL and the entropy read the
 raw softmax over every token: the k1 KL of sampled tokens went negative (−17 nats measured) and rewarded moving
-probability onto banned tokens, and single-agent PPO stalled at 0.5 (README "Does it learn?"). The maths of that
-distribution (`agents.forward.policy_logits`, its log-probabilities and gradients) is tested in test_forward.py.
+probability onto banned tokens, and single-agent PPO stalled at 0.5 (docs/results/learning_factors.md). The maths of
+that distribution (`agents.forward.policy_logits`, its log-probabilities and gradients) is tested in test_forward.py.
 """
 
 from __future__ import annotations

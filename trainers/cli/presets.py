@@ -13,7 +13,7 @@ PRESETS: dict[str, dict] = {
         "min_new_tokens": 3, "max_new_tokens": 6, "context_len": 64, "log_samples": 2,
     },
     # The 20-token cooperative task with the settings the learning ladder measured (benchmarks/learning.py,
-    # README "Does it learn?"): large batches (a tiny model's step costs the same for 32 or 256 rows), an entropy
+    # docs/results/learning.md): large batches (a tiny model's step costs the same for 32 or 256 rows), an entropy
     # bonus against early collapse, a small fixed KL coefficient, a held-out fifth of the queries.
     "tiny-vocab": {
         "model": "tiny", "task": "tiny_vocab", "output_dir": "runs/tiny-vocab", "context_len": 12,

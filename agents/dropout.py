@@ -4,7 +4,7 @@ function of the weights.
 PPO's importance ratio π_θ/π_old must be exactly 1 on the data the rollout just produced. The rollout scores old
 log-probabilities and values in eval mode (no dropout) while the update runs in train mode (activation checkpointing
 and peft need it); with any dropout active, the two forwards are different networks and the ratio and the value
-clipping see noise instead of policy change (measured before this existed: ratio 0.9986 at LoRA dropout 0.1, value
+clipping see noise instead of policy change (measured with dropout on: ratio 0.9986 at LoRA dropout 0.1, value
 clipfrac 0.128 before any update with a value-head dropout of 0.1). TRL does the same (``disable_dropout=True``,
 `trl.trainer.utils.disable_dropout_in_model`); CleanRL's policies have no dropout.
 """

@@ -166,7 +166,7 @@ def penalty_context(ids: np.ndarray, mask: np.ndarray) -> torch.Tensor:
     The penalty (transformers' `RepetitionPenaltyLogitsProcessor`) penalises every id present in its context. The
     env left-pads its window with the pad id, which is EOS for SmolLM2 and GPT-2: handed the raw window, EOS counted
     as already seen and lost probability before the model wrote anything (P(EOS) at the first step 0.042 instead of
-    generate's 0.250 on "The end.", issue #27 item 2). Repeating a token already present changes nothing, so the
+    generate's 0.250 on "The end."). Repeating a token already present changes nothing, so the
     result equals the penalty over the real tokens alone.
 
     Args:

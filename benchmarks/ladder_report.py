@@ -11,7 +11,7 @@ the k1 estimate logp − ref_logp that every arm shares: sequence sums, batch me
 the pioneer alone. Ladders written before these records (points ``[episodes, reward(, training CPU s)]``) still load
 (`point_record`).
 
-Reward–KL trade-off (PAPER.md §3): `reward_at_kl` interpolates one seed's held-out reward along its (KL, reward)
+Reward–KL trade-off (docs/paper.md §3): `reward_at_kl` interpolates one seed's held-out reward along its (KL, reward)
 trajectory at a KL level (first crossing; None where the trajectory never reaches it); `equal_kl` gives the mean ±
 std over the seeds that reach each level; `combined_rewards` gives r − η·KL over training for several η.
 
@@ -37,7 +37,7 @@ __all__ = ["COMBINED_ETAS", "KL_LEVELS", "combined_rewards", "combined_table", "
 #: KL levels (nats, k1, sequence sum) at which `equal_kl` compares arms.
 KL_LEVELS = (1.0, 2.0, 4.0, 6.0)
 #: η of the combined reward r − η·KL: 0.05 the IMDB rung's β; 0.1; 0.4 the official code's initial KL coefficient of
-#: CORY on IMDB (PAPER.md §2; the paper does not publish the η of its combined-reward figure).
+#: CORY on IMDB (docs/paper.md §2; the paper does not publish the η of its combined-reward figure).
 COMBINED_ETAS = (0.05, 0.1, 0.4)
 #: Evaluation fields a point record keeps.
 POINT_KEYS = ("kl", "kl_k1", "distinct_1", "distinct_2", "response_len")
@@ -327,7 +327,7 @@ def _draw_tradeoff(ax, trajectories: list[dict], xmax: float | None = None) -> N
 
 
 def plot_tradeoff(result: dict, path: Path, *, key: str = "kl_k1", eta: float = 0.1) -> Path | None:
-    """The paper's view (PAPER.md §3): held-out reward against KL to the reference (mean over seeds at each
+    """The paper's view (docs/paper.md §3): held-out reward against KL to the reference (mean over seeds at each
     evaluation point, band = reward std; points labelled by their training episodes wherever a label does not
     overlap another: `_place_labels`), the same zoomed to the KL range of the arms at the rung's budget when the
     ``-2x`` controls run far beyond it, and the combined reward r − η·KL against episodes. Arms read from a longer

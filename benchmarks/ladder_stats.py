@@ -15,7 +15,7 @@ from benchmarks.stats import arm_summary, improvement_summary
 __all__ = ["REFERENCE_ARMS", "arm_stats", "comparison_pairs", "format_interval", "improvement_table", "improvements",
            "improvements_of"]
 
-#: The arms every other arm is compared with (P(arm > reference)), where present: the README's comparisons.
+#: The arms every other arm is compared with (P(arm > reference)), where present: the comparisons of docs/results/.
 REFERENCE_ARMS = ("ppo", "cory", "chain3")
 
 

@@ -15,7 +15,7 @@ memory, one torch thread, its CPU seconds counted), is evaluated on **held-out q
 queries, by a hash of their text, that training never draws: `EnvConfig.heldout_fraction`) before training and at
 `--eval_points` points during it, and its final reward is the last evaluation:
 
-| rung | final reward | random / base | floors (from issue #14) |
+| rung | final reward | random / base | floors |
 |---|---|---|---|
 | sanity | pioneer reward of a one-token bandit: 1 when the first answer symbol is one of ``a b c`` | 3/17 ≈ 0.18 | ppo ≥ 0.9 within 60 CPU s |
 | tiny_vocab | single-agent arms: pioneer reward (optimum 1); CORY arms: collective reward (optimum 2) | 0.23 / 0.42 | ppo ≥ 0.9, cory ≥ 1.8 |

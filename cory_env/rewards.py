@@ -1,7 +1,7 @@
 """Task rewards: the reward registry (``--reward``), the checked batched reward call, and the collective reward.
 
 Task rewards score *text*: the query text plus a response text (decoded with ``skip_special_tokens=True``),
-never the observer's template text (paper §1 step 4). Every reward function is normalised to the signature
+never the observer's template text (docs/paper.md §1 step 4). Every reward function is normalised to the signature
 ``reward_fn(query_texts, response_texts, records) -> sequence of floats`` (one per pair); `make_reward_fn`
 builds one from a name or from a 2- or 3-argument callable. The built-in names are the IMDB task's
 (`cory_env.tasks.imdb_rewards`: ``vader``, ``vader-gain``, ``distilbert-imdb``); a plug-in reward is a

@@ -289,7 +289,7 @@ class Seating:
     @classmethod
     def cory(cls, *, knowledge_transfer: bool = True, partner_reward_coef: float = 1.0,
              private_query: bool = False) -> Seating:
-        """CORY's two seats: the pioneer, then the observer reading it; R_i = r_i + c·r_j (PAPER.md §1)."""
+        """CORY's two seats: the pioneer, then the observer reading it; R_i = r_i + c·r_j (docs/paper.md §1)."""
         return cls.chain(2, knowledge_transfer=knowledge_transfer, partner_reward_coef=partner_reward_coef,
                          private_query=private_query)
 

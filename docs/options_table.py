@@ -1,5 +1,6 @@
 """Print the option tables from the config dataclasses' `metadata["help"]` (the only copy of the help): the base
-configs of every run, then each registered learner's and task's own options class.
+configs of every run, then each registered learner's and task's own options class. The docs site's Options page
+(docs/options.md) renders `tables()` at every build.
 
     python docs/options_table.py > /tmp/options.md
 """
@@ -26,5 +27,11 @@ def table(cls) -> str:
 ORDER = (CORYConfig, ModelConfig, SamplingConfig, PPOConfig, EnvConfig,
          *[c for c in all_config_classes() if c not in (CORYConfig, ModelConfig, SamplingConfig, PPOConfig, EnvConfig)])
 
+
+def tables() -> str:
+    """Every table, in `ORDER`: the Options page of the docs site (``{optionstables}``) renders exactly this."""
+    return "\n\n".join(table(c) for c in ORDER)
+
+
 if __name__ == "__main__":
-    print("\n\n".join(table(c) for c in ORDER))
+    print(tables())

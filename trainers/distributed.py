@@ -279,7 +279,7 @@ class DataParallel:
                     torch_dist.broadcast(p.data, src=0)
 
     def max_abs_param_difference(self, params: Iterable[torch.nn.Parameter]) -> float:
-        """Largest |θ_r − θ_0| over `params` and processes (0.0 with one process): a check that replicas agree
+        """Largest abs(θ_r − θ_0) over `params` and processes (0.0 with one process): a check that replicas agree
         (sharded parameters are compared whole, `trainers.loop.sharding.full_tensor`: a collective)."""
         if not self.enabled:
             return 0.0

@@ -49,7 +49,7 @@ NUM_SEATS = 3
 
 
 def chain_relay_reward(queries: list[str], responses: list[str], records: list[dict]) -> list[float]:
-    """r(q, a) = |distinct symbols of a's first `ANSWER_LEN` words ∩ q| / `ANSWER_LEN` (every seat alike; the records
+    """r(q, a) = #(distinct symbols of a's first `ANSWER_LEN` words ∩ q) / `ANSWER_LEN` (every seat alike; the records
     are not read).
 
     >>> chain_relay_reward(["a b c d"] * 3, ["a b", "a a", "x y"], [{}, {}, {}])

@@ -1,6 +1,6 @@
 """GSM8K answers: number extraction, gold parsing and the correctness reward.
 
-Answer extraction follows the authors' evaluation script (PAPER.md §2): the prediction is the first number after
+Answer extraction follows the authors' evaluation script (docs/paper.md §2): the prediction is the first number after
 the last "The answer is" (any case), else the number after the last `####`, else the last number in the text.
 Numbers compare by value (exact fractions: commas, a leading `$`, a trailing `.`, `%`, units and `**` are ignored;
 `3.50` equals `3.5`, `3/4` equals `0.75`, `-5` equals `−5` with the Unicode minus); nothing is ever evaluated as

@@ -2,7 +2,7 @@
 
 The pioneer gets an instruction, an optional 1-shot worked example in the authors' evaluation format
 (`Question: ... Answer: ...`) and the question; the observer gets the question and the pioneer's solution as a
-reference that may be wrong (our wording: the paper does not publish its GSM8K template, PAPER.md §1). With a
+reference that may be wrong (our wording: the paper does not publish its GSM8K template, docs/paper.md §1). With a
 tokenizer chat template the same content is rendered as chat turns. Templates are `str.format`-style strings with
 `{query}` (and `{response}`) placeholders, the form `cory_env.prompts.PromptTemplate` splices at token level.
 """
@@ -23,7 +23,8 @@ DEFAULT_OBSERVER_INSTRUCTION = (
     "Solve the math problem step by step. A reference solution written by another student is given; it may contain "
     'mistakes, so check it and write your own solution. Finish with a line "The answer is N." where N is a number.'
 )
-#: Our own 1-shot example in the format of the authors' evaluation prompt (`Question: ... Answer: ...`).
+#: Our own 1-shot example, in the format of the authors' evaluation prompt
+#: (``Question: ... Answer: ...``).
 ONE_SHOT_QUESTION = (
     "A baker makes 3 trays of 12 cookies each. He sells 20 cookies and gives 4 to a friend. "
     "How many cookies does he have left?"

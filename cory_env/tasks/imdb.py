@@ -1,4 +1,4 @@
-"""The IMDB task (paper §2): continue the first 2-7 tokens of a movie review, rewarded for positive sentiment.
+"""The IMDB task (docs/paper.md §2): continue the first 2-7 tokens of a movie review, rewarded for positive sentiment.
 
 | piece | where |
 |---|---|
@@ -24,8 +24,8 @@ __all__ = ["OBSERVER_TEMPLATE", "SPEC", "IMDBOptions", "make_imdb_task", "resolv
 
 logger = logging.getLogger(__name__)
 
-#: The official code's IMDB knowledge-transfer template (paper §1 step 3): it ends with q, so the observer writes
-#: its own continuation of q after reading the pioneer's.
+#: The official code's IMDB knowledge-transfer template (docs/paper.md §1 step 3): it ends with q, so the observer
+#: writes its own continuation of q after reading the pioneer's.
 OBSERVER_TEMPLATE = 'I can make this sentence "{query}{response}" more positive: {query}'
 
 

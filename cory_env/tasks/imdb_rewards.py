@@ -1,4 +1,5 @@
-"""The IMDB task's rewards (paper §2: positive sentiment of query + response), registered as ``--reward`` names.
+"""The IMDB task's rewards (docs/paper.md §2: positive sentiment of query + response), registered as ``--reward``
+names.
 
 | name | score | offline |
 |---|---|---|

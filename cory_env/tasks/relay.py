@@ -36,7 +36,7 @@ WITHOUT_KT_OPTIMUM = 1.25
 
 
 def relay_reward(queries: list[str], responses: list[str], records: list[dict]) -> list[float]:
-    """r(q, a) = |distinct symbols of a's first `ANSWER_LEN` words ∩ q ∩ partner's words| / `ANSWER_LEN`, where a
+    """r(q, a) = #(distinct symbols of a's first `ANSWER_LEN` words ∩ q ∩ partner's words) / `ANSWER_LEN`, where a
     row without a partner (the pioneer) uses q alone.
 
     Args:

@@ -24,7 +24,7 @@ can predict a1 from q. Against a pioneer that samples its answer (uniformly amon
 observer without a1 earns E[r2] = 0.5, hence E[R] = 1.5. But both seats see q, so two *deterministic* policies can
 agree on a convention (e.g. the pioneer names the first two symbols of q as shown, the observer the last two) and
 reach 2 without knowledge transfer: the ablation (``knowledge_transfer=False``) is bounded by 1.5 only while the
-pioneer's answer is not a function of q (measured: README "Does it learn?").
+pioneer's answer is not a function of q (measured: docs/results/learning.md).
 Single-agent (PPO baseline, `cory_env.gym_env`): the optimum is r1 = 1.
 
 Use the task's own tokenizer (`tiny_vocab_tokenizer`; ``cory train --task tiny_vocab --model tiny`` builds a tiny
@@ -115,7 +115,7 @@ def tiny_vocab_records(seed: int = 0) -> list[dict]:
 
 
 def tiny_vocab_reward(queries: list[str], responses: list[str], records: list[dict]) -> list[float]:
-    """r(q, a) = |distinct symbols in a's first `ANSWER_LEN` words ∩ q − partner's words| / `ANSWER_LEN`.
+    """r(q, a) = #(distinct symbols in a's first `ANSWER_LEN` words ∩ q − partner's words) / `ANSWER_LEN`.
 
     Args:
         queries: N query texts (symbols separated by spaces).

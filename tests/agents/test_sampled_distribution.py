@@ -2,8 +2,8 @@
 
 Before this was so, the tiny-vocabulary task's action mask shaped sampling while PPO, the KL and the entropy read the
 raw softmax over every token: the k1 KL of sampled tokens went negative (−17 nats measured) and rewarded moving
-probability onto banned tokens, and single-agent PPO stalled at 0.5 (README "Does it learn?"). The maths of that
-distribution (`agents.forward.policy_logits`, its log-probabilities and gradients) is tested in test_forward.py.
+probability onto banned tokens, and single-agent PPO stalled at 0.5 (docs/results/learning_factors.md). The maths of
+that distribution (`agents.forward.policy_logits`, its log-probabilities and gradients) is tested in test_forward.py.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class _CountingAgent:
 
 @pytest.mark.parametrize("top_k, reused", [(0, True), (5, False)])
 def test_the_rollout_scores_replace_the_old_forward_only_when_exact(top_k, reused):
-    """Issue #26: the learner's old log-probabilities and values come from the rollout when they equal its
+    """The learner's old log-probabilities and values come from the rollout when they equal its
     recomputation (plain sampling in fp32: 1e-5); with top-k (an approximate sampler) the recomputation stays."""
     from trainers.rollout import ActingScores
 

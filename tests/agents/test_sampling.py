@@ -76,7 +76,7 @@ def test_penalty_context_replaces_padding_by_a_real_token_of_the_row():
 
 
 def test_repetition_penalty_reads_only_the_real_tokens_of_the_window(tiny_tok, tiny_model):
-    """Issue #27 item 2: the left-padded window's pad (= EOS) counted as already seen, lowering P(EOS) at the first
+    """The left-padded window's pad (= EOS) counted as already seen, lowering P(EOS) at the first
     step (SmolLM2, "The end.": 0.042 vs generate's 0.250). The penalised scores must be those of the prompt alone."""
     from transformers import RepetitionPenaltyLogitsProcessor
 

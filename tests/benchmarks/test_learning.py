@@ -49,7 +49,7 @@ def test_short_tiny_vocab_cory_run_beats_random(tmp_path):
 @pytest.mark.slow
 def test_knowledge_transfer_pays_on_the_relay_task(tmp_path):
     """The query is private to the pioneer: with knowledge transfer the pair learns to relay it, without it the
-    observer is blind (measured at 16,384 episodes: CORY ≈ 1.4, w/o KT ≈ 0.8; README "Does it learn?")."""
+    observer is blind (measured at 16,384 episodes: CORY ≈ 1.4, w/o KT ≈ 0.8; docs/results/learning.md)."""
     result = _ladder(tmp_path, "--rung", "relay", "--episodes", "16384", "--arms", "cory", "cory-wo-kt")
     cory, blind = result["arms"]["cory"], result["arms"]["cory-wo-kt"]
     assert cory["per_seed"][0] > 1.1, cory
@@ -58,9 +58,9 @@ def test_knowledge_transfer_pays_on_the_relay_task(tmp_path):
 
 @pytest.mark.slow
 def test_a_chain_of_three_needs_every_link_of_knowledge_transfer(tmp_path):
-    """chain_relay (issue #23): the query is private to the first of three seats and each seat reads only the one
+    """chain_relay: the query is private to the first of three seats and each seat reads only the one
     before; with transfer the chain passes the query along, without it the later seats are blind (measured at
-    32,768 episodes, seed 0: 1.56 vs 1.06; README "Does it learn?")."""
+    32,768 episodes, seed 0: 1.56 vs 1.06; docs/results/learning.md)."""
     result = _ladder(tmp_path, "--rung", "chain_relay", "--episodes", "32768", "--arms", "chain3", "chain3-wo-kt")
     chain, blind = result["arms"]["chain3"], result["arms"]["chain3-wo-kt"]
     assert chain["metric"] == "collective" and chain["per_seed"][0] > 1.3, chain

@@ -78,7 +78,7 @@ def _rows(transcript) -> list[tuple]:
 
 
 def test_neighbouring_seeds_draw_independent_query_streams(tiny_tok, imdb_csv):
-    # Issue #27 item 9: with `seed + row` seeding, row i of seed s was row i + 1 of seed s - 1 (63 of 64 shared)
+    # With `seed + row` seeding, row i of seed s was row i + 1 of seed s - 1 (63 of 64 shared)
     config = EnvConfig(data_path=str(imdb_csv), min_new_tokens=1, max_new_tokens=1)
     env = BatchedCORYEnv(config, tiny_tok, batch_size=64, seating="ppo")
     played = []

@@ -1,4 +1,4 @@
-"""The chain-relay task (issue #23): N seats pass a private query along; its optima with and without transfer."""
+"""The chain-relay task: N seats pass a private query along; its optima with and without transfer."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ def test_missing_file_and_wrong_columns(tmp_path):
 
 
 def test_empty_reviews_are_dropped_even_with_min_review_chars_0(tmp_path, caplog):
-    """Issue #27 item 8: `<br /><br />` became an empty query that failed only when first drawn (iteration 5)."""
+    """`<br /><br />` became an empty query that failed only when first drawn (iteration 5)."""
     path = tmp_path / "reviews.csv"
     path.write_text("review\nA good film.\n<br /><br />\nBad.\n")
     with caplog.at_level(logging.WARNING, logger="cory_env.tasks.imdb_data"):

@@ -221,7 +221,7 @@ def test_empty_record_query(tiny_tok):
 
 
 def test_a_record_that_encodes_to_no_token_is_refused_when_the_env_is_built(tiny_tok):
-    """Issue #27 item 8: an empty query was found when first drawn (iteration 5 of a run, all work lost)."""
+    """An empty query was found when first drawn (iteration 5 of a run, all work lost)."""
     import copy
 
     from tokenizers import normalizers

@@ -141,12 +141,12 @@ def test_reward_fn_batches_and_checks_lengths():
     ],
 )
 def test_number_forms_compare_by_value(completion, expected):
-    """Issue #15.7: fractions, the Unicode minus, decimals and separators all read by value."""
+    """Fractions, the Unicode minus, decimals and separators all read by value."""
     assert extract_answer(completion) == expected
 
 
 def test_gold_fractions_and_unparseable_golds():
-    """Issue #15.7: `#### 1/2` is one half (not 1), and a gold that is not one number is a clear error."""
+    """`#### 1/2` is one half (not 1), and a gold that is not one number is a clear error."""
     assert parse_gold("#### 1/2") == "0.5"
     assert gsm8k_reward("The answer is 1", "#### 1/2") == 0.0
     assert gsm8k_reward("The answer is 0.5", "#### 1/2") == 1.0

@@ -175,7 +175,7 @@ def test_a_reward_from_the_main_script_is_not_recorded_by_name(monkeypatch):
 
 
 def test_reward_by_module_function_name_and_what_a_run_records():
-    """Issue #15.4: an importable callable round-trips through its recorded 'module:function' name."""
+    """An importable callable round-trips through its recorded 'module:function' name."""
     from cory_env.rewards import make_reward_fn, reward_name
 
     name = reward_name(collective_reward)

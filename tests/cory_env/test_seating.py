@@ -1,4 +1,4 @@
-"""Seatings as data (issue #23): constructors, the reward matrix, templates per view, bad input, and the env for
+"""Seatings as data: constructors, the reward matrix, templates per view, bad input, and the env for
 N = 1 .. 4 seats (PettingZoo api_test / seed_test, Gymnasium and SB3 checks)."""
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def test_rewards_are_the_matrix_times_the_task_rewards():
 
 @pytest.mark.parametrize("coef", [1.0, -1.0, 0.0, 0.3])
 def test_two_seats_pay_exactly_the_collective_reward(coef):
-    """Bit for bit r_i + c * r_j: the seeded numbers of two-seat runs do not move (issue #23)."""
+    """Bit for bit r_i + c * r_j: the seeded numbers of two-seat runs do not move."""
     rng = np.random.default_rng(0)
     r1, r2 = rng.normal(size=64), rng.normal(size=64)
     out = Seating.cory(partner_reward_coef=coef).rewards([r1, r2])

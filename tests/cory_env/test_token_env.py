@@ -161,7 +161,7 @@ def test_config_object_and_keyword_override(tiny_tok):
 
 
 def test_query_cuts_never_split_a_character(tiny_tok):
-    """Issue #15.5: the first-k-tokens query and the left-truncated query end (and start) on character boundaries:
+    """The first-k-tokens query and the left-truncated query end (and start) on character boundaries:
     no U+FFFD in the query text the reward and samples.jsonl see, for any drawn k."""
     from cory_env.episode import EpisodeBatch
 
@@ -182,7 +182,7 @@ def test_query_cuts_never_split_a_character(tiny_tok):
 
 @pytest.mark.parametrize("kind", ["alias", "folder"])
 def test_env_takes_the_project_model_names_as_tokenizer_offline(monkeypatch, tmp_path, tiny_tok, kind):
-    """Issue #15.8: the env resolves a tokenizer name like every other entry point (alias, folder, .gguf, hub id),
+    """The env resolves a tokenizer name like every other entry point (alias, folder, .gguf, hub id),
     offline: the alias's converted copy in the cache is used, the hub is never asked."""
     from cory_env.hub import DEFAULT_MODEL
 

@@ -55,7 +55,7 @@ def test_train_eval_plot_round_trip(tmp_path):
                                            (["--learning_rate", "inf"], "learning_rate"),
                                            (["--config", "INF_YAML"], "learning_rate")])
 def test_a_bad_number_is_one_line_before_any_folder_exists(tmp_path, flags, option):
-    """Issue #27 item 3: --lora_alpha 0 trained 4 iterations with KL exactly 0; --learning_rate inf died at
+    """--lora_alpha 0 trained 4 iterations with KL exactly 0; --learning_rate inf died at
     iteration 0 and left a folder that blocked a re-run."""
     (tmp_path / "inf.yaml").write_text("learning_rate: .inf\n")
     flags = [str(tmp_path / "inf.yaml") if f == "INF_YAML" else f for f in flags]
@@ -182,7 +182,7 @@ def test_eval_uses_the_runs_held_out_reviews(tmp_path):
 
 
 def test_options_are_never_abbreviated_and_help_groups_them():
-    """Issue #27: argparse took --num_iteration for --num_iterations; --help was one flat list of 378 lines."""
+    """argparse took --num_iteration for --num_iterations; --help was one flat list of 378 lines."""
     with pytest.raises(ValueError, match=r"--num_iteration: did you mean --num_iterations\?"):
         parse_train_args(["--preset", "tiny", "--num_iteration", "2"])
     with pytest.raises(ValueError, match="unknown option"):
@@ -211,7 +211,7 @@ def test_plot_of_a_missing_run_leaves_no_folder(tmp_path):
 
 
 def test_main_job_output_log_lines_and_eval_json(tmp_path):
-    """Issue #27: the before/after line is the last thing printed; log lines are not glued onto the progress bar;
+    """The before/after line is the last thing printed; log lines are not glued onto the progress bar;
     the hub probe's fallback line prints once (training and both evaluations read one resolved source);
     eval.json's combined reward uses the run's beta, as `cory eval` does."""
     run = tmp_path / "main"

@@ -95,7 +95,7 @@ def _float_fields():
 @pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
 @pytest.mark.parametrize("cls, name", _float_fields(), ids=lambda x: getattr(x, "__name__", x))
 def test_every_float_option_refuses_non_finite_values(cls, name, value):
-    """Issue #27 item 3: --learning_rate inf (or YAML .inf) passed a `> 0` check and NaN failed no check."""
+    """--learning_rate inf (or YAML .inf) passed a `> 0` check and NaN failed no check."""
     with pytest.raises(ValueError, match=rf"^{name}={value!r} is invalid: use a finite number"):
         cls(**{name: value})
 
@@ -143,7 +143,7 @@ def test_sections_of_the_wrong_class_and_clashing_plugin_options_are_refused():
 
 
 def test_batch_size_one_is_refused_with_the_real_reason():
-    """Issue #15.6: batch 1 used to crash mid-run (whitening one token) with advice that could not be followed."""
+    """Batch 1 used to crash mid-run (whitening one token) with advice that could not be followed."""
     with pytest.raises(ValueError, match=r"batch_size=1.*whiten.*at least 2 tokens.*batch_size >= 2"):
         PPOConfig(batch_size=1, mini_batch_size=1)
     PPOConfig(batch_size=2, mini_batch_size=1)
@@ -151,7 +151,7 @@ def test_batch_size_one_is_refused_with_the_real_reason():
 
 @pytest.mark.parametrize(("old", "seating"), [("cory", None), ("ppo", "ppo")])
 def test_a_flat_config_of_the_algo_era_reads_as_its_seating(old, seating):
-    """`algo` moved to `EnvConfig.seating` (issue #23): a run's config.yaml written before still loads as it ran."""
+    """`algo` moved to `EnvConfig.seating`: a run's config.yaml written before still loads as it ran."""
     configs = RunConfigs.from_flat({"algo": old, "num_iterations": 3}, strict=True)
     assert configs.env.seating == seating and configs.run.num_iterations == 3
     assert "algo" not in configs.to_flat()

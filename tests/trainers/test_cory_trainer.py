@@ -94,7 +94,7 @@ def test_resume_equals_uninterrupted(tiny_run, tmp_path):
 
 @pytest.mark.parametrize("learner", ["ppo", "grpo"])
 def test_lora_resume_equals_uninterrupted(tiny_run, learner):
-    """Issue #15.2: with LoRA (and value-head / LoRA dropout on) resuming is exact too: every module that scores a
+    """With LoRA (and value-head / LoRA dropout on) resuming is exact too: every module that scores a
     rollout is in eval mode, in a fresh run as after a resume."""
     opts = dict(use_lora=True, lora_dropout=0.1, value_head_dropout=0.1, role_exchange_period=3, learner=learner)
     if learner == "grpo":
@@ -108,7 +108,7 @@ def test_lora_resume_equals_uninterrupted(tiny_run, learner):
 
 @pytest.mark.parametrize("learner", ["ppo", "grpo"])
 def test_the_first_mini_batch_is_exactly_on_policy_with_dropout_options_set(tiny_run, learner):
-    """Issue #27 item 7: with LoRA and value-head dropout set, the old scores (eval mode) and the update's forward
+    """With LoRA and value-head dropout set, the old scores (eval mode) and the update's forward
     (train mode) were different networks: ratio 0.9986 and value clipfrac 0.128 before any update. With
     disable_dropout (default) they are one function; without it the mismatch is back."""
     # one mini-batch per iteration: iteration 1 scores data of the policy iteration 0 updated (LoRA B != 0 by then)
@@ -128,7 +128,7 @@ def test_the_first_mini_batch_is_exactly_on_policy_with_dropout_options_set(tiny
 
 
 def test_resume_refuses_inputs_that_changed_under_the_same_names(tiny_run, tmp_path):
-    """Issue #27 item 1: resume checked the --model string only; other weights of the same shapes were accepted and
+    """Resume checked the --model string only; other weights of the same shapes were accepted and
     the reference model silently rebuilt from them (pioneer/kl 0.2881 instead of 0.0125 at iteration 2)."""
     from agents.tiny import tiny_causal_lm, tiny_tokenizer
 
@@ -202,7 +202,7 @@ def test_existing_run_is_not_overwritten(tiny_run, tmp_path):
 
 
 def test_failed_overwrite_keeps_the_old_run_and_a_failed_start_leaves_no_folder(tiny_run, tmp_path, monkeypatch):
-    """Issue #15.3: every input is checked before `--overwrite` touches the old run; a failed start creates nothing."""
+    """Every input is checked before `--overwrite` touches the old run; a failed start creates nothing."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     CORYTrainer(tiny_run("x", num_iterations=1)).train()
     before = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "x").rglob("*"))
@@ -319,7 +319,7 @@ def constant_ten_reward(queries, responses):
 
 
 def test_a_reward_callable_is_recorded_and_eval_never_substitutes_another(tiny_run, tmp_path):
-    """Issue #15.4: config.yaml names the callable (module:function); `cory eval` scores with it, and refuses a
+    """`config.yaml` names the callable (module:function); `cory eval` scores with it, and refuses a
     callable it cannot rebuild unless --reward says which reward to use."""
     from trainers.cli.eval import run_eval
 
@@ -378,8 +378,8 @@ def test_cory_eval_loads_the_agent_only(tiny_run, monkeypatch, capsys):
 
 
 def test_eval_refuses_a_checkpoint_whose_base_model_changed_under_its_name(tiny_run, tmp_path, capsys):
-    """The same mistake as the resume of issue #27 item 1, in `cory eval`: LoRA adapters (or a value head) loaded
-    onto other base weights behind the same --model folder."""
+    """The mistake `test_resume_refuses_inputs_that_changed_under_the_same_names` guards, in `cory eval`: LoRA
+    adapters (or a value head) loaded onto other base weights behind the same --model folder."""
     from agents.tiny import tiny_causal_lm, tiny_tokenizer
     from trainers.cli import main
 

@@ -231,7 +231,7 @@ def test_resume_with_another_process_count_is_refused(tiny_run):
 
 # ---------------------------------------------------------------------------------------------------- two processes
 LAYOUTS = {"full": [], "lora": ["--use_lora", "true", "--lora_target_modules", "q_proj,v_proj"],
-           # joint learners (issue #24): MAPPO's centralized critic, MAGRPO's shared group advantage (one group of 2
+           # joint learners: MAPPO's centralized critic, MAGRPO's shared group advantage (one group of 2
            # per process: groups never span processes)
            "mappo": ["--learner", "mappo"], "magrpo": ["--learner", "magrpo", "--group_size", "2"]}
 

@@ -55,7 +55,7 @@ def test_export_loads_with_plain_transformers_and_keeps_the_logits(tiny_run, tmp
     run = _train(tiny_run, "lora" if use_lora else "full", use_lora=use_lora, lora_r=4)
     out = tmp_path / "exported"
     result = _export(capsys, run, "--out", str(out))
-    model = AutoModelForCausalLM.from_pretrained(out)  # the README's two lines
+    model = AutoModelForCausalLM.from_pretrained(out)  # docs/training.md's two lines (Export)
     tokenizer = AutoTokenizer.from_pretrained(out)
     expected, agent = _checkpoint_logits(run)
     assert tokenizer(TEXTS)["input_ids"] == agent.tokenizer(TEXTS)["input_ids"]

@@ -171,7 +171,7 @@ def test_kl_in_reward_is_a_centred_penalty_beside_the_normalised_reward(grpo_par
 
 
 def test_beta_scales_the_kl_penalty_and_equal_task_rewards_are_no_signal(grpo_parts, tiny_tok):
-    """Issue #27 item 5: four groups with task rewards all 0.5, policy away from the reference. Before: mean |A|
+    """Four groups with task rewards all 0.5, policy away from the reference. Before: mean |A|
     0.656 / 0.756 / 0.757 at beta 0.001 / 0.1 / 1.0 and zero_std_groups 0.0."""
     agent, ref, _ = grpo_parts
     rollout = _grpo_rollout(agent, tiny_tok, 8, [0.5] * 8)
@@ -208,7 +208,7 @@ def test_trainer_runs_grpo_for_cory_and_the_single_agent_baseline(tiny_run, algo
 
 @pytest.mark.parametrize("kind, kl_in_loss", [("abs", False), ("mse", False), ("kl", True)])
 def test_logged_kl_is_the_penalised_estimator(grpo_parts, tiny_tok, kind, kl_in_loss):
-    """Issue #15.1: `kl` (and the controller) follow the penalised estimator: kl_penalty in the reward, k3 in the loss."""
+    """`kl` (and the controller) follow the penalised estimator: kl_penalty in the reward, k3 in the loss."""
     agent, ref, env = grpo_parts
     config = grpo_configs(batch_size=4, mini_batch_size=4, group_size=2, kl_in_loss=kl_in_loss, kl_penalty=kind,
                        init_kl_coef=0.2, target=0.05, horizon=20.0)

@@ -1,4 +1,4 @@
-"""Joint learners (issue #24): the protocol, MAPPO's centralized critic and MAGRPO's shared advantage against hand
+"""Joint learners: the protocol, MAPPO's centralized critic and MAGRPO's shared advantage against hand
 computations, their runs through the trainer (CLI, exact resume, data-parallel pooling) and the refusals."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Imports point one way (docs/architecture.md): `trainers.learning` never imports `trainers.loop`, `trainers.cli`,
-`trainers.evaluation` or `trainers.config` (issue #24: the learners' contract lives with the learners), read from
+`trainers.evaluation` or `trainers.config` (the learners' contract lives with the learners), read from
 every import statement of its files, the ones inside functions included."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_the_check_reads_imports_inside_functions(tmp_path):
 
 @pytest.mark.parametrize("path", sorted((ROOT / "trainers" / "adapters").glob("*.py")), ids=lambda p: p.name)
 def test_the_adapters_import_only_the_env_and_their_library(path):
-    """Issue #23: the adapters to other RL libraries sit on the env alone (any seating, sized by
+    """The adapters to other RL libraries sit on the env alone (any seating, sized by
     `trainers.adapters.window`), not on this project's trainer, learners, agents or CLI."""
     ours = [m for m in _imports(path) if m.split(".")[0] in ("trainers", "agents", "benchmarks", "examples")
             and not m.startswith("trainers.adapters")]

@@ -1,4 +1,4 @@
-"""Options added to make training learn (issue #14): the entropy bonus, the held-out evaluation of a run."""
+"""Options added to make training learn: the entropy bonus, the held-out evaluation of a run."""
 
 from __future__ import annotations
 

@@ -194,7 +194,7 @@ def _hand_kl(lp, ref, kind, logits=None, ref_logits=None):
 
 @pytest.mark.parametrize("kind", ["kl", "abs", "mse", "k3", "full"])
 def test_logged_kl_and_controller_use_the_reward_estimator(tiny_tok, kind):
-    """Issue #15.1: `kl` and the adaptive controller read the estimator that shapes the reward, not always k1."""
+    """`kl` and the adaptive controller read the estimator that shapes the reward, not always k1."""
     learner = _learner(tiny_tok, kl_penalty=kind, init_kl_coef=0.2, target=0.05, horizon=20.0)
     rollout = _rollout([1.0, 0.0, 0.5, -1.0])
     mask = rollout.response_mask
@@ -216,7 +216,7 @@ def test_logged_kl_and_controller_use_the_reward_estimator(tiny_tok, kind):
 
 @pytest.mark.parametrize("kind", ["kl", "abs", "k3", "full"])
 def test_eval_kl_uses_the_run_estimator(tiny_tok, kind):
-    """Issue #15.1: `cory eval`'s kl sums the same estimator as the run's training `kl`."""
+    """`cory eval`'s kl sums the same estimator as the run's training `kl`."""
     from trainers.evaluation.episodes import sequence_kl
 
     learner = _learner(tiny_tok)
@@ -230,7 +230,7 @@ def test_eval_kl_uses_the_run_estimator(tiny_tok, kind):
 
 
 def test_one_token_mini_batches_keep_the_logged_statistics_finite(tiny_tok):
-    """Issue #15.6: a mini-batch of one 1-token response has no variance; the logged per-update means skip it
+    """A mini-batch of one 1-token response has no variance; the logged per-update means skip it
     instead of turning returns_var / values_var into NaN for the whole iteration."""
     import math
 

@@ -716,7 +716,7 @@ def test_scale_scores_pools_the_moments_over_processes():
 
 
 def test_scale_scores_constant_batch_is_divided_by_the_floor_not_by_round_off(caplog):
-    """Issue #27 item 4: equal scores have a running std of round-off (~3e-12); TRL divides by it (+ float32 eps),
+    """Equal scores have a running std of round-off (~3e-12); TRL divides by it (+ float32 eps),
     turning 2.0 into 1.7e7. The floor is 0.1 x the running RMS (here 2): 2 / 0.2 = 10, and the log says so."""
     moments = RunningMoments()
     with caplog.at_level("WARNING", logger="trainers.learning.score_scaling"):
@@ -832,7 +832,7 @@ def test_scale_scores_matches_trl_over_steps(use_score_norm, score_clip):
         assert ours.std == pytest.approx(theirs.std, rel=1e-6)
 
 
-# ---- padding never reaches an overflowing computation (issue #27 item 2) ---------------------------------------------
+# ---- padding never reaches an overflowing computation --------------------------------------------------------------
 
 
 def _losses_and_grads(garbage: float):

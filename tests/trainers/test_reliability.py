@@ -456,7 +456,7 @@ def test_metrics_logger_survives_odd_text_and_double_close(tmp_path):
 
 
 def test_a_run_that_cannot_write_its_checkpoints_stops_before_training(tiny_run, monkeypatch):
-    """Issue #27 item 8: a --resume into a read-only checkpoints/ trained 2 iterations, then failed to write."""
+    """A --resume into a read-only checkpoints/ trained 2 iterations, then failed to write."""
     import tempfile
 
     from trainers.loop import run_dir

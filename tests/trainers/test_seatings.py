@@ -1,4 +1,4 @@
-"""Training any seating (issue #23): N models rotating over N seats, the model <-> seat map, exact resume, joint
+"""Training any seating: N models rotating over N seats, the model <-> seat map, exact resume, joint
 learners on a chain, old run folders, the evaluation hook of `CORYTrainer.train`."""
 
 from __future__ import annotations

@@ -192,7 +192,7 @@ def _step_gradient(learner_cls, tiny_tok, *, mini_batch: int, accum: int, over: 
 
 @pytest.mark.parametrize("learner", ["ppo", "grpo"])
 def test_gradient_accumulation_gives_the_gradient_of_the_larger_mini_batch(tiny_tok, learner):
-    """Issue #27 item 6: 4 x 1 and 2 x 2 (mini-batch x accumulation) are one gradient; TRL 0.11's per-mini-batch
+    """4 x 1 and 2 x 2 (mini-batch x accumulation) are one gradient; TRL 0.11's per-mini-batch
     token means (over="mini_batch") are not (cosine ~0.5 measured before the fix)."""
     from trainers.learning.grpo import GRPOLearner
     from trainers.learning.ppo import PPOLearner

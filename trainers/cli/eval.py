@@ -250,7 +250,7 @@ def load_checkpoint_agent(checkpoint: str | Path, model_name: str | None = None,
     seats = state["exchange"]["seats"]  # seat -> model
     name = model_name or seats[PIONEER]  # every built-in seating's first seat
     model, tokenizer = load_run_model(configs)  # the run's model name, dtype and seed
-    # the trained weights go onto this base: refuse another base behind the same name (issue #27 item 1)
+    # the trained weights go onto this base: refuse another base behind the same name
     check_fingerprints(state.get("inputs"), {"model": model_fingerprint(model),
                                              "tokenizer": tokenizer_fingerprint(tokenizer)}, str(path))
     # with_base: one agent more than the run had, never loaded: the model before training (a fresh LoRA adapter is

@@ -13,7 +13,7 @@ PRESETS: dict[str, dict] = {
         "min_new_tokens": 3, "max_new_tokens": 6, "context_len": 64, "log_samples": 2,
     },
     # The 20-token cooperative task with the settings the learning ladder measured (benchmarks/learning.py,
-    # README "Does it learn?"): large batches (a tiny model's step costs the same for 32 or 256 rows), an entropy
+    # docs/results/learning.md): large batches (a tiny model's step costs the same for 32 or 256 rows), an entropy
     # bonus against early collapse, a small fixed KL coefficient, a held-out fifth of the queries.
     "tiny-vocab": {
         "model": "tiny", "task": "tiny_vocab", "output_dir": "runs/tiny-vocab", "context_len": 12,
@@ -47,7 +47,7 @@ PRESETS: dict[str, dict] = {
         "min_new_tokens": 256, "max_new_tokens": 256, "context_len": 800, "log_samples": 2,
         "torch_threads": 2,
     },
-    # The paper's IMDB settings (official code, PAPER.md §2), for a GPU.
+    # The paper's IMDB settings (official code, docs/paper.md §2), for a GPU.
     "imdb-paper": {
         "model": "gpt2-large", "output_dir": "runs/imdb-paper", "data_path": "hub", "reward": "distilbert-imdb",
         "min_review_chars": 100, "query_min_tokens": 2, "query_max_tokens": 7,

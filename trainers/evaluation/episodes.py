@@ -1,7 +1,7 @@
-"""Inference-time evaluation: the pioneer answers alone (no observer), as CORY is deployed (paper §1).
+"""Inference-time evaluation: the pioneer answers alone (no observer), as CORY is deployed (docs/paper.md §1).
 
 Reports task reward, KL to the reference model, combined reward, distinct-1/2 (diversity; PPO's distribution
-collapse shows as low distinct-n, paper §3) and response length.
+collapse shows as low distinct-n, docs/paper.md §3) and response length.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """pass@k for objective-reward tasks (GSM8K): the estimators, and the sampling run that feeds them.
 
-For each problem the pioneer alone (as CORY is deployed, paper §1) draws n >= k answers; each is scored correct
+For each problem the pioneer alone (as CORY is deployed, docs/paper.md §1) draws n >= k answers; each is scored correct
 or not against the gold number, and the per-problem correctness lists give
 
 * `pass_at_k`: the unbiased estimator of Chen et al. 2021, 1 − C(n−c, k) / C(n, k) (c correct of n);
-* `pass_at_k_first`: the authors' evaluation script, "any of the first k samples is correct" (PAPER.md §2).
+* `pass_at_k_first`: the authors' evaluation script, "any of the first k samples is correct" (docs/paper.md §2).
 
 `evaluate_pass_at_k` batches the sampling: several problems × n samples are one `BatchedCORYEnv` batch
 (single agent, explicit queries), so one KV-cached `act_batch` call advances every sample by one token.
@@ -40,7 +40,7 @@ __all__ = ["PAPER_EVAL_SAMPLING", "evaluate_pass_at_k", "pass_at_k", "pass_at_k_
 
 logger = logging.getLogger(__name__)
 
-#: Sampling of the authors' GSM8K evaluation script (PAPER.md §2).
+#: Sampling of the authors' GSM8K evaluation script (docs/paper.md §2).
 PAPER_EVAL_SAMPLING = SamplingConfig(temperature=1.0, top_k=10, top_p=0.7, repetition_penalty=1.1)
 
 ESTIMATORS = ("unbiased", "first")

@@ -50,7 +50,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: bool = Tr
     advantage units per nat (as the loss weight β of ``kl_in_loss`` has next to the normalised policy loss), and a
     group without reward spread is not blown up by 1/(std + 1e-4). Dividing the penalised reward r − β·KL by its own
     group std (verl's KL-in-reward GRPO) rescales the penalty to unit size whatever β is: a 1000× change of β moved
-    the advantages by 15 % (issue #27 item 5).
+    the advantages by 15 %.
 
     Args:
         rewards: float (B,), one task (or collective) reward per response; rows [g·k, (g+1)·k) answer the same query.
@@ -103,10 +103,10 @@ def grpo_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The GRPO mini-batch loss: clipped surrogate with sequence advantages, plus β·k3-KL to the reference.
 
-    loss = `ppo_math.policy_loss`(logp, old_logp, A_i on every token of response i, ε)
-    + β · masked_mean(k3(logp, ref_logp)) − ent_coef · masked_mean(entropy), k3 = π_ref/π − log(π_ref/π) − 1.
-    Token-level means over the mini-batch
-    (TRL's default) rather than DeepSeekMath's per-sequence mean.
+    loss = policy_loss(logp, old_logp, A_i on every token of response i, ε)
+    + β · masked_mean(k3(logp, ref_logp)) − ent_coef · masked_mean(entropy), k3 = π_ref/π − log(π_ref/π) − 1,
+    with `ppo_math.policy_loss`. Token-level means over the mini-batch (TRL's default) rather than DeepSeekMath's
+    per-sequence mean.
 
     Args:
         logprobs: float (B, T), current log π_θ of the response tokens (with gradient).

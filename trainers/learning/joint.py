@@ -108,7 +108,7 @@ class IndependentLearners:
         learners: model name -> its `Learner` (`make_learner`).
 
     `step` calls ``learners[models[seat]].step(rollouts[seat], generator=generators[seat])`` for each seat in acting
-    order: exactly what the trainer did before this protocol existed (same numbers).
+    order, so independent learning under this protocol gives the same numbers as one learner per seat called alone.
     """
 
     name = "independent"

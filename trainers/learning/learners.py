@@ -15,12 +15,14 @@ it needs several seats or supports FSDP2). Agents act, learners learn (Tianshou'
 is `agents.LLMAgent.act_batch`'s job (called by the rollout loop); a learner never samples, it re-scores the
 rollout with `agent.evaluate` (and the reference model) and updates the agent's trainable parameters in place.
 
-| name | kind | class | critic | advantage |
-|---|---|---|---|---|
-| ``"ppo"`` | per seat | `trainers.learning.ppo.PPOLearner` | own value head on the seat's prompt | GAE (TRL 0.11 PPO) |
-| ``"grpo"`` | per seat | `trainers.learning.grpo.GRPOLearner` | none | the seat's scores, group-relative |
-| ``"mappo"`` | joint | `trainers.learning.mappo.MAPPO` | own value head on the joint transcript | GAE |
-| ``"magrpo"`` | joint | `trainers.learning.magrpo.MAGRPO` | none | the joint reward, group-relative, shared |
+The registered learners (`LEARNERS`; the docs site renders this table, docs/extending.md links to it):
+
+| `--learner` | kind | class | what it sees | critic | advantage of seat k | source |
+|---|---|---|---|---|---|---|
+| ``ppo`` | per seat | `trainers.learning.ppo.PPOLearner` | seat k's rollout | seat k's model's value head on seat k's prompt | GAE of −β·KL_t + score on the last token | TRL 0.11.4 `PPOTrainer.step` |
+| ``grpo`` | per seat | `trainers.learning.grpo.GRPOLearner` | seat k's rollout | none | seat k's score, normalised within its group of k samples | DeepSeekMath §4.1 |
+| ``mappo`` | joint | `trainers.learning.mappo.MAPPO` | every seat's rollout | seat k's model's value head on the **joint transcript**: the first seat's prompt + the responses of seats < k + its own | GAE (as ``ppo``) with the centralized values | Yu et al. 2022 (MAPPO) |
+| ``magrpo`` | joint | `trainers.learning.magrpo.MAGRPO` | every seat's rollout | none | the **joint reward** Σ_seats r(q, a_seat) normalised within the group of joint samples, the same for every seat | arXiv:2508.04652 Alg. 1, eq. 1 |
 """
 from __future__ import annotations
 

@@ -253,7 +253,7 @@ def kl_penalty(
     With Δ = logp − ref_logp of the sampled token:
 
     - "kl": Δ (k1; unbiased, can be negative).
-    - "abs": |Δ|.
+    - "abs": abs(Δ).
     - "mse": ½ Δ² (k2).
     - "k3": (r − 1) − log r with r = exp(−Δ) = π_ref/π (unbiased, always ≥ 0).
     - "full": Σ_v π(v)·(log π(v) − log π_ref(v)), the exact KL over the vocabulary from the two (B, T, V) logits.

@@ -17,11 +17,11 @@ __all__ = ["SCORE_STD_FLOOR", "RunningMoments", "scale_scores"]
 logger = logging.getLogger(__name__)
 
 SCORE_STD_FLOOR = 0.1
-"""Score scaling divides by max(running std, SCORE_STD_FLOOR × running RMS of the scores) (+ eps): the scaled scores
-stay within about ±10 RMS units. TRL 0.11 divides by the std alone (+ float eps), so a batch of equal scores, whose
-std is round-off (5e-13), turned a score of 1.0 into 8.4e6 and the value loss into 2.9e13 (issue #27 item 4). The
-floor is relative, so it does not depend on the reward's units, and it is inactive whenever the scores' coefficient
-of variation (std / |mean|) is above about 0.1."""
+"""Score scaling divides by max(running std, SCORE_STD_FLOOR × running RMS of the scores) (+ eps), so the scaled
+scores stay within about ±10 RMS units. TRL 0.11 divides by the std alone (+ float eps), so a batch of equal scores,
+whose std is round-off (5e-13), turns a score of 1.0 into 8.4e6 and the value loss into 2.9e13. The floor is
+relative, so it does not depend on the reward's units, and it is inactive whenever the scores' coefficient of
+variation (std / abs(mean)) is above about 0.1."""
 
 def _identity(tensor: torch.Tensor) -> torch.Tensor:
     return tensor

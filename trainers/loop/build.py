@@ -1,7 +1,7 @@
 """Build a run's pieces from its configs: the tokenizer and models, one bundle per seat (the task, the seating and the
 env are `trainers.loop.plan`'s).
 
-Layouts (PAPER.md §1, issue "LLM agents"), for a seating of N seats (`cory_env.seating`; CORY: 2):
+Layouts (docs/paper.md §1), for a seating of N seats (`cory_env.seating`; CORY: 2):
 
 * full fine-tuning: N trainable copies of the loaded model (`llm1` … `llmN`); the loaded model is the frozen
   reference model.

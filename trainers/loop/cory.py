@@ -1,5 +1,5 @@
-"""`CORYTrainer`: the CORY loop (paper §1), for any seating (`EnvConfig.seating`): CORY's two seats, the single-agent
-PPO baseline on the same env (``seating="ppo"``, ``--algo ppo``), a chain of N seats.
+"""`CORYTrainer`: the CORY loop (docs/paper.md §1), for any seating (`EnvConfig.seating`): CORY's two seats, the
+single-agent PPO baseline on the same env (``seating="ppo"``, ``--algo ppo``), a chain of N seats.
 
 One iteration (files visited: `trainers.rollout` → `trainers.learning.joint` and the learners →
 `trainers.loop.role_exchange` → `trainers.loop.metrics` / `trainers.loop.checkpoint`):

@@ -1,8 +1,8 @@
 """Content fingerprints of what a run depends on: the model's weights, the tokenizer, the query data and the reward.
 
 A resume must train against the same inputs as the run it continues. Names are not enough: ``--model`` may point at
-a folder whose weights were replaced, and the reference model is rebuilt from them (issue #27 item 1: a resume with
-another tiny model of the same shapes logged ``pioneer/kl`` 0.2881 at iteration 2 instead of 0.0125). The functions
+a folder whose weights were replaced, and the reference model is rebuilt from them (a resume with
+another tiny model of the same shapes, unchecked, logged ``pioneer/kl`` 0.2881 at iteration 2 instead of 0.0125). The functions
 here hash each input by content (`INPUTS`); `CORYTrainer` records them in every checkpoint (``trainer_state.json``,
 key ``inputs``) and `check_fingerprints` refuses a resume whose inputs changed, naming which.
 

@@ -1,7 +1,8 @@
 """Run logs: one JSON line per iteration in `metrics.jsonl`, sample texts in `samples.jsonl`, TensorBoard scalars.
 
-Keys are `scope/quantity` (README glossary). The x-axis is the CORY iteration (0-based). On resume, lines past the
-checkpoint's iteration are dropped first so the resumed run appends exactly where the checkpoint stopped.
+Keys are `scope/quantity` (the glossary: docs/metrics.md). The x-axis is the CORY iteration (0-based). On resume,
+lines past the checkpoint's iteration are dropped first so the resumed run appends exactly where the checkpoint
+stopped.
 """
 
 from __future__ import annotations

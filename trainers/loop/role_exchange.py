@@ -2,7 +2,7 @@
 
 A *bundle* is everything that belongs to one model (`llm1` … `llmN`): the agent (policy or LoRA adapter plus its
 value head) and its learner (optimizer state, KL controller, score statistics). Seats are the seating's
-(`cory_env.seating`: ``"pioneer"``, ``"observer"`` for CORY). Role exchange (paper §1, step 7; official code
+(`cory_env.seating`: ``"pioneer"``, ``"observer"`` for CORY). Role exchange (docs/paper.md §1, step 7; official code
 `swap_freq=5`) rotates the seat → bundle mapping by one seat: the bundle of seat k moves to seat k − 1 and the
 pioneer's to the last seat, so over N exchanges every model sits in every seat; with two seats this is CORY's swap.
 Nothing is copied or reloaded, so Adam moments, β and score statistics travel with their model.

@@ -51,8 +51,8 @@ def check_writable(output_dir: Path) -> None:
     """Raise `OSError` (naming the folder and the fix) unless a run can write into `output_dir` and its
     ``checkpoints/``: a file is created and removed in each that exists, else in the nearest existing parent.
 
-    A run that cannot write learns it at its first checkpoint, after the work it was meant to keep (issue #27 item 8:
-    a ``--resume`` into a read-only ``checkpoints/`` trained two iterations, then failed).
+    A run that cannot write learns it at its first checkpoint, after the work it was meant to keep (unchecked,
+    a ``--resume`` into a read-only ``checkpoints/`` trains two iterations, then fails).
     """
     out = Path(output_dir)
     for folder in (out, out / ckpt.CHECKPOINT_DIR):

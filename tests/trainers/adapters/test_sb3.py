@@ -58,7 +58,7 @@ def test_sb3_check_env_passes_on_pioneer_with_another_tokenizer(tiny_tok):
 
 
 def test_make_vec_env_builds_the_gymnasium_views():
-    """Issue #27: SB3's make_vec_env passes render_mode="rgb_array" and falls back without it only on TypeError;
+    """SB3's make_vec_env passes render_mode="rgb_array" and falls back without it only on TypeError;
     the views refused it with a plain ValueError."""
     from stable_baselines3.common.env_util import make_vec_env
 

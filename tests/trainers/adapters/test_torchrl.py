@@ -208,7 +208,7 @@ def test_actor_critic_sized_from_the_env_train_on_another_window():
     before = [p.detach().clone() for p in pairs["pioneer"][0].parameters()]
     SeatPPO("pioneer", *pairs["pioneer"], lr=1e-2, epochs=1, minibatch_size=8, entropy_coeff=0.01).update(data)
     assert any(not torch.equal(b, p) for b, p in zip(before, pairs["pioneer"][0].parameters()))
-    # a hand-built env (the README's way) is read the same
+    # a hand-built env (docs/libraries.md's way) is read the same
     hand = PettingZooWrapper(env=cory_env.env(task="tiny_vocab", tokenizer=task_tokenizer("tiny_vocab"),
                                               context_len=9), use_mask=True, categorical_actions=True)
     assert token_sizes(hand) == (20, 9)

@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def run_seed(seed: int, flags: list[str], folder: Path) -> dict:
-    """One main-job run; its before/after evaluation, KL and CPU seconds (children's user + system)."""
+    """One main-job run; its `seed_record` with CPU seconds (children's user + system) and wall seconds."""
     out = folder / f"seed{seed}"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
@@ -39,6 +39,12 @@ def run_seed(seed: int, flags: list[str], folder: Path) -> dict:
                    env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = json.loads((out / "eval.json").read_text(encoding="utf-8"))
+    return seed_record(seed, result, cpu_s=(after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+                       wall_s=time.time() - t0)
+
+
+def seed_record(seed: int, result: dict, *, cpu_s: float | None, wall_s: float | None) -> dict:
+    """One row of the seed table from a run's ``eval.json`` (`trainers.cli.train.report_before_after`)."""
     gain, se = result["gain"], result["gain_sem"]
     diffs = np.subtract(result["after"]["rewards"], result["before"]["rewards"])
     return {"seed": seed, "before": result["before"]["reward"], "after": result["after"]["reward"], "gain": gain,
@@ -49,8 +55,15 @@ def run_seed(seed: int, flags: list[str], folder: Path) -> dict:
             "combined_after": result["combined_after"], "kl": result["after"]["kl"],
             "kl_k1": result["after"].get("kl_k1"), "distinct_2_before": result["before"]["distinct_2"],
             "distinct_2_after": result["after"]["distinct_2"], "num_queries": result["after"]["num_queries"],
-            "cpu_s": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
-            "wall_s": time.time() - t0}
+            "cpu_s": cpu_s, "wall_s": wall_s}
+
+
+def summary(runs: list[dict], flags: list[str]) -> dict:
+    """The seed table and whether every seed gained at least two standard errors."""
+    return {"command": "cory train --preset imdb-quick" + (" " + " ".join(flags) if flags else ""),
+            "runs": runs, "every_seed_gain_at_least_2_se": all(r["gain"] >= 2 * r["se"] for r in runs),
+            "gain_range": [min(r["gain"] for r in runs), max(r["gain"] for r in runs)],
+            "after_range": [min(r["after"] for r in runs), max(r["after"] for r in runs)]}
 
 
 def main(argv=None) -> dict:
@@ -68,17 +81,13 @@ def main(argv=None) -> dict:
             runs.append(run_seed(seed, flags, Path(args.keep or tmp)))
             r = runs[-1]
             print(f"seed {seed}: before {r['before']:.3f} -> after {r['after']:.3f} (gain {r['gain']:+.3f} ± "
-                  f"{r['se']:.3f} s.e. clustered by {r['distinct_queries']} queries, {r['gain_over_se'] or 0:.1f} s.e.; combined "
-                  f"{r['combined_before']:.3f} -> {r['combined_after']:.3f}; KL {r['kl']:.2f}; {r['cpu_s']:.0f} CPU s)",
-                  flush=True)
-    robust = all(r["gain"] >= 2 * r["se"] for r in runs)
-    result = {"command": "cory train --preset imdb-quick" + (" " + " ".join(flags) if flags else ""),
-              "runs": runs, "every_seed_gain_at_least_2_se": robust,
-              "gain_range": [min(r["gain"] for r in runs), max(r["gain"] for r in runs)],
-              "after_range": [min(r["after"] for r in runs), max(r["after"] for r in runs)]}
-    Path(args.out).write_text(json.dumps(result, indent=1), encoding="utf-8")
-    print(f"every seed's gain >= 2 s.e.: {robust}; gains {result['gain_range'][0]:+.3f} .. "
-          f"{result['gain_range'][1]:+.3f}")
+                  f"{r['se']:.3f} s.e. clustered by {r['distinct_queries']} queries, {r['gain_over_se'] or 0:.1f} "
+                  f"s.e.; combined {r['combined_before']:.3f} -> {r['combined_after']:.3f}; KL {r['kl']:.2f}; "
+                  f"{r['cpu_s']:.0f} CPU s)", flush=True)
+            result = summary(runs, flags)  # written after every seed: an interrupted run keeps the seeds it finished
+            Path(args.out).write_text(json.dumps(result, indent=1), encoding="utf-8")
+    print(f"every seed's gain >= 2 s.e.: {result['every_seed_gain_at_least_2_se']}; gains "
+          f"{result['gain_range'][0]:+.3f} .. {result['gain_range'][1]:+.3f}")
     return result
 
 

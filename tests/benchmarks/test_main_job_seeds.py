@@ -45,3 +45,25 @@ def test_the_seed_table_records_the_clustered_error_and_the_combined_reward(tmp_
     assert row["distinct_queries"] == len(set(ran["after"]["query_keys"])) < 24  # episodes share queries
     assert (row["combined_before"], row["combined_after"]) == (ran["before"]["combined_reward"],
                                                                ran["after"]["combined_reward"])
+
+
+def test_an_interrupted_table_keeps_the_seeds_that_finished(tmp_path):
+    module = _module()
+    one = json.loads(json.dumps({"gain": 0.3, "gain_sem": 0.1, "distinct_queries": 2, "combined_before": 0.0,
+                                 "combined_after": 0.2,
+                                 "before": {"reward": 0.1, "rewards": [0.0, 0.2], "distinct_2": 0.9},
+                                 "after": {"reward": 0.4, "rewards": [0.2, 0.6], "kl": 2.0, "distinct_2": 0.8,
+                                           "num_queries": 2}}))
+
+    def fake_run(seed, flags, folder):
+        if seed == 7:
+            raise KeyboardInterrupt
+        return module.seed_record(seed, one, cpu_s=1.0, wall_s=1.0)
+
+    module.run_seed = fake_run
+    out = tmp_path / "seeds.json"
+    with pytest.raises(KeyboardInterrupt):
+        module.main(["--seeds", "5", "7", "--out", str(out)])
+    kept = json.loads(out.read_text())
+    assert [r["seed"] for r in kept["runs"]] == [5] and kept["every_seed_gain_at_least_2_se"] is True
+    assert kept["runs"][0]["se_unclustered"] == pytest.approx(np.std([0.2, 0.4], ddof=1) / np.sqrt(2))

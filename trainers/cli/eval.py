@@ -257,7 +257,8 @@ def load_checkpoint_agent(checkpoint: str | Path, model_name: str | None = None,
     # the base model; a full copy is its weights)
     agents, ref = build_agents(model, tokenizer, configs.model, configs.sampling,
                                num_models=len(seats) + int(with_base))
-    trained = list(agents)[:len(seats)]
+    names = list(agents)  # llm1 … llmN in seat-building order, then the untrained one when with_base
+    trained, base = names[:len(seats)], (agents[names[-1]] if with_base else None)
     if name not in trained:
         raise ValueError(f"--model_name {name!r} is not in this checkpoint; choose one of {sorted(trained)}")
     ckpt.load_agent(path, name, agents[name])
@@ -266,7 +267,7 @@ def load_checkpoint_agent(checkpoint: str | Path, model_name: str | None = None,
     if beta is None:  # a checkpoint written before the trainer recorded each model's β: its KL controller's state
         beta = ckpt.read_learner_state(path, name, with_optimizer=False).get("kl_ctl", {}).get("value")
     return _Loaded(agents[name], ref, name, path, configs, f"{configs.model.model} ({path}, {name})", kind,
-                   None if beta is None else float(beta), agents[list(agents)[-1]] if with_base else None)
+                   None if beta is None else float(beta), base)
 
 
 def _eval_pioneer(loaded: _Loaded, args) -> tuple[dict[str, Any], Path]:

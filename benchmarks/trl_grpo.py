@@ -27,64 +27,63 @@ the decoded query text (ours: the query's token ids).
 
 from __future__ import annotations
 
-def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_name: str = "imdb",
-                       run_dir: str | None = None) -> dict:
-    """Train the pioneer's LoRA adapter with TRL `GRPOTrainer` for `episodes` completions; evaluate on held-out
-    queries before training and at the rung's evaluation points.
+from dataclasses import dataclass
+from typing import Any
 
-    Returns:
-        dict: before, after (held-out pioneer reward), episodes, curve [[episodes, reward], ...], final_eval (KL,
-        distinct-n of the last evaluation), trl_version.
+@dataclass
+class TRLRun:
+    """A `GRPOTrainer` built on the `grpo` arm's settings (`make_trl_trainer`), with what evaluating it needs."""
+
+    trainer: Any
+    configs: Any  # the grpo arm's `RunConfigs`
+    iterations: int  # generation batches (our iterations) the trainer will run
+    updates_per_iteration: int  # TRL optimiser steps per generation batch
+    tokenizer: Any
+    rung: Any
+    tmp: Any  # the temporary run folder (cleaned up by the caller)
+
+
+def make_trl_trainer(seed: int, episodes: int, *, rung_name: str = "imdb", run_dir: str | None = None,
+                     precision: str = "fp32") -> TRLRun:
+    """TRL `GRPOTrainer` on the `grpo` arm's settings of `rung_name` for `episodes` completions (module docstring).
+
+    Args:
+        precision: ``"fp32"`` (this project's choice on a CPU without native bf16, the rung's runs) or
+            ``"trl-default"`` (TRL's own default: ``bf16=True`` unless fp16 is set, i.e. bf16 autocast).
 
     Raises:
         ImportError: trl is not installed (``pip install -e ".[trl]"``).
+        ValueError: an unknown `precision`.
     """
     import tempfile
 
     import torch
     import trl
     from datasets import Dataset
-    from transformers import TrainerCallback
-
     from peft import LoraConfig
 
-    from agents import LLMAgent, ReferenceModel
-    from cory_env.seating import PIONEER
-    from benchmarks.learning import EVAL_SEED_BASE, RUNGS, TrainingClock, arm_configs, eval_points
-    from trainers.evaluation.episodes import evaluate_heldout
-    from trainers.learning.learners import kl_estimator
+    from benchmarks.learning import RUNGS, arm_configs
     from cory_env import BatchedCORYEnv
     from trainers.loop.build import load_run_model
     from trainers.loop.cory import derive_seed
 
+    if precision not in ("fp32", "trl-default"):
+        raise ValueError(f"precision must be 'fp32' or 'trl-default', got {precision!r}")
     torch.set_num_threads(1)
     rung = RUNGS[rung_name]
     tmp = tempfile.TemporaryDirectory(prefix="cory-trl-grpo-")
     run_dir = run_dir or tmp.name
     configs, iterations = arm_configs(rung_name, "grpo", seed, episodes, f"{run_dir}/ours")
-    ppo, cfg, model_cfg, env_cfg, sampling = configs.ppo, configs.run, configs.model, configs.env, configs.sampling
+    ppo, env_cfg, sampling = configs.ppo, configs.env, configs.sampling
     k = configs.learner_options.group_size
     base, tokenizer = load_run_model(configs)
     env = BatchedCORYEnv(env_cfg, tokenizer, batch_size=ppo.batch_size, reward_fn=rung.reward_fn,
                          task_options=configs.task_options)
-    model = None  # TRL's PEFT model, once built
-
-    def evaluate() -> dict:
-        was_training = model.training
-        model.eval()
-        try:
-            seats = {PIONEER: LLMAgent(model, tokenizer, sampling=sampling, adapter_name="default")}
-            return evaluate_heldout(seats, ReferenceModel(model, disable_adapters=True), env_cfg,
-                                    tokenizer, episodes=eval_episodes, seed=EVAL_SEED_BASE + seed,
-                                    reward_fn=rung.reward_fn, task_options=configs.task_options,
-                                    kl_penalty=kl_estimator("grpo", ppo, configs.learner_options))
-        finally:
-            model.train(was_training)
 
     # the grpo arm's query stream: one group head per k rows, iteration by iteration
     prompts = []
     for it in range(iterations):
-        _, info = env.reset(seed=derive_seed(cfg.seed, it, 2), options={"group_size": k})
+        _, info = env.reset(seed=derive_seed(configs.run.seed, it, 2), options={"group_size": k})
         prompts += info["query_text"][::k]
     dataset = Dataset.from_dict({"prompt": prompts})
     task_reward = env.task.reward_fn
@@ -104,11 +103,58 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
         top_p=1.0,
         max_completion_length=env_cfg.max_new_tokens,
         generation_kwargs={"min_new_tokens": env_cfg.min_new_tokens}, shuffle_dataset=False,
-        gradient_checkpointing=False, disable_dropout=False, bf16=False, disable_tqdm=True,
+        gradient_checkpointing=False, disable_dropout=False, disable_tqdm=True,
+        **({"bf16": False} if precision == "fp32" else {}),
     )
-    updates_per_iteration = steps_per_generation * ppo.ppo_epochs
-    points = {p * updates_per_iteration: p * ppo.batch_size for p in eval_points(rung, iterations)}
-    clock = TrainingClock()
+    torch.manual_seed(seed)
+    lora = LoraConfig(r=configs.model.lora_r, lora_alpha=configs.model.lora_alpha,
+                      lora_dropout=configs.model.lora_dropout, bias="none", target_modules=configs.model.lora_modules,
+                      task_type="CAUSAL_LM")
+    trainer = trl.GRPOTrainer(model=base, reward_funcs=reward, args=args, train_dataset=dataset,
+                              processing_class=tokenizer, peft_config=lora)
+    return TRLRun(trainer=trainer, configs=configs, iterations=iterations,
+                  updates_per_iteration=steps_per_generation * ppo.ppo_epochs, tokenizer=tokenizer, rung=rung, tmp=tmp)
+
+
+def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_name: str = "imdb",
+                       run_dir: str | None = None, precision: str = "fp32") -> dict:
+    """Train the pioneer's LoRA adapter with TRL `GRPOTrainer` for `episodes` completions (`make_trl_trainer`);
+    evaluate on held-out queries before training and at the rung's evaluation points.
+
+    Returns:
+        dict: before, after (held-out pioneer reward), episodes, curve [[episodes, reward], ...], final_eval (KL,
+        distinct-n of the last evaluation), train_cpu_s, trl_version, precision.
+
+    Raises:
+        ImportError: trl is not installed (``pip install -e ".[trl]"``).
+    """
+    import trl
+    from transformers import TrainerCallback
+
+    from agents import LLMAgent, ReferenceModel
+    from benchmarks.learning import EVAL_SEED_BASE, TrainingClock, eval_points
+    from cory_env.seating import PIONEER
+    from trainers.evaluation.episodes import evaluate_heldout
+    from trainers.learning.learners import kl_estimator
+
+    clock = TrainingClock()  # as the project's arms: loading the model and building the trainer count as training
+    run = make_trl_trainer(seed, episodes, rung_name=rung_name, run_dir=run_dir, precision=precision)
+    configs, model = run.configs, run.trainer.model
+
+    def evaluate() -> dict:
+        was_training = model.training
+        model.eval()
+        try:
+            seats = {PIONEER: LLMAgent(model, run.tokenizer, sampling=configs.sampling, adapter_name="default")}
+            return evaluate_heldout(seats, ReferenceModel(model, disable_adapters=True), configs.env,
+                                    run.tokenizer, episodes=eval_episodes, seed=EVAL_SEED_BASE + seed,
+                                    reward_fn=run.rung.reward_fn, task_options=configs.task_options,
+                                    kl_penalty=kl_estimator("grpo", configs.ppo, configs.learner_options))
+        finally:
+            model.train(was_training)
+
+    points = {p * run.updates_per_iteration: p * configs.ppo.batch_size
+              for p in eval_points(run.rung, run.iterations)}
     evaluate = clock.excluded(evaluate)
     curve = []
 
@@ -117,14 +163,10 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
             if state.global_step in points:
                 curve.append(clock.point("trl-grpo", seed, points[state.global_step], evaluate()))
 
-    torch.manual_seed(seed)
-    lora = LoraConfig(r=model_cfg.lora_r, lora_alpha=model_cfg.lora_alpha, lora_dropout=model_cfg.lora_dropout,
-                      bias="none", target_modules=model_cfg.lora_modules, task_type="CAUSAL_LM")
-    trainer = trl.GRPOTrainer(model=base, reward_funcs=reward, args=args, train_dataset=dataset,
-                              processing_class=tokenizer, callbacks=[HeldOut()], peft_config=lora)
-    model = trainer.model
+    run.trainer.add_callback(HeldOut())
     curve.append(clock.point("trl-grpo", seed, 0, evaluate()))
-    trainer.train()
-    tmp.cleanup()
+    run.trainer.train()
+    run.tmp.cleanup()
     out = clock.summary(curve)
-    return {**out, "after": out["final"], "episodes": iterations * ppo.batch_size, "trl_version": trl.__version__}
+    return {**out, "after": out["final"], "episodes": run.iterations * configs.ppo.batch_size,
+            "trl_version": trl.__version__, "precision": precision}

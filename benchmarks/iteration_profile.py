@@ -1,0 +1,271 @@
+"""Where one training iteration's CPU time goes: PPO, GRPO, CORY (this project) and TRL's `GRPOTrainer`, on the
+IMDB rung's settings (SmolLM2-135M-Instruct + LoRA r 16, batch 16, mini-batch 8, 2 epochs, 8–12 new tokens).
+
+    python benchmarks/iteration_profile.py                      # every arm, 4 iterations each (the first is warm-up)
+    python benchmarks/iteration_profile.py --arms cory ppo --iterations 6 --out /tmp/profile.json
+
+Every arm runs in its own process (one torch thread) and is timed by wrapping the functions that do each part of an
+iteration, with exclusive CPU seconds (`time.process_time`; a phase's nested phases are not counted twice):
+
+============================  ===========================================  =========================================
+phase                         this project                                 TRL `GRPOTrainer` (trl 1.16)
+============================  ===========================================  =========================================
+rollout (generation)          `trainers.rollout.run_episodes` (the          ``_generate_single_turn``
+                              KV-cached sampler, acting scores)
+reward                        `cory_env.rewards.score_texts` (VADER)        ``_calculate_rewards`` (the same VADER)
+reference forward             `agents.ReferenceModel.evaluate`              ``_get_per_token_logps_and_entropies``
+                                                                            with the adapter disabled
+policy scoring (no grad)      `agents.LLMAgent.evaluate` without grad       the same without grad (old log-probs)
+                              (values and old scores when not reused)
+update forward (loss)         the learner's mini-batch loss and its         ``_compute_loss``
+                              `LLMAgent.evaluate`
+backward                      ``torch.Tensor.backward``                     the same
+optimizer                     ``Optimizer.step`` (torch's global hooks)     the same
+bookkeeping                   everything else in the iteration (padding,    everything else in ``train``
+                              advantages, statistics, logging)
+============================  ===========================================  =========================================
+
+An iteration is one rollout of `batch_size` episodes and its update; the first iteration of each arm is a warm-up
+and is left out. Results: CPU seconds per iteration and each phase's share (`benchmarks/iteration_profile.json`,
+docs/results/performance.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PHASES = ("rollout (generation)", "reward", "reference forward", "policy scoring (no grad)",
+          "update forward (loss)", "backward", "optimizer", "bookkeeping")
+ARMS = ("ppo", "grpo", "cory", "trl-grpo")
+BOOKKEEPING = PHASES[-1]
+
+
+class PhaseClock:
+    """Exclusive CPU seconds per phase: a phase entered inside another is subtracted from the outer one.
+
+    `snapshot` marks an iteration boundary; `iterations()` returns the per-iteration totals between marks.
+    """
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = defaultdict(float)
+        self._stack: list[list] = []  # [name, start, seconds spent in nested phases]
+        self._marks: list[dict[str, float]] = []
+        self._undo: list[tuple[object, str, object]] = []
+
+    def enter(self, name: str) -> None:
+        self._stack.append([name, time.process_time(), 0.0])
+
+    def leave(self) -> None:
+        name, start, nested = self._stack.pop()
+        elapsed = time.process_time() - start
+        self.totals[name] += elapsed - nested
+        if self._stack:
+            self._stack[-1][2] += elapsed
+
+    @contextmanager
+    def phase(self, name: str):
+        self.enter(name)
+        try:
+            yield
+        finally:
+            self.leave()
+
+    def wrap(self, owner: object, attr: str, name: str | Callable[..., str], *, mark: bool = False) -> None:
+        """Time every call of ``owner.attr`` as phase `name` (or ``name(*args, **kwargs)``); `mark`: each call
+        starts an iteration. Undone by `restore`."""
+        original = getattr(owner, attr)
+
+        def timed(*args, **kwargs):
+            if mark:
+                self.snapshot()
+            with self.phase(name(*args, **kwargs) if callable(name) else name):
+                return original(*args, **kwargs)
+
+        self._undo.append((owner, attr, original))
+        setattr(owner, attr, timed)
+
+    def restore(self) -> None:
+        for owner, attr, original in reversed(self._undo):
+            setattr(owner, attr, original)
+        self._undo.clear()
+
+    def snapshot(self) -> None:
+        """Mark an iteration boundary (call it outside every phase: an open phase's time is settled when it
+        closes)."""
+        self._marks.append({**self.totals, "_cpu": time.process_time()})
+
+    def iterations(self) -> list[dict[str, float]]:
+        """Per-iteration exclusive seconds per phase, the iteration's CPU seconds under ``"total"`` (from each mark
+        to the next; the last iteration ends at the last mark)."""
+        out = []
+        for a, b in zip(self._marks, self._marks[1:]):
+            row = {p: b.get(p, 0.0) - a.get(p, 0.0) for p in PHASES}
+            row["total"] = b["_cpu"] - a["_cpu"]
+            row[BOOKKEEPING] += row["total"] - sum(row[p] for p in PHASES)  # time outside every wrapped phase
+            out.append(row)
+        return out
+
+
+@contextmanager
+def optimizer_phase(clock: PhaseClock):
+    """Time every ``torch.optim.Optimizer.step`` (torch's global step hooks) as the optimizer phase."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    pre = register_optimizer_step_pre_hook(lambda *_: clock.enter("optimizer"))
+    post = register_optimizer_step_post_hook(lambda *_: clock.leave())
+    try:
+        yield
+    finally:
+        pre.remove()
+        post.remove()
+
+
+def _grad_phase(*_, **__) -> str:
+    import torch
+
+    return "update forward (loss)" if torch.is_grad_enabled() else "policy scoring (no grad)"
+
+
+def profile_own(arm: str, iterations: int, seed: int, run_dir: str, rung: str = "imdb") -> list[dict[str, float]]:
+    """Per-iteration phase seconds of one of this project's arms on a ladder rung (`benchmarks.learning.RUNGS`)."""
+    import torch
+
+    import cory_env.episode
+    import trainers.loop.cory
+    from agents import LLMAgent, ReferenceModel
+    from benchmarks.learning import build_arm_trainer
+    from trainers.learning.grpo import GRPOLearner
+    from trainers.learning.ppo import PPOLearner
+
+    trainer, _ = build_arm_trainer(rung, arm, seed, 10**9, run_dir)  # iterations are run one by one below
+    clock = PhaseClock()
+    clock.wrap(trainers.loop.cory, "run_episodes", "rollout (generation)", mark=True)
+    clock.wrap(cory_env.episode, "score_texts", "reward")
+    clock.wrap(ReferenceModel, "evaluate", "reference forward")
+    clock.wrap(LLMAgent, "evaluate", _grad_phase)
+    for learner in (PPOLearner, GRPOLearner):
+        clock.wrap(learner, "_minibatch_loss", "update forward (loss)")
+    clock.wrap(torch.Tensor, "backward", "backward")
+    try:
+        with optimizer_phase(clock):
+            for it in range(iterations):
+                trainer.iteration(it)
+            clock.snapshot()
+    finally:
+        clock.restore()
+    return clock.iterations()
+
+
+def profile_trl(iterations: int, seed: int, run_dir: str, precision: str = "fp32") -> list[dict[str, float]]:
+    """Per-iteration phase seconds of TRL's `GRPOTrainer` on the `grpo` arm's settings (`benchmarks.trl_grpo`)."""
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    from benchmarks.trl_grpo import make_trl_trainer
+
+    run = make_trl_trainer(seed, iterations * 16, run_dir=run_dir, precision=precision)
+    trainer = run.trainer
+    lora = next(m for m in trainer.model.modules() if isinstance(m, LoraLayer))
+
+    def logps_phase(*args, **kwargs) -> str:
+        if torch.is_grad_enabled():
+            return "update forward (loss)"
+        return "reference forward" if lora.disable_adapters else "policy scoring (no grad)"
+
+    cls = type(trainer)
+    clock = PhaseClock()
+    clock.wrap(cls, "_generate_single_turn", "rollout (generation)")
+    clock.wrap(cls, "_generate_and_score_completions", BOOKKEEPING, mark=True)
+    clock.wrap(cls, "_calculate_rewards", "reward")
+    clock.wrap(cls, "_get_per_token_logps_and_entropies", logps_phase)
+    clock.wrap(cls, "_compute_loss", "update forward (loss)")
+    clock.wrap(torch.Tensor, "backward", "backward")
+    try:
+        with optimizer_phase(clock):
+            trainer.train()
+            clock.snapshot()
+    finally:
+        clock.restore()
+        run.tmp.cleanup()
+    return clock.iterations()
+
+
+def profile_arm(arm: str, iterations: int, seed: int) -> dict:
+    """One arm in this process: per-iteration phases, and their mean over the iterations after the first."""
+    import logging
+
+    logging.disable(logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="cory-profile-") as run_dir:
+        rows = profile_trl(iterations, seed, run_dir) if arm == "trl-grpo" else \
+            profile_own(arm, iterations, seed, run_dir)
+    kept = rows[1:] or rows
+    mean = {key: sum(r[key] for r in kept) / len(kept) for key in (*PHASES, "total")}
+    return {"arm": arm, "iterations": len(rows), "measured_iterations": len(kept), "per_iteration": rows,
+            "mean_cpu_s": mean, "share": {p: mean[p] / mean["total"] for p in PHASES}}
+
+
+def table(results: dict[str, dict]) -> str:
+    """A markdown table: CPU seconds per iteration (share) of each phase, per arm."""
+    arms = list(results)
+    lines = ["| phase | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+    for p in (*PHASES, "total"):
+        cells = []
+        for arm in arms:
+            mean = results[arm]["mean_cpu_s"]
+            cells.append(f"{mean[p]:.2f}" if p == "total" else f"{mean[p]:.2f} ({100 * mean[p] / mean['total']:.0f} %)")
+        lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    parser.add_argument("--iterations", type=int, default=4, help="per arm; the first is a warm-up (>= 2)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "iteration_profile.json"))
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: profile this arm in this process, print JSON
+    args = parser.parse_args(argv)
+    if args.iterations < 2:
+        parser.error(f"--iterations must be >= 2 (the first is a warm-up), got {args.iterations}")
+    if args.one:
+        print(json.dumps(profile_arm(args.one, args.iterations, args.seed)))
+        return {}
+    from benchmarks.learning import code_version
+
+    results = {}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for arm in args.arms:  # one process per arm: no arm inherits another's warm caches or allocator state
+        out = subprocess.run([sys.executable, __file__, "--one", arm, "--iterations", str(args.iterations),
+                              "--seed", str(args.seed)], capture_output=True, text=True, env=env, check=False)
+        if out.returncode != 0:
+            sys.exit(f"profiling {arm} failed:\n{out.stderr[-3000:]}")
+        results[arm] = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"[profile] {arm}: {results[arm]['mean_cpu_s']['total']:.2f} CPU s per iteration", flush=True)
+    report = {"command": "python benchmarks/iteration_profile.py " + " ".join(argv or sys.argv[1:]),
+              "commit": code_version(), "iterations": args.iterations, "seed": args.seed, "arms": results}
+    if "cory" in results and "ppo" in results:
+        report["cory_over_ppo"] = results["cory"]["mean_cpu_s"]["total"] / results["ppo"]["mean_cpu_s"]["total"]
+    if "grpo" in results and "trl-grpo" in results:
+        report["grpo_over_trl"] = results["grpo"]["mean_cpu_s"]["total"] / results["trl-grpo"]["mean_cpu_s"]["total"]
+    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    print(table(results))
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""Time-to-reward against TRL: training CPU seconds until the held-out reward is +0.2 over the base model, this
+project's GRPO ÷ TRL's `GRPOTrainer`, on the IMDB rung's settings (`benchmarks/trl_grpo.py` lists what is shared
+and what differs), side by side per seed.
+
+    pip install -e ".[trl]"
+    python benchmarks/time_to_reward.py                       # seeds 0 1 2: both arms of a seed run side by side
+    python benchmarks/time_to_reward.py --seeds 0 1 2 3 4
+    python benchmarks/time_to_reward.py --report_only         # re-read the per-seed ladder JSONs, write the report
+
+For each seed, `benchmarks/learning.py --rung imdb --arms grpo trl-grpo --seeds S --jobs 2` runs the two arms at the
+same time in two processes (one torch thread each), so both see the same machine load; its JSON is kept per seed
+(`benchmarks/time_to_reward/seed_S.json`, a stopped run loses only the seed it was on). The report
+(`benchmarks/time_to_reward.json`) reads each run's curve: the training CPU seconds (model loading included,
+held-out evaluations excluded: `benchmarks.learning.TrainingClock`) where the held-out pioneer reward first reaches
+the run's own base-model reward + `--gain`, linearly interpolated between evaluation points
+(`benchmarks.ladder_report.first_reach`). A run that never reaches it within the budget counts as its whole
+training time, marked as a lower bound (``"reached": false``).
+
+Statistics over seeds: the interquartile mean (IQM) with a 95 % bootstrap interval (`benchmarks.stats`), and the
+ratio ours ÷ TRL per seed and of the IQMs. Targets (issue 39): floor ≤ 1.0, target ≤ 0.8, moonshot ≤ 0.5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.ladder_report import first_reach, point_record  # noqa: E402
+from benchmarks.learning import RUNGS  # noqa: E402
+from benchmarks.stats import arm_summary  # noqa: E402
+
+OURS, TRL = "grpo", "trl-grpo"
+_FLAGS = RUNGS["imdb"].flags
+BATCH = int(_FLAGS[_FLAGS.index("--batch_size") + 1])  # episodes per iteration on the rung
+RUNS_DIR = ROOT / "benchmarks" / "time_to_reward"
+
+
+def time_to_gain(run: dict, gain: float) -> dict:
+    """Where one ladder run first reaches its base-model held-out reward + `gain`.
+
+    Args:
+        run: a ladder run (`benchmarks.learning.run_one`): ``before``, ``curve`` of point records with
+            ``episodes``, ``reward``, ``train_cpu_s``.
+        gain: the reward gain to reach (VADER units).
+
+    Returns:
+        ``{"reached": bool, "train_cpu_s": float, "episodes": float, "target": float}``; when not reached, the
+        run's last point (a lower bound).
+
+    Raises:
+        ValueError: the curve records no training CPU seconds (a run from before they were kept).
+    """
+    curve = [point_record(p) for p in run["curve"]]
+    if not curve or any("train_cpu_s" not in p for p in curve):
+        raise ValueError(f"run {run.get('arm')} seed {run.get('seed')}: its curve has no train_cpu_s; rerun it with "
+                         "the current benchmarks/learning.py")
+    target = run["before"] + gain
+    hit = first_reach(curve, target)
+    if hit is None:
+        return {"reached": False, "train_cpu_s": curve[-1]["train_cpu_s"], "episodes": curve[-1]["episodes"],
+                "target": target}
+    return {"reached": True, **hit, "target": target}
+
+
+def report(runs: list[dict], gain: float) -> dict:
+    """Per-seed times of both arms, their IQM [95 % CI] and the ratios ours ÷ TRL.
+
+    Raises:
+        ValueError: an arm is missing for a seed (the comparison is per seed, on the same seeds).
+    """
+    by = {(r["arm"], r["seed"]): r for r in runs}
+    seeds = sorted({seed for _, seed in by})
+    missing = [f"{arm} seed {s}" for s in seeds for arm in (OURS, TRL) if (arm, s) not in by]
+    if missing:
+        raise ValueError(f"no run for {missing}; run `python benchmarks/time_to_reward.py --seeds ...` for them")
+    per_seed = {}
+    for s in seeds:
+        ours, trl = time_to_gain(by[OURS, s], gain), time_to_gain(by[TRL, s], gain)
+        per_seed[s] = {OURS: ours, TRL: trl, "ratio": ours["train_cpu_s"] / trl["train_cpu_s"],
+                       "ratio_is_bound": not (ours["reached"] and trl["reached"]),
+                       "train_cpu_s_per_iteration": {arm: by[arm, s]["train_cpu_s"] * BATCH / by[arm, s]["episodes"]
+                                                     for arm in (OURS, TRL)},
+                       "final_reward": {arm: by[arm, s]["final"] for arm in (OURS, TRL)},
+                       "before": {arm: by[arm, s]["before"] for arm in (OURS, TRL)},
+                       "commit": {arm: by[arm, s].get("commit") for arm in (OURS, TRL)}}
+    stats = {arm: arm_summary([per_seed[s][arm]["train_cpu_s"] for s in seeds]) for arm in (OURS, TRL)}
+    ratios = [per_seed[s]["ratio"] for s in seeds]
+    return {"gain": gain, "seeds": seeds, "per_seed": per_seed, "train_cpu_s": stats,
+            "ratio_of_iqms": stats[OURS]["iqm"] / stats[TRL]["iqm"], "ratio_per_seed": arm_summary(ratios),
+            "all_reached": all(per_seed[s][arm]["reached"] for s in seeds for arm in (OURS, TRL))}
+
+
+def table(result: dict) -> str:
+    """Markdown: one row per seed, then the IQMs and their ratio."""
+    def cell(t: dict) -> str:
+        return f"{'' if t['reached'] else '≥ '}{t['train_cpu_s']:.0f} s ({t['episodes']:.0f} ep.)"
+
+    lines = [f"| seed | ours (`grpo`) to +{result['gain']} | TRL `GRPOTrainer` to +{result['gain']} | ours ÷ TRL |",
+             "|---|---|---|---|"]
+    for s, row in result["per_seed"].items():
+        bound = " (bound)" if row["ratio_is_bound"] else ""
+        lines.append(f"| {s} | {cell(row[OURS])} | {cell(row[TRL])} | {row['ratio']:.2f}{bound} |")
+    st = result["train_cpu_s"]
+
+    def iqm(arm):
+        ci = st[arm]["ci"]
+        return f"{st[arm]['iqm']:.0f} s" + (f" [{ci[0]:.0f}, {ci[1]:.0f}]" if ci else "")
+
+    lines.append(f"| IQM [95 % CI] | {iqm(OURS)} | {iqm(TRL)} | **{result['ratio_of_iqms']:.2f}** |")
+    return "\n".join(lines)
+
+
+def run_seed(seed: int, out: Path) -> None:
+    """Both arms of one seed side by side (the ladder, two processes), into `out`."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "learning.py"), "--rung", "imdb", "--arms", OURS, TRL,
+           "--seeds", str(seed), "--jobs", "2", "--out", str(out)]
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--gain", type=float, default=0.2, help="held-out reward gain over the base model")
+    parser.add_argument("--runs_dir", default=str(RUNS_DIR), help="where the per-seed ladder JSONs are kept")
+    parser.add_argument("--report_only", action="store_true", help="do not run; report the JSONs in --runs_dir")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "time_to_reward.json"))
+    args = parser.parse_args(argv)
+    if not args.gain > 0:
+        parser.error(f"--gain must be > 0, got {args.gain}")
+    runs_dir = Path(args.runs_dir)
+    for seed in args.seeds:
+        path = runs_dir / f"seed_{seed}.json"
+        if not args.report_only and not path.is_file():
+            run_seed(seed, path)
+        if not path.is_file():
+            parser.error(f"no runs for seed {seed} in {runs_dir}; run without --report_only")
+    runs = [run for seed in args.seeds
+            for run in json.loads((runs_dir / f"seed_{seed}.json").read_text(encoding="utf-8"))["runs"]]
+    result = report(runs, args.gain)
+    result["command"] = "python benchmarks/time_to_reward.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(table(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""The iteration profile's clock: exclusive phase time, iteration marks, and the phases of a real (tiny) run."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import iteration_profile as ip
+
+
+class _FakeTime:
+    """A process clock that advances only when told to."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def process_time(self):
+        return self.now
+
+
+def test_nested_phases_count_exclusive_seconds_and_iterations_split_at_marks(monkeypatch):
+    fake = _FakeTime()
+    monkeypatch.setattr(ip, "time", fake)
+    clock = ip.PhaseClock()
+
+    class Work:
+        def rollout(self):
+            fake.now += 1.0
+            self.reward()  # 0.5 s nested: not counted twice
+            fake.now += 2.0
+
+        def reward(self):
+            fake.now += 0.5
+
+    clock.wrap(Work, "rollout", "rollout (generation)", mark=True)
+    clock.wrap(Work, "reward", "reward")
+    work = Work()
+    work.rollout()
+    fake.now += 0.25  # outside every phase: bookkeeping
+    work.rollout()
+    clock.snapshot()
+    rows = clock.iterations()
+    assert len(rows) == 2
+    assert rows[0]["rollout (generation)"] == 3.0 and rows[0]["reward"] == 0.5
+    assert rows[0]["bookkeeping"] == 0.25 and rows[0]["total"] == 3.75
+    assert rows[1]["total"] == 3.5 and rows[1]["bookkeeping"] == 0.0
+    clock.restore()
+    assert Work.rollout.__name__ == "rollout"  # the wrappers are gone
+
+
+def test_a_wrapped_function_that_raises_still_closes_its_phase(monkeypatch):
+    fake = _FakeTime()
+    monkeypatch.setattr(ip, "time", fake)
+    clock = ip.PhaseClock()
+
+    class Work:
+        def backward(self):
+            fake.now += 1.0
+            raise RuntimeError("boom")
+
+    clock.wrap(Work, "backward", "backward")
+    with pytest.raises(RuntimeError, match="boom"):
+        Work().backward()
+    assert clock.totals["backward"] == 1.0 and clock._stack == []
+    clock.restore()
+
+
+@pytest.mark.slow
+def test_a_tiny_ppo_run_spends_time_in_every_phase_of_its_update(tmp_path):
+    rows = ip.profile_own("ppo", 3, 0, str(tmp_path), rung="sanity")
+    assert len(rows) == 3  # one per iteration
+    for row in rows:
+        assert sum(row[p] for p in ip.PHASES) == pytest.approx(row["total"], rel=1e-9)
+        for phase in ("rollout (generation)", "reward", "reference forward", "update forward (loss)", "backward",
+                      "optimizer"):
+            assert row[phase] > 0, phase
+        assert min(row[p] for p in ip.PHASES) >= 0
+
+
+def test_too_few_iterations_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        ip.main(["--iterations", "1"])
+    assert "--iterations must be >= 2" in capsys.readouterr().err

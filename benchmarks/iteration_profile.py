@@ -26,8 +26,8 @@ bookkeeping                   everything else in the iteration (padding,    ever
 ============================  ===========================================  =========================================
 
 An iteration is one rollout of `batch_size` episodes and its update; the first iteration of each arm is a warm-up
-and is left out. Results: CPU seconds per iteration and each phase's share (`benchmarks/iteration_profile.json`,
-docs/results/performance.md).
+and is left out. Results: CPU seconds per iteration and each phase's share, printed as a table and written to
+`--out` (default `benchmarks/iteration_profile.json`).
 """
 
 from __future__ import annotations
@@ -175,9 +175,11 @@ def profile_trl(iterations: int, seed: int, run_dir: str, precision: str = "fp32
     import torch
     from peft.tuners.lora import LoraLayer
 
+    from benchmarks.learning import arm_configs
     from benchmarks.trl_grpo import make_trl_trainer
 
-    run = make_trl_trainer(seed, iterations * 16, run_dir=run_dir, precision=precision)
+    batch = arm_configs("imdb", "grpo", seed, 0, run_dir)[0].ppo.batch_size  # episodes per iteration
+    run = make_trl_trainer(seed, iterations * batch, run_dir=run_dir, precision=precision)
     trainer = run.trainer
     lora = next(m for m in trainer.model.modules() if isinstance(m, LoraLayer))
 

@@ -26,6 +26,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,12 +34,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.ladder_report import first_reach, point_record  # noqa: E402
-from benchmarks.learning import RUNGS  # noqa: E402
+from benchmarks.learning import arm_configs  # noqa: E402
 from benchmarks.stats import arm_summary  # noqa: E402
 
 OURS, TRL = "grpo", "trl-grpo"
-_FLAGS = RUNGS["imdb"].flags
-BATCH = int(_FLAGS[_FLAGS.index("--batch_size") + 1])  # episodes per iteration on the rung
 RUNS_DIR = ROOT / "benchmarks" / "time_to_reward"
 
 
@@ -80,12 +79,14 @@ def report(runs: list[dict], gain: float) -> dict:
     missing = [f"{arm} seed {s}" for s in seeds for arm in (OURS, TRL) if (arm, s) not in by]
     if missing:
         raise ValueError(f"no run for {missing}; run `python benchmarks/time_to_reward.py --seeds ...` for them")
+    with tempfile.TemporaryDirectory() as tmp:  # the grpo arm's episodes per iteration, from its own configs
+        batch = arm_configs("imdb", OURS, 0, 0, tmp)[0].ppo.batch_size
     per_seed = {}
     for s in seeds:
         ours, trl = time_to_gain(by[OURS, s], gain), time_to_gain(by[TRL, s], gain)
         per_seed[s] = {OURS: ours, TRL: trl, "ratio": ours["train_cpu_s"] / trl["train_cpu_s"],
                        "ratio_is_bound": not (ours["reached"] and trl["reached"]),
-                       "train_cpu_s_per_iteration": {arm: by[arm, s]["train_cpu_s"] * BATCH / by[arm, s]["episodes"]
+                       "train_cpu_s_per_iteration": {arm: by[arm, s]["train_cpu_s"] * batch / by[arm, s]["episodes"]
                                                      for arm in (OURS, TRL)},
                        "final_reward": {arm: by[arm, s]["final"] for arm in (OURS, TRL)},
                        "before": {arm: by[arm, s]["before"] for arm in (OURS, TRL)},

@@ -17,9 +17,15 @@ class _FakeTime:
         return self.now
 
 
-def test_nested_phases_count_exclusive_seconds_and_iterations_split_at_marks(monkeypatch):
-    fake = _FakeTime()
-    monkeypatch.setattr(ip, "time", fake)
+@pytest.fixture
+def fake(monkeypatch):
+    """The profile module's clock, replaced by one the test advances."""
+    clock = _FakeTime()
+    monkeypatch.setattr(ip, "time", clock)
+    return clock
+
+
+def test_nested_phases_count_exclusive_seconds_and_iterations_split_at_marks(fake):
     clock = ip.PhaseClock()
 
     class Work:
@@ -47,9 +53,7 @@ def test_nested_phases_count_exclusive_seconds_and_iterations_split_at_marks(mon
     assert Work.rollout.__name__ == "rollout"  # the wrappers are gone
 
 
-def test_a_wrapped_function_that_raises_still_closes_its_phase(monkeypatch):
-    fake = _FakeTime()
-    monkeypatch.setattr(ip, "time", fake)
+def test_a_wrapped_function_that_raises_still_closes_its_phase(fake):
     clock = ip.PhaseClock()
 
     class Work:

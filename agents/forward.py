@@ -159,8 +159,9 @@ def response_forward(
     """One forward over ``[query; response]`` keeping only the positions that predict response tokens.
 
     Position ``Q - 1 + t`` predicts response token ``t``; logits are computed only for those T positions
-    (``logits_to_keep``). Positions come from the mask cumsum, so left padding in the query and right padding in
-    the response do not shift the real tokens; query columns that are padding in every row are skipped.
+    (``logits_to_keep`` as an index tensor, which transformers' causal LMs accept). Positions come from the mask
+    cumsum, so left padding in the query and right padding in the response do not shift the real tokens; query
+    columns that are padding in every row are skipped.
 
     Args:
         model: a causal LM (or a ``PeftModel`` around one).
@@ -181,14 +182,20 @@ def response_forward(
     t = response.shape[1]
     ids = torch.cat([query, response], dim=1)
     mask = torch.cat([query_mask.long(), response_mask.long()], dim=1)
+    s = ids.shape[1]
+    # The T positions that predict the response, as an index tensor: the model gathers them into a contiguous
+    # (B, T, H) block and its output layer is one (B·T, H) × (H, V) matrix product. An int ``logits_to_keep``
+    # slices a strided view instead, which torch multiplies as B separate products, each reading the whole (V, H)
+    # output matrix again (B× the memory traffic; benchmarks/iteration_profile.py). Same maths; the different
+    # matrix-product blocking can move the last bit of a logit (measured: IMDB rung bit-identical, tiny models not).
+    keep = torch.arange(s - t - 1, s - 1, device=ids.device)
     out = model(
         input_ids=ids,
         attention_mask=mask,
         position_ids=position_ids_from_mask(mask),
         use_cache=False,
         output_hidden_states=output_hidden,
-        logits_to_keep=t + 1,
+        logits_to_keep=keep,
     )
-    logits = out.logits[:, -(t + 1):-1]
-    hidden = out.hidden_states[-1][:, -(t + 1):-1] if output_hidden else None
-    return ResponseForward(logits=logits, hidden=hidden)
+    hidden = out.hidden_states[-1][:, s - t - 1:s - 1] if output_hidden else None
+    return ResponseForward(logits=out.logits, hidden=hidden)

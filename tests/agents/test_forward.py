@@ -246,7 +246,8 @@ def test_response_forward_skips_all_padding_columns_and_computes_only_the_needed
     out = response_forward(spy, query, query_mask, response, response_mask)
     (call,) = spy.calls
     assert call["input_ids"].shape == (2, 2 + 3)  # the all-padding columns never reach the model
-    assert call["logits_to_keep"] == 3 + 1  # T + 1 positions: Q - 1 + t predicts response token t
+    # exactly the T positions Q - 1 + t that predict response token t, as an index tensor (one output-layer product)
+    assert call["logits_to_keep"].tolist() == [1, 2, 3]
     assert call["use_cache"] is False and call["output_hidden_states"] is False  # default: no hidden states
     assert out.hidden is None and out.logits.shape == (2, 3, tiny_model.config.vocab_size)
     # the same numbers as the untrimmed row alone: row 1 is [7, 8, 14, 15]

@@ -13,8 +13,8 @@ Everything but the trainer is shared with the `grpo` arm, so the two arms differ
   off), each answered k times.
 * **reward**: the env's task reward (VADER of query + response), called on (query, completion) texts.
 * **budget and update**: per 16 episodes (4 queries × k = 4 samples), 2 passes (`num_iterations`) of mini-batches
-  of 8 (`per_device_train_batch_size` 8, `steps_per_generation` 2), lr 5e-4 constant (TRL's default linear decay
-  turned off, as ours), β 0.05 with a k3 KL term in the loss (TRL's and ours), clip 0.2, std-scaled group
+  of 8 (`per_device_train_batch_size` 8, `steps_per_generation` 2), the arm's lr (1e-3) constant (TRL's default
+  linear decay turned off, as ours), β 0.05 with a k3 KL term in the loss (TRL's and ours), clip 0.2, std-scaled group
   advantages, no gradient clipping (ours: `max_grad_norm` None), temperature 1, 8-12 new tokens (TRL: up to 12
   with ``min_new_tokens`` 8; ours draws each row's length in [8, 12]).
 * **evaluation**: the same `CORYTrainer.evaluate` on the same held-out queries and seed (`EVAL_SEED_BASE + seed`),

@@ -84,3 +84,14 @@ def test_too_few_iterations_is_refused(capsys):
     with pytest.raises(SystemExit):
         ip.main(["--iterations", "1"])
     assert "--iterations must be >= 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arm, precision", [("trl-grpo", "fp32"), ("trl-grpo-default", "trl-default")])
+def test_each_trl_arm_profiles_trl_in_its_precision(monkeypatch, arm, precision):
+    """`trl-grpo` is TRL on our precision (fp32), `trl-grpo-default` on TRL's own default (bf16); neither runs ours."""
+    seen = []
+    monkeypatch.setattr(ip, "profile_trl", lambda it, seed, run_dir, prec: seen.append(prec) or [{
+        **{p: 1.0 for p in ip.PHASES}, "total": float(len(ip.PHASES))}] * it)
+    monkeypatch.setattr(ip, "profile_own", lambda *a, **k: pytest.fail("profiled this project's learner"))
+    out = ip.profile_arm(arm, 2, 0)
+    assert seen == [precision] and out["measured_iterations"] == 1 and out["mean_cpu_s"]["total"] == len(ip.PHASES)

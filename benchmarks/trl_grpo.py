@@ -27,6 +27,7 @@ the decoded query text (ours: the query's token ids).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,12 +45,15 @@ class TRLRun:
 
 
 def make_trl_trainer(seed: int, episodes: int, *, rung_name: str = "imdb", run_dir: str | None = None,
-                     precision: str = "fp32") -> TRLRun:
+                     precision: str = "fp32", device: str = "cpu", flags: Sequence[str] = ()) -> TRLRun:
     """TRL `GRPOTrainer` on the `grpo` arm's settings of `rung_name` for `episodes` completions (module docstring).
 
     Args:
         precision: ``"fp32"`` (this project's choice on a CPU without native bf16, the rung's runs) or
             ``"trl-default"`` (TRL's own default: ``bf16=True`` unless fp16 is set, i.e. bf16 autocast).
+        device: ``"cpu"`` (the rung's runs) or ``"cuda"`` (TRL places the model on this process's GPU).
+        flags: `cory train` flags after the rung's and the arm's (e.g. ``--model DIR --data_path CSV`` where the
+            defaults are not reachable), as `benchmarks.learning.arm_configs` takes them.
 
     Raises:
         ImportError: trl is not installed (``pip install -e ".[trl]"``).
@@ -73,7 +77,7 @@ def make_trl_trainer(seed: int, episodes: int, *, rung_name: str = "imdb", run_d
     rung = RUNGS[rung_name]
     tmp = tempfile.TemporaryDirectory(prefix="cory-trl-grpo-")
     run_dir = run_dir or tmp.name
-    configs, iterations = arm_configs(rung_name, "grpo", seed, episodes, f"{run_dir}/ours")
+    configs, iterations = arm_configs(rung_name, "grpo", seed, episodes, f"{run_dir}/ours", flags)
     ppo, env_cfg, sampling = configs.ppo, configs.env, configs.sampling
     k = configs.learner_options.group_size
     base, tokenizer = load_run_model(configs)
@@ -93,7 +97,7 @@ def make_trl_trainer(seed: int, episodes: int, *, rung_name: str = "imdb", run_d
 
     steps_per_generation = ppo.batch_size // ppo.mini_batch_size
     args = trl.GRPOConfig(
-        output_dir=f"{run_dir}/trl", use_cpu=True, seed=seed, report_to="none", save_strategy="no", logging_steps=16,
+        output_dir=f"{run_dir}/trl", use_cpu=device == "cpu", seed=seed, report_to="none", save_strategy="no", logging_steps=16,
         learning_rate=ppo.learning_rate, lr_scheduler_type="constant", max_grad_norm=ppo.max_grad_norm or 0.0,
         optim="adamw_torch",
         per_device_train_batch_size=ppo.mini_batch_size, gradient_accumulation_steps=1,

@@ -1,8 +1,10 @@
 """The README stays a true landing page: its two opening commands, the CI test command, its examples (run by
-tests/test_docs.py through the pages that include them), its one results table, and its links into the site."""
+tests/test_docs.py through the pages that include them), its verdict tables (every number read back from the
+committed ladder JSONs), and its links into the site."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from tests.conftest import REPO_ROOT
@@ -44,20 +46,74 @@ def test_every_relative_link_resolves():
         assert (REPO_ROOT / target).exists(), f"README.md links to {target}, which does not exist"
 
 
-def test_the_cory_vs_ppo_table_is_the_results_page_table():
-    """The README's one results table is a copy of the one on docs/results/cory-vs-ppo.md (which says how it was
-    measured): a new measurement updates both or the test fails."""
-    section = README[README.index("## Does CORY beat PPO?"):]
-    table = re.search(r"^\| arm \|.*?(?=\n\n)", section, flags=re.S | re.M).group(0)
-    page = (REPO_ROOT / "docs" / "results" / "cory-vs-ppo.md").read_text(encoding="utf-8")
-    assert table in page, "README's 'Does CORY beat PPO?' table differs from docs/results/cory-vs-ppo.md's"
-
-
 def test_the_pages_include_the_readme_examples_by_their_markers():
     """docs/getting-started.md, index.md, environment.md and training.md include these README parts, so the
     commands, the diagram and the examples are written once."""
-    for marker in ("commands", "diagram", "env example", "training example"):
-        start = re.search(rf"<!-- start: {marker} \((docs/[a-z-]+\.md) includes (?:it|them) from here[^>]*-->", README)
+    for marker in ("commands", "diagram", "env example", "training example", "verdicts", "time to reward",
+                   "iteration profile"):
+        start = re.search(rf"<!-- start: {marker} \((docs/[a-z/-]+\.md) includes (?:it|them) from here[^>]*-->", README)
         assert start and f"<!-- end: {marker} -->" in README, f"README lacks the {marker!r} markers"
         page = (REPO_ROOT / start.group(1)).read_text(encoding="utf-8")
         assert f":start-after: {start.group(0)}" in page, f"{start.group(1)} no longer includes the README's {marker}"
+
+
+def _cell(summary: dict) -> str:
+    """How the ladder prints an IQM with its interval (`benchmarks.stats.arm_summary`)."""
+    return f"{summary['iqm']:.3f} [{summary['ci'][0]:.3f}, {summary['ci'][1]:.3f}] ({summary['n']})"
+
+
+def test_the_verdict_table_is_the_committed_runs():
+    """Every cell of the README's claim table is what the committed merges hold (`benchmarks/learning_imdb.json`
+    for ppo, `benchmarks/learning_imdb_ablations.json` for cory and its ablations): a new run updates the JSON
+    and the table, or this fails. P(ppo > cory) is read as 1 − P(cory > ppo) (ties count half, so they add to 1)."""
+    main = json.loads((REPO_ROOT / "benchmarks" / "learning_imdb.json").read_text(encoding="utf-8"))
+    abl = json.loads((REPO_ROOT / "benchmarks" / "learning_imdb_ablations.json").read_text(encoding="utf-8"))
+    section = README[README.index("<!-- start: verdicts"):README.index("<!-- end: verdicts -->")]
+    rows = re.findall(r"^\| (cory[\w-]*|ppo) \| (.+) \|$", section, flags=re.M)
+    assert {arm for arm, _ in rows} == {"cory", "ppo", "cory-wo-kt", "cory-wo-rex", "cory-competitive"}
+    for arm, rest in rows:
+        src = main if arm == "ppo" else abl
+        end, kl, at2, at4, *p = [c.strip() for c in rest.split(" | ")]
+        final = src["arms"][arm]["stats"]["final"]
+        assert end == _cell(final).rsplit(" (", 1)[0], f"{arm}: final reward"
+        assert kl == f"{src['arms'][arm]['kl_k1']:.2f}", f"{arm}: KL at the end"
+        for level, cell in (("2.0", at2), ("4.0", at4)):
+            assert cell == _cell(src["equal_kl"]["levels"][level][arm]["stats"]), f"{arm}: reward at KL {level}"
+        if arm == "cory":
+            assert p == ["—", "—", "—"]
+            continue
+        probs = [src["improvement"]] + [src["equal_kl"]["improvement"][lv] for lv in ("2.0", "4.0")]
+        for cell, table in zip(p, probs):
+            want = 1 - table["cory>ppo"]["p"] if arm == "ppo" else table[f"{arm}>cory"]["p"]
+            assert cell == f"{want:.2f}", f"{arm}: P(> CORY) {cell} vs {want:.2f}"
+
+
+def _block(marker: str) -> str:
+    return README.split(f"<!-- start: {marker} ")[1].split("-->", 1)[1].split(f"<!-- end: {marker} -->")[0].strip()
+
+
+def test_the_speed_tables_are_the_committed_benchmarks():
+    """The README's time-to-reward and iteration-profile tables are what the benchmarks print from their committed
+    JSONs (`benchmarks/time_to_reward.json`, `benchmarks/iteration_profile.json`), not hand copies."""
+    from benchmarks import iteration_profile, time_to_reward
+
+    ttr = json.loads((REPO_ROOT / "benchmarks" / "time_to_reward.json").read_text(encoding="utf-8"))
+    assert _block("time to reward") == time_to_reward.table(ttr)
+    profile = json.loads((REPO_ROOT / "benchmarks" / "iteration_profile.json").read_text(encoding="utf-8"))
+    assert _block("iteration profile") == iteration_profile.table(profile["arms"])
+
+
+def test_the_gpu_numbers_are_the_committed_benchmark():
+    """The GPU table of docs/results/performance.md and the README's sentence of fp32 iterations per minute are
+    what `benchmarks/throughput.json` holds."""
+    from benchmarks import throughput
+
+    gpu = json.loads((REPO_ROOT / "benchmarks" / "throughput.json").read_text(encoding="utf-8"))
+    page = (REPO_ROOT / "docs" / "results" / "performance.md").read_text(encoding="utf-8")
+    assert throughput.table(gpu["results"]) in page
+    assert gpu["device"] in README and gpu["device"] in page
+    fp32 = {r["arm"]: r["iterations_per_minute"] for r in gpu["results"] if r["precision"] == "fp32"}
+    said = re.search(r"fp32 iterations per minute: PPO (\d+),\s+GRPO (\d+), CORY (\d+), TRL's `GRPOTrainer` (\d+)",
+                     README)
+    assert said, "the README's GPU sentence changed its wording; update this test with it"
+    assert [int(x) for x in said.groups()] == [round(fp32[arm]) for arm in ("ppo", "grpo", "cory", "trl-grpo")]

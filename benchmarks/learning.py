@@ -209,9 +209,11 @@ class TrainingClock:
     """CPU seconds of one run (this process), with the held-out evaluations' share kept apart, so curves can be
     compared at equal *training* CPU time (evaluation cost is the same for every arm and is not training)."""
 
-    def __init__(self) -> None:
-        self.start = time.process_time()
-        self.eval_s = 0.0
+    def __init__(self, train_s: float = 0.0, cpu_s: float = 0.0) -> None:
+        """A clock that starts at `train_s` training and `cpu_s` total CPU seconds (a resumed run's, at its last
+        point: `benchmarks.ladder_progress`)."""
+        self.start = time.process_time() - cpu_s
+        self.eval_s = cpu_s - train_s
 
     def excluded(self, evaluate: Callable[[], dict]) -> Callable[[], dict]:
         """`evaluate`, with its CPU seconds not counted as training."""
@@ -226,6 +228,10 @@ class TrainingClock:
     @property
     def train_s(self) -> float:
         return time.process_time() - self.start - self.eval_s
+
+    @property
+    def cpu_s(self) -> float:
+        return time.process_time() - self.start
 
     def point(self, arm: str, seed: int, episodes: int, evaluation: dict, keep_texts: bool = False) -> dict:
         """A curve point record (`benchmarks.ladder_report`: episodes, training CPU s, reward, KL, distinct-n,
@@ -248,7 +254,7 @@ class TrainingClock:
         final = {k: v for k, v in curve[-1]["eval"].items() if k not in ("samples", "responses")}
         final["samples"] = curve[-1]["eval"].get("samples", [])[:4]
         return {"final": final["reward"], "before": curve[0]["reward"], "final_eval": final,
-                "cpu_s": time.process_time() - self.start, "train_cpu_s": self.train_s,
+                "cpu_s": self.cpu_s, "train_cpu_s": self.train_s,
                 "curve": [{k: v for k, v in p.items() if k != "eval"} for p in curve]}
 
 
@@ -278,29 +284,32 @@ def arm_spec(arm: str) -> tuple[str, int]:
     return base, int(factor)
 
 
-def arm_configs(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = ()):
+def arm_configs(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = (), *,
+                resume: bool = False):
     """(`RunConfigs`, iterations) of one of this project's arms on a rung: the rung's flags, then the arm's (a
     ``-2x`` arm's base arm's), then `flags`; one torch thread; ``iterations = episodes // batch_size`` (at least 1;
-    `episodes` is this arm's own budget)."""
+    `episodes` is this arm's own budget); `run_dir` replaced (or, with `resume`, continued from its latest
+    checkpoint)."""
     from trainers.cli.bench import ARMS
     from trainers.cli.train import parse_train_args
 
     configs = parse_train_args(
         [*RUNGS[rung_name].flags, *ARMS[arm_spec(arm)[0]], *flags, "--seed", str(seed), "--output_dir", run_dir,
-         "--overwrite", "true", "--tensorboard", "false", "--log_samples", "0", "--torch_threads", "1",
+         "--resume" if resume else "--overwrite", "true", "--tensorboard", "false", "--log_samples", "0", "--torch_threads", "1",
          "--checkpoint_every_minutes", "0", "--num_iterations", "1"])
     iterations = max(1, episodes // configs.ppo.batch_size)
     return replace(configs, run=replace(configs.run, num_iterations=iterations)), iterations
 
 
-def build_arm_trainer(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = ()):
+def build_arm_trainer(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = (), *,
+                      resume: bool = False):
     """(`CORYTrainer`, iterations) for one of this project's arms on a rung (`arm_configs`), on one torch thread."""
     import torch
 
     from trainers.loop.cory import CORYTrainer
 
     torch.set_num_threads(1)
-    configs, iterations = arm_configs(rung_name, arm, seed, episodes, run_dir, flags)
+    configs, iterations = arm_configs(rung_name, arm, seed, episodes, run_dir, flags, resume=resume)
     return CORYTrainer(configs, reward_fn=RUNGS[rung_name].reward_fn), iterations
 
 
@@ -319,10 +328,28 @@ def eval_points(rung: Rung, iterations: int, factor: int = 1) -> list[int]:
     return sorted(points | {round(iterations * k / n) for k in range(1, n + 1)})
 
 
-def run_own_arm(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = ()) -> dict:
-    """Train one of this project's arms on one seed and evaluate it on held-out queries (in this process)."""
-    clock = TrainingClock()
-    trainer, iterations = build_arm_trainer(rung_name, arm, seed, episodes, run_dir, flags)
+class RunInterrupted(RuntimeError):
+    """A stop signal ended a ladder run before its budget: no result is written (its checkpoint is kept)."""
+
+
+def run_own_arm(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = (), *,
+                keep: bool = False, resume: bool = False) -> dict:
+    """Train one of this project's arms on one seed and evaluate it on held-out queries (in this process).
+
+    Args:
+        keep: `run_dir` outlives the run: a checkpoint and the progress (`benchmarks.ladder_progress`) are written at
+            every evaluation point before the last.
+        resume: continue from the progress in `run_dir` when it holds some (else start afresh).
+
+    Raises:
+        RunInterrupted: a stop signal (SIGINT, SIGTERM) ended training early; with `keep` the run can be resumed.
+    """
+    from benchmarks.ladder_progress import load_progress, save_progress
+    from trainers.loop.metrics import METRICS_FILE, read_jsonl
+
+    progress = load_progress(run_dir) if resume else None
+    clock = TrainingClock(progress["train_s"], progress["cpu_s"]) if progress else TrainingClock()
+    trainer, iterations = build_arm_trainer(rung_name, arm, seed, episodes, run_dir, flags, resume=bool(progress))
     rung, ppo_config = RUNGS[rung_name], trainer.ppo_config
     collective = rung.collective and trainer.seating.num_seats > 1
     points = eval_points(rung, iterations, arm_spec(arm)[1])
@@ -342,17 +369,29 @@ def run_own_arm(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str
         return out
 
     evaluate = clock.excluded(evaluate_models)
-    curve = [clock.point(arm, seed, 0, evaluate(), rung.keep_texts)]
+    resumed_at = [*progress["resumed_at"], progress["curve"][-1]["episodes"]] if progress else []
+    curve = progress["curve"] if progress else [clock.point(arm, seed, 0, evaluate(), rung.keep_texts)]
 
     def at_point(_, done: int) -> dict:  # the training loop's evaluation hook (`CORYTrainer.train`)
         evaluation = evaluate()
         curve.append(clock.point(arm, seed, done * ppo_config.batch_size, evaluation, rung.keep_texts))
+        if keep and done < iterations:
+            trainer.save_checkpoint(done - 1)
+            save_progress(run_dir, done - 1, curve, train_s=clock.train_s, cpu_s=clock.cpu_s, resumed_at=resumed_at)
         return evaluation
 
+    key = "cory/collective_reward" if collective else "pioneer/task_reward"
     history = trainer.train(eval_at=points, evaluate=at_point)
-    train_reward = [row["cory/collective_reward" if collective else "pioneer/task_reward"] for row in history]
+    if trainer.stopped_early:
+        raise RunInterrupted(f"{arm} seed {seed} was stopped after {curve[-1]['episodes']} of "
+                             f"{iterations * ppo_config.batch_size} episodes; " +
+                             (f"continue it with --run_dir {Path(run_dir).parent} --resume" if keep else
+                              "run it again (with --run_dir DIR to make it resumable)"))
+    earlier = [row[key] for row in read_jsonl(Path(run_dir) / METRICS_FILE)][:trainer.start_iteration] \
+        if progress else []  # the iterations before this process's, from the run's own metrics log
     return {"arm": arm, "seed": seed, "episodes": iterations * ppo_config.batch_size, **clock.summary(curve),
-            "train_reward": train_reward, "metric": "collective" if collective else "pioneer"}
+            "train_reward": earlier + [row[key] for row in history], "metric": "collective" if collective else "pioneer",
+            **({"resumed_at": resumed_at} if resumed_at else {})}
 
 
 def run_external_arm(arm: str, seed: int, episodes: int, eval_episodes: int) -> dict:
@@ -390,13 +429,14 @@ def code_version(root: Path = ROOT) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def run_one(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = ()) -> dict:
+def run_one(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, flags: Sequence[str] = (),
+            keep: bool = False, resume: bool = False) -> dict:
     logging.disable(logging.WARNING)  # the ladder reports; per-iteration warnings would drown it
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if arm in EXTERNAL_ARMS:
         run = run_external_arm(arm, seed, episodes, RUNGS[rung_name].eval_episodes)
     else:
-        run = run_own_arm(rung_name, arm, seed, episodes, run_dir, flags)
+        run = run_own_arm(rung_name, arm, seed, episodes, run_dir, flags, keep=keep, resume=resume)
     return {**run, "commit": code_version(), "flags": list(flags)}
 
 
@@ -498,6 +538,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
                         help="Last: extra `cory train` flags for every arm of ours, after the rung's (probes).")
     parser.add_argument("--jobs", type=int, default=1, help="Runs in parallel (processes, one torch thread each).")
     parser.add_argument("--out", default=None, help="JSON path (default benchmarks/learning_<rung>.json).")
+    parser.add_argument("--run_dir", default=None, metavar="DIR",
+                        help="Keep each run's folder in DIR/<arm>-s<seed> (default: a temporary folder), with a "
+                             "checkpoint at every evaluation point, so a killed run can be continued with --resume.")
+    parser.add_argument("--resume", action="store_true",
+                        help="With --run_dir: continue each run from its last evaluation point (benchmarks."
+                             "ladder_progress); a run with no progress there starts afresh.")
     parser.add_argument("--merge", nargs="+", default=None, metavar="JSON",
                         help="Instead of running: summarise these ladder JSONs of --rung together into --out (refused "
                              "when their settings, episodes or commits differ).")
@@ -507,6 +553,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--marl_eval", default=None, metavar="PATH",
                         help="Also write the result in marl-eval's JSON format to PATH (benchmarks.marl_eval_json).")
     args = parser.parse_args(argv)
+    if args.resume and not args.run_dir:
+        parser.error("--resume continues the runs kept in --run_dir DIR; pass --run_dir too")
     rung = RUNGS[args.rung]
     out = Path(args.out) if args.out else ROOT / "benchmarks" / f"learning_{args.rung}.json"
     if args.merge:
@@ -532,8 +580,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     episodes = args.episodes or rung.episodes
     runs = []
     with tempfile.TemporaryDirectory(prefix="cory-ladder-") as tmp:
-        jobs = [(args.rung, arm, seed, episodes * arm_spec(arm)[1], str(Path(tmp) / f"{arm}-s{seed}"), args.flags)
-                for arm in arms for seed in args.seeds]
+        root = Path(args.run_dir or tmp)
+        jobs = [(args.rung, arm, seed, episodes * arm_spec(arm)[1], str(root / f"{arm}-s{seed}"), args.flags,
+                 bool(args.run_dir), args.resume) for arm in arms for seed in args.seeds]
         with futures.ProcessPoolExecutor(max_workers=max(1, args.jobs),
                                          mp_context=multiprocessing.get_context("spawn")) as pool:
             pending = {pool.submit(run_one, *job): job for job in jobs}

@@ -550,11 +550,17 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--across_commits", action="store_true",
                         help="With --merge: merge runs that record different commits (or none). Use it only after "
                              "checking that the seeded numbers did not change between those commits.")
+    parser.add_argument("--tables", default=None, metavar="JSON",
+                        help="Instead of running: print the markdown tables of a ladder JSON (what the results pages "
+                             "show).")
     parser.add_argument("--marl_eval", default=None, metavar="PATH",
                         help="Also write the result in marl-eval's JSON format to PATH (benchmarks.marl_eval_json).")
     args = parser.parse_args(argv)
     if args.resume and not args.run_dir:
         parser.error("--resume continues the runs kept in --run_dir DIR; pass --run_dir too")
+    if args.tables:
+        print(tables(json.loads(Path(args.tables).read_text(encoding="utf-8"))))
+        return {}
     rung = RUNGS[args.rung]
     out = Path(args.out) if args.out else ROOT / "benchmarks" / f"learning_{args.rung}.json"
     if args.merge:
@@ -658,6 +664,14 @@ def merge(paths: Sequence[str], out: Path, argv: Sequence[str], *, across_commit
     return report(result, out)
 
 
+def tables(result: dict) -> str:
+    """The markdown tables of a summarised result (`report`'s, also ``--tables JSON``): per arm, reward at equal
+    KL, P(A > B), distinct-2 at equal KL, combined reward (those the result has)."""
+    parts = (table(result), kl_table(result), improvement_table(result), kl_table(result, "distinct_2_at_kl"),
+             combined_table(result))
+    return "\n".join(part for part in parts if part)
+
+
 def report(result: dict, out: Path) -> dict:
     """Add the equal-time, equal-KL, P(A > B) and combined-reward summaries, write the JSON and the figures (reward
     against episodes; reward against KL with the combined reward, when the points record KL), print the tables,
@@ -671,11 +685,7 @@ def report(result: dict, out: Path) -> dict:
     out.write_text(json.dumps(result, indent=1), encoding="utf-8")
     plot(result, out.with_suffix(".png"))
     tradeoff = plot_tradeoff(result, out.with_name(out.stem + "_tradeoff.png"))
-    print(table(result))
-    for extra in (kl_table(result), improvement_table(result), kl_table(result, "distinct_2_at_kl"),
-                  combined_table(result)):
-        if extra:
-            print(extra)
+    print(tables(result))
     for arm, f in result["floors"].items():
         print(f"floor {arm}: {f['on']} >= {f['floor']} on every seed: {'met' if f['met_on_every_seed'] else 'MISSED'} "
               f"({', '.join(f'{v:.2f}' for v in f['per_seed'])})")

@@ -181,3 +181,21 @@ def test_no_tracked_file_points_at_a_paper_outside_the_repository():
         if path.is_file() and any(n in path.read_bytes() for n in needles):
             offenders.append(name)
     assert not offenders, f"files that refer to the paper outside the repository (use docs/paper.md): {offenders}"
+
+
+def test_the_results_tables_are_the_committed_ladder_runs():
+    """Every ``<!-- tables: JSON -->`` block of the results pages is what ``benchmarks/learning.py --tables JSON``
+    prints from the committed JSON: a re-merge updates the page (paste that output), or this fails."""
+    import json
+
+    from benchmarks.learning import tables
+
+    found = 0
+    for page in sorted((DOCS / "results").glob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        for path, body in re.findall(r"<!-- tables: (\S+) -->\n(.*?)\n<!-- end tables -->", text, flags=re.S):
+            found += 1
+            result = json.loads((REPO_ROOT / path).read_text(encoding="utf-8"))
+            assert body == tables(result), (f"{page.name}: the tables of {path} are stale; paste the output of "
+                                            f"python benchmarks/learning.py --rung imdb --tables {path}")
+    assert found >= 2

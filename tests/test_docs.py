@@ -185,9 +185,11 @@ def test_no_tracked_file_points_at_a_paper_outside_the_repository():
 
 def test_the_results_tables_are_the_committed_ladder_runs():
     """Every ``<!-- tables: JSON -->`` block of the results pages is what ``benchmarks/learning.py --tables JSON``
-    prints from the committed JSON: a re-merge updates the page (paste that output), or this fails."""
+    prints from the committed JSON, every ``<!-- collapse: JSON -->`` block what ``benchmarks/collapse.py`` printed
+    into it: a re-run updates the page (paste that output), or this fails."""
     import json
 
+    from benchmarks import collapse
     from benchmarks.learning import tables
 
     found = 0
@@ -198,4 +200,9 @@ def test_the_results_tables_are_the_committed_ladder_runs():
             result = json.loads((REPO_ROOT / path).read_text(encoding="utf-8"))
             assert body == tables(result), (f"{page.name}: the tables of {path} are stale; paste the output of "
                                             f"python benchmarks/learning.py --rung imdb --tables {path}")
-    assert found >= 2
+        for path, body in re.findall(r"<!-- collapse: (\S+) -->\n(.*?)\n<!-- end collapse -->", text, flags=re.S):
+            found += 1
+            arms = json.loads((REPO_ROOT / path).read_text(encoding="utf-8"))["arms"]
+            assert body == f"{collapse.table(arms)}\n\n{collapse.table(arms, 'at_kl')}", (
+                f"{page.name}: the collapse tables of {path} are stale; paste what benchmarks/collapse.py prints")
+    assert found >= 3

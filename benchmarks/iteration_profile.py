@@ -4,6 +4,7 @@ IMDB rung's settings (SmolLM2-135M-Instruct + LoRA r 16, batch 16, mini-batch 8,
     python benchmarks/iteration_profile.py                      # every arm, 4 iterations each (the first is warm-up)
     python benchmarks/iteration_profile.py --arms cory ppo --iterations 6 --out /tmp/profile.json
     python benchmarks/iteration_profile.py --arms trl-grpo-default --iterations 2 --out /tmp/trl_bf16.json
+    python benchmarks/iteration_profile.py --arms ppo grpo cory --precision bf16-mixed --out /tmp/bf16.json
 
 Every arm runs in its own process (one torch thread) and is timed by wrapping the functions that do each part of an
 iteration, with exclusive CPU seconds (`time.process_time`; a phase's nested phases are not counted twice):
@@ -142,8 +143,10 @@ def _grad_phase(*_, **__) -> str:
     return "update forward (loss)" if torch.is_grad_enabled() else "policy scoring (no grad)"
 
 
-def profile_own(arm: str, iterations: int, seed: int, run_dir: str, rung: str = "imdb") -> list[dict[str, float]]:
-    """Per-iteration phase seconds of one of this project's arms on a ladder rung (`benchmarks.learning.RUNGS`)."""
+def profile_own(arm: str, iterations: int, seed: int, run_dir: str, rung: str = "imdb",
+                precision: str = "fp32") -> list[dict[str, float]]:
+    """Per-iteration phase seconds of one of this project's arms on a ladder rung (`benchmarks.learning.RUNGS`), at
+    `precision` (``cory train --precision``: fp32 or bf16-mixed)."""
     import torch
 
     import cory_env.episode
@@ -153,7 +156,8 @@ def profile_own(arm: str, iterations: int, seed: int, run_dir: str, rung: str = 
     from trainers.learning.grpo import GRPOLearner
     from trainers.learning.ppo import PPOLearner
 
-    trainer, _ = build_arm_trainer(rung, arm, seed, 10**9, run_dir)  # iterations are run one by one below
+    trainer, _ = build_arm_trainer(rung, arm, seed, 10**9, run_dir,  # iterations are run one by one below
+                                   ("--precision", precision))
     clock = PhaseClock()
     clock.wrap(trainers.loop.cory, "run_episodes", "rollout (generation)", mark=True)
     clock.wrap(cory_env.episode, "score_texts", "reward")
@@ -208,17 +212,18 @@ def profile_trl(iterations: int, seed: int, run_dir: str, precision: str = "fp32
     return clock.iterations()
 
 
-def profile_arm(arm: str, iterations: int, seed: int) -> dict:
-    """One arm in this process: per-iteration phases, and their mean over the iterations after the first."""
+def profile_arm(arm: str, iterations: int, seed: int, precision: str = "fp32") -> dict:
+    """One arm in this process: per-iteration phases, and their mean over the iterations after the first; this
+    project's arms at `precision`, TRL's at the arm's own (`TRL_PRECISION`)."""
     import logging
 
     logging.disable(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="cory-profile-") as run_dir:
         rows = profile_trl(iterations, seed, run_dir, TRL_PRECISION[arm]) if arm in TRL_PRECISION else \
-            profile_own(arm, iterations, seed, run_dir)
+            profile_own(arm, iterations, seed, run_dir, precision=precision)
     kept = rows[1:] or rows
     mean = {key: sum(r[key] for r in kept) / len(kept) for key in (*PHASES, "total")}
-    return {"arm": arm, "iterations": len(rows), "measured_iterations": len(kept), "per_iteration": rows,
+    return {"arm": arm, "precision": TRL_PRECISION.get(arm, precision), "iterations": len(rows), "measured_iterations": len(kept), "per_iteration": rows,
             "mean_cpu_s": mean, "share": {p: mean[p] / mean["total"] for p in PHASES}}
 
 
@@ -243,27 +248,32 @@ def main(argv: list[str] | None = None) -> dict:
                              "AVX512-BF16) is not in the default set")
     parser.add_argument("--iterations", type=int, default=4, help="per arm; the first is a warm-up (>= 2)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16-mixed"),
+                        help="this project's arms (`cory train --precision`); TRL's arms keep their own")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "iteration_profile.json"))
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: profile this arm in this process, print JSON
     args = parser.parse_args(argv)
     if args.iterations < 2:
         parser.error(f"--iterations must be >= 2 (the first is a warm-up), got {args.iterations}")
     if args.one:
-        print(json.dumps(profile_arm(args.one, args.iterations, args.seed)))
+        print(json.dumps(profile_arm(args.one, args.iterations, args.seed, args.precision)))
         return {}
+    from agents.precision import native_bf16
     from benchmarks.learning import code_version
+    from benchmarks.throughput import device_name
 
     results = {}
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for arm in args.arms:  # one process per arm: no arm inherits another's warm caches or allocator state
         out = subprocess.run([sys.executable, __file__, "--one", arm, "--iterations", str(args.iterations),
-                              "--seed", str(args.seed)], capture_output=True, text=True, env=env, check=False)
+                              "--seed", str(args.seed), "--precision", args.precision], capture_output=True, text=True, env=env, check=False)
         if out.returncode != 0:
             sys.exit(f"profiling {arm} failed:\n{out.stderr[-3000:]}")
         results[arm] = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"[profile] {arm}: {results[arm]['mean_cpu_s']['total']:.2f} CPU s per iteration", flush=True)
     report = {"command": "python benchmarks/iteration_profile.py " + " ".join(argv or sys.argv[1:]),
-              "commit": code_version(), "iterations": args.iterations, "seed": args.seed, "arms": results}
+              "commit": code_version(), "iterations": args.iterations, "seed": args.seed, "precision": args.precision,
+              "machine": {"cpu": device_name("cpu"), "native_bf16": native_bf16("cpu")}, "arms": results}
     if "cory" in results and "ppo" in results:
         report["cory_over_ppo"] = results["cory"]["mean_cpu_s"]["total"] / results["ppo"]["mean_cpu_s"]["total"]
     for trl_arm, key in (("trl-grpo", "grpo_over_trl"), ("trl-grpo-default", "grpo_over_trl_default")):

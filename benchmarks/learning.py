@@ -55,7 +55,8 @@ three-seat chains ``chain3`` / ``chain3-wo-kt``) and
 other libraries on the same env and episode budget through a module's ``train_and_evaluate(seed, episodes,
 eval_episodes)``: on ``tiny_vocab`` ``tianshou`` (one PPO per seat, collective reward), ``sb3-maskable-ppo`` (pioneer
 seat) and ``torchrl`` (one PPO per seat); on ``imdb`` ``trl-grpo`` (TRL's `GRPOTrainer` with this project's model,
-queries, reward and evaluation: `benchmarks/trl_grpo.py`); skipped with a note when not installed.
+queries, reward and evaluation: `benchmarks/trl_grpo.py`; ``trl-grpo-default`` the same in TRL's own default
+precision, bf16); skipped with a note when not installed.
 """
 
 from __future__ import annotations
@@ -180,15 +181,17 @@ RUNGS: dict[str, Rung] = {
 
 @dataclass(frozen=True)
 class ExternalArm:
-    """Another library's arm: `module` has ``train_and_evaluate(seed, episodes, eval_episodes) -> dict``; it runs on
-    `rung`, reports `metric` ("collective", or "pioneer" for a single-agent arm), and its library comes from the
-    project's extra `extra`; `requires` are modules it imports only when it runs (checked before running)."""
+    """Another library's arm: `module` has ``train_and_evaluate(seed, episodes, eval_episodes, **options) -> dict``;
+    it runs on `rung`, reports `metric` ("collective", or "pioneer" for a single-agent arm), and its library comes
+    from the project's extra `extra`; `requires` are modules it imports only when it runs (checked before running);
+    `options` are (keyword, value) pairs passed to ``train_and_evaluate`` (e.g. TRL's own precision)."""
 
     module: str
     metric: str
     rung: str
     extra: str
     requires: tuple[str, ...] = ()
+    options: tuple[tuple[str, object], ...] = ()
 
 
 #: Other libraries' arms.
@@ -197,6 +200,9 @@ EXTERNAL_ARMS = {
     "sb3-maskable-ppo": ExternalArm("trainers.adapters.sb3", "pioneer", "tiny_vocab", "baselines"),
     "torchrl": ExternalArm("trainers.adapters.torchrl", "collective", "tiny_vocab", "baselines"),
     "trl-grpo": ExternalArm("benchmarks.trl_grpo", "pioneer", "imdb", "trl", requires=("trl",)),
+    # TRL in its own default precision (bf16 autocast): for a CPU with native bf16 (AVX512-BF16/AMX); emulated elsewhere
+    "trl-grpo-default": ExternalArm("benchmarks.trl_grpo", "pioneer", "imdb", "trl", requires=("trl",),
+                                    options=(("precision", "trl-default"),)),
 }
 
 
@@ -401,7 +407,8 @@ def run_external_arm(arm: str, seed: int, episodes: int, eval_episodes: int) -> 
     torch.set_num_threads(1)
     module = importlib.import_module(EXTERNAL_ARMS[arm].module)
     start = time.process_time()
-    out = module.train_and_evaluate(seed=seed, episodes=episodes, eval_episodes=eval_episodes)
+    out = module.train_and_evaluate(seed=seed, episodes=episodes, eval_episodes=eval_episodes,
+                                    **dict(EXTERNAL_ARMS[arm].options))
     run = {"arm": arm, "seed": seed, "final": out["after"], "before": out["before"], "episodes": out["episodes"],
            "cpu_s": time.process_time() - start, "curve": out.get("curve", []), "metric": EXTERNAL_ARMS[arm].metric}
     run.update({key: out[key] for key in ("final_eval", "train_cpu_s") if key in out})

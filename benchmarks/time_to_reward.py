@@ -6,6 +6,7 @@ and what differs), side by side per seed.
     python benchmarks/time_to_reward.py                       # seeds 0 1 2: both arms of a seed run side by side
     python benchmarks/time_to_reward.py --seeds 0 1 2 3 4
     python benchmarks/time_to_reward.py --report_only         # re-read the per-seed ladder JSONs, write the report
+    python benchmarks/time_to_reward.py --precision bf16      # a CPU with native bf16: ours bf16-mixed vs TRL's default
 
 For each seed, `benchmarks/learning.py --rung imdb --arms grpo trl-grpo --seeds S --jobs 2` runs the two arms at the
 same time in two processes (one torch thread each), so both see the same machine load; its JSON is kept per seed
@@ -15,6 +16,11 @@ held-out evaluations excluded: `benchmarks.learning.TrainingClock`) where the he
 the run's own base-model reward + `--gain`, linearly interpolated between evaluation points
 (`benchmarks.ladder_report.first_reach`). A run that never reaches it within the budget counts as its whole
 training time, marked as a lower bound (``"reached": false``).
+
+Precision (`PRECISIONS`): ``fp32`` runs both arms in fp32 (TRL told ``bf16=False``); ``bf16`` runs ours with
+``--precision bf16-mixed`` beside TRL in its own default precision (``trl-grpo-default``: ``bf16=True``), each arm's
+fast setting on a CPU with native bf16 (AVX512-BF16/AMX), into ``benchmarks/time_to_reward_bf16/`` and
+``benchmarks/time_to_reward_bf16.json``.
 
 Statistics over seeds: the interquartile mean (IQM) with a 95 % bootstrap interval (`benchmarks.stats`), and the
 ratio ours ÷ TRL per seed and of the IQMs. Targets (issue 39): floor ≤ 1.0, target ≤ 0.8, moonshot ≤ 0.5.
@@ -27,6 +33,7 @@ import json
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +46,23 @@ from benchmarks.stats import arm_summary  # noqa: E402
 
 OURS, TRL = "grpo", "trl-grpo"
 RUNS_DIR = ROOT / "benchmarks" / "time_to_reward"
+
+
+@dataclass(frozen=True)
+class Precision:
+    """One side-by-side setting: TRL's arm, our arm's extra `cory train` flags, where the runs and report go."""
+
+    trl_arm: str
+    flags: tuple[str, ...]
+    runs_dir: Path
+    out: Path
+
+
+PRECISIONS = {
+    "fp32": Precision(TRL, (), RUNS_DIR, ROOT / "benchmarks" / "time_to_reward.json"),
+    "bf16": Precision("trl-grpo-default", ("--precision", "bf16-mixed"), ROOT / "benchmarks" / "time_to_reward_bf16",
+                      ROOT / "benchmarks" / "time_to_reward_bf16.json"),
+}
 
 
 def time_to_gain(run: dict, gain: float) -> dict:
@@ -68,15 +92,17 @@ def time_to_gain(run: dict, gain: float) -> dict:
     return {"reached": True, **hit, "target": target}
 
 
-def report(runs: list[dict], gain: float) -> dict:
-    """Per-seed times of both arms, their IQM [95 % CI] and the ratios ours ÷ TRL.
+def report(runs: list[dict], gain: float, trl_arm: str = TRL) -> dict:
+    """Per-seed times of both arms (`OURS` and `trl_arm`), their IQM [95 % CI] and the ratios ours ÷ TRL; the
+    result's per-seed and ``train_cpu_s`` entries are keyed ``"grpo"`` and ``"trl-grpo"`` whatever the precision.
 
     Raises:
         ValueError: an arm is missing for a seed (the comparison is per seed, on the same seeds).
     """
-    by = {(r["arm"], r["seed"]): r for r in runs}
-    seeds = sorted({seed for _, seed in by})
-    missing = [f"{arm} seed {s}" for s in seeds for arm in (OURS, TRL) if (arm, s) not in by]
+    label = {OURS: OURS, trl_arm: TRL}  # a run's arm -> its key in the result
+    by = {(label[r["arm"]], r["seed"]): r for r in runs if r["arm"] in label}
+    seeds = sorted({r["seed"] for r in runs})
+    missing = [f"{arm} seed {s}" for s in seeds for arm in label if (label[arm], s) not in by]
     if missing:
         raise ValueError(f"no run for {missing}; run `python benchmarks/time_to_reward.py --seeds ...` for them")
     with tempfile.TemporaryDirectory() as tmp:  # the grpo arm's episodes per iteration, from its own configs
@@ -93,7 +119,7 @@ def report(runs: list[dict], gain: float) -> dict:
                        "commit": {arm: by[arm, s].get("commit") for arm in (OURS, TRL)}}
     stats = {arm: arm_summary([per_seed[s][arm]["train_cpu_s"] for s in seeds]) for arm in (OURS, TRL)}
     ratios = [per_seed[s]["ratio"] for s in seeds]
-    return {"gain": gain, "seeds": seeds, "per_seed": per_seed, "train_cpu_s": stats,
+    return {"gain": gain, "trl_arm": trl_arm, "seeds": seeds, "per_seed": per_seed, "train_cpu_s": stats,
             "ratio_of_iqms": stats[OURS]["iqm"] / stats[TRL]["iqm"], "ratio_per_seed": arm_summary(ratios),
             "all_reached": all(per_seed[s][arm]["reached"] for s in seeds for arm in (OURS, TRL))}
 
@@ -118,11 +144,13 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def run_seed(seed: int, out: Path) -> None:
+def run_seed(seed: int, out: Path, precision: Precision = PRECISIONS["fp32"]) -> None:
     """Both arms of one seed side by side (the ladder, two processes), into `out`."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "learning.py"), "--rung", "imdb", "--arms", OURS, TRL,
-           "--seeds", str(seed), "--jobs", "2", "--out", str(out)]
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "learning.py"), "--rung", "imdb", "--arms", OURS,
+           precision.trl_arm, "--seeds", str(seed), "--jobs", "2", "--out", str(out)]
+    if precision.flags:
+        cmd += ["--flags", *precision.flags]
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
 
@@ -132,24 +160,28 @@ def main(argv: list[str] | None = None) -> dict:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--gain", type=float, default=0.2, help="held-out reward gain over the base model")
-    parser.add_argument("--runs_dir", default=str(RUNS_DIR), help="where the per-seed ladder JSONs are kept")
+    parser.add_argument("--precision", default="fp32", choices=sorted(PRECISIONS),
+                        help="fp32: both arms in fp32; bf16: ours bf16-mixed beside TRL's default (module docstring)")
+    parser.add_argument("--runs_dir", help="where the per-seed ladder JSONs are kept (default: the precision's)")
     parser.add_argument("--report_only", action="store_true", help="do not run; report the JSONs in --runs_dir")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "time_to_reward.json"))
+    parser.add_argument("--out", help="the report (default: the precision's)")
     args = parser.parse_args(argv)
     if not args.gain > 0:
         parser.error(f"--gain must be > 0, got {args.gain}")
-    runs_dir = Path(args.runs_dir)
+    precision = PRECISIONS[args.precision]
+    runs_dir = Path(args.runs_dir or precision.runs_dir)
     for seed in args.seeds:
         path = runs_dir / f"seed_{seed}.json"
         if not args.report_only and not path.is_file():
-            run_seed(seed, path)
+            run_seed(seed, path, precision)
         if not path.is_file():
             parser.error(f"no runs for seed {seed} in {runs_dir}; run without --report_only")
     runs = [run for seed in args.seeds
             for run in json.loads((runs_dir / f"seed_{seed}.json").read_text(encoding="utf-8"))["runs"]]
-    result = report(runs, args.gain)
+    result = report(runs, args.gain, precision.trl_arm)
+    result["precision"] = args.precision
     result["command"] = "python benchmarks/time_to_reward.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    Path(args.out or precision.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(table(result))
     return result
 

@@ -1,4 +1,5 @@
-"""The ladder's `trl-grpo` arm: TRL's `GRPOTrainer` on the IMDB rung, an outside anchor for this project's GRPO.
+"""The ladder's `trl-grpo` arm: TRL's `GRPOTrainer` on the IMDB rung, an outside anchor for this project's GRPO
+(`trl-grpo-default`: the same in TRL's own default precision, bf16 autocast, for a CPU with native bf16).
 
     pip install -e ".[trl]"        # trl 1.16 (works with the project's transformers 5 / torch 2.13 CPU)
     python benchmarks/learning.py --rung imdb --arms grpo trl-grpo --jobs 2
@@ -141,6 +142,7 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
     from trainers.evaluation.episodes import evaluate_heldout
     from trainers.learning.learners import kl_estimator
 
+    arm = "trl-grpo" if precision == "fp32" else "trl-grpo-default"  # the ladder's name of this arm
     clock = TrainingClock()  # as the project's arms: loading the model and building the trainer count as training
     run = make_trl_trainer(seed, episodes, rung_name=rung_name, run_dir=run_dir, precision=precision)
     configs, model = run.configs, run.trainer.model
@@ -165,10 +167,10 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
     class HeldOut(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):  # noqa: ARG002 - transformers' callback signature
             if state.global_step in points:
-                curve.append(clock.point("trl-grpo", seed, points[state.global_step], evaluate()))
+                curve.append(clock.point(arm, seed, points[state.global_step], evaluate()))
 
     run.trainer.add_callback(HeldOut())
-    curve.append(clock.point("trl-grpo", seed, 0, evaluate()))
+    curve.append(clock.point(arm, seed, 0, evaluate()))
     run.trainer.train()
     run.tmp.cleanup()
     out = clock.summary(curve)

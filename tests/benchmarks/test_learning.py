@@ -104,6 +104,24 @@ def test_external_arms_run_on_their_own_rung_only(tmp_path):
     assert result["arms"] == {} and json.loads((tmp_path / "x.json").read_text())["skipped"] == result["skipped"]
 
 
+@pytest.mark.parametrize("arm, precision", [("trl-grpo", None), ("trl-grpo-default", "trl-default")])
+def test_an_external_arm_passes_its_options(arm, precision, monkeypatch):
+    """`trl-grpo-default` runs TRL's module in TRL's own precision; `trl-grpo` passes nothing (fp32, ours)."""
+    pytest.importorskip("trl")
+    import benchmarks.trl_grpo
+    from benchmarks import learning
+
+    seen = {}
+
+    def fake(seed, episodes, eval_episodes, **options):
+        seen.update(options)
+        return {"after": 0.5, "before": 0.1, "episodes": episodes, "curve": []}
+
+    monkeypatch.setattr(benchmarks.trl_grpo, "train_and_evaluate", fake)
+    run = learning.run_external_arm(arm, 0, 16, 8)
+    assert run["arm"] == arm and seen == ({"precision": precision} if precision else {})
+
+
 def test_training_clock_leaves_evaluation_out():
     import time
 

@@ -55,3 +55,27 @@ def test_report_only_without_runs_names_the_seed(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--report_only", "--seeds", "7", "--runs_dir", str(tmp_path)])
     assert "no runs for seed 7" in capsys.readouterr().err
+
+
+def test_the_bf16_report_pairs_ours_with_trl_in_its_default_precision():
+    """`--precision bf16` compares against `trl-grpo-default`: an fp32 TRL run beside it is not its partner."""
+    runs = [_run(OURS, 0, [0.1, 0.5], [0, 20]), _run("trl-grpo-default", 0, [0.1, 0.5], [0, 80]),
+            _run(TRL, 0, [0.1, 0.5], [0, 40])]
+    result = report(runs, 0.2, trl_arm="trl-grpo-default")
+    assert result["per_seed"][0]["ratio"] == pytest.approx(0.25) and result["trl_arm"] == "trl-grpo-default"
+    with pytest.raises(ValueError, match=r"no run for \['trl-grpo-default seed 0'\]"):
+        report(runs[:1] + runs[2:], 0.2, trl_arm="trl-grpo-default")
+
+
+def test_the_bf16_precision_runs_our_arm_in_bf16_mixed_beside_trl_default(tmp_path, monkeypatch):
+    """The side-by-side command of `--precision bf16`: our arm gets ``--precision bf16-mixed``, TRL its own arm."""
+    import benchmarks.time_to_reward as ttr
+
+    calls = []
+    monkeypatch.setattr(ttr.subprocess, "run", lambda cmd, check: calls.append(cmd))
+    ttr.run_seed(3, tmp_path / "seed_3.json", ttr.PRECISIONS["bf16"])
+    cmd = calls[0]
+    assert cmd[cmd.index("--arms") + 1:cmd.index("--arms") + 3] == [OURS, "trl-grpo-default"]
+    assert cmd[cmd.index("--flags"):] == ["--flags", "--precision", "bf16-mixed"]
+    ttr.run_seed(3, tmp_path / "seed_3.json")
+    assert "--flags" not in calls[1] and TRL in calls[1]

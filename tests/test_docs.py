@@ -183,26 +183,43 @@ def test_no_tracked_file_points_at_a_paper_outside_the_repository():
     assert not offenders, f"files that refer to the paper outside the repository (use docs/paper.md): {offenders}"
 
 
-def test_the_results_tables_are_the_committed_ladder_runs():
-    """Every ``<!-- tables: JSON -->`` block of the results pages is what ``benchmarks/learning.py --tables JSON``
-    prints from the committed JSON, every ``<!-- collapse: JSON -->`` block what ``benchmarks/collapse.py`` printed
-    into it: a re-run updates the page (paste that output), or this fails."""
+def _result_renderers() -> dict:
+    """Marker kind -> how its block is printed from the committed file(s) it names (comma-separated paths)."""
     import json
 
-    from benchmarks import collapse
+    from benchmarks import collapse, iteration_profile, pareto, precision_learning, time_to_reward
     from benchmarks.learning import tables
 
+    def load(path: str) -> dict:
+        return json.loads((REPO_ROOT / path).read_text(encoding="utf-8"))
+
+    def collapse_tables(path: str) -> str:
+        arms = load(path)["arms"]
+        return f"{collapse.table(arms)}\n\n{collapse.table(arms, 'at_kl')}"
+
+    def precision_tables(path: str) -> str:
+        result = load(path)
+        return f"{tables(result)}\n\n{precision_learning.improvement_table(result['precision_improvement'])}"
+
+    return {"tables": lambda path: tables(load(path)),  # benchmarks/learning.py --rung imdb --tables JSON
+            "collapse": collapse_tables,  # benchmarks/collapse.py
+            "pareto": lambda path: pareto.table(load(path)),  # benchmarks/pareto.py
+            "time to reward": lambda path: time_to_reward.table(load(path)),  # benchmarks/time_to_reward.py
+            "precision profile": lambda paths: iteration_profile.precision_table(*map(load, paths.split(","))),
+            "precision learning": precision_tables}  # benchmarks/precision_learning.py
+
+
+def test_the_results_tables_are_the_committed_ladder_runs():
+    """Every ``<!-- KIND: PATH -->`` ... ``<!-- end KIND -->`` block of the results pages is what the benchmark
+    that wrote PATH prints from it (`_result_renderers`: ``tables`` is ``benchmarks/learning.py --tables JSON``,
+    ``collapse`` `benchmarks/collapse.py`, ...): a re-run updates the page (paste that output), or this fails."""
+    renderers = _result_renderers()
     found = 0
     for page in sorted((DOCS / "results").glob("*.md")):
         text = page.read_text(encoding="utf-8")
-        for path, body in re.findall(r"<!-- tables: (\S+) -->\n(.*?)\n<!-- end tables -->", text, flags=re.S):
+        for kind, path, body in re.findall(r"<!-- ([a-z ]+): (\S+) -->\n(.*?)\n<!-- end \1 -->", text, flags=re.S):
+            assert kind in renderers, f"{page.name}: unknown results block kind {kind!r}; one of {sorted(renderers)}"
             found += 1
-            result = json.loads((REPO_ROOT / path).read_text(encoding="utf-8"))
-            assert body == tables(result), (f"{page.name}: the tables of {path} are stale; paste the output of "
-                                            f"python benchmarks/learning.py --rung imdb --tables {path}")
-        for path, body in re.findall(r"<!-- collapse: (\S+) -->\n(.*?)\n<!-- end collapse -->", text, flags=re.S):
-            found += 1
-            arms = json.loads((REPO_ROOT / path).read_text(encoding="utf-8"))["arms"]
-            assert body == f"{collapse.table(arms)}\n\n{collapse.table(arms, 'at_kl')}", (
-                f"{page.name}: the collapse tables of {path} are stale; paste what benchmarks/collapse.py prints")
+            assert body == renderers[kind](path), (f"{page.name}: the {kind} block of {path} is stale; paste what "
+                                                   "the benchmark that wrote it prints")
     assert found >= 3

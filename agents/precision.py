@@ -26,7 +26,7 @@ import logging
 
 import torch
 
-__all__ = ["PRECISIONS", "autocast", "native_bf16", "resolve_precision"]
+__all__ = ["PRECISIONS", "autocast", "cast_frozen_weights_once", "native_bf16", "resolve_precision"]
 
 logger = logging.getLogger(__name__)
 
@@ -83,3 +83,41 @@ def autocast(precision: str, device: torch.device | str):
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
+
+
+class CastOnceLinear(torch.nn.Linear):
+    """An ``nn.Linear`` whose frozen weight is cast to the autocast dtype once, not at every product.
+
+    ``torch.autocast`` caches its casts of leaf tensors that require grad only; a frozen weight (a LoRA base, the
+    reference model) is cast again at every call — in generation once per new token. This keeps one cast copy
+    (``weight.detach().to(dtype)``, the same rounding autocast applies, so every output is bit-identical) and makes
+    it again when the weight changes (its version counter or storage: an in-place update, a LoRA merge, a load).
+    Outside autocast, or for a weight that requires grad, it is a plain ``nn.Linear``. Costs one low-precision copy
+    of each frozen weight (2 bytes per parameter in bf16).
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        device_type = self.weight.device.type
+        if self.weight.requires_grad or not torch.is_autocast_enabled(device_type):
+            return super().forward(x)
+        dtype = torch.get_autocast_dtype(device_type)
+        key = (dtype, self.weight._version, self.weight.data_ptr())
+        cached = self.__dict__.get("_cast_once")
+        if cached is None or cached[0] != key:
+            cached = (key, self.weight.detach().to(dtype))
+            self.__dict__["_cast_once"] = cached
+        return torch.nn.functional.linear(x, cached[1], self.bias)
+
+
+def cast_frozen_weights_once(*models: torch.nn.Module) -> int:
+    """Make every plain ``nn.Linear`` of `models` a `CastOnceLinear` (in place; the modules keep their parameters,
+    state-dict keys and ``isinstance(m, nn.Linear)``); for a mixed precision, where only frozen weights gain. Returns
+    how many modules changed class."""
+    changed = 0
+    for model in models:
+        for module in model.modules():
+            if type(module) is torch.nn.Linear:
+                module.__class__ = CastOnceLinear
+                changed += 1
+    return changed
+

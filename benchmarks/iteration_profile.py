@@ -240,6 +240,29 @@ def table(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def precision_table(fp32: dict, bf16: dict) -> str:
+    """Markdown: CPU seconds per iteration of each arm in fp32 and in bf16, and their ratio, from two profile reports
+    of one machine (`main`'s JSON: ``fp32`` run with ``--precision fp32``, `bf16` with ``--precision bf16-mixed``).
+    TRL's arm is paired with itself in its own default precision: ``trl-grpo`` (fp32) beside ``trl-grpo-default``.
+
+    Raises:
+        ValueError: the two reports come from machines that differ (``machine``), or `bf16` was not a bf16 run.
+    """
+    if fp32.get("machine") != bf16.get("machine"):
+        raise ValueError(f"the profiles come from different machines ({fp32.get('machine')} vs {bf16.get('machine')}); "
+                         "compare precisions on one machine")
+    if bf16.get("precision") != "bf16-mixed":
+        raise ValueError(f"the second profile ran at --precision {bf16.get('precision')}, not bf16-mixed")
+    pairs = {arm: (fp32["arms"][arm], bf16["arms"][arm]) for arm in fp32["arms"] if arm in bf16["arms"]}
+    if "trl-grpo" in fp32["arms"] and "trl-grpo-default" in fp32["arms"]:
+        pairs["trl-grpo (TRL's default: bf16)"] = (fp32["arms"]["trl-grpo"], fp32["arms"]["trl-grpo-default"])
+    lines = ["| arm | fp32 | bf16 | bf16 ÷ fp32 |", "|---|---|---|---|"]
+    for arm, (a, b) in pairs.items():
+        x, y = a["mean_cpu_s"]["total"], b["mean_cpu_s"]["total"]
+        lines.append(f"| {arm} | {x:.2f} | {y:.2f} | {y / x:.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

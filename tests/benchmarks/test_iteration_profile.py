@@ -95,3 +95,24 @@ def test_each_trl_arm_profiles_trl_in_its_precision(monkeypatch, arm, precision)
     monkeypatch.setattr(ip, "profile_own", lambda *a, **k: pytest.fail("profiled this project's learner"))
     out = ip.profile_arm(arm, 2, 0)
     assert seen == [precision] and out["measured_iterations"] == 1 and out["mean_cpu_s"]["total"] == len(ip.PHASES)
+
+
+def _report(precision, totals, machine=None):
+    machine = machine or {"cpu": "CPU (AVX512; one torch thread per run)", "native_bf16": True}
+    return {"precision": precision, "machine": machine,
+            "arms": {arm: {"mean_cpu_s": {"total": t}} for arm, t in totals.items()}}
+
+
+def test_the_precision_table_pairs_each_arm_and_trl_with_its_own_default():
+    fp32 = _report("fp32", {"ppo": 8.0, "trl-grpo": 10.0, "trl-grpo-default": 5.0})
+    bf16 = _report("bf16-mixed", {"ppo": 4.0})
+    assert ip.precision_table(fp32, bf16).splitlines()[2:] == [
+        "| ppo | 8.00 | 4.00 | 0.50 |", "| trl-grpo (TRL's default: bf16) | 10.00 | 5.00 | 0.50 |"]
+
+
+def test_the_precision_table_refuses_two_machines_or_a_second_fp32_profile():
+    fp32 = _report("fp32", {"ppo": 8.0})
+    with pytest.raises(ValueError, match="different machines"):
+        ip.precision_table(fp32, _report("bf16-mixed", {"ppo": 4.0}, machine={"cpu": "AVX2", "native_bf16": False}))
+    with pytest.raises(ValueError, match="not bf16-mixed"):
+        ip.precision_table(fp32, _report("fp32", {"ppo": 4.0}))

@@ -26,7 +26,7 @@ from agents import (
     load_model_and_tokenizer,
 )
 from agents.dropout import disable_dropout
-from agents.precision import resolve_precision
+from agents.precision import cast_frozen_weights_once, resolve_precision
 from agents.tiny import tiny_causal_lm, tiny_tokenizer
 from agents.loading import load_model, load_tokenizer
 from cory_env.seating import Seating
@@ -112,7 +112,8 @@ def build_agents(model, tokenizer, model_config: ModelConfig, sampling: Sampling
     with `sampling`; the agents are in eval mode (the learners switch to train mode only inside their update), and
     with `ModelConfig.disable_dropout` every dropout in them has probability 0 (`agents.dropout.disable_dropout`).
     Agents and reference compute in `ModelConfig.precision` (resolved for the model's device:
-    `agents.precision.resolve_precision`).
+    `agents.precision.resolve_precision`); under a mixed precision the frozen weights' linear layers cast their
+    weight once per change instead of at every product (`agents.precision.CastOnceLinear`: the same numbers).
 
     Raises:
         ValueError: ``dtype="float16"`` on a CPU; ``precision="fp16-mixed"`` on a CPU."""
@@ -157,6 +158,8 @@ def build_agents(model, tokenizer, model_config: ModelConfig, sampling: Sampling
         agent.eval()
     if model_config.disable_dropout:  # rollout scoring (eval mode) and update (train mode): one function
         disable_dropout(*agents.values())
+    if precision != "fp32":  # frozen weights (LoRA base, reference copy) cast to bf16/fp16 once, not per product
+        cast_frozen_weights_once(ref.model)
     return agents, ref
 
 

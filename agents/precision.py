@@ -104,7 +104,8 @@ class CastOnceLinear(torch.nn.Linear):
         key = (dtype, self.weight._version, self.weight.data_ptr())
         cached = self.__dict__.get("_cast_once")
         if cached is None or cached[0] != key:
-            cached = (key, self.weight.detach().to(dtype))
+            with torch.inference_mode(False):  # made during a rollout, used by the update's autograd too
+                cached = (key, self.weight.detach().to(dtype))
             self.__dict__["_cast_once"] = cached
         return torch.nn.functional.linear(x, cached[1], self.bias)
 

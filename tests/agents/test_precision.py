@@ -78,6 +78,8 @@ def test_frozen_weights_are_cast_once_with_bit_identical_outputs(tiny_tok, tiny_
 
     agents, ref = _lora_pair(tiny_tok, tiny_model)
     model = ref.model
+    with torch.inference_mode(), autocast("bf16-mixed", "cpu"):  # a rollout makes the copies first
+        model(input_ids=x)
     swapped = [m for m in model.modules() if isinstance(m, CastOnceLinear)]
     assert swapped and all(isinstance(m, torch.nn.Linear) for m in swapped)
     with_cache, grads = run(model)

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 
-def test_bf16_mixed_keeps_master_weights_scores_and_losses_in_fp32(tiny_run):
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_bf16_mixed_keeps_master_weights_scores_and_losses_in_fp32(tiny_run, lora):
     """Under bf16-mixed the forwards' matmuls are bf16 but parameters, Adam state, log-probabilities, values and
-    losses are float32, and the first mini-batch's PPO ratio stays 1 (one recomputation scores and updates)."""
+    losses are float32, and the first mini-batch's PPO ratio stays 1 (one recomputation scores and updates); with
+    LoRA the frozen base's cast copies, first made in the rollout's inference mode, serve the update's autograd."""
     from trainers.loop.cory import CORYTrainer
     from trainers.rollout import rollout_from_transcript, run_episodes
 
+    lora_flags = {"use_lora": True, "lora_r": 4, "lora_alpha": 8} if lora else {}
     configs = tiny_run("bf16", precision="bf16-mixed", num_iterations=1, batch_size=4, mini_batch_size=4,
-                       ppo_epochs=1, role_exchange_period=0)
+                       ppo_epochs=1, role_exchange_period=0, **lora_flags)
     trainer = CORYTrainer(configs)
     agent = trainer.exchange.seats["pioneer"].agent
     assert agent.precision == "bf16-mixed" and trainer.ref_model.precision == "bf16-mixed"

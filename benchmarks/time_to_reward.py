@@ -129,7 +129,8 @@ def table(result: dict) -> str:
     def cell(t: dict) -> str:
         return f"{'' if t['reached'] else '≥ '}{t['train_cpu_s']:.0f} s ({t['episodes']:.0f} ep.)"
 
-    lines = [f"| seed | ours (`grpo`) to +{result['gain']} | TRL `GRPOTrainer` to +{result['gain']} | ours ÷ TRL |",
+    ours, trl = ("`grpo`, bf16-mixed", " (its default, bf16)") if result.get("precision") == "bf16" else ("`grpo`", "")
+    lines = [f"| seed | ours ({ours}) to +{result['gain']} | TRL `GRPOTrainer`{trl} to +{result['gain']} | ours ÷ TRL |",
              "|---|---|---|---|"]
     for s, row in result["per_seed"].items():
         bound = " (bound)" if row["ratio_is_bound"] else ""

@@ -79,3 +79,13 @@ def test_the_bf16_precision_runs_our_arm_in_bf16_mixed_beside_trl_default(tmp_pa
     assert cmd[cmd.index("--flags"):] == ["--flags", "--precision", "bf16-mixed"]
     ttr.run_seed(3, tmp_path / "seed_3.json")
     assert "--flags" not in calls[1] and TRL in calls[1]
+
+
+def test_the_bf16_table_names_each_side_s_precision():
+    from benchmarks.time_to_reward import table
+
+    runs = [_run(OURS, 0, [0.1, 0.5], [0, 20]), _run("trl-grpo-default", 0, [0.1, 0.5], [0, 40])]
+    result = {**report(runs, 0.2, trl_arm="trl-grpo-default"), "precision": "bf16"}
+    assert table(result).splitlines()[0] == ("| seed | ours (`grpo`, bf16-mixed) to +0.2 | TRL `GRPOTrainer` "
+                                             "(its default, bf16) to +0.2 | ours ÷ TRL |")
+    assert table({**result, "precision": "fp32"}).splitlines()[0].startswith("| seed | ours (`grpo`) to +0.2 | TRL")

@@ -110,15 +110,18 @@ class CastOnceLinear(torch.nn.Linear):
         return torch.nn.functional.linear(x, cached[1], self.bias)
 
 
-def cast_frozen_weights_once(*models: torch.nn.Module) -> int:
+def cast_frozen_weights_once(*models: torch.nn.Module, once: bool = True) -> int:
     """Make every plain ``nn.Linear`` of `models` a `CastOnceLinear` (in place; the modules keep their parameters,
-    state-dict keys and ``isinstance(m, nn.Linear)``); for a mixed precision, where only frozen weights gain. Returns
-    how many modules changed class."""
+    state-dict keys and ``isinstance(m, nn.Linear)``); for a mixed precision, where only frozen weights gain. With
+    ``once=False``, turn them back into plain ``nn.Linear`` (a sharded model: its weights exist whole only during a
+    layer's forward, and a kept copy would hold them whole). Returns how many modules changed class."""
+    source, target = (torch.nn.Linear, CastOnceLinear) if once else (CastOnceLinear, torch.nn.Linear)
     changed = 0
     for model in models:
         for module in model.modules():
-            if type(module) is torch.nn.Linear:
-                module.__class__ = CastOnceLinear
+            if type(module) is source:
+                module.__dict__.pop("_cast_once", None)
+                module.__class__ = target
                 changed += 1
     return changed
 

@@ -114,6 +114,23 @@ def test_sharded_optimizer_state_is_the_identity_for_plain_parameters():
         sharded_optimizer_state(state, fewer)
 
 
+def test_a_sharded_model_casts_at_every_product_again(tiny_model, monkeypatch):
+    """`shard_model` turns `CastOnceLinear` layers back into plain ``nn.Linear``: a sharded weight is whole only
+    during its layer's forward, and a kept bf16 copy of it would hold it whole for the run."""
+    import torch.distributed.fsdp
+
+    from agents.precision import CastOnceLinear, cast_frozen_weights_once
+    from trainers.loop.sharding import shard_model
+
+    wrapped = []
+    monkeypatch.setattr(torch.distributed.fsdp, "fully_shard", lambda module, **_: wrapped.append(module))
+    assert cast_frozen_weights_once(tiny_model) > 0
+    shard_model(tiny_model, mesh=None)
+    assert wrapped[-1] is tiny_model
+    assert not any(isinstance(m, CastOnceLinear) for m in tiny_model.modules())
+    assert any(type(m) is torch.nn.Linear for m in tiny_model.modules())
+
+
 # ------------------------------------------------------------------------------------------------ two processes
 def test_agents_acting_different_step_counts_do_not_wait_on_each_other(tmp_path):
     proc = _run(["torchrun", "--nproc_per_node", "2", "--master_port", str(_port()), str(GATHER_WORKER)], tmp_path)

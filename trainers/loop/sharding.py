@@ -44,6 +44,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from agents.precision import cast_frozen_weights_once
 from trainers.config import SHARDINGS
 from trainers.distributed import full_tensor, is_sharded
 
@@ -146,6 +147,7 @@ def shard_model(model: nn.Module, mesh) -> nn.Module:
     """
     from torch.distributed.fsdp import fully_shard
 
+    cast_frozen_weights_once(model, once=False)  # a kept bf16 copy of a gathered weight would undo the sharding
     classes = _layer_classes(model)
     for module in model.modules():
         if module is not model and type(module).__name__ in classes:

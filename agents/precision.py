@@ -10,7 +10,8 @@
   log-probabilities, entropies and the full-vocabulary KL are float32), `agents.value_head.ValueHead` casts the
   hidden state (values and the value loss), and the learners' advantages, ratios, KL estimates and losses are
   computed outside the autocast region on those float32 tensors. bf16 keeps float32's exponent range, so no loss
-  scaling is needed (unlike fp16).
+  scaling is needed (unlike fp16). Frozen weights (a LoRA base, the reference model) are cast once per change
+  instead of at every product (`CastOnceLinear`, applied by `trainers.loop.build.build_agents`; same numbers).
 * ``"auto"``: ``"bf16-mixed"`` where the hardware computes bf16 natively (a CUDA GPU with bf16 support; a CPU with
   AVX512-BF16 or AMX), else ``"fp32"``; the choice is logged (`resolve_precision`).
 * ``"fp16-mixed"``: float16 autocast, CUDA only (CPU float16 kernels are missing or slower than float32; refused).

@@ -223,8 +223,9 @@ def profile_arm(arm: str, iterations: int, seed: int, precision: str = "fp32") -
             profile_own(arm, iterations, seed, run_dir, precision=precision)
     kept = rows[1:] or rows
     mean = {key: sum(r[key] for r in kept) / len(kept) for key in (*PHASES, "total")}
-    return {"arm": arm, "precision": TRL_PRECISION.get(arm, precision), "iterations": len(rows), "measured_iterations": len(kept), "per_iteration": rows,
-            "mean_cpu_s": mean, "share": {p: mean[p] / mean["total"] for p in PHASES}}
+    return {"arm": arm, "precision": TRL_PRECISION.get(arm, precision), "iterations": len(rows),
+            "measured_iterations": len(kept), "per_iteration": rows, "mean_cpu_s": mean,
+            "share": {p: mean[p] / mean["total"] for p in PHASES}}
 
 
 def table(results: dict[str, dict]) -> str:
@@ -289,7 +290,8 @@ def main(argv: list[str] | None = None) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for arm in args.arms:  # one process per arm: no arm inherits another's warm caches or allocator state
         out = subprocess.run([sys.executable, __file__, "--one", arm, "--iterations", str(args.iterations),
-                              "--seed", str(args.seed), "--precision", args.precision], capture_output=True, text=True, env=env, check=False)
+                              "--seed", str(args.seed), "--precision", args.precision],
+                             capture_output=True, text=True, env=env, check=False)
         if out.returncode != 0:
             sys.exit(f"profiling {arm} failed:\n{out.stderr[-3000:]}")
         results[arm] = json.loads(out.stdout.strip().splitlines()[-1])

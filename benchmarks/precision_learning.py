@@ -13,8 +13,9 @@ shared flags and the run's own flags (``fp32`` when none). Runs of other arms (e
 files) are left out. Each (arm, precision) becomes one arm of a ladder result named ``ARM [PRECISION]``, summarised
 by the ladder's own code (`benchmarks.learning.summarise` / `report`: the JSON, the curves figure, the tables), with
 ``precision_improvement``: per arm, P(bf16-mixed > fp32) of the final reward and of the reward at each KL level
-(`benchmarks.stats.improvement_summary`: n/a where the seed sets differ). Runs on different machines are compared
-as seeds: the seeded numbers of one precision are not expected to match across CPUs.
+(`benchmarks.stats.improvement_summary`: n/a where the seed sets differ). Runs of one precision made on
+different CPUs may be mixed: an fp32 run repeated on an AVX512/AMX CPU matched the AVX2 CPU's run reward for reward
+(KL within 8e-6; docs/results/performance.md).
 """
 
 from __future__ import annotations

@@ -130,8 +130,8 @@ def table(result: dict) -> str:
         return f"{'' if t['reached'] else '≥ '}{t['train_cpu_s']:.0f} s ({t['episodes']:.0f} ep.)"
 
     ours, trl = ("`grpo`, bf16-mixed", " (its default, bf16)") if result.get("precision") == "bf16" else ("`grpo`", "")
-    lines = [f"| seed | ours ({ours}) to +{result['gain']} | TRL `GRPOTrainer`{trl} to +{result['gain']} | ours ÷ TRL |",
-             "|---|---|---|---|"]
+    gain = result["gain"]
+    lines = [f"| seed | ours ({ours}) to +{gain} | TRL `GRPOTrainer`{trl} to +{gain} | ours ÷ TRL |", "|---|---|---|---|"]
     for s, row in result["per_seed"].items():
         bound = " (bound)" if row["ratio_is_bound"] else ""
         lines.append(f"| {s} | {cell(row[OURS])} | {cell(row[TRL])} | {row['ratio']:.2f}{bound} |")

@@ -37,8 +37,9 @@ def beta_of(flags: Sequence[str], default: float | None = None) -> float | None:
     >>> beta_of(["--init_kl_coef", "0.05", "--lr", "1", "--init_kl_coef", "0.2"])
     0.2
     """
-    flags = list(flags)
-    values = [flags[i + 1] for i, f in enumerate(flags[:-1]) if f == "--init_kl_coef"]
+    from benchmarks.ladder_merge import flag_settings
+
+    values = flag_settings(flags).get("--init_kl_coef")
     return float(values[-1]) if values else default
 
 

@@ -43,9 +43,9 @@ def precision_of(flags: Sequence[str]) -> str:
     >>> precision_of([])
     'fp32'
     """
-    flags = list(flags)
-    values = [flags[i + 1] for i, f in enumerate(flags[:-1]) if f == "--precision"]
-    return values[-1] if values else FP32
+    from benchmarks.ladder_merge import flag_settings
+
+    return (flag_settings(flags).get("--precision") or (FP32,))[-1]
 
 
 def label(arm: str, precision: str) -> str:

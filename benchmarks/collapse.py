@@ -10,6 +10,12 @@ degeneration three ways, at equal episodes and at equal KL to the reference:
 - **top opening**: the share of responses that begin with the most common first three words: rises when the policy
   answers every query the same way.
 
+None of the three sees a run that leaves language for strings of unrelated tokens (random tokens do not repeat), so
+each run is also read for **divergence**: ``gain_kept`` is the share of its best held-out reward gain so far that a
+point keeps, ``(r − r₀) / (max r − r₀)`` over the points up to it (r₀ the untrained model's, episode 0; undefined
+until the best gain reaches ``MIN_GAIN``), and a run has *diverged* at its first point that keeps less than
+``KEPT`` of that gain (reward back near the base model's after having learnt), with the KL jump into that point.
+
     python benchmarks/collapse.py benchmarks/imdb_runs/{ppo,cory}-4x-s*.json --out benchmarks/collapse_imdb.json
 
 Per arm (the ``-Nx`` suffix dropped) and cell, IQM [95 % CI] over seeds (`benchmarks.stats`); at equal KL each
@@ -34,6 +40,8 @@ from benchmarks.ladder_report import reward_at_kl  # noqa: E402
 from benchmarks.stats import arm_summary  # noqa: E402
 
 METRICS = ("distinct_2", "seq_rep_2", "top_opening")
+MIN_GAIN = 0.1  # held-out reward (VADER compound, in [-1, 1]) a run must have gained before it can diverge
+KEPT = 0.25  # a point keeping less than this share of the best gain so far marks divergence
 EPISODES = (400, 800, 1200, 1600)
 KL_LEVELS = (4.0, 8.0, 12.0, 16.0)
 
@@ -74,6 +82,37 @@ def degeneration(point: dict) -> dict:
             "top_opening": top_opening(responses)}
 
 
+def gain_kept(curve: Sequence[dict], min_gain: float = MIN_GAIN) -> list[float | None]:
+    """Per point of `curve` (episode order, first point the untrained model), the share of the best reward gain so
+    far that it keeps: ``(r_i − r_0) / (max_{j≤i} r_j − r_0)``; ``None`` while that best gain is below `min_gain`.
+
+    >>> gain_kept([{"reward": 0.1}, {"reward": 0.5}, {"reward": 0.9}, {"reward": 0.1}])
+    [None, 1.0, 1.0, 0.0]
+    """
+    base, best, kept = curve[0]["reward"], curve[0]["reward"], []
+    for point in curve:
+        best = max(best, point["reward"])
+        kept.append((point["reward"] - base) / (best - base) if best - base >= min_gain else None)
+    return kept
+
+
+def divergence(curve: Sequence[dict], kept: float = KEPT, min_gain: float = MIN_GAIN) -> dict | None:
+    """The first point of `curve` that keeps less than `kept` of its best gain so far (`gain_kept`), as
+    ``{"episodes", "reward", "peak_reward", "kl_k1", "kl_k1_before"}`` (the KL of the point before it beside its
+    own: the jump), or ``None`` if the run never diverged.
+
+    >>> divergence([{"episodes": 0, "reward": 0.1, "kl_k1": 0.0}, {"episodes": 8, "reward": 0.9, "kl_k1": 9.0},
+    ...             {"episodes": 16, "reward": 0.1, "kl_k1": 70.0}])["episodes"]
+    16
+    """
+    for i, share in enumerate(gain_kept(curve, min_gain)):
+        if share is not None and share < kept:
+            return {"episodes": curve[i]["episodes"], "reward": curve[i]["reward"],
+                    "peak_reward": max(p["reward"] for p in curve[:i + 1]), "kl_k1": curve[i]["kl_k1"],
+                    "kl_k1_before": curve[i - 1]["kl_k1"]}
+    return None
+
+
 def _cell(values: list[float]) -> dict | None:
     return arm_summary(values) if values else None
 
@@ -87,12 +126,15 @@ def summarise(runs: Sequence[dict], episodes: Sequence[int] = EPISODES, levels: 
         by_arm.setdefault(arm_spec(run["arm"])[0], []).append(run)
     out = {}
     for arm, arm_runs in sorted(by_arm.items()):
-        curves = [[degeneration(p) for p in run["curve"] if p.get("responses")] for run in arm_runs]
+        curves = [[{**degeneration(p), "gain_kept": k} for p, k in zip(run["curve"], gain_kept(run["curve"]))
+                   if p.get("responses")] for run in arm_runs]
         entry = {"seeds": [run["seed"] for run in arm_runs], "at_episodes": {}, "at_kl": {},
+                 "diverged": {run["seed"]: divergence(run["curve"]) for run in arm_runs},
                  "samples": {run["seed"]: run["curve"][-1].get("samples", [])[:4] for run in arm_runs}}
-        for metric in ("reward", "kl_k1", *METRICS):
+        for metric in ("reward", "kl_k1", "gain_kept", *METRICS):
             entry["at_episodes"][metric] = {
-                str(e): _cell([p[metric] for c in curves for p in c if p["episodes"] == e and metric in p])
+                str(e): _cell([p[metric] for c in curves for p in c
+                               if p["episodes"] == e and p.get(metric) is not None])
                 for e in episodes}
         for metric in ("reward", *METRICS):
             entry["at_kl"][metric] = {
@@ -115,6 +157,24 @@ def table(summary: dict, where: str = "at_episodes") -> str:
     return "\n".join(lines)
 
 
+def divergence_table(summary: dict) -> str:
+    """Markdown: one row per (arm, seed): where the run diverged (`divergence`), or that it did not."""
+    lines = ["| arm | seed | diverged at (episodes) | reward: best → then | KL (k1): before → then |",
+             "|---|---|---|---|---|"]
+    for arm, entry in summary.items():
+        for seed, where in entry["diverged"].items():
+            lines.append(f"| {arm} | {seed} | " + (" | ".join(
+                (str(where["episodes"]), f"{where['peak_reward']:.3f} → {where['reward']:.3f}",
+                 f"{where['kl_k1_before']:.1f} → {where['kl_k1']:.1f}")) if where else "no | — | —") + " |")
+    return "\n".join(lines)
+
+
+def report(summary: dict) -> str:
+    """What `main` prints (and the results page shows): the tables at equal episodes, at equal KL, and of
+    divergence, from a summary's ``arms``."""
+    return "\n\n".join((table(summary), table(summary, "at_kl"), divergence_table(summary)))
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -125,8 +185,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     summary = {"command": "python benchmarks/collapse.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                "arms": summarise(runs)}
     Path(args.out).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    print(table(summary["arms"]))
-    print(table(summary["arms"], "at_kl"))
+    print(report(summary["arms"]))
     print(f"wrote {args.out}")
     return summary
 

@@ -132,6 +132,25 @@ TINY = ("--model", "tiny", "--task", "tiny_vocab", "--context_len", "12", "--hel
         "--ent_coef", "0.01", "--vf_coef", "0.5", "--adap_kl_ctrl", "false", "--init_kl_coef", "0.01",
         "--role_exchange_period", "5")
 
+# The IMDB rung: the paper's task on the offline default model, reward and data.
+IMDB = Rung(
+    flags=("--model", "smollm2-135m-instruct", "--task", "imdb",
+           "--data_path", str(DATA / "imdb_reviews_1000.csv"), "--heldout_fraction", "0.2",
+           "--use_lora", "true", "--lora_r", "16", "--lora_alpha", "32", "--batch_size", "16",
+           "--mini_batch_size", "8", "--ppo_epochs", "2", "--learning_rate", "1e-3", "--ent_coef", "0.0",
+           "--adap_kl_ctrl", "false", "--init_kl_coef", "0.05",
+           # PPO learners only (GRPO normalises within groups and ignores them), and lr 1e-3 for every arm:
+           # the factor table of docs/results/learning_factors.md (single-agent PPO gained +0.08 on average at
+           # lr 5e-4 without them, +0.45 at lr 1e-3 with them)
+           "--use_score_scaling", "true", "--use_score_norm", "true", "--whiten_rewards", "true",
+           "--min_new_tokens", "8", "--max_new_tokens", "12", "--context_len", "96", "--role_exchange_period", "5"),
+    episodes=400, arms=("ppo-2x", "cory", "grpo-2x", "cory-grpo"),
+    floors={"ppo": 0.2, "cory": 0.2, "grpo": 0.2, "cory-grpo": 0.2}, eval_episodes=128,
+    eval_points=8, collective=False, floor_on_gain=True, keep_texts=True,
+    help="SmolLM2-135M-Instruct + LoRA, VADER, real IMDB reviews; floors are gains over the base model; "
+         "ppo-2x / grpo-2x: the single-agent arms with twice the episodes (equal compute with CORY's two models)",
+)
+
 RUNGS: dict[str, Rung] = {
     "sanity": Rung(
         flags=TINY + ("--batch_size", "64", "--mini_batch_size", "16"), episodes=64 * 40, arms=("ppo",),
@@ -160,23 +179,14 @@ RUNGS: dict[str, Rung] = {
              "only (optimum 3; without knowledge transfer 1 + 2p = 1.546 on the held-out slice: "
              "cory_env.tasks.chain_relay)",
     ),
-    "imdb": Rung(
-        flags=("--model", "smollm2-135m-instruct", "--task", "imdb",
-               "--data_path", str(DATA / "imdb_reviews_1000.csv"), "--heldout_fraction", "0.2",
-               "--use_lora", "true", "--lora_r", "16", "--lora_alpha", "32", "--batch_size", "16",
-               "--mini_batch_size", "8", "--ppo_epochs", "2", "--learning_rate", "1e-3", "--ent_coef", "0.0",
-               "--adap_kl_ctrl", "false", "--init_kl_coef", "0.05",
-               # PPO learners only (GRPO normalises within groups and ignores them), and lr 1e-3 for every arm:
-               # the factor table of docs/results/learning_factors.md (single-agent PPO gained +0.08 on average at
-               # lr 5e-4 without them, +0.45 at lr 1e-3 with them)
-               "--use_score_scaling", "true", "--use_score_norm", "true", "--whiten_rewards", "true",
-               "--min_new_tokens", "8", "--max_new_tokens", "12", "--context_len", "96", "--role_exchange_period", "5"),
-        episodes=400, arms=("ppo-2x", "cory", "grpo-2x", "cory-grpo"),
-        floors={"ppo": 0.2, "cory": 0.2, "grpo": 0.2, "cory-grpo": 0.2}, eval_episodes=128,
-        eval_points=8, collective=False, floor_on_gain=True, keep_texts=True,
-        help="SmolLM2-135M-Instruct + LoRA, VADER, real IMDB reviews; floors are gains over the base model; "
-             "ppo-2x / grpo-2x: the single-agent arms with twice the episodes (equal compute with CORY's two models)",
-    ),
+    "imdb": IMDB,
+    "imdb_batch256": replace(
+        IMDB, flags=IMDB.flags + ("--batch_size", "256", "--mini_batch_size", "256", "--ppo_epochs", "4",
+                                  "--gradient_checkpointing", "true"),
+        episodes=256 * 32, arms=("ppo", "cory"),
+        help="the imdb rung at the paper's batch (PAPER.md §2: 256 queries per iteration, one mini-batch of 256, 4 "
+             "PPO epochs; activation checkpointing), 32 iterations (the paper ran about 102); for a GPU: "
+             "--jobs 6 --flags --device cuda (benchmarks/README.md)"),
 }
 
 @dataclass(frozen=True)

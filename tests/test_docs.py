@@ -193,16 +193,12 @@ def _result_renderers() -> dict:
     def load(path: str) -> dict:
         return json.loads((REPO_ROOT / path).read_text(encoding="utf-8"))
 
-    def collapse_tables(path: str) -> str:
-        arms = load(path)["arms"]
-        return f"{collapse.table(arms)}\n\n{collapse.table(arms, 'at_kl')}"
-
     def precision_tables(path: str) -> str:
         result = load(path)
         return f"{tables(result)}\n\n{precision_learning.improvement_table(result['precision_improvement'])}"
 
     return {"tables": lambda path: tables(load(path)),  # benchmarks/learning.py --rung imdb --tables JSON
-            "collapse": collapse_tables,  # benchmarks/collapse.py
+            "collapse": lambda path: collapse.report(load(path)["arms"]),  # benchmarks/collapse.py
             "pareto": lambda path: pareto.table(load(path)),  # benchmarks/pareto.py
             "time to reward": lambda path: time_to_reward.table(load(path)),  # benchmarks/time_to_reward.py
             "precision profile": lambda paths: iteration_profile.precision_table(*map(load, paths.split(","))),

@@ -30,6 +30,14 @@ class ActingScores:
     exact: bool
 
 
+def sampling_generator(seed: int, agent: object) -> torch.Generator:
+    """A `torch.Generator` seeded `seed` on the device `agent` samples on (its ``device``; CPU for an agent
+    without one): `torch.multinomial` refuses a generator on another device than its probabilities ("Expected a
+    'cuda' device type for generator but found 'cpu'" for a CPU generator and a model on a GPU). On a CPU it is
+    ``torch.Generator().manual_seed(seed)``, so seeded CPU runs are unchanged."""
+    return torch.Generator(device=getattr(agent, "device", "cpu")).manual_seed(seed)
+
+
 def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: torch.Generator | None = None,
                  group_size: int = 1, queries: Sequence[str] | None = None, stream_offset: int = 0,
                  acting: dict[str, ActingScores] | None = None):

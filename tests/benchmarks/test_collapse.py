@@ -43,3 +43,30 @@ def test_a_seed_that_never_reaches_a_kl_level_is_left_out_of_that_cell():
                                                                                                       (1, 6.0))]
     cell = collapse.summarise(runs, episodes=(400,), levels=(4.0,))["ppo"]["at_kl"]["distinct_2"]["4.0"]
     assert cell["n"] == 1
+
+
+def _curve(rewards, kls):
+    texts = ["a b c", "d e f"]
+    return [{**_point(100 * i, kl, texts, 0.9), "reward": r} for i, (r, kl) in enumerate(zip(rewards, kls))]
+
+
+def test_gain_kept_is_the_share_of_the_best_gain_so_far():
+    kept = collapse.gain_kept(_curve([0.2, 0.25, 0.6, 0.4, 0.7, 0.2], [0, 1, 2, 3, 4, 5]))
+    assert kept[:2] == [None, None]  # best gain 0.05 < MIN_GAIN: nothing learnt yet
+    assert kept[2:] == pytest.approx([1.0, 0.5, 1.0, 0.0])  # 0.4 keeps half of 0.4; 0.7 a new best; back to base
+
+
+def test_a_run_diverges_where_it_loses_most_of_its_gain_and_the_summary_says_where():
+    diverging = _curve([0.15, 0.5, 0.9, 0.8, 0.4, 0.16], [0, 4, 10, 20, 40, 78])
+    steady = _curve([0.15, 0.5, 0.6, 0.5, 0.6, 0.55], [0, 4, 8, 10, 12, 14])
+    assert collapse.divergence(steady) is None
+    assert collapse.divergence(diverging) == {"episodes": 500, "reward": 0.16, "peak_reward": 0.9, "kl_k1": 78,
+                                              "kl_k1_before": 40}  # 0.4 keeps 1/3 of 0.75: not yet
+    summary = collapse.summarise([_run("ppo-4x", 0, diverging), _run("cory-4x", 1, steady)], episodes=(500,),
+                                 levels=(4.0,))
+    assert summary["ppo"]["diverged"][0]["episodes"] == 500 and summary["cory"]["diverged"] == {1: None}
+    assert summary["ppo"]["at_episodes"]["gain_kept"]["500"]["iqm"] == pytest.approx(0.01 / 0.75)
+    rows = collapse.divergence_table(summary).splitlines()
+    assert rows[2] == "| cory | 1 | no | — | — |"
+    assert rows[3] == "| ppo | 0 | 500 | 0.900 → 0.160 | 40.0 → 78.0 |"
+    assert collapse.report(summary).endswith(collapse.divergence_table(summary))

@@ -16,7 +16,7 @@ import torch
 from cory_env import BatchedCORYEnv, EnvConfig
 from cory_env.seating import Seating
 from trainers.learning import ppo_math
-from trainers.rollout import rollout_from_transcript, run_episodes
+from trainers.rollout import rollout_from_transcript, run_episodes, sampling_generator
 from trainers.learning.experience import score_rollout
 
 #: The seating of a pioneer-alone evaluation (`cory_env.seating.SEATING_SPECS`: the first seat, its own reward).
@@ -108,10 +108,11 @@ def sequence_kls(agent, ref_model, rollout, kind: str = "kl") -> tuple[torch.Ten
 def evaluation_batches(env, seats: dict, *, num_batches: int, seed: int, acting: dict | None = None):
     """Yield the `EpisodeTranscript` of each of `num_batches` evaluation batches: batch b plays the query streams
     ``(seed, b·B + i)`` (rows b·B .. of one long batch) and samples with a generator seeded ``seed + 7919·b``, so the
-    same seed gives the same queries and sampling streams to every model evaluated. `acting` (a dict) receives each
+    same seed gives the same queries and sampling streams to every model evaluated (the generator on the device the
+    first seat's agent samples on: `trainers.rollout.sampling_generator`). `acting` (a dict) receives each
     batch's `trainers.rollout.ActingScores` (`run_episodes`)."""
     for b in range(num_batches):
-        gen = torch.Generator().manual_seed(seed + 7919 * b)
+        gen = sampling_generator(seed + 7919 * b, next(iter(seats.values())))
         yield run_episodes(env, seats, seed=seed, generator=gen, stream_offset=b * env.batch_size, acting=acting)
 
 

@@ -27,14 +27,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from agents.sampling import SamplingConfig
 from cory_env import BatchedCORYEnv, EnvConfig
 from cory_env.prompts import PromptTemplate
 from cory_env.tasks.gsm8k_answers import answers_match, extract_answer, has_answer_format
 from trainers.evaluation.episodes import PIONEER_ALONE
-from trainers.rollout import run_episodes
+from trainers.rollout import run_episodes, sampling_generator
 
 __all__ = ["PAPER_EVAL_SAMPLING", "evaluate_pass_at_k", "pass_at_k", "pass_at_k_first", "pass_at_k_table"]
 
@@ -183,7 +182,8 @@ def evaluate_pass_at_k(
         num_samples: n, answers per problem (>= max(ks)).
         ks: the budgets k to report.
         problems_per_batch: problems per env batch; one batch holds `problems_per_batch * num_samples` answers.
-        seed: sampling seed; batch b uses `torch.Generator().manual_seed(seed + b)`.
+        seed: sampling seed; batch b samples from a generator seeded ``seed + b`` on the agent's device
+            (`trainers.rollout.sampling_generator`).
         num_examples: answers (query, response, prediction, gold) kept verbatim in the result.
         callback: called after every batch with the partial result (same keys; `finished` False), e.g. to save
             progress of a long CPU run.
@@ -220,7 +220,7 @@ def evaluate_pass_at_k(
         queries = [record["query"] for record in batch for _ in range(num_samples)]
         (pioneer,) = envs[rows].possible_agents
         transcript = run_episodes(envs[rows], {pioneer: agent}, seed=seed + b,
-                                  generator=torch.Generator().manual_seed(seed + b), queries=queries)
+                                  generator=sampling_generator(seed + b, agent), queries=queries)
         seat = transcript.seats[pioneer]
         for p, record in enumerate(batch):
             texts = seat.response_text[p * num_samples:(p + 1) * num_samples]

@@ -96,8 +96,9 @@ def sequence_kl(agent, ref_model, rollout, kind: str = "kl") -> torch.Tensor:
 
 def sequence_kls(agent, ref_model, rollout, kind: str = "kl") -> tuple[torch.Tensor, torch.Tensor]:
     """(`kind` estimate, k1 estimate) of the sequence KL(π‖π_ref), each float32 (B,) in nats, from one scoring
-    of the rollout (`sequence_kl`)."""
+    of the rollout (`sequence_kl`), on the agent's device (an evaluation transcript's rollout is built on the CPU)."""
     full = kind == "full"
+    rollout = rollout.to(agent.device)
     old, ref = score_rollout(agent, ref_model, rollout, return_logits=full, need_values=False)
     kl = ppo_math.kl_penalty(old.logprobs, ref.logprobs, kind, logits=old.logits if full else None,
                              ref_logits=ref.logits if full else None, mask=rollout.response_mask)

@@ -120,3 +120,17 @@ def test_the_gpu_numbers_are_the_committed_benchmark():
                      README)
     assert said, "the README's GPU sentence changed its wording; update this test with it"
     assert [int(x) for x in said.groups()] == [round(fp32[arm]) for arm in ("ppo", "grpo", "cory", "trl-grpo")]
+
+
+def test_the_paper_batch_verdict_is_the_committed_gpu_run():
+    """The README's sentence on the paper's batch quotes P(CORY > PPO) of `benchmarks/imdb_batch256.json` (the
+    `imdb_batch256` rung on a GPU) at KL 1, 2 and 4 and at the end."""
+    run = json.loads((REPO_ROOT / "benchmarks" / "imdb_batch256.json").read_text(encoding="utf-8"))
+    said = re.search(r"at the paper's batch \(256 per iteration, (\d+) episodes, seeds 0–2, one NVIDIA H200\) likewise: "
+                     r"P = ([\d.]+) at KL 1, ([\d.]+) at KL 2 and 4, ([\d.]+) at the end", README)
+    assert said, "the README's paper-batch sentence changed its wording; update this test with it"
+    episodes, at1, at2and4, end = said.groups()
+    assert int(episodes) == run["episodes"] and run["arms"]["cory"]["seeds"] == [0, 1, 2]
+    kl = {level: f"{run['equal_kl']['improvement'][level]['cory>ppo']['p']:.2f}" for level in ("1.0", "2.0", "4.0")}
+    assert [at1, at2and4, at2and4] == [kl["1.0"], kl["2.0"], kl["4.0"]]
+    assert end == f"{run['improvement']['cory>ppo']['p']:.2f}"

@@ -113,12 +113,14 @@ def divergence(curve: Sequence[dict], kept: float = KEPT, min_gain: float = MIN_
     return None
 
 
-def _cell(values: list[float]) -> dict | None:
-    return arm_summary(values) if values else None
+def _cell(per_seed: dict) -> dict | None:
+    """IQM [95 % CI] of one cell's per-seed values (`benchmarks.stats.arm_summary`), the values kept by seed."""
+    return {**arm_summary(list(per_seed.values())), "per_seed": per_seed} if per_seed else None
 
 
 def summarise(runs: Sequence[dict], episodes: Sequence[int] = EPISODES, levels: Sequence[float] = KL_LEVELS) -> dict:
-    """Per arm: the seeds, each metric at each of `episodes` and each KL level, and the last point's samples."""
+    """Per arm: the seeds, each metric at each of `episodes` and each KL level (IQM [CI] and the value of each seed
+    that has one), where each run diverged, and the last point's samples."""
     from benchmarks.learning import arm_spec
 
     by_arm: dict[str, list[dict]] = {}
@@ -126,22 +128,66 @@ def summarise(runs: Sequence[dict], episodes: Sequence[int] = EPISODES, levels: 
         by_arm.setdefault(arm_spec(run["arm"])[0], []).append(run)
     out = {}
     for arm, arm_runs in sorted(by_arm.items()):
-        curves = [[{**degeneration(p), "gain_kept": k} for p, k in zip(run["curve"], gain_kept(run["curve"]))
-                   if p.get("responses")] for run in arm_runs]
+        curves = {run["seed"]: [{**degeneration(p), "gain_kept": k} for p, k in
+                                zip(run["curve"], gain_kept(run["curve"])) if p.get("responses")] for run in arm_runs}
         entry = {"seeds": [run["seed"] for run in arm_runs], "at_episodes": {}, "at_kl": {},
                  "diverged": {run["seed"]: divergence(run["curve"]) for run in arm_runs},
                  "samples": {run["seed"]: run["curve"][-1].get("samples", [])[:4] for run in arm_runs}}
         for metric in ("reward", "kl_k1", "gain_kept", *METRICS):
             entry["at_episodes"][metric] = {
-                str(e): _cell([p[metric] for c in curves for p in c
-                               if p["episodes"] == e and p.get(metric) is not None])
+                str(e): _cell({seed: p[metric] for seed, c in curves.items() for p in c
+                               if p["episodes"] == e and p.get(metric) is not None})
                 for e in episodes}
         for metric in ("reward", *METRICS):
             entry["at_kl"][metric] = {
-                str(level): _cell([v for c in curves if (v := reward_at_kl(c, level, value=metric)) is not None])
+                str(level): _cell({seed: v for seed, c in curves.items()
+                                   if (v := reward_at_kl(c, level, value=metric)) is not None})
                 for level in levels}
         out[arm] = entry
     return out
+
+
+def improvements(summary: dict, a: str = "cory", b: str = "ppo", metric: str = "distinct_2") -> dict:
+    """P(arm `a`'s `metric` > arm `b`'s) with its bootstrap interval (`benchmarks.stats.improvement_summary`) in
+    every cell of `summary` (at each episodes count and each KL level), over the seeds both arms have there; a cell
+    where their seed sets differ (a seed that never reached the KL level) is an n/a with the reason."""
+    from benchmarks.stats import improvement_summary
+
+    out = {}
+    for where in ("at_episodes", "at_kl"):
+        cells_a, cells_b = summary[a][where][metric], summary[b][where][metric]
+        out[where] = {col: improvement_summary({int(k): v for k, v in cells_a[col]["per_seed"].items()},
+                                               {int(k): v for k, v in cells_b[col]["per_seed"].items()},
+                                               names=(a, b))
+                      if cells_a[col] and cells_b[col] else {"p": None, "ci": None, "why": "no seed there"}
+                      for col in cells_a}
+    return out
+
+
+def _shown(cell: dict | None) -> str:
+    """A cell as the tables print it: ``IQM [low, high] (seeds)``, the interval left out for one seed."""
+    if not cell:
+        return "—"
+    interval = f" [{cell['ci'][0]:.3f}, {cell['ci'][1]:.3f}]" if cell["ci"] else ""
+    return f"{cell['iqm']:.3f}{interval} ({cell['n']})"
+
+
+def improvement_table(summary: dict, a: str = "cory", b: str = "ppo",
+                      metrics: Sequence[str] = ("distinct_2", "reward")) -> str:
+    """Markdown: P(`a` > `b`) [95 % CI] of each of `metrics` at each episodes count and KL level (`improvements`);
+    "n/a" where the two arms' seed sets differ or either has none."""
+    lines = []
+    for where, label in (("at_episodes", "episodes"), ("at_kl", "KL")):
+        columns = list(summary[a][where]["reward"])
+        lines += ["| P(" + a + " > " + b + f") | " + " | ".join(f"{label} {c}" for c in columns) + " |",
+                  "|---|" + "---|" * len(columns)]
+        for metric in metrics:
+            cells = improvements(summary, a, b, metric)[where]
+            lines.append(f"| {metric} | " + " | ".join(
+                "n/a" if c["p"] is None else f"{c['p']:.2f}" + (f" [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}]" if c["ci"]
+                                                                else "") for c in cells.values()) + " |")
+        lines.append("")
+    return "\n".join(lines).rstrip()
 
 
 def table(summary: dict, where: str = "at_episodes") -> str:
@@ -152,7 +198,7 @@ def table(summary: dict, where: str = "at_episodes") -> str:
              "|---|---|" + "---|" * len(columns)]
     for arm, entry in summary.items():
         for metric, cells in entry[where].items():
-            shown = [f"{c['iqm']:.3f} ({c['n']})" if c else "—" for c in cells.values()]
+            shown = [_shown(c) for c in cells.values()]
             lines.append(f"| {arm} | {metric} | " + " | ".join(shown) + " |")
     return "\n".join(lines)
 
@@ -171,8 +217,11 @@ def divergence_table(summary: dict) -> str:
 
 def report(summary: dict) -> str:
     """What `main` prints (and the results page shows): the tables at equal episodes, at equal KL, and of
-    divergence, from a summary's ``arms``."""
-    return "\n\n".join((table(summary), table(summary, "at_kl"), divergence_table(summary)))
+    divergence, and P(CORY > PPO) of distinct-2 and reward where both arms are there, from a summary's ``arms``."""
+    parts = [table(summary), table(summary, "at_kl")]
+    if {"cory", "ppo"} <= set(summary):
+        parts.append(improvement_table(summary))
+    return "\n\n".join((*parts, divergence_table(summary)))
 
 
 def main(argv: Sequence[str] | None = None) -> dict:

@@ -70,3 +70,20 @@ def test_a_run_diverges_where_it_loses_most_of_its_gain_and_the_summary_says_whe
     assert rows[2] == "| cory | 1 | no | — | — |"
     assert rows[3] == "| ppo | 0 | 500 | 0.900 → 0.160 | 40.0 → 78.0 |"
     assert collapse.report(summary).endswith(collapse.divergence_table(summary))
+
+
+def test_p_of_improvement_is_over_the_seeds_both_arms_have_in_a_cell():
+    texts = ["a b c", "d e f"]
+
+    def run(arm, seed, distinct, kl):
+        return _run(arm, seed, [_point(0, 0.0, texts, 0.95), _point(400, kl, texts, distinct)])
+
+    runs = [run("cory-4x", 0, 0.9, 8.0), run("cory-4x", 1, 0.8, 8.0), run("ppo-4x", 0, 0.7, 8.0),
+            run("ppo-4x", 1, 0.85, 2.0)]  # ppo seed 1 never reaches KL 4
+    summary = collapse.summarise(runs, episodes=(400,), levels=(4.0,))
+    cells = collapse.improvements(summary, metric="distinct_2")
+    # at 400 episodes: cory (0.9, 0.8) vs ppo (0.7, 0.85): pairs won 0.9>0.7, 0.9>0.85, 0.8>0.7 -> 3 of 4
+    assert cells["at_episodes"]["400"]["p"] == pytest.approx(0.75)
+    assert cells["at_kl"]["4.0"]["p"] is None and "seed sets differ" in cells["at_kl"]["4.0"]["why"]
+    shown = collapse.improvement_table(summary, metrics=("distinct_2",)).splitlines()
+    assert shown[2].startswith("| distinct_2 | 0.75 [") and shown[-1] == "| distinct_2 | n/a |"

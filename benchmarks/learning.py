@@ -689,15 +689,18 @@ def tables(result: dict) -> str:
     return "\n".join(part for part in parts if part)
 
 
-def report(result: dict, out: Path) -> dict:
-    """Add the equal-time, equal-KL, P(A > B) and combined-reward summaries, write the JSON and the figures (reward
-    against episodes; reward against KL with the combined reward, when the points record KL), print the tables,
-    floors and ceilings."""
+def report(result: dict, out: Path, extra: Callable[[dict], dict] | None = None) -> dict:
+    """Add the equal-time, equal-KL, P(A > B) and combined-reward summaries (and what `extra` computes from the
+    result so far, for a benchmark that builds on them), write the JSON once and the figures (reward against
+    episodes; reward against KL with the combined reward, when the points record KL), print the tables, floors and
+    ceilings."""
     result["equal_time"] = equal_time(result)
     result["improvement"] = improvements(result)
     result["equal_kl"] = equal_kl(result)
     result["distinct_2_at_kl"] = equal_kl(result, value="distinct_2")
     result["combined_reward"] = combined_rewards(result)
+    if extra is not None:
+        result.update(extra(result))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1), encoding="utf-8")
     plot(result, out.with_suffix(".png"))

@@ -136,9 +136,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     result = summarise("imdb", runs, {}, argv)
     result["command"] = "python benchmarks/precision_learning.py " + " ".join(argv)
     out = Path(args.out)
-    result = report(result, out)  # the ladder's JSON, figures and tables
-    result["precision_improvement"] = precision_improvement(result, args.arms)
-    out.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    result = report(result, out,  # the ladder's JSON (with the precision comparison), figures and tables
+                    extra=lambda summary: {"precision_improvement": precision_improvement(summary, args.arms)})
     print(improvement_table(result["precision_improvement"]))
     return result
 

@@ -211,7 +211,8 @@ def test_plot_of_a_missing_run_leaves_no_folder(tmp_path):
 
 
 def test_main_job_output_log_lines_and_eval_json(tmp_path):
-    """The before/after line is the last thing printed; log lines are not glued onto the progress bar;
+    """The before/after line is the last thing printed, and each evaluation logs its reward as it ends; log lines
+    are not glued onto the progress bar;
     the hub probe's fallback line prints once (training and both evaluations read one resolved source);
     eval.json's combined reward uses the run's beta, as `cory eval` does."""
     run = tmp_path / "main"
@@ -223,8 +224,11 @@ def test_main_job_output_log_lines_and_eval_json(tmp_path):
     import re
 
     assert not re.search(r"\][ \t]*\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", proc.stderr), proc.stderr[-2000:]
-    after = json.loads((run / "eval.json").read_text())["after"]
+    ran = json.loads((run / "eval.json").read_text())
+    after = ran["after"]
     assert after["combined_reward"] == pytest.approx(after["task_reward"] - 0.3 * after["kl"])
+    for when in ("before", "after"):  # each evaluation says its result as it ends, not only the last line
+        assert f"held-out reward {when} training: {ran[when]['reward']:.3f}, KL to the reference" in proc.stderr
 
 
 @pytest.mark.parametrize("args, message", [(["--eta", "inf"], "--eta inf is invalid"),

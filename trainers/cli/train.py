@@ -18,6 +18,7 @@ import difflib
 import json
 import logging
 import os
+import time
 import typing
 from pathlib import Path
 from typing import Any, Sequence
@@ -281,7 +282,10 @@ def heldout_eval(trainer, when: str) -> dict:
     """The pioneer's held-out evaluation (`CORYTrainer.evaluate`) with the same queries and sampling seeds each
     time, so that "before" and "after" differ only by training."""
     logger.info("evaluating the pioneer on %d held-out queries (%s training)", trainer.config.eval_episodes, when)
+    start = time.monotonic()
     out = trainer.heldout_evaluation()
+    logger.info("held-out reward %s training: %.3f, KL to the reference %.2f nats (%.0f s)", when, out["reward"],
+                out["kl"], time.monotonic() - start)
     return {k: v for k, v in out.items() if k != "samples"} | {"iteration": trainer.start_iteration if when ==
                                                                "before" else trainer.config.num_iterations}
 

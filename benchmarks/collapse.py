@@ -176,13 +176,14 @@ def improvement_table(summary: dict, a: str = "cory", b: str = "ppo",
                       metrics: Sequence[str] = ("distinct_2", "reward")) -> str:
     """Markdown: P(`a` > `b`) [95 % CI] of each of `metrics` at each episodes count and KL level (`improvements`);
     "n/a" where the two arms' seed sets differ or either has none."""
+    per_metric = {metric: improvements(summary, a, b, metric) for metric in metrics}
     lines = []
     for where, label in (("at_episodes", "episodes"), ("at_kl", "KL")):
         columns = list(summary[a][where]["reward"])
-        lines += ["| P(" + a + " > " + b + f") | " + " | ".join(f"{label} {c}" for c in columns) + " |",
+        lines += [f"| P({a} > {b}) | " + " | ".join(f"{label} {c}" for c in columns) + " |",
                   "|---|" + "---|" * len(columns)]
         for metric in metrics:
-            cells = improvements(summary, a, b, metric)[where]
+            cells = per_metric[metric][where]
             lines.append(f"| {metric} | " + " | ".join(
                 "n/a" if c["p"] is None else f"{c['p']:.2f}" + (f" [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}]" if c["ci"]
                                                                 else "") for c in cells.values()) + " |")

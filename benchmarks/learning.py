@@ -184,8 +184,8 @@ RUNGS: dict[str, Rung] = {
         IMDB, flags=IMDB.flags + ("--batch_size", "256", "--mini_batch_size", "256", "--ppo_epochs", "4",
                                   "--gradient_checkpointing", "true"),
         episodes=256 * 24, arms=("ppo", "cory"),
-        help="the imdb rung at the paper's batch (docs/paper.md §2: 256 queries per iteration, one mini-batch of 256, 4 "
-             "PPO epochs; activation checkpointing), 24 iterations (the paper ran about 102); for a GPU: "
+        help="the imdb rung at the paper's batch (docs/paper.md §2: 256 queries per iteration, one mini-batch of "
+             "256, 4 PPO epochs; activation checkpointing), 24 iterations (the paper ran about 102); for a GPU: "
              "--jobs 6 --flags --device cuda (benchmarks/README.md)"),
 }
 

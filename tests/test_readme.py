@@ -127,8 +127,8 @@ def test_the_paper_batch_verdict_is_the_committed_gpu_run():
     """The README's sentence on the paper's batch quotes P(CORY > PPO) of `benchmarks/imdb_batch256.json` (the
     `imdb_batch256` rung on a GPU) at KL 1, 2 and 4 and at the end."""
     run = json.loads((REPO_ROOT / "benchmarks" / "imdb_batch256.json").read_text(encoding="utf-8"))
-    said = re.search(r"at the paper's batch \(256 per iteration, (\d+) episodes, seeds 0–2, one NVIDIA H200\) likewise: "
-                     r"P = ([\d.]+) at KL 1, ([\d.]+) at KL 2 and 4, ([\d.]+) at the end", README)
+    said = re.search(r"at the paper's batch \(256 per iteration, (\d+) episodes, seeds 0–2, one NVIDIA H200\) "
+                     r"likewise: P = ([\d.]+) at KL 1, ([\d.]+) at KL 2 and 4, ([\d.]+) at the end", README)
     assert said, "the README's paper-batch sentence changed its wording; update this test with it"
     episodes, at1, at2and4, end = said.groups()
     assert int(episodes) == run["episodes"] and run["arms"]["cory"]["seeds"] == [0, 1, 2]

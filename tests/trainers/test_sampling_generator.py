@@ -32,8 +32,6 @@ def test_evaluation_asks_for_the_generator_on_the_agents_device(tiny_tok):
         next(evaluation_batches(env, {"pioneer": _AgentOn("cuda")}, num_batches=1, seed=0))
 
 
-
-
 class _ScorerOn(_AgentOn):
     """A policy / reference stand-in that scores every response token 0 (on the CPU, whatever it reports)."""
 

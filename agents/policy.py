@@ -25,7 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from agents.forward import entropy_from_logits, logprobs_from_logits, policy_logits, response_forward
 from agents.loading import load_model_and_tokenizer
 from agents.precision import autocast
-from agents.reference import activate_adapter, is_peft_model, preserved_requires_grad
+from agents.reference import activate_adapter, is_adapter_parameter, is_peft_model, preserved_requires_grad
 from agents.sampling import KVCachedSampler, SamplingConfig
 from agents.value_head import ValueHead
 from cory_env.tokenizer import prepare_tokenizer
@@ -186,8 +186,7 @@ class LLMAgent(nn.Module):
     def trainable_parameters(self) -> list[nn.Parameter]:
         """Parameters this agent's optimizer owns: its LoRA adapter (or all trainable LM weights) + value head."""
         if self.adapter_name is not None:
-            tag = f".{self.adapter_name}."
-            lm = [p for n, p in self.model.named_parameters() if "lora_" in n and tag in n]
+            lm = [p for n, p in self.model.named_parameters() if is_adapter_parameter(n, self.adapter_name)]
         else:
             lm = [p for p in self.model.parameters() if p.requires_grad]
         return lm + list(self.value_head.parameters())

@@ -68,6 +68,19 @@ def activate_adapter(model: nn.Module, adapter_name: str) -> None:
         model.set_adapter(adapter_name)
 
 
+def is_adapter_parameter(name: str, adapter_name: str) -> bool:
+    """Whether the ``PeftModel`` parameter `name` is one of LoRA adapter `adapter_name`'s: peft names a ``Linear``
+    layer's ``...q_proj.lora_A.<adapter>.weight`` and an ``Embedding`` layer's
+    ``...embed_tokens.lora_embedding_A.<adapter>`` (no suffix).
+
+    >>> is_adapter_parameter("model.embed_tokens.lora_embedding_B.llm1", "llm1")
+    True
+    >>> is_adapter_parameter("model.q_proj.lora_A.llm12.weight", "llm1")
+    False
+    """
+    return "lora_" in name and adapter_name in name.split(".")
+
+
 def build_shared_lora(
     model: PreTrainedModel,
     adapter_names: Sequence[str] = ("llm1", "llm2"),
@@ -100,7 +113,7 @@ def build_shared_lora(
     for name in names[1:]:
         peft_model.add_adapter(name, copy.deepcopy(lora_config))
     for n, p in peft_model.named_parameters():
-        p.requires_grad_(any(f".{name}." in n for name in names) and "lora_" in n)
+        p.requires_grad_(any(is_adapter_parameter(n, name) for name in names))
     activate_adapter(peft_model, names[0])
     return peft_model
 

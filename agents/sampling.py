@@ -34,6 +34,12 @@ from agents.reference import is_peft_model
 from cory_env.config import check_finite_fields
 
 
+#: The smallest `SamplingConfig.temperature`: logits of magnitude ~1e2 divided by less would near float32's range.
+MIN_TEMPERATURE = 1e-3
+#: The largest `SamplingConfig.repetition_penalty` (and 1 / it the smallest), for the same reason.
+MAX_PENALTY = 1e3
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     """How an agent samples tokens while acting (the paper's IMDB run: top_k=0, top_p=1.0, repetition 1.1)."""
@@ -42,7 +48,7 @@ class SamplingConfig:
 
     temperature: float = field(
         default=1.0,
-        metadata={"help": "Softmax temperature (> 0); 1.0 samples from the policy itself (paper: 1.0)."},
+        metadata={"help": "Softmax temperature (>= 0.001); 1.0 samples from the policy itself (paper: 1.0)."},
     )
     top_k: int = field(
         default=0,
@@ -55,20 +61,23 @@ class SamplingConfig:
     )
     repetition_penalty: float = field(
         default=1.0,
-        metadata={"help": "CTRL repetition penalty (> 0) on tokens already in the context window; 1.0 disables "
-                  "(paper: 1.1)."},
+        metadata={"help": "CTRL repetition penalty (in [0.001, 1000]) on tokens already in the context window; "
+                  "1.0 disables (paper: 1.1)."},
     )
 
     def __post_init__(self) -> None:
         check_finite_fields(self)
-        if not self.temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}; use 1.0 for plain sampling")
+        if not self.temperature >= MIN_TEMPERATURE:
+            raise ValueError(f"temperature must be >= {MIN_TEMPERATURE:g}, got {self.temperature}: logits divided by "
+                             "a smaller one overflow to inf; use 1.0 for plain sampling, or top_k 1 for greedy")
         if not isinstance(self.top_k, int) or self.top_k < 0:
             raise ValueError(f"top_k must be an int >= 0, got {self.top_k!r}; use 0 to disable")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}; use 1.0 to disable")
-        if not self.repetition_penalty > 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}; use 1.0 to disable")
+        if not 1 / MAX_PENALTY <= self.repetition_penalty <= MAX_PENALTY:
+            raise ValueError(f"repetition_penalty must be in [{1 / MAX_PENALTY:g}, {MAX_PENALTY:g}], got "
+                             f"{self.repetition_penalty}: logits divided by a penalty further from 1 overflow to inf; "
+                             "use 1.0 to disable (paper: 1.1)")
 
     @property
     def is_exact(self) -> bool:

@@ -37,6 +37,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.ladder_report import reward_at_kl  # noqa: E402
+from benchmarks.paths import recorded_command  # noqa: E402
 from benchmarks.stats import arm_summary  # noqa: E402
 
 METRICS = ("distinct_2", "seq_rep_2", "top_opening")
@@ -120,12 +121,26 @@ def _cell(per_seed: dict) -> dict | None:
 
 def summarise(runs: Sequence[dict], episodes: Sequence[int] = EPISODES, levels: Sequence[float] = KL_LEVELS) -> dict:
     """Per arm: the seeds, each metric at each of `episodes` and each KL level (IQM [CI] and the value of each seed
-    that has one), where each run diverged, and the last point's samples."""
+    that has one), where each run diverged, and the last point's samples.
+
+    Raises:
+        ValueError: two runs of one arm (the ``-Nx`` suffix dropped) and seed, e.g. a file given twice or
+            ``ppo-2x`` and ``ppo-4x`` of seed 0; a run none of whose points keeps response texts.
+    """
     from benchmarks.learning import arm_spec
 
     by_arm: dict[str, list[dict]] = {}
+    seen: dict[tuple[str, int], str] = {}
     for run in runs:
-        by_arm.setdefault(arm_spec(run["arm"])[0], []).append(run)
+        arm = arm_spec(run["arm"])[0]
+        if (arm, run["seed"]) in seen:
+            raise ValueError(f"{arm} seed {run['seed']} is given twice ({seen[arm, run['seed']]} and {run['arm']}); "
+                             "pass one run per arm and seed")
+        seen[arm, run["seed"]] = run["arm"]
+        if not any(p.get("responses") for p in run["curve"]):
+            raise ValueError(f"{run['arm']} seed {run['seed']} keeps no response texts at any point; only the IMDB "
+                             "rung's runs (keep_texts) can be read for collapse")
+        by_arm.setdefault(arm, []).append(run)
     out = {}
     for arm, arm_runs in sorted(by_arm.items()):
         curves = {run["seed"]: [{**degeneration(p), "gain_kept": k} for p, k in
@@ -149,8 +164,9 @@ def summarise(runs: Sequence[dict], episodes: Sequence[int] = EPISODES, levels: 
 
 def improvements(summary: dict, a: str = "cory", b: str = "ppo", metric: str = "distinct_2") -> dict:
     """P(arm `a`'s `metric` > arm `b`'s) with its bootstrap interval (`benchmarks.stats.improvement_summary`) in
-    every cell of `summary` (at each episodes count and each KL level), over the seeds both arms have there; a cell
-    where their seed sets differ (a seed that never reached the KL level) is an n/a with the reason."""
+    every cell of `summary` (at each episodes count and each KL level), over each arm's seeds there: independent
+    runs, so the seed sets may differ (a seed that never reached the KL level is left out of its arm); a cell where
+    an arm has no seed is an n/a with the reason."""
     from benchmarks.stats import improvement_summary
 
     out = {}
@@ -175,7 +191,7 @@ def _shown(cell: dict | None) -> str:
 def improvement_table(summary: dict, a: str = "cory", b: str = "ppo",
                       metrics: Sequence[str] = ("distinct_2", "reward")) -> str:
     """Markdown: P(`a` > `b`) [95 % CI] of each of `metrics` at each episodes count and KL level (`improvements`);
-    "n/a" where the two arms' seed sets differ or either has none."""
+    "n/a" where either arm has no seed."""
     per_metric = {metric: improvements(summary, a, b, metric) for metric in metrics}
     lines = []
     for where, label in (("at_episodes", "episodes"), ("at_kl", "KL")):
@@ -226,15 +242,22 @@ def report(summary: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
+    from trainers.cli.outputs import add_overwrite_option, checked_out, write_output
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="ladder JSONs of the long (-Nx) runs")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "collapse_imdb.json"))
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
+    out = checked_out(parser, args)
     runs = [run for path in args.runs for run in json.loads(Path(path).read_text(encoding="utf-8"))["runs"]]
-    summary = {"command": "python benchmarks/collapse.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-               "arms": summarise(runs)}
-    Path(args.out).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    try:
+        arms = summarise(runs)
+    except ValueError as err:
+        parser.error(str(err))
+    summary = {"command": recorded_command("benchmarks/collapse.py", argv), "arms": arms}
+    write_output(out, json.dumps(summary, indent=1) + "\n")
     print(report(summary["arms"]))
     print(f"wrote {args.out}")
     return summary

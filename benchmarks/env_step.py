@@ -59,12 +59,16 @@ def batched_step_us(batch_size: int, batches: int, tokenizer, seed: int = 0) -> 
 
 
 def main() -> None:
+    from trainers.cli.outputs import add_overwrite_option, checked_out, write_output
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=300, help="AEC episodes per env kind")
     parser.add_argument("--batches", type=int, default=30, help="batched episodes (B = --batch-size)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("env_step.json"))
+    add_overwrite_option(parser)
     args = parser.parse_args()
+    out = checked_out(parser, args)
     tok = tiny_tokenizer()
     results = {
         "aec_wrapped_step_us": aec_step_us(lambda: env(tokenizer=tok), args.episodes),
@@ -75,7 +79,7 @@ def main() -> None:
     }
     for key, value in results.items():
         print(f"{key}: {value:.2f}" if isinstance(value, float) else f"{key}: {value}")
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    write_output(out, json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -50,6 +50,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.paths import recorded_command  # noqa: E402
+
 PHASES = ("rollout (generation)", "reward", "reference forward", "policy scoring (no grad)",
           "update forward (loss)", "backward", "optimizer", "bookkeeping")
 ARMS = ("ppo", "grpo", "cory", "trl-grpo", "trl-grpo-default")  # the last: TRL in its own default precision (bf16)
@@ -265,6 +267,8 @@ def precision_table(fp32: dict, bf16: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    from trainers.cli.outputs import add_overwrite_option, checked_out, write_output
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arms", nargs="+", default=list(ARMS[:4]), choices=ARMS,
@@ -275,6 +279,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16-mixed"),
                         help="this project's arms (`cory train --precision`); TRL's arms keep their own")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "iteration_profile.json"))
+    add_overwrite_option(parser)
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: profile this arm in this process, print JSON
     args = parser.parse_args(argv)
     if args.iterations < 2:
@@ -282,6 +287,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.one:
         print(json.dumps(profile_arm(args.one, args.iterations, args.seed, args.precision)))
         return {}
+    out_path = checked_out(parser, args)
     from agents.precision import native_bf16
     from benchmarks.learning import code_version
     from benchmarks.throughput import device_name
@@ -296,7 +302,7 @@ def main(argv: list[str] | None = None) -> dict:
             sys.exit(f"profiling {arm} failed:\n{out.stderr[-3000:]}")
         results[arm] = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"[profile] {arm}: {results[arm]['mean_cpu_s']['total']:.2f} CPU s per iteration", flush=True)
-    report = {"command": "python benchmarks/iteration_profile.py " + " ".join(argv or sys.argv[1:]),
+    report = {"command": recorded_command("benchmarks/iteration_profile.py", argv or None),
               "commit": code_version(), "iterations": args.iterations, "seed": args.seed, "precision": args.precision,
               "machine": {"cpu": device_name("cpu"), "native_bf16": native_bf16("cpu")}, "arms": results}
     if "cory" in results and "ppo" in results:
@@ -304,7 +310,7 @@ def main(argv: list[str] | None = None) -> dict:
     for trl_arm, key in (("trl-grpo", "grpo_over_trl"), ("trl-grpo-default", "grpo_over_trl_default")):
         if "grpo" in results and trl_arm in results:
             report[key] = results["grpo"]["mean_cpu_s"]["total"] / results[trl_arm]["mean_cpu_s"]["total"]
-    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    write_output(out_path, json.dumps(report, indent=1) + "\n")
     print(table(results))
     return report
 

@@ -4,13 +4,15 @@ not mix runs of other settings, other budgets or, unnoticed, other code.
 Refused, each with the field named: two JSONs whose ``episodes`` differ; runs whose settings differ (the JSON's
 ``shared_flags`` followed by the run's own extra ``flags``, read as `cory train` reads them: the last value of a flag
 wins); runs of this project's arms whose episode budgets differ (a ``-Nx`` arm's divided by N; another library's
-arm against its own runs only); the same (arm, seed) twice; and runs that record different commits (``commit``, a
-``git describe`` string; a run without one is ``"unrecorded"``) unless the caller allows it (``--across_commits``:
-only after checking that the seeded numbers did not change between those commits).
+arm against its own runs only); the same (arm, seed) twice; a run whose final or before reward is not a finite
+number (NaN, ±inf: no mean, IQM or interval can be taken over it); and runs that record different commits
+(``commit``, a ``git describe`` string; a run without one is ``"unrecorded"``) unless the caller allows it
+(``--across_commits``: only after checking that the seeded numbers did not change between those commits).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 __all__ = ["UNRECORDED", "check_mergeable", "flag_settings", "settings_flags"]
@@ -70,11 +72,16 @@ def check_mergeable(parts: Sequence[tuple[str, dict, list[dict]]], *, budget: Ca
 
     Raises:
         SystemExit: naming the field that differs (``episodes``, a flag of ``shared_flags``/``flags``, a run's
-            episodes, the commits) and the runs or files on each side.
+            episodes, the commits) and the runs or files on each side; or the run and file of a reward that is not
+            a finite number.
     """
     labelled = [(run, path, part) for path, part, runs in parts for run in runs]
     seen: dict[tuple[str, int], str] = {}
     for run, path, _ in labelled:
+        for key in ("final", "before"):
+            if not isinstance(run.get(key), (int, float)) or not math.isfinite(run[key]):
+                raise SystemExit(f"--merge: {_label(run, path)} has {key} reward {run.get(key)!r}, not a finite "
+                                 "number; leave that run out (or run it again) and merge the rest")
         key = (run["arm"], run["seed"])
         if key in seen:
             raise SystemExit(f"--merge: {run['arm']} seed {run['seed']} is in both {seen[key]} and {path}; pass each "

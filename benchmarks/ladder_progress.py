@@ -66,7 +66,7 @@ def rewind(run_dir: str | os.PathLike, iteration: int) -> None:
     if not (target / ckpt.STATE_FILE).is_file():
         raise FileNotFoundError(f"{Path(run_dir) / PROGRESS_FILE} continues from {target}, which is not a complete "
                                 f"checkpoint; run this arm and seed again without --resume")
-    for later in target.parent.glob("iter-*"):
+    for later in ckpt.checkpoint_folders(target.parent):
         if later.name > target.name:
             shutil.rmtree(later)
     (target.parent / ckpt.LATEST).write_text(target.name, encoding="utf-8")

@@ -122,7 +122,8 @@ def equal_kl(result: dict, levels: Sequence[float] = KL_LEVELS, key: str = "kl_k
              value: str = "reward") -> dict | None:
     """Each arm's held-out reward (or `value`, e.g. ``"distinct_2"``: is the text as diverse at the same KL?) at
     each KL level (`reward_at_kl` per seed) over the seeds that reach the level, and P(A > B) there for the pairs
-    of `benchmarks.ladder_stats.comparison_pairs` (n/a where the two arms' reaching seeds differ).
+    of `benchmarks.ladder_stats.comparison_pairs` (over the seeds of each arm that reach the level: independent
+    runs, so the two arms' reaching seeds may differ).
 
     Args:
         result: a ladder result (``result["arms"][arm]`` with ``"seeds"`` and ``"curves"``).
@@ -271,7 +272,10 @@ def plot(result: dict, path: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    from trainers.cli.outputs import atomic_output
+
+    with atomic_output(path) as tmp:  # no half-written figure, no temporary file left on a failure
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
     return path
 
@@ -382,6 +386,9 @@ def plot_tradeoff(result: dict, path: Path, *, key: str = "kl_k1", eta: float = 
     right.legend(fontsize=7)
     fig.suptitle(f"learning ladder: {result['rung']}, reward–KL trade-off", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    from trainers.cli.outputs import atomic_output
+
+    with atomic_output(path) as tmp:  # no half-written figure, no temporary file left on a failure
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
     return path

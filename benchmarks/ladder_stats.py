@@ -3,7 +3,8 @@ result, the ``IQM [low, high]`` text of a summary, and the table of P(A > B) (`b
 `benchmarks.ladder_report` the other summaries and tables).
 
 A pair is keyed ``"A>B"`` in the JSON; its value is `benchmarks.stats.improvement_summary`'s ``{"p", "ci", "n",
-"seeds"}`` (``"p": None`` with a ``"why"`` naming both seed sets when the arms did not run on the same seeds).
+"seeds"}`` over the two arms' independent runs, whatever their seed sets (``"ci": None`` with a ``"why"`` when an arm
+has one run).
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@
     python benchmarks/learning.py --rung imdb --arms grpo --jobs 2      # SmolLM2-135M + LoRA on real IMDB reviews
     python benchmarks/learning.py --rung tiny_vocab --arms cory cory-wo-kt --seeds 0 --out /tmp/kt.json
     python benchmarks/learning.py --rung chain_relay --jobs 2          # 3 seats with and without knowledge transfer
-    python benchmarks/learning.py --rung imdb --merge benchmarks/imdb_runs/cory-s*.json \
-        benchmarks/imdb_runs/ppo-2x-s*.json --out /tmp/imdb.json --marl_eval /tmp/imdb_marl_eval.json
+    python benchmarks/learning.py --rung imdb --merge benchmarks/imdb_runs/cory-s{0,1,2}.json \
+        benchmarks/imdb_runs/ppo-2x-s{0,1,2}.json --out /tmp/imdb.json \
+        --marl_eval /tmp/imdb_marl_eval.json --marl_eval_arms cory ppo
 
 Each rung fixes the task, the model, the settings every arm shares and the episode budget (the same for every arm;
 an episode = one query answered by every seat of the arm). Each (arm, seed) trains in its own process (fresh
@@ -35,7 +36,13 @@ held-out reward against training episodes (``.png``) and against KL with the com
 reward (and of the gain over the base model on a rung whose floors are on gains), ``{"iqm", "ci", "n", "mean"}``;
 each ``equal_kl`` level the same per arm; ``improvement`` (and ``equal_kl["improvement"]`` per level) P(A > B) with
 its interval for every arm against ``ppo``, ``cory`` and ``chain3`` where present (`benchmarks.ladder_stats`).
-``--marl_eval PATH`` also writes the result in marl-eval's JSON format (`benchmarks.marl_eval_json`).
+``--marl_eval PATH`` also writes the result in marl-eval's JSON format (`benchmarks.marl_eval_json`), of the arms
+``--marl_eval_arms`` names (default: every arm); arms whose seed sets or evaluation points differ are refused with
+the reason (marl-eval compares algorithms over the same runs).
+
+The IMDB rungs read ``imdb_reviews_1000.csv`` from the data folder, ``$CORY_SHARED_DATA`` (default: ``shared/data``
+beside the clone; `benchmarks.paths`), and record it under that name; a result records every path relative to the
+repository (``command``, flags), never the machine's.
 
 ``--merge`` summarises JSONs made apart and refuses (`benchmarks.ladder_merge`) files whose settings
 (``shared_flags``, a run's ``flags``) or episodes differ, a run given twice, and runs that record different commits
@@ -87,21 +94,10 @@ from benchmarks.ladder_report import (POINT_KEYS, combined_rewards, combined_tab
                                       point_record, table)
 from benchmarks.ladder_stats import format_interval, improvement_table, improvements  # noqa: E402
 from benchmarks.marl_eval_json import export_marl_eval  # noqa: E402
+from benchmarks.paths import DATA_MARK, recorded_command, recorded_flags, resolved_flags  # noqa: E402
 from benchmarks.stats import METHOD, arm_summary  # noqa: E402
 from cory_env.tasks.chain_relay import without_kt_optimum  # noqa: E402
-
-DATA = ROOT.parent / "shared" / "data"
-#: The bandit's rewarded first symbols (sanity rung).
-BANDIT_TARGETS = ("a", "b", "c")
-
-
-def bandit_reward(queries: list[str], responses: list[str]) -> list[float]:
-    """Sanity rung: 1.0 when the response's first word is one of `BANDIT_TARGETS`, else 0.0 (the query is ignored).
-
-    >>> bandit_reward(["c d e f", "c d e f"], ["a k", "k a"])
-    [1.0, 0.0]
-    """
-    return [float(r.split()[:1] != [] and r.split()[0] in BANDIT_TARGETS) for r in responses]
+from cory_env.tasks.first_symbol import first_symbol_reward  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -135,7 +131,7 @@ TINY = ("--model", "tiny", "--task", "tiny_vocab", "--context_len", "12", "--hel
 # The IMDB rung: the paper's task on the offline default model, reward and data.
 IMDB = Rung(
     flags=("--model", "smollm2-135m-instruct", "--task", "imdb",
-           "--data_path", str(DATA / "imdb_reviews_1000.csv"), "--heldout_fraction", "0.2",
+           "--data_path", f"{DATA_MARK}/imdb_reviews_1000.csv", "--heldout_fraction", "0.2",
            "--use_lora", "true", "--lora_r", "16", "--lora_alpha", "32", "--batch_size", "16",
            "--mini_batch_size", "8", "--ppo_epochs", "2", "--learning_rate", "1e-3", "--ent_coef", "0.0",
            "--adap_kl_ctrl", "false", "--init_kl_coef", "0.05",
@@ -154,7 +150,7 @@ IMDB = Rung(
 RUNGS: dict[str, Rung] = {
     "sanity": Rung(
         flags=TINY + ("--batch_size", "64", "--mini_batch_size", "16"), episodes=64 * 40, arms=("ppo",),
-        floors={"ppo": 0.9}, extra_floor={"cpu_s": 60.0}, reward_fn=bandit_reward, collective=False,
+        floors={"ppo": 0.9}, extra_floor={"cpu_s": 60.0}, reward_fn=first_symbol_reward, collective=False,
         eval_episodes=256, eval_points=4,
         help="tiny model, tiny_vocab queries, reward 1 for a first symbol in {a, b, c}",
     ),
@@ -305,14 +301,16 @@ def arm_configs(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str
     """(`RunConfigs`, iterations) of one of this project's arms on a rung: the rung's flags, then the arm's (a
     ``-2x`` arm's base arm's), then `flags`; one torch thread; ``iterations = episodes // batch_size`` (at least 1;
     `episodes` is this arm's own budget); `run_dir` replaced (or, with `resume`, continued from its latest
-    checkpoint)."""
-    from trainers.cli.bench import ARMS
+    checkpoint); the rung's ``$CORY_SHARED_DATA/NAME`` is the data file's path (`benchmarks.paths.resolved_flags`:
+    FileNotFoundError naming the setting when it is missing)."""
+    from trainers.cli.bench import arm_flags
     from trainers.cli.train import parse_train_args
 
+    flags = resolved_flags([*RUNGS[rung_name].flags, *arm_flags(arm_spec(arm)[0]), *flags])
     configs = parse_train_args(
-        [*RUNGS[rung_name].flags, *ARMS[arm_spec(arm)[0]], *flags, "--seed", str(seed), "--output_dir", run_dir,
-         "--resume" if resume else "--overwrite", "true", "--tensorboard", "false", "--log_samples", "0", "--torch_threads", "1",
-         "--checkpoint_every_minutes", "0", "--num_iterations", "1"])
+        [*flags, "--seed", str(seed), "--output_dir", run_dir,
+         "--resume" if resume else "--overwrite", "true", "--tensorboard", "false", "--log_samples", "0",
+         "--torch_threads", "1", "--checkpoint_every_minutes", "0", "--num_iterations", "1"])
     iterations = max(1, episodes // configs.ppo.batch_size)
     return replace(configs, run=replace(configs.run, num_iterations=iterations)), iterations
 
@@ -454,7 +452,7 @@ def run_one(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str, fl
         run = run_external_arm(arm, seed, episodes, RUNGS[rung_name].eval_episodes)
     else:
         run = run_own_arm(rung_name, arm, seed, episodes, run_dir, flags, keep=keep, resume=resume)
-    return {**run, "commit": code_version(), "flags": list(flags)}
+    return {**run, "commit": code_version(), "flags": recorded_flags(flags)}
 
 
 # ---------------------------------------------------------------------------------------------------- report
@@ -538,13 +536,15 @@ def summarise(rung_name: str, runs: list[dict], skipped: dict[str, str], argv: S
                 for arm, ceiling in rung.ceilings.items() if arm in arms}
     kept = [{**run, "final_eval": {k: v for k, v in run["final_eval"].items() if k != "rewards"}}
             if "final_eval" in run else run for run in runs if "derived_from" not in run]
-    return {"rung": rung_name, "help": rung.help, "command": "python benchmarks/learning.py " + " ".join(argv),
+    return {"rung": rung_name, "help": rung.help, "command": recorded_command("benchmarks/learning.py", argv),
             "runs": kept, "commits": {f"{r['arm']}-s{r['seed']}": r.get("commit") or UNRECORDED for r in kept},
             "episodes": rung.episodes, "arms": arms, "floors": floors, "ceilings": ceilings, "skipped": skipped,
             "shared_flags": list(rung.flags), "stats_method": METHOD}
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
+    from trainers.cli.outputs import add_overwrite_option, checked_out
+
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rung", required=True, choices=sorted(RUNGS))
@@ -572,26 +572,36 @@ def main(argv: Sequence[str] | None = None) -> dict:
                              "show).")
     parser.add_argument("--marl_eval", default=None, metavar="PATH",
                         help="Also write the result in marl-eval's JSON format to PATH (benchmarks.marl_eval_json).")
+    parser.add_argument("--marl_eval_arms", nargs="+", default=None, metavar="ARM",
+                        help="With --marl_eval: the arms to write (default: every arm); they must share one seed set "
+                             "and evaluation points (marl-eval compares algorithms over the same runs).")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
     if args.resume and not args.run_dir:
         parser.error("--resume continues the runs kept in --run_dir DIR; pass --run_dir too")
+    if args.marl_eval_arms and not args.marl_eval:
+        parser.error("--marl_eval_arms chooses the arms --marl_eval PATH writes; pass --marl_eval too")
     if args.tables:
         print(tables(json.loads(Path(args.tables).read_text(encoding="utf-8"))))
         return {}
     rung = RUNGS[args.rung]
-    out = Path(args.out) if args.out else ROOT / "benchmarks" / f"learning_{args.rung}.json"
+    # before any run: the JSON and the figures beside it (`report`), and the marl-eval copy
+    out = checked_out(parser, args, default=ROOT / "benchmarks" / f"learning_{args.rung}.json",
+                      also=(".png", "_tradeoff.png"))
+    if args.marl_eval:
+        checked_out(parser, args, dest="marl_eval", option="--marl_eval")
     if args.merge:
         result = merge(args.merge, out, argv, across_commits=args.across_commits)
-        return _export(result, args.marl_eval)
+        return _export(result, args.marl_eval, args.marl_eval_arms)
     arms = args.arms or list(rung.arms)
-    from trainers.cli.bench import ARMS
+    from trainers.cli.bench import arm_flags
 
     try:
-        unknown = [a for a in arms if a not in EXTERNAL_ARMS and arm_spec(a)[0] not in ARMS]
+        for arm in arms:
+            if arm not in EXTERNAL_ARMS:
+                arm_flags(arm_spec(arm)[0])  # this project's arm or a learner arm (learner=NAME), else refused
     except ValueError as err:
-        parser.error(str(err))
-    if unknown:
-        parser.error(f"unknown arm(s) {unknown}; valid: {sorted(ARMS) + sorted(EXTERNAL_ARMS)}")
+        parser.error(f"{err}; or another library's arm: {', '.join(sorted(EXTERNAL_ARMS))}")
     skipped = {}
     for arm in arms:
         if arm in EXTERNAL_ARMS:
@@ -600,6 +610,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
             elif (why := _external_available(arm)) is not None:
                 skipped[arm] = why
     arms = [a for a in arms if a not in skipped]
+    try:
+        resolved_flags(rung.flags)  # the rung's data is there, before any run starts
+    except FileNotFoundError as err:
+        parser.error(str(err))
     episodes = args.episodes or rung.episodes
     runs = []
     with tempfile.TemporaryDirectory(prefix="cory-ladder-") as tmp:
@@ -615,14 +629,23 @@ def main(argv: Sequence[str] | None = None) -> dict:
                 print(f"[ladder] {run['arm']} seed {run['seed']}: {run['before']:.3f} -> {run['final']:.3f} "
                       f"({run['episodes']} episodes, {run['cpu_s']:.0f} CPU s)", flush=True)
     result = summarise(args.rung, runs, skipped, argv)
-    result["shared_flags"] += list(args.flags)
-    return _export(report(result, out), args.marl_eval)
+    result["shared_flags"] += recorded_flags(args.flags)
+    return _export(report(result, out), args.marl_eval, args.marl_eval_arms)
 
 
-def _export(result: dict, marl_eval: str | None) -> dict:
-    """`result`, written in marl-eval's format to `marl_eval` too when given."""
+def _export(result: dict, marl_eval: str | None, arms: Sequence[str] | None = None) -> dict:
+    """`result`, its `arms` (default: all) written in marl-eval's format to `marl_eval` too when given.
+
+    Raises:
+        SystemExit: marl-eval cannot read the arms as one task (`benchmarks.marl_eval_json.check_exportable`'s
+            reason; the ladder JSON is written already: export it again with ``benchmarks/marl_eval_json.py``).
+    """
     if marl_eval:
-        print(f"wrote {export_marl_eval(result, Path(marl_eval))} (marl-eval format)")
+        try:
+            print(f"wrote {export_marl_eval(result, Path(marl_eval), arms=arms)} (marl-eval format)")
+        except ValueError as err:
+            raise SystemExit(f"--marl_eval: {err} (choose them with --marl_eval_arms; the ladder JSON is written: "
+                             "export it with python benchmarks/marl_eval_json.py LADDER.json --arms ...)") from None
     return result
 
 
@@ -694,6 +717,8 @@ def report(result: dict, out: Path, extra: Callable[[dict], dict] | None = None)
     result so far, for a benchmark that builds on them), write the JSON once and the figures (reward against
     episodes; reward against KL with the combined reward, when the points record KL), print the tables, floors and
     ceilings."""
+    from trainers.cli.outputs import write_output
+
     result["equal_time"] = equal_time(result)
     result["improvement"] = improvements(result)
     result["equal_kl"] = equal_kl(result)
@@ -701,8 +726,7 @@ def report(result: dict, out: Path, extra: Callable[[dict], dict] | None = None)
     result["combined_reward"] = combined_rewards(result)
     if extra is not None:
         result.update(extra(result))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    write_output(out, json.dumps(result, indent=1))
     plot(result, out.with_suffix(".png"))
     tradeoff = plot_tradeoff(result, out.with_name(out.stem + "_tradeoff.png"))
     print(tables(result))

@@ -60,32 +60,40 @@ def seed_record(seed: int, result: dict, *, cpu_s: float | None, wall_s: float |
 
 def summary(runs: list[dict], flags: list[str]) -> dict:
     """The seed table and whether every seed gained at least two standard errors."""
-    return {"command": "cory train --preset imdb-quick" + (" " + " ".join(flags) if flags else ""),
-            "runs": runs, "every_seed_gain_at_least_2_se": all(r["gain"] >= 2 * r["se"] for r in runs),
+    from benchmarks.paths import recorded_flags
+
+    return {"command": " ".join(["cory train --preset imdb-quick", *recorded_flags(flags)]),
+            "runs": runs,  # a seed without a standard error (one distinct query: gain_sem null) does not count
+            "every_seed_gain_at_least_2_se": all(r["se"] is not None and r["gain"] >= 2 * r["se"] for r in runs),
             "gain_range": [min(r["gain"] for r in runs), max(r["gain"] for r in runs)],
             "after_range": [min(r["after"] for r in runs), max(r["after"] for r in runs)]}
 
 
 def main(argv=None) -> dict:
+    from trainers.cli.outputs import add_overwrite_option, checked_out, write_output
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--out", default=str(HERE / "main_job_seeds.json"))
+    add_overwrite_option(parser)
     parser.add_argument("--keep", default=None, help="keep each seed's run folder under this folder (default: a "
                                                       "temporary folder, deleted)")
     parser.add_argument("flags", nargs=argparse.REMAINDER, help="after --: extra `cory train` flags")
     args = parser.parse_args(argv)
+    out = checked_out(parser, args)
     flags = [f for f in args.flags if f != "--"]
     runs = []
     with tempfile.TemporaryDirectory(prefix="cory-main-job-") as tmp:
         for seed in args.seeds:
             runs.append(run_seed(seed, flags, Path(args.keep or tmp)))
             r = runs[-1]
+            se = "n/a" if r["se"] is None else f"{r['se']:.3f}"
             print(f"seed {seed}: before {r['before']:.3f} -> after {r['after']:.3f} (gain {r['gain']:+.3f} ± "
-                  f"{r['se']:.3f} s.e. clustered by {r['distinct_queries']} queries, {r['gain_over_se'] or 0:.1f} "
+                  f"{se} s.e. clustered by {r['distinct_queries']} queries, {r['gain_over_se'] or 0:.1f} "
                   f"s.e.; combined {r['combined_before']:.3f} -> {r['combined_after']:.3f}; KL {r['kl']:.2f}; "
                   f"{r['cpu_s']:.0f} CPU s)", flush=True)
             result = summary(runs, flags)  # written after every seed: an interrupted run keeps the seeds it finished
-            Path(args.out).write_text(json.dumps(result, indent=1), encoding="utf-8")
+            write_output(out, json.dumps(result, indent=1))
     print(f"every seed's gain >= 2 s.e.: {result['every_seed_gain_at_least_2_se']}; gains "
           f"{result['gain_range'][0]:+.3f} .. {result['gain_range'][1]:+.3f}")
     return result

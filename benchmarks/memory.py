@@ -32,13 +32,19 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-IMDB_CSV = REPO.parent / "shared" / "data" / "imdb_reviews_1000.csv"
+if str(REPO) not in sys.path:  # `python benchmarks/memory.py` from a clone
+    sys.path.insert(0, str(REPO))
+from benchmarks.paths import data_dir, recorded_path  # noqa: E402
+
+IMDB_CSV = data_dir() / "imdb_reviews_1000.csv"  # the data folder, $CORY_SHARED_DATA (benchmarks/paths.py)
 # (algo, layout); layout: full fine-tune, memory-shared LoRA, LoRA with gradient checkpointing
 ARMS = tuple((algo, layout) for layout in ("full", "lora", "lora_gc") for algo in ("ppo", "cory"))
 TARGETS = {"full": 1.75, "lora": 1.15, "lora_gc": 1.15}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from trainers.cli.outputs import add_overwrite_option, checked_out
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--iterations", type=int, default=2, help="CORY iterations per arm")
@@ -47,7 +53,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--ppo-epochs", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "memory.json")
-    return p.parse_args(argv)
+    add_overwrite_option(p)
+    args = p.parse_args(argv)
+    args.out = checked_out(p, args)  # before the runs
+    return args
 
 
 def train_command(algo: str, layout: str, output_dir: Path, args: argparse.Namespace) -> list[str]:
@@ -87,8 +96,10 @@ def logged_peak_rss_gib(output_dir: Path) -> float | None:
 
 
 def main(argv=None) -> dict:
+    from trainers.cli.outputs import write_output
+
     args = parse_args(argv)
-    results: dict = {"model": args.model, "iterations": args.iterations, "batch_size": args.batch_size,
+    results: dict = {"model": recorded_path(args.model), "iterations": args.iterations, "batch_size": args.batch_size,
                      "new_tokens": args.new_tokens, "ppo_epochs": args.ppo_epochs, "threads": args.threads}
     with tempfile.TemporaryDirectory() as tmp:
         for algo, layout in ARMS:
@@ -103,8 +114,7 @@ def main(argv=None) -> dict:
         results[f"rss_cory_vs_ppo_{layout}"] = round(ratio, 3)
         results[f"target_{layout}"] = target
         print(f"{layout}: CORY / PPO peak RSS = {ratio:.3f} (target <= {target})")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    write_output(args.out, json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out}")
     return results
 

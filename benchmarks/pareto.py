@@ -12,7 +12,7 @@ its base arm read at the rung's budget (`benchmarks.learning.truncated_run`). A 
 on both (a lower or equal KL with a higher reward), over every arm, β and seed. A point's **gap** is how much reward
 it lacks at its KL: the best reward among points with KL at most its own, minus its reward (0 on the frontier; a
 vertical distance, in reward units). Per arm: the IQM [95 % CI] of the gaps over (β, seed) and P(CORY's gap < PPO's)
-over all pairs of their runs (`benchmarks.stats`; both arms on the same (β, seed) runs, else n/a), and per (arm, β)
+over all pairs of their runs (`benchmarks.stats`; both arms swept over the same β values, else n/a), and per (arm, β)
 the IQM of KL and reward. Writes ``--out`` (JSON) and a figure beside it (``.png``).
 """
 
@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.paths import recorded_command  # noqa: E402
 from benchmarks.stats import arm_summary, improvement_summary  # noqa: E402
 
 
@@ -95,11 +96,18 @@ def summarise(points: list[dict]) -> dict:
                               for b in sorted({p["beta"] for p in ps})
                               for pb in [[p for p in ps if p["beta"] == b]]}
                         for arm, ps in by_arm.items()}}
-    if "ppo" in by_arm:  # lower gap is better: P(A's gap < B's) = P(−gap_A > −gap_B) over the same (β, seed) runs
+    if "ppo" in by_arm:  # lower gap is better: P(A's gap < B's) = P(−gap_A > −gap_B) over all pairs of runs
         def keyed(ps):
             return {(p["beta"], p["seed"]): -p["gap"] for p in ps}
-        out["nearer_than_ppo"] = {arm: improvement_summary(keyed(ps), keyed(by_arm["ppo"]), names=(arm, "ppo"))
-                                  for arm, ps in by_arm.items() if arm != "ppo"}
+
+        def versus(arm: str, ps: list[dict]) -> dict:
+            """Both arms swept over the same β values, else n/a (pairs across other sweeps compare the sweeps)."""
+            betas = sorted({p["beta"] for p in ps}), sorted({p["beta"] for p in by_arm["ppo"]})
+            if betas[0] != betas[1]:
+                return {"p": None, "ci": None, "why": f"β sweeps differ: {arm} {betas[0]}, ppo {betas[1]}"}
+            return improvement_summary(keyed(ps), keyed(by_arm["ppo"]), names=(arm, "ppo"))
+
+        out["nearer_than_ppo"] = {arm: versus(arm, ps) for arm, ps in by_arm.items() if arm != "ppo"}
     return out
 
 
@@ -118,7 +126,7 @@ def table(summary: dict) -> str:
         if p is None:
             versus = "—"
         elif p["p"] is None:
-            versus = "n/a: not on the same (β, seed) runs"
+            versus = f"n/a: {p['why']}"
         else:
             versus = f"{p['p']:.2f}" + (f" [{p['ci'][0]:.2f}, {p['ci'][1]:.2f}]" if p.get("ci") else "")
         cells += [cell(summary["gap"][arm]), versus]
@@ -147,22 +155,28 @@ def plot(summary: dict, path: Path) -> Path:
     ax.set_ylabel("held-out reward (pioneer)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    from trainers.cli.outputs import atomic_output
+
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
     return path
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
+    from trainers.cli.outputs import add_overwrite_option, checked_out, write_output
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="ladder JSONs of single (arm, seed) runs")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "pareto_imdb.json"))
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
+    out = checked_out(parser, args, also=(".png",))
     points = [p for path in args.runs for p in points_of(path)]
-    summary = {"command": "python benchmarks/pareto.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    summary = {"command": recorded_command("benchmarks/pareto.py", argv),
                **summarise(points)}
-    out = Path(args.out)
-    out.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    write_output(out, json.dumps(summary, indent=1) + "\n")
     print(table(summary))
     print(f"wrote {out} and {plot(summary, out.with_suffix('.png'))}")
     return summary

@@ -53,9 +53,14 @@ from trainers import CORYTrainer
 from trainers.config import CORYConfig, ModelConfig, PPOConfig, RunConfigs
 from trainers.learning.ppo import PPOLearner
 from trainers.learning.experience import Rollout
+from trainers.cli.outputs import add_overwrite_option, checked_out, write_output
 
 REPO = Path(__file__).resolve().parents[1]
-IMDB_CSV = REPO.parent / "shared" / "data" / "imdb_reviews_1000.csv"
+if str(REPO) not in sys.path:  # `python benchmarks/ppo_step.py` from a clone
+    sys.path.insert(0, str(REPO))
+from benchmarks.paths import data_dir, recorded_path  # noqa: E402
+
+IMDB_CSV = data_dir() / "imdb_reviews_1000.csv"  # the data folder, $CORY_SHARED_DATA (benchmarks/paths.py)
 TRL_VENV = REPO / "benchmarks" / ".trl-venv"
 # What the TRL side needs; torch first so pip takes the local CPU wheel (an open requirement pulls CUDA builds).
 TRL_REQUIREMENTS = (("torch==2.13.0",),
@@ -77,7 +82,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--trl-venv", type=Path, default=TRL_VENV)
     p.add_argument("--skip-cory", action="store_true", help="skip the CORY vs PPO iteration ratio")
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "ppo_step.json")
-    return p.parse_args(argv)
+    add_overwrite_option(p)
+    args = p.parse_args(argv)
+    args.out = checked_out(p, args)  # before the timings
+    return args
 
 
 # ---------------------------------------------------------------------------------------------- the TRL side
@@ -214,7 +222,7 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     model, tokenizer = load_model_and_tokenizer(args.model)
     model.eval()
-    results: dict = {"model": args.model, "threads": args.threads, "batch_size": args.batch_size,
+    results: dict = {"model": recorded_path(args.model), "threads": args.threads, "batch_size": args.batch_size,
                      "query_tokens": args.query_tokens, "new_tokens": args.new_tokens,
                      "mini_batch_size": args.mini_batch_size, "ppo_epochs": args.ppo_epochs,
                      "repeats": args.repeats, "torch": torch.__version__}
@@ -247,8 +255,7 @@ def main(argv=None) -> dict:
         c = results["cory_vs_ppo"]
         print(f"CORY iteration {c['cory']['seconds']} s / PPO iteration {c['ppo']['seconds']} s = {c['ratio']} "
               f"(target <= 2.1)", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    write_output(args.out, json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out}")
     return results
 

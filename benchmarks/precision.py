@@ -36,6 +36,8 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.paths import recorded_command  # noqa: E402
+
 VARIANTS = ("fp32-recompute", "fp32", "bf16-mixed")
 
 
@@ -67,12 +69,15 @@ def measure(arm: str, variant: str, iterations: int, warmup: int) -> dict:
 
 
 def main(argv=None) -> dict:
+    from trainers.cli.outputs import add_overwrite_option, checked_out, write_output
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arms", nargs="+", default=["ppo", "grpo", "cory"])
     parser.add_argument("--precisions", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--out", default=str(HERE / "precision.json"))
+    add_overwrite_option(parser)
     parser.add_argument("--one", nargs=2, metavar=("ARM", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
@@ -81,6 +86,7 @@ def main(argv=None) -> dict:
         logging.disable(logging.WARNING)
         print(json.dumps(measure(*args.one, args.iterations, args.warmup)))
         return {}
+    out = checked_out(parser, args)
     rows = []
     for variant in args.precisions:
         for arm in args.arms:
@@ -107,8 +113,8 @@ def main(argv=None) -> dict:
     result = {"rows": rows, "ratios": ratios,
               "machine": {"cpu": platform.processor() or platform.machine(), "native_bf16": rows[0]["native_bf16"]
                           if rows else None, "torch": rows[0]["torch"] if rows else None, "threads": 1},
-              "command": "python benchmarks/precision.py " + " ".join(argv or sys.argv[1:])}
-    Path(args.out).write_text(json.dumps(result, indent=1), encoding="utf-8")
+              "command": recorded_command("benchmarks/precision.py", argv or None)}
+    write_output(out, json.dumps(result, indent=1))
     for key, value in ratios.items():
         print(f"{key}: {value:.3f}")
     return result

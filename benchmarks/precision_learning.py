@@ -1,6 +1,6 @@
 """Does learning change under ``--precision bf16-mixed``? The same arms and seeds on the IMDB rung in fp32 and in
 bf16-mixed, compared the way the ladder compares arms: held-out reward at the end and at equal KL, IQM [95 % CI]
-over seeds, and P(bf16-mixed > fp32) over the seeds both ran (issue 39; meaningful on a CPU with native bf16, where
+over seeds, and P(bf16-mixed > fp32) over all pairs of their runs (issue 39; meaningful on a CPU with native bf16, where
 `--precision auto` picks bf16-mixed).
 
     python benchmarks/precision_learning.py benchmarks/time_to_reward/seed_{0,1,2}.json \\
@@ -13,9 +13,9 @@ shared flags and the run's own flags (``fp32`` when none). Runs of other arms (e
 files) are left out. Each (arm, precision) becomes one arm of a ladder result named ``ARM [PRECISION]``, summarised
 by the ladder's own code (`benchmarks.learning.summarise` / `report`: the JSON, the curves figure, the tables), with
 ``precision_improvement``: per arm, P(bf16-mixed > fp32) of the final reward and of the reward at each KL level
-(`benchmarks.stats.improvement_summary`: n/a where the seed sets differ). Runs of one precision made on
-different CPUs may be mixed: an fp32 run repeated on an AVX512/AMX CPU matched the AVX2 CPU's run reward for reward
-(KL within 8e-6; docs/results/performance.md).
+(`benchmarks.stats.improvement_summary`, over independent runs: the seed sets may differ). Runs of one precision
+made on different CPUs may be mixed: an fp32 run repeated on an AVX512/AMX CPU matched the AVX2 CPU's run reward for
+reward (KL within 8e-6; docs/results/performance.md).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.paths import recorded_command  # noqa: E402
 from benchmarks.stats import improvement_summary  # noqa: E402
 
 FP32, BF16 = "fp32", "bf16-mixed"
@@ -116,13 +117,16 @@ def improvement_table(improvement: dict) -> str:
 
 def main(argv: Sequence[str] | None = None) -> dict:
     from benchmarks.learning import report, summarise
+    from trainers.cli.outputs import add_overwrite_option, checked_out
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="ladder JSONs holding fp32 and bf16-mixed runs of the arms")
     parser.add_argument("--arms", nargs="+", default=["grpo", "cory-grpo"])
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "precision_learning_imdb.json"))
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
+    out = checked_out(parser, args, also=(".png", "_tradeoff.png"))  # the JSON and `report`'s figures
     missing = [p for p in args.runs if not Path(p).is_file()]
     if missing:
         parser.error(f"no such ladder JSON {missing}")
@@ -134,8 +138,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         parser.error(f"no run of {args.arms} in the files given")
     argv = list(sys.argv[1:] if argv is None else argv)
     result = summarise("imdb", runs, {}, argv)
-    result["command"] = "python benchmarks/precision_learning.py " + " ".join(argv)
-    out = Path(args.out)
+    result["command"] = recorded_command("benchmarks/precision_learning.py", argv)
     result = report(result, out,  # the ladder's JSON (with the precision comparison), figures and tables
                     extra=lambda summary: {"precision_improvement": precision_improvement(summary, args.arms)})
     print(improvement_table(result["precision_improvement"]))

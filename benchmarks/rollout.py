@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -33,9 +34,14 @@ import torch
 from agents import DEFAULT_MODEL, LLMAgent, SamplingConfig, load_model_and_tokenizer
 from agents.precision import autocast
 from cory_env import BatchedCORYEnv, EnvConfig, make_task, raw_env
+from trainers.cli.outputs import add_overwrite_option, checked_out, write_output
 
 REPO = Path(__file__).resolve().parents[1]
-IMDB_CSV = REPO.parent / "shared" / "data" / "imdb_reviews_1000.csv"
+if str(REPO) not in sys.path:  # `python benchmarks/rollout.py` from a clone
+    sys.path.insert(0, str(REPO))
+from benchmarks.paths import data_dir, recorded_path  # noqa: E402
+
+IMDB_CSV = data_dir() / "imdb_reviews_1000.csv"  # the data folder, $CORY_SHARED_DATA (benchmarks/paths.py)
 
 
 def parse_args() -> argparse.Namespace:
@@ -52,7 +58,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--precision", default="fp32", choices=("fp32", "bf16-mixed"),
                    help="both sides compute in it (agents.precision; generate runs under the same autocast)")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "rollout.json"))
-    return p.parse_args()
+    add_overwrite_option(p)
+    args = p.parse_args()
+    args.out = checked_out(p, args)  # before the timings
+    return args
 
 
 def build_config_and_task(tokenizer, new_tokens: int):
@@ -139,7 +148,7 @@ def main() -> None:
     config, task = build_config_and_task(tokenizer, args.new_tokens)
     agent = LLMAgent(model, tokenizer, sampling=SamplingConfig(), vocab_size=len(tokenizer), precision=args.precision)
     gen = torch.Generator().manual_seed(args.seed)
-    results = {"model": args.model, "threads": args.threads, "batch_size": args.batch_size,
+    results = {"model": recorded_path(args.model), "threads": args.threads, "batch_size": args.batch_size,
                "new_tokens": args.new_tokens, "repeats": args.repeats, "torch": torch.__version__,
                "precision": args.precision}
 
@@ -158,8 +167,7 @@ def main() -> None:
         print(f"aec B=1: env {results['aec']['env']['tokens_per_s']} tok/s, generate "
               f"{results['aec']['generate']['tokens_per_s']} tok/s, ratio {results['aec']['ratio']} "
               f"(target >= 0.8)")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    write_output(args.out, json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out}")
 
 

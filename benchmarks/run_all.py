@@ -55,13 +55,18 @@ TARGETS = {
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from trainers.cli.outputs import add_overwrite_option, checked_out
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--with-trl", action="store_true", help="time TRL 0.11.4 (creates benchmarks/.trl-venv)")
     p.add_argument("--quick", action="store_true", help="fewer repeats and iterations (a rough check)")
     p.add_argument("--only", default=",".join(BENCHMARKS), help=f"comma-separated subset of {BENCHMARKS}")
     p.add_argument("--threads", type=int, default=1, help="torch threads for the model benchmarks")
     p.add_argument("--out", type=Path, default=HERE / "results.json")
-    return p.parse_args(argv)
+    add_overwrite_option(p)
+    args = p.parse_args(argv)
+    args.out = checked_out(p, args)  # before the benchmarks
+    return args
 
 
 def commands(args: argparse.Namespace) -> dict[str, list[str]]:
@@ -149,7 +154,9 @@ def main(argv=None) -> dict:
     details = {name: read_json(name) for name in BENCHMARKS}
     flat = flatten(details)
     results = {**flat, "machine": machine, "targets": {k: t for k, (t, _) in TARGETS.items()}}
-    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    from trainers.cli.outputs import write_output
+
+    write_output(args.out, json.dumps(results, indent=2) + "\n")
     print(table(flat))
     print(f"wrote {args.out}")
     return results

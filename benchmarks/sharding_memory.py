@@ -36,18 +36,27 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-IMDB_CSV = REPO.parent / "shared" / "data" / "imdb_reviews_1000.csv"
+if str(REPO) not in sys.path:  # `python benchmarks/sharding_memory.py` from a clone
+    sys.path.insert(0, str(REPO))
+from benchmarks.paths import data_dir, recorded_command  # noqa: E402
+
+IMDB_CSV = data_dir() / "imdb_reviews_1000.csv"  # the data folder, $CORY_SHARED_DATA (benchmarks/paths.py)
 GIB = 2**30
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from trainers.cli.outputs import add_overwrite_option, checked_out
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--processes", type=int, default=2)
     p.add_argument("--batch", type=int, default=2, help="episodes per process and iteration")
     p.add_argument("--iterations", type=int, default=3, help="iterations per arm; the first is a warm-up")
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "sharding_memory.json")
-    return p.parse_args(argv)
+    add_overwrite_option(p)
+    args = p.parse_args(argv)
+    args.out = checked_out(p, args)  # before the runs
+    return args
 
 
 def run_arm(sharding: str, out_dir: Path, args: argparse.Namespace) -> dict:
@@ -95,8 +104,10 @@ def main(argv=None) -> dict:
                "peak_rss_ratio": arms["fsdp"]["peak_rss_gb"] / arms["none"]["peak_rss_gb"],
                "rss_ratio": arms["fsdp"]["rss_gb"] / arms["none"]["rss_gb"],
                "time_ratio": arms["fsdp"]["s_per_iteration"] / arms["none"]["s_per_iteration"],
-               "command": "python benchmarks/sharding_memory.py " + " ".join(sys.argv[1:] if argv is None else argv)}
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+               "command": recorded_command("benchmarks/sharding_memory.py", argv)}
+    from trainers.cli.outputs import write_output
+
+    write_output(args.out, json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
     return results
 

@@ -14,14 +14,18 @@ these functions follow with scipy's numerics (``scipy.stats.trim_mean``, ``scipy
   3 seeds are 3 points (and undefined, NaN with a warning, when every resample gives the same value, e.g. P = 1).
   With 3 seeds the 95 % percentile interval of the IQM is the range of the seeds: honest, and wide.
 - **Probability of improvement** P(A > B) = P(X > Y) + ½ P(X = Y) over all n·m pairs of a run X of arm A and a run Y
-  of arm B: the Mann-Whitney U statistic divided by n·m.
+  of arm B: the Mann-Whitney U statistic divided by n·m. It is defined over *independent* runs and needs no pairing:
+  two arms compare whatever their seed sets (arms run on other seeds, or a KL level that some seeds never reach).
+  ``improvement_summary(..., paired=True)`` is the paired variant for runs that share seeds by design (each seed a
+  matched pair, e.g. one arm in two precisions): the share of seeds on which A beats B, its interval from resampling
+  seeds with both arms' values together; it needs the same seeds in both arms.
 
 Bad input, one policy: the numeric functions (`iqm`, `bootstrap_ci`, `probability_of_improvement`,
 `probability_of_improvement_ci`) raise ``ValueError`` on input they cannot answer (no values, a non-finite value,
 an interval from one value). The summaries the ladder reports (`arm_summary`, `improvement_summary`) never raise
-on the two cases a ladder meets in normal use and never invent an interval: one seed gives ``"ci": None`` with
-``"why": "one seed"``, and two arms whose seed sets differ (e.g. at a KL level that some seeds never reach) give
-``"p": None`` with a ``"why"`` naming both seed sets; empty input still raises ``ValueError``.
+on the cases a ladder meets in normal use and never invent an interval: one seed gives ``"ci": None`` with
+``"why": "one seed"``, and a paired comparison of arms whose seed sets differ gives ``"p": None`` with a ``"why"``
+naming both seed sets; empty input still raises ``ValueError``.
 """
 
 from __future__ import annotations
@@ -42,8 +46,9 @@ N_RESAMPLES = 9999
 METHOD = {"point": "IQM: scipy.stats.trim_mean(x, 0.25)",
           "ci": f"{CONFIDENCE:.0%} percentile bootstrap over seeds, scipy.stats.bootstrap, {N_RESAMPLES} resamples, "
                 "seed 0",
-          "improvement": "P(A > B) = P(X > Y) + 0.5 P(X = Y) over all pairs of seeds (Mann-Whitney U / (n m)), "
-                         "its CI the percentile bootstrap resampling each arm's seeds on their own",
+          "improvement": "P(A > B) = P(X > Y) + 0.5 P(X = Y) over all pairs of independent runs, whatever the arms' "
+                         "seed sets (Mann-Whitney U / (n m)), its CI the percentile bootstrap resampling each arm's "
+                         "seeds on their own",
           "source": "Agarwal et al., NeurIPS 2021, arXiv:2108.13264 (rliable)"}
 
 
@@ -215,37 +220,68 @@ def arm_summary(values: Sequence[float], *, confidence: float = CONFIDENCE, seed
 
 
 def improvement_summary(a: Mapping[int, float], b: Mapping[int, float], *, names: tuple[str, str] = ("A", "B"),
-                        confidence: float = CONFIDENCE, seed: int = 0) -> dict:
-    """P(A > B) and its bootstrap interval between two arms run on the same seeds, as the ladder's JSON stores it.
+                        paired: bool = False, confidence: float = CONFIDENCE, seed: int = 0) -> dict:
+    """P(A > B) and its bootstrap interval between two arms, as the ladder's JSON stores it.
 
     Args:
         a: seed -> value of arm A (higher is better), e.g. final held-out reward.
         b: seed -> value of arm B, same unit.
         names: the arms' names, for the ``"why"`` of an n/a.
+        paired: False (independent runs, the ladder's arms): `probability_of_improvement` over all N·M pairs, each
+            arm's runs resampled on their own; the seed sets may differ. True (runs that share seeds by design):
+            P(A_s > B_s) + ½ P(A_s = B_s) over the seeds s, the seeds resampled with both values together; n/a
+            when the seed sets differ.
         confidence: the interval's level.
         seed: the resampling seed.
 
     Returns:
-        ``{"p": float, "ci": [low, high], "n": [N, M], "seeds": [...]}``; with one seed ``"ci": None``,
-        ``"why": "one seed"``; when the seed sets differ ``"p": None``, ``"ci": None`` and a ``"why"`` naming
-        both seed sets (the arms are compared on the same seeds or not at all).
+        ``{"p": float, "ci": [low, high], "n": [N, M], "seeds": [...]}`` (``"seeds"``: A's seeds when both arms
+        have the same, else ``[A's seeds, B's seeds]``); with one run in an arm ``"ci": None``, ``"why": "one
+        seed"``; paired with different seed sets ``"p": None``, ``"ci": None`` and a ``"why"`` naming both sets.
 
     Raises:
         ValueError: if `a` or `b` is empty or holds a non-finite value.
 
     >>> improvement_summary({0: 1.0, 1: 2.0}, {0: 0.0, 1: 3.0})["p"]
     0.5
-    >>> improvement_summary({0: 1.0, 1: 2.0}, {0: 0.0}, names=("cory", "ppo"))["why"]
-    'seed sets differ: cory has seeds [0, 1], ppo [0]'
+    >>> improvement_summary({0: 1.0, 1: 2.0}, {2: 0.0})["p"]  # independent runs: any seeds
+    1.0
+    >>> improvement_summary({0: 1.0, 1: 2.0}, {0: 0.0}, names=("cory", "ppo"), paired=True)["why"]
+    'seed sets differ: cory has seeds [0, 1], ppo [0] (a paired comparison needs the same seeds)'
     """
     x, y = _finite(list(a.values()), "a"), _finite(list(b.values()), "b")
-    out = {"p": None, "ci": None, "n": [int(x.size), int(y.size)], "seeds": sorted(a)}
-    if set(a) != set(b):
-        out["why"] = f"seed sets differ: {names[0]} has seeds {sorted(a)}, {names[1]} {sorted(b)}"
+    same = set(a) == set(b)
+    out = {"p": None, "ci": None, "n": [int(x.size), int(y.size)],
+           "seeds": sorted(a) if same else [sorted(a), sorted(b)]}
+    if paired and not same:
+        out["why"] = (f"seed sets differ: {names[0]} has seeds {sorted(a)}, {names[1]} {sorted(b)} (a paired "
+                      "comparison needs the same seeds)")
         return out
-    out["p"] = probability_of_improvement(x, y)
-    if x.size < 2:
+    if paired:
+        y = _finite([b[s] for s in a], "b")  # B in A's seed order: each seed a pair
+        out["p"] = float(_paired_improvement(x, y))
+    else:
+        out["p"] = probability_of_improvement(x, y)
+    if min(x.size, y.size) < 2:
         out["why"] = "one seed"
+    elif paired:
+        out["ci"] = list(_paired_ci(x, y, confidence=confidence, seed=seed))
     else:
         out["ci"] = list(probability_of_improvement_ci(x, y, confidence=confidence, seed=seed))
     return out
+
+
+def _paired_improvement(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    """P(X_s > Y_s) + ½ P(X_s = Y_s) over the matched pairs along `axis`."""
+    return (x > y).mean(axis=axis) + 0.5 * (x == y).mean(axis=axis)
+
+
+def _paired_ci(x: np.ndarray, y: np.ndarray, *, confidence: float, seed: int) -> tuple[float, float]:
+    """Percentile-bootstrap interval of `_paired_improvement`, the seeds resampled with both values together."""
+    wins = np.sign(x - y)
+    if np.all(wins == wins[0]):  # every resample gives the same value (scipy would warn)
+        point = float(_paired_improvement(x, y))
+        return point, point
+    res = sps.bootstrap((x, y), _paired_improvement, n_resamples=N_RESAMPLES, confidence_level=confidence,
+                        method="percentile", paired=True, rng=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)

@@ -11,8 +11,9 @@ batch and its 4 optimiser steps (`benchmarks.trl_grpo`). Each (arm, precision) r
 iteration is a warm-up (CUDA kernels, allocator) and is left out; the clock is `time.perf_counter` with the device
 synchronised at both ends of an iteration. bf16-mixed is this project's ``--precision bf16-mixed`` (bf16 autocast,
 fp32 master weights) and TRL's ``bf16=True`` (its default). `--flags` are `cory train` flags after the rung's (where
-the hub model or ``../shared/data`` are not reachable: ``--model DIR`` of a local checkpoint, ``--data_path``); a
-model of the same architecture with random weights times the same (every response is 8–12 tokens either way).
+the hub model or the data folder, ``$CORY_SHARED_DATA``, are not reachable: ``--model DIR`` of a local checkpoint,
+``--data_path``); a model of the same architecture with random weights times the same (every response is 8–12 tokens
+either way).
 Results: a table and `--out` (default `benchmarks/throughput.json`) with the device's name.
 """
 
@@ -30,6 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from benchmarks.paths import recorded_command  # noqa: E402
 
 ARMS = ("ppo", "grpo", "cory", "trl-grpo")
 PRECISIONS = ("fp32", "bf16-mixed")
@@ -137,6 +140,8 @@ def table(results: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    from trainers.cli.outputs import add_overwrite_option, checked_out, write_output
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
@@ -145,6 +150,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--iterations", type=int, default=6, help="per arm and precision; the first is a warm-up")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "throughput.json"))
+    add_overwrite_option(parser)
     parser.add_argument("--flags", nargs=argparse.REMAINDER, default=[],
                         help="cory train flags after the rung's (last on the line)")
     parser.add_argument("--one", nargs=2, metavar=("ARM", "PRECISION"), help=argparse.SUPPRESS)  # internal
@@ -154,6 +160,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.one:
         print(json.dumps(time_arm(*args.one, args.device, args.iterations, args.seed, args.flags)))
         return {}
+    out_path = checked_out(parser, args)
     from benchmarks.learning import code_version
 
     results = []
@@ -168,10 +175,10 @@ def main(argv: list[str] | None = None) -> dict:
             results.append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(f"[throughput] {arm} {precision}: {results[-1]['iterations_per_minute']:.1f} iterations/min",
                   flush=True)
-    report = {"command": "python benchmarks/throughput.py " + " ".join(argv or sys.argv[1:]),
+    report = {"command": recorded_command("benchmarks/throughput.py", argv or None),
               "commit": code_version(), "device": device_name(args.device), "iterations": args.iterations,
               "seed": args.seed, "results": results}
-    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    write_output(out_path, json.dumps(report, indent=1) + "\n")
     print(f"device: {report['device']}\n{table(results)}")
     return report
 

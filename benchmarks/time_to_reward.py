@@ -42,6 +42,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.ladder_report import first_reach, point_record  # noqa: E402
 from benchmarks.learning import arm_configs  # noqa: E402
+from benchmarks.paths import recorded_command  # noqa: E402
 from benchmarks.stats import arm_summary  # noqa: E402
 
 OURS, TRL = "grpo", "trl-grpo"
@@ -157,6 +158,8 @@ def run_seed(seed: int, out: Path, precision: Precision = PRECISIONS["fp32"]) ->
 
 
 def main(argv: list[str] | None = None) -> dict:
+    from trainers.cli.outputs import add_overwrite_option, checked_out, write_output
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -166,10 +169,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--runs_dir", help="where the per-seed ladder JSONs are kept (default: the precision's)")
     parser.add_argument("--report_only", action="store_true", help="do not run; report the JSONs in --runs_dir")
     parser.add_argument("--out", help="the report (default: the precision's)")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
     if not args.gain > 0:
         parser.error(f"--gain must be > 0, got {args.gain}")
     precision = PRECISIONS[args.precision]
+    out = checked_out(parser, args, default=precision.out)  # before any run
     runs_dir = Path(args.runs_dir or precision.runs_dir)
     for seed in args.seeds:
         path = runs_dir / f"seed_{seed}.json"
@@ -181,8 +186,8 @@ def main(argv: list[str] | None = None) -> dict:
             for run in json.loads((runs_dir / f"seed_{seed}.json").read_text(encoding="utf-8"))["runs"]]
     result = report(runs, args.gain, precision.trl_arm)
     result["precision"] = args.precision
-    result["command"] = "python benchmarks/time_to_reward.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    Path(args.out or precision.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    result["command"] = recorded_command("benchmarks/time_to_reward.py", argv)
+    write_output(out, json.dumps(result, indent=1) + "\n")
     print(table(result))
     return result
 

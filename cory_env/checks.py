@@ -17,10 +17,13 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["MAX_MAGNITUDE", "check_number", "check_path"]
+__all__ = ["MAX_MAGNITUDE", "MAX_REWARD", "check_number", "check_path"]
 
-#: The largest magnitude a weight or a reward may have: products of a few of them stay far from float64's 1.8e308.
+#: The largest magnitude a weight (a reward-matrix entry, a loss coefficient) may have.
 MAX_MAGNITUDE = 1e6
+#: The largest magnitude a task reward may have: rewards in small units (3e6 micro-units) are legitimate, and a
+#: reward times a weight summed over 256 seats (2.6e20) stays far from float32's 3.4e38 and float64's 1.8e308.
+MAX_REWARD = 1e12
 
 
 def check_number(value, name: str, *, integer: bool = False, low: float | None = None, high: float | None = None,
@@ -64,19 +67,31 @@ def check_path(path, name: str, *, kind: str = "file", fix: str = "") -> "Path":
 
     Raises:
         FileNotFoundError: nothing there. IsADirectoryError: a folder where a file is expected.
-        NotADirectoryError: a file where a folder is expected. PermissionError: it cannot be read.
+        NotADirectoryError: a file where a folder is expected (or on its path). PermissionError: it, or a folder on
+        its path, cannot be read. ValueError: a file option given a pipe, socket or device.
     """
     import os
     from pathlib import Path
 
+    import stat
+
     path = Path(path)
     hint = f"; {fix}" if fix else ""
-    if not path.exists():
-        raise FileNotFoundError(f"{name} {str(path)!r} does not exist{hint}")
-    if kind == "file" and path.is_dir():
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{name} {str(path)!r} does not exist{hint}") from None
+    except NotADirectoryError:
+        raise NotADirectoryError(f"{name} {str(path)!r}: a folder on its path is a file{hint}") from None
+    except PermissionError:
+        raise PermissionError(f"{name} {str(path)!r} cannot be reached: a folder on its path cannot be read "
+                              f"(permissions){hint}") from None
+    if kind == "file" and stat.S_ISDIR(mode):
         raise IsADirectoryError(f"{name} {str(path)!r} is a folder, not a file{hint}")
-    if kind == "folder" and not path.is_dir():
+    if kind == "folder" and not stat.S_ISDIR(mode):
         raise NotADirectoryError(f"{name} {str(path)!r} is a file, not a folder{hint}")
+    if kind == "file" and not stat.S_ISREG(mode):  # a FIFO would block the reader, a device never ends
+        raise ValueError(f"{name} {str(path)!r} is not a regular file (a pipe, socket or device){hint}")
     if not os.access(path, os.R_OK):
         raise PermissionError(f"{name} {str(path)!r} cannot be read (permissions){hint}")
     return path

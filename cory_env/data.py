@@ -35,11 +35,11 @@ def load_table(path: str | os.PathLike):
             (`cory_env.checks.check_path`).
         ValueError: for an unsupported suffix, or a file without rows or not in its format.
     """
-    path = check_path(path, "data file", fix="pass an existing CSV/JSONL/Parquet file, or data_path=None for the "
+    path = check_path(path, "data_path", fix="pass an existing CSV/JSONL/Parquet file, or data_path=None for the "
                                              "built-in data")
     builder = _BUILDERS.get(path.suffix.lower())
     if builder is None:
-        raise ValueError(f"data file {str(path)!r} has the unsupported suffix {path.suffix!r}; use one of "
+        raise ValueError(f"data_path {str(path)!r} has the unsupported suffix {path.suffix!r}; use one of "
                          f"{sorted(_BUILDERS)}")
     import datasets
 
@@ -48,7 +48,7 @@ def load_table(path: str | os.PathLike):
     except (StopIteration, ValueError, datasets.exceptions.DatasetGenerationError) as exc:
         # `datasets` raises these for an empty, header-only or malformed file
         cause = exc.__cause__ or exc
-        raise ValueError(f"data file {str(path)!r} has no rows or is not valid {builder.upper()} "
+        raise ValueError(f"data_path {str(path)!r} has no rows or is not valid {builder.upper()} "
                          f"({type(cause).__name__}: {str(cause)[:200]}); pass a file with data, or data_path=None "
                          "for the built-in data") from exc
 

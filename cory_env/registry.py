@@ -16,19 +16,25 @@ A name given to ``--learner``, ``--task`` or ``--reward`` is looked up in this o
 
 Every failure is a `ValueError` naming the kind, the name, the problem and the fix: an unknown name (the known ones
 listed), a ``module:attr`` that does not import, an object of the wrong kind (a task where a learner is expected),
-two plug-ins (or a plug-in and a built-in entry) claiming one name. `Registry.origin` is what a run records, so that
-``--resume`` and ``cory eval`` find the same object again.
+two plug-ins (or a plug-in and a built-in entry) claiming one name, a name registered in this process
+(`register_learner`, ...) that an installed package's entry point already claims. An installed plug-in that does not
+load is an error only for a run that names it: listings (`Registry.items`, ``--help``, the options every plug-in
+declares) log it once and leave it out. `Registry.origin` is what a run records, so that ``--resume`` and ``cory
+eval`` find the same object again.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import logging
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
-__all__ = ["Registry", "import_object"]
+__all__ = ["PluginContractError", "Registry", "import_object"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 
 def import_object(spec: str, *, kind: str = "object") -> Any:
@@ -58,6 +64,11 @@ def import_object(spec: str, *, kind: str = "object") -> Any:
     return obj
 
 
+class PluginContractError(TypeError, ValueError):
+    """A plug-in (a task builder, a learner factory) returned an object of the wrong kind: a `TypeError` (the wrong
+    kind of object) and a `ValueError`, which ``cory`` reports in one line with exit status 2 before any folder."""
+
+
 class Registry(Generic[T]):
     """Plug-in specs of one kind, by name (see the module docstring).
 
@@ -80,25 +91,46 @@ class Registry(Generic[T]):
         self._entries: dict[str, T | str] = {}  # name -> spec, or "module:attr" of a built-in not yet imported
         self._origins: dict[str, str] = {}  # name -> where it came from (module:attr, or the entry point)
         self._entry_points: dict[str, importlib.metadata.EntryPoint] | None = None
+        self._builtins: set[str] = set()  # names registered with plugin=False (the package's own entries)
+        self._broken: set[str] = set()  # entries a listing could not load (logged once)
 
     # ----- adding ---------------------------------------------------------------------------------------------
-    def register(self, name: str, spec: T | str, *, overwrite: bool = False, origin: str | None = None) -> None:
+    def register(self, name: str, spec: T | str, *, overwrite: bool = False, origin: str | None = None,
+                 plugin: bool = False) -> None:
         """Add `spec` (a `spec_type`, or a lazy ``"module:attr"`` string) as `name`.
+
+        Args:
+            plugin: a registration by a user or a plug-in in this process (`register_learner`, `register_task`,
+                `register_reward`): an installed package's entry point of that name is a taken name too. False for
+                the package's own (built-in) entries, which are registered on import: an entry point that claims
+                one of them is refused when the entry points are read (`entry_points`).
 
         Raises:
             ValueError: an empty name, a name with a colon (``module:attr`` is how an unregistered object is named),
-                or a name already registered (naming both) without `overwrite`.
+                or, without `overwrite`, a name already registered or (with `plugin`) an installed entry point's
+                (naming both).
             TypeError: `spec` of the wrong type.
         """
         if not isinstance(name, str) or not name or ":" in name:
             raise ValueError(f"{self.kind} name must be a non-empty str without ':', got {name!r}")
         if not isinstance(spec, str):
             spec = self._checked(spec, name)
-        if name in self._entries and not overwrite:
-            raise ValueError(f"two {self.kind}s are registered as {name!r}: {self._origins.get(name, 'built-in')} "
-                             f"and {origin or self._describe(spec)}; rename one, or pass overwrite=True to replace it")
+        new = origin or (spec if isinstance(spec, str) else self._describe(spec))
+        if not overwrite:
+            if name in self._entries:
+                taken = self._origins.get(name, "built-in")
+            elif plugin and name in self.entry_points():
+                point = self.entry_points()[name]
+                taken = f"{point.value} (entry point of {_dist(point)})"
+            else:
+                taken = None
+            if taken is not None:
+                raise ValueError(f"two {self.kind}s are registered as {name!r}: {taken} and {new}; rename one, or "
+                                 "pass overwrite=True to replace it")
         self._entries[name] = spec
-        self._origins[name] = origin or (spec if isinstance(spec, str) else self._describe(spec))
+        self._origins[name] = new
+        if not plugin:
+            self._builtins.add(name)
 
     # ----- looking up -----------------------------------------------------------------------------------------
     def get(self, name: str) -> T:
@@ -154,8 +186,24 @@ class Registry(Generic[T]):
         return iter(self.names())
 
     def items(self) -> list[tuple[str, T]]:
-        """(name, spec) of every registered name and entry point (loading them)."""
-        return [(name, self.get(name)) for name in self.names()]
+        """(name, spec) of every registered name and entry point (loading them). One that does not load (a broken
+        plug-in package, a built-in whose extra package is missing) is logged once and left out: `get` raises for
+        it, so only a run that names it fails."""
+        out = []
+        for name in self.names():
+            try:
+                out.append((name, self.get(name)))
+            except ValueError as err:
+                if name not in self._broken:
+                    self._broken.add(name)
+                    logger.warning("%s; left out of the %ss listed here (only a run that names it fails)", err,
+                                   self.kind)
+        return out
+
+    def imported(self) -> list[tuple[str, T]]:
+        """(name, spec) of the ``module:attr`` names looked up in this process (`get`), which `names` and `items`
+        leave out (nobody registered them); with `items`, every spec this process knows."""
+        return [(name, spec) for name, spec in self._entries.items() if ":" in name and not isinstance(spec, str)]
 
     def values(self) -> list[T]:
         return [spec for _, spec in self.items()]
@@ -183,7 +231,7 @@ class Registry(Generic[T]):
                                      f"group {self.group!r}): {found[point.name].value} from "
                                      f"{_dist(found[point.name])} and {point.value} from {_dist(point)}; uninstall "
                                      "one of them")
-                if point.name in self._entries:
+                if point.name in self._builtins:
                     raise ValueError(f"the installed package {_dist(point)} registers the {self.kind} {point.name!r} "
                                      f"({point.value}), which is a built-in {self.kind} "
                                      f"({self._origins[point.name]}); that package must choose another name")
@@ -198,11 +246,14 @@ class Registry(Generic[T]):
     def restore(self, snapshot: tuple[dict, dict]) -> None:
         """Put the entries back as `snapshot` took them, and read the entry points again."""
         self._entries, self._origins = dict(snapshot[0]), dict(snapshot[1])
+        self._builtins &= set(self._entries)
         self._entry_points = None
+        self._broken = set()
 
     def refresh(self) -> None:
         """Read the entry points again (after installing a plug-in package in this process)."""
         self._entry_points = None
+        self._broken = set()
         importlib.invalidate_caches()
 
     # ----- helpers --------------------------------------------------------------------------------------------

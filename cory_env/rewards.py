@@ -10,16 +10,18 @@ builds one from a name or from a 2- or 3-argument callable. The built-in names a
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import math
-from collections.abc import Callable, Sequence
+import numbers
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from cory_env.checks import MAX_MAGNITUDE
+from cory_env.checks import MAX_REWARD
 from cory_env.registry import Registry, import_object
 from cory_env.seating import Seating
 
@@ -27,12 +29,15 @@ __all__ = [
     "REWARDS",
     "REWARD_NAMES",
     "RewardFn",
+    "REWARD_CONTRACT",
     "RewardFunctionError",
+    "RewardSignatureError",
     "RewardSpec",
     "collective_reward",
     "make_reward_fn",
     "register_reward",
     "reward_name",
+    "reward_label",
     "score_texts",
 ]
 
@@ -42,8 +47,30 @@ logger = logging.getLogger(__name__)
 RewardFn = Callable[[list[str], list[str], list[dict]], Sequence[float]]
 
 
+#: What every reward keeps; each refusal quotes it.
+REWARD_CONTRACT = ("a reward is called as reward(queries, responses) or reward(queries, responses, records) and "
+                   "returns one finite number per (query, response) pair, in order: a list, tuple, 1-D array or CPU "
+                   "tensor of N numbers")
+
+
 class RewardFunctionError(ValueError):
-    """A task reward function raised, or returned NaN/inf or the wrong number of values."""
+    """A task reward function does not keep `REWARD_CONTRACT`: it raised, or returned something other than one
+    finite number per (query, response) pair (a NaN/inf, the wrong count, nested rows, a mapping, None, text)."""
+
+
+class RewardSignatureError(RewardFunctionError, TypeError):
+    """A reward callable that cannot be called as ``(queries, responses)`` or ``(queries, responses, records)``;
+    a `TypeError` too (a callable of the wrong kind), and a `ValueError`, which ``cory`` reports in one line."""
+
+
+@dataclass(frozen=True)
+class _PairReward:
+    """A 2-argument reward ``(queries, responses)`` in the normalised 3-argument form (`make_reward_fn`)."""
+
+    reward: Callable
+
+    def __call__(self, queries: list[str], responses: list[str], records: list[dict]) -> Sequence[float]:
+        return self.reward(queries, responses)
 
 
 @dataclass(frozen=True)
@@ -87,7 +114,8 @@ def register_reward(name: str, spec: RewardSpec | Callable, *, overwrite: bool =
     is). An installed package uses the entry-point group ``cory.rewards`` instead.
 
     Raises:
-        ValueError, TypeError: as `cory_env.registry.Registry.register`; a `spec` that is neither.
+        ValueError, TypeError: as `cory_env.registry.Registry.register` (a name already registered, or claimed by
+            an installed package's entry point, without `overwrite`: naming both); a `spec` that is neither.
     """
     if not isinstance(spec, RewardSpec):
         coerced = _as_reward_spec(spec)
@@ -95,7 +123,7 @@ def register_reward(name: str, spec: RewardSpec | Callable, *, overwrite: bool =
             raise TypeError(f"register_reward({name!r}): expected a RewardSpec or a reward function, got "
                             f"{type(spec).__name__}")
         spec = coerced
-    REWARDS.register(name, spec, overwrite=overwrite)
+    REWARDS.register(name, spec, overwrite=overwrite, plugin=True)
 
 
 def make_reward_fn(spec: str | Callable) -> RewardFn:
@@ -112,7 +140,9 @@ def make_reward_fn(spec: str | Callable) -> RewardFn:
     Raises:
         ValueError: for an unknown name, or a ``module:function`` name that does not import to a callable
             (`cory_env.registry.Registry.get`).
-        TypeError: for something neither a str nor a callable taking 2 or 3 positional arguments.
+        TypeError: for something neither a str nor a callable.
+        RewardSignatureError: (a `TypeError` and a `ValueError`) for a callable that cannot be called as
+            ``(queries, responses)`` or ``(queries, responses, records)``, checked here, before any call.
     """
     if isinstance(spec, str):
         if spec.startswith("<"):
@@ -130,13 +160,8 @@ def make_reward_fn(spec: str | Callable) -> RewardFn:
                              "responses) -> floats; give a function, a class whose instances are one, or a RewardSpec")
     if not callable(spec):
         raise TypeError(f"reward must be a name or a callable, got {type(spec).__name__}: {spec!r}")
-    n_args = _positional_arity(spec)
-    if n_args == 2:
-        return lambda queries, responses, records: spec(queries, responses)
-    if n_args == 3 or n_args is None:
-        return spec
-    raise TypeError(f"reward callable {spec!r} takes {n_args} positional arguments; it must take "
-                    "(queries, responses) or (queries, responses, records)")
+    n_args = _call_form(spec)
+    return spec if n_args == 3 else _PairReward(spec)
 
 
 def reward_name(fn: Callable) -> str:
@@ -160,19 +185,70 @@ def reward_name(fn: Callable) -> str:
     return f"<callable {label} from {module or '?'}, not importable by name>"
 
 
-def _positional_arity(fn: Callable) -> int | None:
-    """Number of positional parameters, capped at 3; None for *args or an unreadable signature."""
+def _call_form(fn: Callable) -> int:
+    """How `fn` is called: 3 (``fn(queries, responses, records)``: also for ``*args`` or an unreadable signature),
+    or 2 (``fn(queries, responses)``).
+
+    Raises:
+        RewardSignatureError: `fn` accepts neither call (one argument, four required ones, a required keyword).
+    """
+    if isinstance(fn, _PairReward):
+        return 3
     try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    n = 0
-    for p in params:
-        if p.kind is p.VAR_POSITIONAL:
-            return None
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            n += 1
-    return n
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # some built-ins: called as given
+        return 3
+    for n in (3, 2):
+        try:
+            signature.bind(*range(n))
+            return n
+        except TypeError:
+            pass
+    raise RewardSignatureError(f"reward {reward_label(fn)}{signature} takes neither (queries, responses) nor "
+                               f"(queries, responses, records); {REWARD_CONTRACT}")
+
+
+def reward_label(fn: Callable) -> str:
+    """``module:qualname`` of a reward callable for messages (of the 2-argument function behind a normalised one;
+    ``Class()`` for an instance).
+
+    >>> reward_label(collective_reward)
+    'cory_env.rewards:collective_reward'
+    """
+    fn = fn.reward if isinstance(fn, _PairReward) else fn
+    if isinstance(fn, functools.partial):
+        return f"partial of {reward_label(fn.func)}"
+    name = getattr(fn, "__qualname__", None) or f"{type(fn).__qualname__}()"
+    return f"{getattr(fn, '__module__', None) or type(fn).__module__}:{name}"
+
+
+def _short(obj: Any, limit: int = 100) -> str:
+    """`obj`'s repr on one line, cut to `limit` characters."""
+    text = " ".join(repr(obj).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _reward_values(raw: Any) -> np.ndarray:
+    """What a reward returned as float64 (K,): a sequence of real numbers (an (N, 1) column counts as one per row).
+
+    Raises:
+        ValueError: anything else, saying what (to complete "not a sequence of numbers").
+    """
+    if isinstance(raw, Mapping):
+        raise ValueError("a mapping: its keys are not the pairs' rewards")
+    if raw is None or isinstance(raw, (str, bytes, Set)) or not isinstance(raw, Iterable):
+        raise ValueError("unordered" if isinstance(raw, Set) else "not a sequence")
+    values = raw.tolist() if hasattr(raw, "tolist") else list(raw)  # an array or a tensor: nested Python lists
+    if not isinstance(values, list):
+        raise ValueError("a single number")
+    values = [v.tolist() if hasattr(v, "tolist") else v for v in values]  # numpy scalars, 0-d tensors
+    if values and all(isinstance(v, (list, tuple)) and len(v) == 1 for v in values):  # an (N, 1) column
+        values = [v[0] for v in values]
+    for i, v in enumerate(values):
+        if not isinstance(v, numbers.Real):
+            row = f", one number per pair, not a row of {len(v)}" if isinstance(v, (list, tuple)) else ""
+            raise ValueError(f"item {i} is {type(v).__name__} {_short(v, 40)}{row}")
+    return np.asarray(values, dtype=np.float64)
 
 
 def score_texts(reward_fn: RewardFn, task_name: str, queries: list[str], responses: list[str],
@@ -187,43 +263,44 @@ def score_texts(reward_fn: RewardFn, task_name: str, queries: list[str], respons
     Returns:
         float64 (N,), finite.
 
-    Accepted return values: any sequence of N real numbers that numpy converts to float64 (Python floats, ints
-    and bools become floats; a numpy array; a CPU tensor). A tensor on another device is refused, not moved.
+    Accepted return values: a list, tuple, 1-D numpy array or CPU tensor of N real numbers (Python ints and bools
+    become floats), or an (N, 1) column of them (a classifier's one-logit output). Refused: a tensor on another
+    device (not moved), nested rows (e.g. N/2 pairs), a mapping (its keys are no rewards), None or text (as a
+    whole or as an item), a single number, a count other than N, NaN/inf or a magnitude above `MAX_REWARD` (1e12).
 
     Raises:
         RewardFunctionError: if the function raises (re-raised naming the task and the first text that fails
-            alone), returns something that is not N numbers on the CPU (a tensor on another device, strings,
-            None), or a NaN/inf (naming the text).
+            alone) or returns anything refused above; one line naming the task, the reward, what it returned and
+            `REWARD_CONTRACT`.
     """
+    label = reward_label(reward_fn)
     try:
         raw = reward_fn(queries, responses, records)
     except Exception as exc:  # noqa: BLE001 - re-raised with context below
         culprit = _first_failing(reward_fn, queries, responses, records)
         raise RewardFunctionError(f"task {task_name!r}: the reward function raised {type(exc).__name__}: {exc} "
-                                  f"(offending text: {culprit!r})") from exc
+                                  f"(offending text: {culprit!r}; reward {label})") from exc
     device = getattr(raw, "device", None)
     if device is not None and getattr(device, "type", "cpu") != "cpu":
         raise RewardFunctionError(f"task {task_name!r}: the reward function returned a tensor on device {device}; "
-                                  "return CPU numbers (call .cpu() or .tolist() on it)")
+                                  f"return CPU numbers (call .cpu() or .tolist() on it) (reward {label})")
     try:
-        values = list(raw)
-        if any(isinstance(v, (str, bytes)) for v in values):
-            raise TypeError("text is not a number")
-        scores = np.asarray(values, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError, RuntimeError) as exc:
+        scores = _reward_values(raw)
+    except ValueError as exc:
         raise RewardFunctionError(f"task {task_name!r}: the reward function returned {type(raw).__name__} "
-                                  f"{raw!r:.200}, not a sequence of numbers ({exc}); return one float per "
-                                  "(query, response) pair") from exc
+                                  f"{_short(raw)}, not a sequence of numbers ({exc}); {REWARD_CONTRACT} (reward "
+                                  f"{label})") from None
     if scores.shape[0] != len(queries):
         raise RewardFunctionError(f"task {task_name!r}: the reward function returned {scores.shape[0]} values for "
                                   f"{len(queries)} texts (first text: {queries[0] + responses[0]!r}); it must "
-                                  "return one float per (query, response) pair")
-    bad = ~np.isfinite(scores) | (np.abs(scores) > MAX_MAGNITUDE)
+                                  f"return one float per (query, response) pair (reward {label})")
+    bad = ~np.isfinite(scores) | (np.abs(scores) > MAX_REWARD)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise RewardFunctionError(f"task {task_name!r}: the reward function returned {scores[i]} for the text "
                                   f"{queries[i] + responses[i]!r}; rewards must be finite numbers of magnitude at "
-                                  f"most {MAX_MAGNITUDE:g} (the collective reward multiplies them)")
+                                  f"most {MAX_REWARD:g} (the collective reward multiplies them; express the reward "
+                                  f"in larger units) (reward {label})")
     return scores
 
 

@@ -1,7 +1,7 @@
 """CORY on IMDB positive-sentiment continuation, through the Python API (no CLI).
 
     python examples/imdb_cory.py                                   # SmolLM2-135M, built-in openings, a few CPU minutes
-    python examples/imdb_cory.py --data_path ../shared/data/imdb_reviews_1000.csv --num_iterations 20
+    python examples/imdb_cory.py --data_path $CORY_SHARED_DATA/imdb_reviews_1000.csv --num_iterations 20
     python examples/imdb_cory.py --model tiny --num_iterations 2   # seconds: a tiny random model
 
 The pioneer continues a review opening; the observer sees the pioneer's continuation (knowledge transfer) and

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from agents.precision import PRECISIONS
 from agents.sampling import SamplingConfig
@@ -185,6 +185,35 @@ class CORYConfig:
 BASE_CLASSES = (EnvConfig, PPOConfig, ModelConfig, SamplingConfig, CORYConfig)
 
 
+#: The options of ``cory train`` that are no config field (`trainers.cli.train.build_train_parser`; argparse's
+#: ``--help``): no config class may have a field (or an alias, or a ``--no_X`` switch) of these names.
+CLI_OPTIONS = ("preset", "config", "num_processes", "help")
+
+
+def option_names(config_cls: type) -> dict[str, str]:
+    """Every option name the command line takes for `config_cls` (``--NAME``, dashes read as underscores), each with
+    what it is, for messages: its fields, their aliases (``metadata["aliases"]``, e.g. ``--algo`` of
+    `EnvConfig.seating`) and the ``--no_X`` switch of a field whose default is True (`transformers.HfArgumentParser`
+    adds one)."""
+    out = {}
+    for f in dataclasses.fields(config_cls):
+        out[f.name] = f"a field of {config_cls.__name__}"
+        aliases = f.metadata.get("aliases", ())
+        for alias in [aliases] if isinstance(aliases, str) else aliases:
+            out[alias.lstrip("-").replace("-", "_")] = f"{alias} (another name of {config_cls.__name__}.{f.name})"
+        if f.default is True:
+            out[f"no_{f.name}"] = f"--no_{f.name} (the switch that sets {config_cls.__name__}.{f.name} to false)"
+    return out
+
+
+def _both(first: str, second: str) -> str:
+    """Two `option_names` descriptions of one name, joined: ``a field of both PPOConfig and MyOptions``."""
+    field_of = "a field of "
+    if first.startswith(field_of) and second.startswith(field_of):
+        return f"a field of both {first.removeprefix(field_of)} and {second.removeprefix(field_of)}"
+    return f"{first} and {second}"
+
+
 def _option_class(spec_options: type | None) -> type | None:
     """A spec's own options class, None when it has none beyond the base configs (a learner reading `PPOConfig`)."""
     return None if spec_options is None or spec_options in BASE_CLASSES else spec_options
@@ -242,14 +271,13 @@ class RunConfigs:
             elif not isinstance(value, cls):
                 raise TypeError(f"RunConfigs.{name} must be a {cls.__name__} (what the chosen "
                                 f"{name.split('_')[0]} declares), got {type(value).__name__}")
-        seen: dict[str, str] = {}
+        seen = {name: f"`cory train`'s own --{name}" for name in CLI_OPTIONS}
         for section in self.sections():
-            for f in dataclasses.fields(section):
-                if f.name in seen:
-                    raise ValueError(f"option {f.name!r} is a field of both {seen[f.name]} and "
-                                     f"{type(section).__name__}: every option of a run needs its own name (the "
-                                     "command line and config.yaml are flat); rename the plug-in's field")
-                seen[f.name] = type(section).__name__
+            for name, what in option_names(type(section)).items():
+                if name in seen:
+                    raise ValueError(f"option {name!r} is {_both(seen[name], what)}: every option of a run needs its "
+                                     "own name (the command line and config.yaml are flat); rename the plug-in's field")
+                seen[name] = what
 
     @property
     def learner_spec(self):
@@ -329,21 +357,37 @@ def plugin_origins(configs: RunConfigs) -> dict[str, str]:
     return out
 
 
-def all_config_classes() -> list[type]:
-    """`BASE_CLASSES` and every registered learner's and task's own options class (`option_fields`), each once: every
-    option a command line, a YAML file or a preset may hold."""
-    return [*BASE_CLASSES, *dict.fromkeys(owner for owner, _ in option_fields().values())]
+def all_config_classes(*, learners: Iterable[Any] = (), tasks: Iterable[Any] = ()) -> list[type]:
+    """`BASE_CLASSES` and the own options class of every learner and task this process knows, each once
+    (`option_fields`, the `learners` and `tasks` named included): every option a command line, a YAML file or a
+    preset may hold."""
+    owners = (owner for owner, _ in option_fields(learners=learners, tasks=tasks).values())
+    return [*BASE_CLASSES, *dict.fromkeys(owners)]
 
 
-def option_fields() -> dict[str, tuple[type, tuple[str, ...]]]:
-    """Every option of every registered learner's and task's own options class: ``{field: (class, (who, ...))}``
-    with ``who`` like ``"learner grpo"``; what `RunConfigs.from_flat` and ``cory train`` accept but a run of another
-    learner or task does not read."""
+def option_fields(*, learners: Iterable[Any] = (),
+                  tasks: Iterable[Any] = ()) -> dict[str, tuple[type, tuple[str, ...]]]:
+    """Every option of the own options class of every learner and task this process knows: ``{field: (class, (who,
+    ...))}`` with ``who`` like ``"learner grpo"``; what `RunConfigs.from_flat` and ``cory train`` accept but a run of
+    another learner or task does not read.
+
+    Known are the registered and installed ones (`cory_env.registry.Registry.items`: an installed plug-in that does
+    not load is logged and left out) and those named by ``module:attr`` so far (`Registry.imported`), which no
+    registry lists: so the names in `learners` and `tasks` (e.g. what a YAML file and the command line name; None and
+    non-strings are skipped) are looked up first, and their options are known whatever is installed.
+
+    Raises:
+        ValueError: a name in `learners` or `tasks` that is not found (the registry's reason).
+    """
     from trainers.learning.learners import LEARNERS
 
     out: dict[str, tuple[type, tuple[str, ...]]] = {}
-    for kind, registry, attr in (("learner", LEARNERS, "config_class"), ("task", TASKS, "options")):
-        for name, spec in registry.items():
+    for kind, registry, attr, named in (("learner", LEARNERS, "config_class", learners),
+                                        ("task", TASKS, "options", tasks)):
+        for name in named:
+            if isinstance(name, str):
+                registry.get(name)
+        for name, spec in [*registry.items(), *registry.imported()]:
             options = _option_class(getattr(spec, attr))
             for f in dataclasses.fields(options) if options is not None else ():
                 owner, who = out.get(f.name, (options, ()))
@@ -368,11 +412,19 @@ def migrate_flat(flat: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def flat_field_types(configs: RunConfigs | None = None) -> dict[str, Any]:
+def flat_field_types(configs: RunConfigs | None = None, *, learners: Iterable[Any] = (),
+                     tasks: Iterable[Any] = ()) -> dict[str, Any]:
     """Every flat field name -> its type hint (e.g. ``Optional[float]``), for checking YAML files and presets: the
-    base configs' and every registered learner's and task's options (`option_fields`); with `configs`, only the
-    classes of that run."""
-    classes = [type(section) for section in configs.sections()] if configs is not None else all_config_classes()
+    base configs' and the options of every learner and task this process knows, the `learners` and `tasks` named
+    included (`all_config_classes`); with `configs`, only the classes of that run.
+
+    Raises:
+        ValueError: a name in `learners` or `tasks` that is not found (`option_fields`).
+    """
+    if configs is not None:
+        classes = [type(section) for section in configs.sections()]
+    else:
+        classes = all_config_classes(learners=learners, tasks=tasks)
     out = {}
     for config_cls in classes:
         hints = typing.get_type_hints(config_cls)

@@ -6,7 +6,7 @@ options live there (`cory_env.tasks.imdb`, `cory_env.tasks.gsm8k`), and `registe
 group ``cory.tasks`` makes it reachable from ``cory train --task`` (docs/extending.md).
 
 >>> sorted(TASKS.names())
-['chain_relay', 'gsm8k', 'imdb', 'relay', 'tiny_vocab']
+['chain_relay', 'first_symbol', 'gsm8k', 'imdb', 'relay', 'tiny_vocab']
 >>> task_spec("gsm8k").evaluation
 'pass@k'
 """
@@ -26,7 +26,7 @@ __all__ = ["OPTIONAL_ENV_FIELDS", "TASKS", "Task", "TaskSpec", "env_arguments", 
 #: Registered tasks; the built-in ones are imported on first use, so a task whose module needs extra data costs
 #: nothing until it is asked for.
 TASKS: Registry[TaskSpec] = Registry("task", TaskSpec, "cory.tasks", option="--task")
-for _name in ("imdb", "gsm8k", "tiny_vocab", "relay", "chain_relay"):
+for _name in ("imdb", "gsm8k", "tiny_vocab", "relay", "chain_relay", "first_symbol"):
     TASKS.register(_name, f"cory_env.tasks.{_name}:SPEC")
 
 
@@ -35,9 +35,10 @@ def register_task(name: str, spec: TaskSpec, *, overwrite: bool = False) -> None
     ``cory.tasks`` instead, which every process, launched workers included, finds by itself).
 
     Raises:
-        ValueError, TypeError: as `cory_env.registry.Registry.register`.
+        ValueError, TypeError: as `cory_env.registry.Registry.register` (a name already registered, or claimed by
+            an installed package's entry point, without `overwrite`: naming both).
     """
-    TASKS.register(name, spec, overwrite=overwrite,
+    TASKS.register(name, spec, overwrite=overwrite, plugin=True,
                    origin=f"{getattr(spec.builder, '__module__', '?')}:{getattr(spec.builder, '__qualname__', '?')}")
 
 

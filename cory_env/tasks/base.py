@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from cory_env.checks import check_number
+from cory_env.registry import PluginContractError
 from cory_env.prompts import OBSERVER_REQUIRED, PIONEER_TEMPLATE, parse_template
 from cory_env.rewards import make_reward_fn
 from cory_env.seating import READS, check_flag, check_num_seats
@@ -173,13 +174,26 @@ class TaskSpec:
         if self.evaluation not in EVALUATIONS:
             raise ValueError(f"TaskSpec.evaluation must be one of {EVALUATIONS}, got {self.evaluation!r}")
 
+    def heldout_split(self, config) -> tuple[str, str | None]:
+        """(the query split a held-out evaluation reads, why it is not a held-out one): ``("test", None)`` when
+        the task reads `heldout_fraction` and the run sets one > 0; else ``("train", reason)``: the evaluation draws
+        training queries with a fresh seed, and `reason` (with the fix) says why."""
+        if "heldout_fraction" not in self.reads:
+            return "train", (f"task {config.task!r} has no held-out split (it does not read heldout_fraction); its "
+                             "evaluation draws training queries with a fresh seed")
+        if config.heldout_fraction <= 0:
+            return "train", ("heldout_fraction=0: the evaluation draws training queries with a fresh seed; set "
+                             "--heldout_fraction 0.2 for held-out queries")
+        return "test", None
+
     def build(self, config, tokenizer, options: Any = None) -> Task:
         """The `Task`: ``builder(config, tokenizer[, options=])`` with `options` (None: the options class's
         defaults).
 
         Raises:
-            TypeError: `options` of another class than `options` (or any, for a task without options); the
-                builder's result is not a `Task`.
+            TypeError: `options` of another class than `options` (or any, for a task without options).
+            cory_env.registry.PluginContractError: (a `TypeError` and a `ValueError`) the builder's result is not a
+                `Task`.
         """
         kwargs = {}
         if self.options is None and options is not None:
@@ -192,6 +206,6 @@ class TaskSpec:
             kwargs["options"] = options
         task = self.builder(config, tokenizer, **kwargs)
         if not isinstance(task, Task):
-            raise TypeError(f"task builder {getattr(self.builder, '__qualname__', self.builder)!r} returned "
+            raise PluginContractError(f"task builder {getattr(self.builder, '__qualname__', self.builder)!r} returned "
                             f"{type(task).__name__}, not a cory_env.tasks.Task")
         return task

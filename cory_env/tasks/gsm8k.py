@@ -102,7 +102,7 @@ def load_gsm8k(path_or_split: str | os.PathLike[str], *, limit: int | None = Non
     source = os.fspath(path_or_split)
     if source.startswith("hub:"):
         return _load_hub(source[len("hub:"):], limit)
-    path = check_path(source, "GSM8K file", fix="pass a JSONL file, or 'hub:train' / 'hub:test'")
+    path = check_path(source, "data_path (GSM8K file)", fix="pass a JSONL file, or 'hub:train' / 'hub:test'")
     records: list[dict[str, str]] = []
     with path.open(encoding="utf-8") as lines:
         for line_no, line in enumerate(lines, start=1):
@@ -119,7 +119,7 @@ def load_gsm8k(path_or_split: str | os.PathLike[str], *, limit: int | None = Non
                 raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
             records.append(_record(row.get("question"), row.get("answer"), where))
     if not records:
-        raise ValueError(f"data file {str(path)!r} has no rows or is not valid JSONL: expected one "
+        raise ValueError(f"data_path {str(path)!r} has no rows or is not valid JSONL: expected one "
                          '{"question": ..., "answer": "... #### <number>"} object per line')
     logger.info("loaded %d GSM8K problems from %s", len(records), path)
     return records
@@ -132,7 +132,7 @@ def _load_hub(split: str, limit: int | None) -> list[dict[str, str]]:
         raise ConnectionError(
             f"GSM8K: the Hugging Face hub is unreachable (offline, HF_HUB_OFFLINE set, or the connection probe "
             f"failed), so {HUB_DATASET!r} split {split!r} cannot be loaded; pass a local JSONL instead, e.g. "
-            f"--data_path ../shared/data/gsm8k_{split}.jsonl"
+            f"--data_path $CORY_SHARED_DATA/gsm8k_{split}.jsonl (the data folder: docs/getting-started.md)"
         )
     from datasets import load_dataset
 

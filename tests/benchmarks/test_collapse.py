@@ -72,7 +72,7 @@ def test_a_run_diverges_where_it_loses_most_of_its_gain_and_the_summary_says_whe
     assert collapse.report(summary).endswith(collapse.divergence_table(summary))
 
 
-def test_p_of_improvement_is_over_the_seeds_both_arms_have_in_a_cell():
+def test_p_of_improvement_is_over_each_arms_seeds_in_a_cell():
     texts = ["a b c", "d e f"]
 
     def run(arm, seed, distinct, kl):
@@ -84,6 +84,38 @@ def test_p_of_improvement_is_over_the_seeds_both_arms_have_in_a_cell():
     cells = collapse.improvements(summary, metric="distinct_2")
     # at 400 episodes: cory (0.9, 0.8) vs ppo (0.7, 0.85): pairs won 0.9>0.7, 0.9>0.85, 0.8>0.7 -> 3 of 4
     assert cells["at_episodes"]["400"]["p"] == pytest.approx(0.75)
-    assert cells["at_kl"]["4.0"]["p"] is None and "seed sets differ" in cells["at_kl"]["4.0"]["why"]
+    # at KL 4 ppo's seed 1 is left out: cory (0.9, 0.8) vs ppo's seed 0 (0.7 there): every pair won
+    assert cells["at_kl"]["4.0"]["p"] == 1.0 and cells["at_kl"]["4.0"]["seeds"] == [[0, 1], [0]]
     shown = collapse.improvement_table(summary, metrics=("distinct_2",)).splitlines()
-    assert shown[2].startswith("| distinct_2 | 0.75 [") and shown[-1] == "| distinct_2 | n/a |"
+    assert shown[2].startswith("| distinct_2 | 0.75 [") and shown[-1] == "| distinct_2 | 1.00 |"
+
+
+def test_the_same_arm_and_seed_twice_is_refused(tmp_path, capsys):
+    import json
+
+    texts = ["a b c", "d e f"]
+    run = _run("ppo-4x", 0, [_point(0, 0.0, texts, 0.9), _point(400, 4.0, texts, 0.8)])
+    with pytest.raises(ValueError, match=r"ppo seed 0 is given twice \(ppo-4x and ppo-4x\)"):
+        collapse.summarise([run, run], episodes=(400,), levels=(4.0,))
+    with pytest.raises(ValueError, match=r"ppo seed 0 is given twice \(ppo-4x and ppo-2x\)"):  # one arm, suffix dropped
+        collapse.summarise([run, {**run, "arm": "ppo-2x"}], episodes=(400,), levels=(4.0,))
+    path = tmp_path / "ppo-4x-s0.json"
+    path.write_text(json.dumps({"runs": [run]}), encoding="utf-8")
+    with pytest.raises(SystemExit) as stop:  # the command line: the same file twice
+        collapse.main([str(path), str(path), "--out", str(tmp_path / "c.json")])
+    assert stop.value.code == 2 and "given twice" in capsys.readouterr().err and not (tmp_path / "c.json").exists()
+
+
+def test_runs_without_response_texts_are_refused(tmp_path, capsys):
+    import json
+
+    bare = _run("ppo-4x", 0, [{"episodes": 0, "reward": 0.1, "kl_k1": 0.0}, {"episodes": 400, "reward": 0.5,
+                                                                             "kl_k1": 4.0}])
+    with pytest.raises(ValueError, match="ppo-4x seed 0 keeps no response texts at any point"):
+        collapse.summarise([bare], episodes=(400,), levels=(4.0,))
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps({"runs": [bare]}), encoding="utf-8")
+    with pytest.raises(SystemExit) as stop:
+        collapse.main([str(path), "--out", str(tmp_path / "c.json")])
+    assert stop.value.code == 2 and "keeps no response texts" in capsys.readouterr().err
+    assert not (tmp_path / "c.json").exists()

@@ -80,15 +80,15 @@ def test_equal_kl_compares_arms_on_the_seeds_that_reach_each_level():
     eq = equal_kl(result, levels=(1.0, 2.0))
     # KL 1: cory 0.2, 0.3; ppo 0.15, 0.167: every pair cory > ppo
     assert eq["improvement"]["1.0"]["cory>ppo"] == {"p": 1.0, "ci": [1.0, 1.0], "n": [2, 2], "seeds": [0, 1]}
-    # KL 2: ppo's seed 1 never gets there: no comparison, and the reason names both seed sets
+    # KL 2: ppo's seed 1 never gets there: cory's two seeds against ppo's one (0.3, 0.5 vs 0.2), both sets named
     at2 = eq["improvement"]["2.0"]["cory>ppo"]
-    assert at2["p"] is None and at2["why"] == "seed sets differ: cory has seeds [0, 1], ppo [0]"
+    assert at2 == {"p": 1.0, "ci": None, "n": [2, 1], "seeds": [[0, 1], [0]], "why": "one seed"}
     result["improvement"], result["equal_kl"] = improvements(result), eq
     assert result["improvement"]["cory>ppo"]["p"] == 0.625  # final: 0.5 > 0.3, 0.5 < 0.9, 0.9 > 0.3, 0.9 = 0.9
     lines = improvement_table(result).splitlines()
     assert lines[0] == "| P(A > B) | final reward | reward at KL 1 | reward at KL 2 |"
     assert lines[2].startswith("| cory > ppo | 0.625 [")
-    assert "| 1.000 [1.000, 1.000] | n/a: seed sets differ" in lines[2]
+    assert lines[2].endswith("| 1.000 [1.000, 1.000] | 1.000 [n/a: one seed] |")
     assert improvement_table({"arms": {"grpo": {}}, "improvement": {}}) is None
 
 

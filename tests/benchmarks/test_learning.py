@@ -278,7 +278,8 @@ def test_merge_across_commits_only_when_asked_and_records_every_commit(tmp_path)
     with pytest.raises(SystemExit, match="unrecorded: cory-wo-kt seed 1"):  # no commit recorded: also refused
         merge([paths[0], paths[2]], tmp_path / "m.json", [])
     assert merge([paths[2]], tmp_path / "m.json", [])["commits"] == {"cory-wo-kt-s1": "unrecorded"}
-    result = main(["--rung", "relay", "--merge", *paths, "--across_commits", "--out", str(tmp_path / "m.json")])
+    result = main(["--rung", "relay", "--merge", *paths, "--across_commits", "--out", str(tmp_path / "m.json"),
+                   "--overwrite"])  # merge() above wrote m.json
     assert result["commits"] == {"cory-s0": "049d50d", "cory-s1": "049d50d", "cory-wo-kt-s0": "64dde2e-dirty",
                                  "cory-wo-kt-s1": "unrecorded"}
     written = json.loads((tmp_path / "m.json").read_text())

@@ -52,3 +52,15 @@ def test_gaps_frontier_and_which_arm_lies_nearer():
     assert summary["per_beta"]["ppo"]["0.2"]["kl"]["iqm"] == 3.0
     row = pareto.table(summary).splitlines()[2]
     assert row.startswith("| cory | 1.00 · 0.300 (1) | 2.00 · 0.400 (1) | 0.000 [0.000, 0.000] | 1.00")
+
+
+def test_arms_on_other_seeds_compare_over_one_beta_sweep_and_other_sweeps_do_not():
+    def points(arm, betas, seeds, reward):
+        return [{"arm": arm, "beta": b, "seed": s, "kl": 1.0 + b, "reward": reward} for b in betas for s in seeds]
+
+    same_sweep = pareto.summarise(points("cory", (0.05, 0.2), (0, 1), 0.4) + points("ppo", (0.05, 0.2), (2,), 0.3))
+    nearer = same_sweep["nearer_than_ppo"]["cory"]  # independent runs: seeds 0-1 against seed 2, all 4 x 2 pairs
+    assert nearer["p"] == 1.0 and nearer["n"] == [4, 2] and len(nearer["seeds"]) == 2
+    other_sweep = pareto.summarise(points("cory", (0.05,), (0,), 0.4) + points("ppo", (0.05, 0.2), (0,), 0.3))
+    assert other_sweep["nearer_than_ppo"]["cory"]["p"] is None
+    assert pareto.table(other_sweep).splitlines()[2].endswith("| n/a: β sweeps differ: cory [0.05], ppo [0.05, 0.2] |")

@@ -58,8 +58,9 @@ def test_probability_that_bf16_learns_more_on_the_same_seeds(tmp_path):
     assert row.startswith("| grpo | 0.444 [")
 
 
-def test_different_seed_sets_give_no_probability(tmp_path):
+def test_different_seed_sets_compare_as_independent_runs(tmp_path):
     runs = [_run("grpo", 0, 0.4), _run("grpo", 1, 0.5, flags=["--precision", "bf16-mixed"])]
     result = pl.main([str(_file(tmp_path, "a.json", runs)), "--arms", "grpo", "--out", str(tmp_path / "o.json")])
-    assert result["precision_improvement"]["grpo"]["end"]["p"] is None
-    assert "n/a" in pl.improvement_table(result["precision_improvement"])
+    end = result["precision_improvement"]["grpo"]["end"]
+    assert end["p"] == 1.0 and end["seeds"] == [[1], [0]] and end["why"] == "one seed"  # 0.5 (seed 1) > 0.4 (seed 0)
+    assert "| grpo | 1.000 [n/a: one seed] |" in pl.improvement_table(result["precision_improvement"])

@@ -99,12 +99,29 @@ def test_arm_summary_marks_one_seed_as_na():
     assert eight["iqm"] == 4.5 and eight["mean"] == 4.5 and eight["ci"][0] < 4.5 < eight["ci"][1]
 
 
-def test_improvement_summary_compares_the_same_seeds_or_says_why_not():
+def test_improvement_summary_compares_independent_runs_whatever_their_seeds():
     out = improvement_summary({0: 1.0, 1: 2.0}, {1: 3.0, 0: 0.0})  # seed order does not matter
     assert out["p"] == 0.5 and out["n"] == [2, 2] and out["seeds"] == [0, 1]
     assert out["ci"][0] <= 0.5 <= out["ci"][1]
     one = improvement_summary({3: 0.7}, {3: 0.2})
     assert one == {"p": 1.0, "ci": None, "n": [1, 1], "seeds": [3], "why": "one seed"}
-    differ = improvement_summary({0: 0.3, 1: 0.4, 2: 0.5}, {0: 0.1, 1: 0.2}, names=("cory", "ppo"))
+    # other seeds: all 3 x 2 pairs, as rliable defines it (0.3 > 0.1, 0.3 > 0.2, ...: every pair A above)
+    differ = improvement_summary({0: 0.3, 1: 0.4, 2: 0.5}, {0: 0.1, 7: 0.2}, names=("cory", "ppo"))
+    assert differ["p"] == 1.0 and differ["ci"] == [1.0, 1.0] and differ["n"] == [3, 2]
+    assert differ["seeds"] == [[0, 1, 2], [0, 7]] and "why" not in differ
+    mixed = improvement_summary({0: 0.3, 1: 0.1, 2: 0.5}, {3: 0.2, 4: 0.4})  # 3 of 6 pairs won
+    assert mixed["p"] == pytest.approx(probability_of_improvement([0.3, 0.1, 0.5], [0.2, 0.4])) == 0.5
+    assert mixed["ci"] == list(probability_of_improvement_ci([0.3, 0.1, 0.5], [0.2, 0.4]))
+
+
+def test_the_paired_variant_pairs_runs_by_seed_and_needs_the_same_seeds():
+    a, b = {0: 0.5, 1: 0.1, 2: 0.6}, {2: 0.4, 1: 0.0, 0: 0.7}  # seed by seed: A loses on 0, wins on 1 and 2
+    paired = improvement_summary(a, b, paired=True)
+    assert paired["p"] == pytest.approx(2 / 3) and paired["seeds"] == [0, 1, 2]
+    assert improvement_summary(a, b)["p"] == pytest.approx(5 / 9)  # unpaired: 2 + 1 + 2 of the 9 pairs
+    assert 0.0 <= paired["ci"][0] <= 2 / 3 <= paired["ci"][1] <= 1.0
+    assert improvement_summary({0: 2.0, 1: 0.5}, {0: 1.0, 1: 0.0}, paired=True)["ci"] == [1.0, 1.0]
+    differ = improvement_summary({0: 0.3, 1: 0.4}, {0: 0.1}, names=("cory", "ppo"), paired=True)
     assert differ["p"] is None and differ["ci"] is None
-    assert differ["why"] == "seed sets differ: cory has seeds [0, 1, 2], ppo [0, 1]"
+    assert differ["why"] == ("seed sets differ: cory has seeds [0, 1], ppo [0] (a paired comparison needs the same "
+                             "seeds)")

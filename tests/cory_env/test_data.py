@@ -34,7 +34,7 @@ def test_imdb_jsonl_text_column(tmp_path):
 
 
 def test_missing_file_and_wrong_columns(tmp_path):
-    with pytest.raises(FileNotFoundError, match="data file .*nope.csv' does not exist; pass an existing CSV"):
+    with pytest.raises(FileNotFoundError, match="data_path .*nope.csv' does not exist; pass an existing CSV"):
         load_imdb_records(tmp_path / "nope.csv")
     path = tmp_path / "other.csv"
     path.write_text("title,stars\nGood film,5\n")

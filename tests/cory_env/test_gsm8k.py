@@ -59,7 +59,8 @@ def test_loader_names_file_and_line(tmp_path, bad_row, match):
 
 
 def test_loader_missing_file_and_bad_hub_split(tmp_path):
-    with pytest.raises(FileNotFoundError, match="GSM8K file .*nope.jsonl' does not exist; pass a JSONL file"):
+    with pytest.raises(FileNotFoundError,
+                       match="data_path \\(GSM8K file\\) .*nope.jsonl' does not exist; pass a JSONL file"):
         load_gsm8k(tmp_path / "nope.jsonl")
     with pytest.raises(ValueError, match="'train' or 'test'"):
         load_gsm8k("hub:validation")
@@ -135,7 +136,7 @@ def test_hub_split_fails_fast_offline(monkeypatch, tiny_tok):
 
     monkeypatch.setattr(datasets, "load_dataset", must_not_run)
     monkeypatch.setattr(gsm8k, "hub_reachable", lambda **_: False)
-    with pytest.raises(ConnectionError, match=r"--data_path ../shared/data/gsm8k_test.jsonl"):
+    with pytest.raises(ConnectionError, match=r"--data_path \$CORY_SHARED_DATA/gsm8k_test.jsonl"):
         load_gsm8k("hub:test")
     with pytest.raises(ConnectionError, match=r"gsm8k_train.jsonl"):
         make_task("gsm8k", EnvConfig(task="gsm8k", data_path=None), tiny_tok)

@@ -29,7 +29,8 @@ def test_registry_builds_by_name_and_imports_builders_lazily():
             "print(sorted(TASKS.names()), 'cory_env.tasks.gsm8k' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=REPO_ROOT).stdout
-    assert out.strip() == "['chain_relay', 'gsm8k', 'imdb', 'relay', 'tiny_vocab'] False"  # a task's module loads when it is asked for
+    # a task's module loads when it is asked for
+    assert out.strip() == "['chain_relay', 'first_symbol', 'gsm8k', 'imdb', 'relay', 'tiny_vocab'] False"
     task = make_task("tiny_vocab", EnvConfig(task="tiny_vocab"), None)
     assert task.name == "tiny_vocab" and task.max_new_tokens == 2
     with pytest.raises(ValueError, match=r"unknown task 'chess'; known tasks: imdb, gsm8k, tiny_vocab, relay, chain_relay"):

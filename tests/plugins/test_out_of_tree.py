@@ -53,9 +53,11 @@ def test_entry_points_train_resume_and_eval_with_no_edit_to_the_package(plugin_s
 
 
 @pytest.mark.slow
-def test_module_attr_names_train_resume_and_eval(plugin_site, tmp_path):
+def test_module_attr_names_train_resume_and_eval(bare_site, tmp_path):
+    """The package declares no entry points: the resume reads the plug-ins' options from config.yaml by the
+    ``module:attr`` names it records, not from what is installed."""
     names = {"task": f"{PACKAGE}.plugins:KEYWORD", "learner": f"{PACKAGE}.plugins:REINFORCE"}
-    state = _train_resume_eval(plugin_site, tmp_path / "ma", names)
+    state = _train_resume_eval(bare_site, tmp_path / "ma", names)
     assert state["plugins"] == {"learner": names["learner"], "task": names["task"]}
 
 

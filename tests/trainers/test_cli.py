@@ -44,7 +44,9 @@ def test_train_eval_plot_round_trip(tmp_path):
     assert result["model_name"] == "llm1"  # two exchanges: llm1 is back in the pioneer seat
     for key in ("task_reward", "kl", "combined_reward", "distinct_1", "distinct_2", "response_len"):
         assert key in result["after"] and key in proc.stdout
-    assert result["after"]["num_queries"] == 2 and "llm1 in the pioneer seat, held-out task reward" in proc.stdout
+    # the tiny preset has no held-out slice: its evaluation says it reads training queries
+    assert result["after"]["num_queries"] == 2 and "llm1 in the pioneer seat, task reward" in proc.stdout
+    assert "train-split queries (not held out)" in proc.stdout
 
     cory("plot", str(run), "--out", str(tmp_path / "plots"))
     for name in ("curves.png", "pareto.png"):
@@ -125,7 +127,7 @@ def test_num_processes_is_split_off_and_launches_accelerate():
     assert (n, rest) == (4, ["--preset", "tiny", "--seed", "1"])
     assert split_num_processes(["--preset", "tiny"]) == (1, ["--preset", "tiny"])
     cmd = launch_command(4, ["-m", "trainers.cli", "train", *rest], port=29511)
-    assert cmd[1:4] == ["-m", "accelerate.commands.launch", "--multi_gpu"]
+    assert cmd[1:4] == ["-m", "trainers.cli.launch", "--multi_gpu"]
     assert cmd[cmd.index("--num_processes") + 1] == "4" and cmd[cmd.index("--main_process_port") + 1] == "29511"
     assert cmd[cmd.index("trainers.cli"):] == ["trainers.cli", "train", "--preset", "tiny", "--seed", "1"]
 

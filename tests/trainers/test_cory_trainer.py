@@ -218,8 +218,10 @@ def test_failed_overwrite_keeps_the_old_run_and_a_failed_start_leaves_no_folder(
         assert not (tmp_path / "fresh").exists(), opts
     trainer = CORYTrainer(tiny_run("x", num_iterations=1, overwrite=True))  # a good overwrite replaces the run
     assert not (tmp_path / "x" / "metrics.jsonl").exists() and (tmp_path / "x" / "config.yaml").is_file()
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".x")] == []  # no moved-aside copy is left
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith(".x.replaced-")]
+    assert len(aside) == 1 and (aside[0] / "metrics.jsonl").is_file()  # kept until the new run's first checkpoint
     trainer.train()
+    assert not aside[0].exists()  # no moved-aside copy is left
 
 
 def test_resume_with_different_config_names_fields(tiny_run):
@@ -335,8 +337,8 @@ def test_a_reward_callable_is_recorded_and_eval_never_substitutes_another(tiny_r
     saved = yaml.safe_load((tmp_path / "lambda" / "config.yaml").read_text())
     assert "<lambda>" in saved["reward"] and saved["reward"] != "vader"
     with pytest.raises(ValueError, match="--reward"):
-        run_eval([str(tmp_path / "lambda"), "--episodes", "2", "--out", str(out)])
-    run_eval([str(tmp_path / "lambda"), "--episodes", "2", "--out", str(out),
+        run_eval([str(tmp_path / "lambda"), "--episodes", "2", "--out", str(out), "--overwrite"])
+    run_eval([str(tmp_path / "lambda"), "--episodes", "2", "--out", str(out), "--overwrite",
               "--reward", "tests.trainers.test_cory_trainer:constant_ten_reward"])
     assert json.loads(out.read_text())["after"]["task_reward"] == 10.0
 

@@ -48,8 +48,25 @@ def quiet_library_progress_bars() -> None:
     datasets.disable_progress_bars()
 
 
+def report_error(line: str) -> None:
+    """Print a user error's one line; in a training process started by ``cory train --num_processes N`` write it for
+    the launcher instead, which prints each distinct line once (`trainers.cli.launch.process_errors`)."""
+    import os
+    from pathlib import Path
+
+    from trainers.cli.launch import ERROR_DIR_ENV
+
+    folder = os.environ.get(ERROR_DIR_ENV)
+    rank = os.environ.get("RANK")
+    if folder and rank is not None and Path(folder).is_dir():
+        (Path(folder) / f"rank-{int(rank)}.txt").write_text(line + "\n", encoding="utf-8")
+    else:
+        print(line, file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``cory COMMAND ...``; returns the exit status (0 ok, 2 a user error reported in one line, 130 stopped)."""
+    """Run ``cory COMMAND ...``; returns the exit status (0 ok, 2 a user error reported in one line, 1 a non-finite
+    update (`trainers.learning.update.NonFiniteLossError`, one line naming the last good checkpoint), 130 stopped)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # raised inside transformers when peft checks a LoRA model; nothing a user can act on
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
@@ -70,8 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return getattr(importlib.import_module(module_name), func_name)(argv[1:])
     except (ValueError, FileNotFoundError, FileExistsError, OSError) as exc:
-        print(f"cory {command}: error: {exc}", file=sys.stderr)
+        report_error(f"cory {command}: error: {exc}")
         return 2
+    except FloatingPointError as exc:  # NonFiniteLossError: the message names the model and the last good checkpoint
+        report_error(f"cory {command}: error: {exc}")
+        return 1
     except KeyboardInterrupt:  # before training started, or a second Ctrl-C: no checkpoint was written then
         print(f"cory {command}: interrupted", file=sys.stderr)
         return 130

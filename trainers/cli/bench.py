@@ -52,11 +52,41 @@ ARMS: dict[str, list[str]] = {
 }
 
 
+#: Arms that name a learner, e.g. a plug-in's (its registered or entry-point name, or ``module:attr``): prefix ->
+#: the seating it trains on. ``learner=NAME`` is one seat (beside ``ppo`` and ``grpo``), ``cory-learner=NAME``
+#: CORY's two seats (beside ``cory`` and ``cory-grpo``).
+LEARNER_ARMS: dict[str, list[str]] = {"learner=": ["--seating", "ppo"], "cory-learner=": ["--seating", "cory"]}
+
+
+def arm_flags(name: str) -> list[str]:
+    """The `cory train` flags of arm `name`: an `ARMS` entry, or a `LEARNER_ARMS` prefix and a learner.
+
+    Raises:
+        ValueError: an unknown arm, or a learner arm whose learner is not found (the registry's reason).
+    """
+    if name in ARMS:
+        return list(ARMS[name])
+    for prefix, seating in LEARNER_ARMS.items():
+        if name.startswith(prefix) and name != prefix:
+            from trainers.learning.learners import learner_spec
+
+            learner_spec(name[len(prefix):])  # found, or refused naming it
+            return [*seating, "--learner", name[len(prefix):]]
+    raise ValueError(f"unknown arm {name!r}; valid arms: {', '.join(ARMS)}, or a learner as "
+                     f"{' / '.join(p + 'NAME' for p in LEARNER_ARMS)} (a registered name, an entry point or "
+                     "module:attr)")
+
+
 def parse_arm(spec: str, seeds: Sequence[int]) -> tuple[str, list[int]]:
-    """`name` or `name:n` -> (name, seeds to run). Raises ValueError for an unknown arm."""
-    name, _, count = spec.partition(":")
-    if name not in ARMS:
-        raise ValueError(f"unknown arm {name!r}; valid arms: {', '.join(ARMS)}")
+    """`name` or `name:n` (the first n seeds) -> (name, seeds to run); a learner arm's ``module:attr`` keeps its colon.
+
+    Raises:
+        ValueError: an unknown arm (`arm_flags`).
+    """
+    name, _, count = spec.rpartition(":")
+    if not (name and count.isdigit()):
+        name, count = spec, ""
+    arm_flags(name)
     return name, list(seeds[: int(count)] if count else seeds)
 
 
@@ -130,7 +160,7 @@ def run_bench(argv: Sequence[str]) -> int:
             if not (_run_complete(run_dir, args.num_iterations) and info_path.exists()):
                 # an unfinished run with a checkpoint (interrupted, or a longer --num_iterations) is resumed
                 mode = "--resume" if latest_checkpoint(run_dir) is not None else "--overwrite"
-                cmd = [sys.executable, "-m", "trainers.cli", "train", *shared, *ARMS[arm], *extra,
+                cmd = [sys.executable, "-m", "trainers.cli", "train", *shared, *arm_flags(arm), *extra,
                        "--seed", str(seed), "--output_dir", str(run_dir), mode]
                 print(f"[bench] {arm} seed {seed}: {' '.join(cmd[3:])}", flush=True)
                 start = time.time()

@@ -12,15 +12,21 @@ evaluation queries; the task's spec says how (`cory_env.tasks.TaskSpec.evaluatio
   temperature 1.0, repetition penalty 1.1, 256 new tokens). A checkpoint, or a base model without training
   (`--model`).
 
-The JSON goes next to the checkpoint (or to `--out`). The model is rebuilt from the run's recorded configs
+The JSON goes next to the checkpoint (or to `--out`: never a file of a run, a folder, or an existing file without
+``--overwrite``; checked before any model loads, `trainers.cli.outputs`), written atomically; it records the query
+data (``data``: the data path and the fingerprint of the run's queries). The pioneer evaluation refuses a run whose
+query data changed since it trained (the checkpoint's data fingerprint, as ``--resume``): other queries are not the
+run's own evaluation; ``--data_path`` evaluates on other data on purpose, with a warning, and the JSON records both
+fingerprints. A gain over fewer than two distinct queries has no standard error: it is said before the evaluation,
+and the numbers are written with ``gain_sem`` null and the reason. The model is rebuilt from the run's recorded configs
 (`trainers.config.RunConfigs.from_flat`) and its trained weights are loaded with
 `trainers.loop.checkpoint.load_agent`: no learner or optimizer is built. The sampling options (`--temperature`,
 `--top_k`, `--top_p`, `--repetition_penalty`: `agents.SamplingConfig`) apply to GSM8K only.
 
 Examples:
     cory eval runs/imdb-quick
-    cory eval runs/gsm8k-quick --task gsm8k --data_path ../shared/data/gsm8k_test.jsonl --limit 50
-    cory eval --task gsm8k --model smollm2-135m-instruct --data_path ../shared/data/gsm8k_test.jsonl --limit 50
+    cory eval runs/gsm8k-quick --task gsm8k --data_path $CORY_SHARED_DATA/gsm8k_test.jsonl --limit 50
+    cory eval --task gsm8k --model smollm2-135m-instruct --data_path $CORY_SHARED_DATA/gsm8k_test.jsonl --limit 50
 """
 
 from __future__ import annotations
@@ -42,13 +48,14 @@ from cory_env.checks import check_path
 from cory_env.tasks import task_spec
 from cory_env.seating import PIONEER
 from trainers.config import RunConfigs
+from trainers.cli.outputs import check_output_file, write_output
 from trainers.cli.train import before_after_line
-from trainers.evaluation.episodes import evaluate_heldout, gain_summary, heldout_env
+from trainers.evaluation.episodes import evaluate_heldout, gain_summary, heldout_env, heldout_sem_warning
 from trainers.evaluation.passk import PAPER_EVAL_SAMPLING, evaluate_pass_at_k
 from trainers.learning.learners import kl_estimator
 from trainers.loop import checkpoint as ckpt
 from trainers.loop.build import build_agents, load_policy_model, load_run_model
-from trainers.loop.fingerprint import check_fingerprints, model_fingerprint, tokenizer_fingerprint
+from trainers.loop.fingerprint import check_fingerprints, data_fingerprint, model_fingerprint, tokenizer_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -104,14 +111,18 @@ def build_parser() -> HfArgumentParser:
                         help="Which trained model answers: llm1, llm2 (default: the one in the pioneer seat).")
     parser.add_argument("--data_path", default=None,
                         help="Query source override (else the run's). GSM8K: a test JSONL such as "
-                             "../shared/data/gsm8k_test.jsonl; omitted = the hub's test split.")
+                             "$CORY_SHARED_DATA/gsm8k_test.jsonl; omitted = the hub's test split.")
     parser.add_argument("--seed", type=int, default=None,
                         help="Query and sampling seed. Default: the run's own held-out seed (`cory train "
                              "--eval_episodes` evaluates with it, so the numbers are the run's), 12345 for GSM8K.")
     parser.add_argument("--out", default=None,
-                        help="JSON output path, outside the run's checkpoints/ (whose old checkpoints rotation "
-                             "deletes). Default: <run>/eval-<model>[-gsm8k]-<checkpoint>.json; a checkpoint folder "
-                             "outside a run: inside it; without a checkpoint: eval-gsm8k-<model>.json here.")
+                        help="JSON output path: a file, never one of a run's own files (config.yaml, metrics.jsonl, "
+                             "samples.jsonl, eval.json, anything in checkpoints/ or tensorboard/); an existing file "
+                             "only with --overwrite. Default: <run>/eval-<model>[-gsm8k]-<checkpoint>.json (a rerun "
+                             "replaces it); a checkpoint folder outside a run: inside it; without a checkpoint: "
+                             "eval-gsm8k-<model>.json here.")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="Replace the --out file when it exists (never a run's own file).")
     parser.add_argument("--torch_threads", type=int, default=0, help="torch.set_num_threads; 0 = torch's default.")
     imdb = parser.add_argument_group("the pioneer alone (imdb and the toys): the run's own evaluation by default")
     imdb.add_argument("--episodes", type=int, default=None,
@@ -155,8 +166,8 @@ def run_eval(argv: Sequence[str]) -> int:
                          "samples per problem")
     if task == "gsm8k":
         _check_data_path(args.data_path)
-    if args.out and args.checkpoint:
-        ckpt.check_outside_rotation(args.out, args.checkpoint, option="--out", example="-eval.json")
+    if args.out:  # before any model loads: a wrong path is not found out after the evaluation
+        check_output_file(args.out, option="--out", replace=args.overwrite)
     if args.checkpoint is None:
         model, tokenizer = load_policy_model(args.model, seed=GSM8K_SEED if args.seed is None else args.seed)
         loaded = _Loaded(LLMAgent(model, tokenizer), None, None, None, RunConfigs(env=EnvConfig(task="gsm8k")),
@@ -187,7 +198,7 @@ def _check_data_path(data_path: str | None) -> None:
     """Fail before any model loads when a local data file is missing."""
     if data_path not in (None, "hub"):
         check_path(data_path, "--data_path", fix="for GSM8K pass a test JSONL such as --data_path "
-                                                 "../shared/data/gsm8k_test.jsonl")
+                                                 "$CORY_SHARED_DATA/gsm8k_test.jsonl")
 
 
 @dataclasses.dataclass
@@ -204,6 +215,7 @@ class _Loaded:
     kl_penalty: str = "kl"
     kl_coef: float | None = None  # the model's β at the checkpoint (the default η of the combined reward)
     base: LLMAgent | None = None  # an agent of the run's layout never trained: the model before training
+    inputs: dict | None = None  # the checkpoint's input fingerprints (`trainers.loop.fingerprint`); None: none
 
 
 def check_eval_numbers(args) -> None:
@@ -267,28 +279,38 @@ def load_checkpoint_agent(checkpoint: str | Path, model_name: str | None = None,
     if beta is None:  # a checkpoint written before the trainer recorded each model's β: its KL controller's state
         beta = ckpt.read_learner_state(path, name, with_optimizer=False).get("kl_ctl", {}).get("value")
     return _Loaded(agents[name], ref, name, path, configs, f"{configs.model.model} ({path}, {name})", kind,
-                   None if beta is None else float(beta), base)
+                   None if beta is None else float(beta), base, state.get("inputs"))
 
 
 def _eval_pioneer(loaded: _Loaded, args) -> tuple[dict[str, Any], Path]:
     """The run's own held-out evaluation of one model (`CORYTrainer.heldout_evaluation`: its held-out slice, its
     evaluation seed, its `--eval_episodes`, as it sampled in training) and of the model before training on the same
-    episodes; the gain with its standard error clustered by query (`gain_summary`). Returns (result, file)."""
+    episodes; the gain with its standard error clustered by query (`gain_summary`). Returns (result, file).
+
+    Raises:
+        CheckpointError: the run's query data changed since it trained (`run_data`), without ``--data_path``.
+        ValueError: no KL coefficient recorded and no ``--eta``; a reward that cannot be rebuilt (`_run_reward`).
+    """
     from trainers.loop.cory import EVAL_SEED
 
     configs, where, model_name = loaded.configs, loaded.checkpoint, loaded.model_name
     env_cfg = configs.task_spec.resolve(configs.env) if configs.task_spec.resolve else configs.env
     if args.data_path is not None:
         env_cfg = dataclasses.replace(env_cfg, data_path=args.data_path)
-    if env_cfg.heldout_fraction == 0:
-        logger.warning("this run has no held-out slice (heldout_fraction=0): the evaluation queries are fresh-seed "
-                       "draws from its training data; train with --heldout_fraction 0.1 for a held-out evaluation")
+    _, not_held_out = configs.task_spec.heldout_split(env_cfg)
+    if not_held_out:
+        logger.warning("this evaluation is not held out: %s", not_held_out)
     eta = args.eta if args.eta is not None else loaded.kl_coef  # default: the model's final KL coefficient
     if eta is None:
         raise ValueError(f"{where} records no KL coefficient for {model_name} (its learner keeps none); pass --eta")
     env_cfg = dataclasses.replace(env_cfg, reward=_run_reward(env_cfg.reward, args.reward))
+    out = Path(args.out) if args.out else check_output_file(_default_out(where, f"eval-{model_name}"),
+                                                            option="the evaluation file", default=True)
     episodes = args.episodes or configs.run.eval_episodes or DEFAULT_EPISODES
     env = heldout_env(env_cfg, loaded.agent.tokenizer, episodes=episodes, task_options=configs.task_options)
+    data = run_data(loaded, env_cfg, env.task.records, override=args.data_path is not None)
+    if (why := heldout_sem_warning(env, episodes)) is not None:
+        logger.warning("%s", why)
     common = {"episodes": episodes, "seed": EVAL_SEED if args.seed is None else args.seed, "eta": eta,
               "kl_penalty": loaded.kl_penalty, "env": env}
     first = env.possible_agents[0]
@@ -296,10 +318,49 @@ def _eval_pioneer(loaded: _Loaded, args) -> tuple[dict[str, Any], Path]:
                      for agent in (loaded.base, loaded.agent))
     result = {"checkpoint": str(where), "model_name": model_name, "eta": eta, "reward": env_cfg.reward,
               "query_split": after["query_split"], "heldout_fraction": env_cfg.heldout_fraction, "seed": common["seed"],
-              **gain_summary(before, after), "before": before, "after": after}
-    out = Path(args.out) if args.out else _default_out(where, f"eval-{model_name}")
+              "data": data, **gain_summary(before, after), "before": before, "after": after}
     _write_json(out, result)
     return result, out
+
+
+def run_data(loaded: _Loaded, env_cfg: EnvConfig, heldout_records: list[dict], *, override: bool) -> dict[str, Any]:
+    """The query data a pioneer evaluation reads, checked against the run's: the fingerprint of the training-side
+    records `env_cfg` builds (what the run recorded at its start, `trainers.loop.fingerprint.data_fingerprint`,
+    key ``data``) and of the evaluated records `heldout_records` (key ``heldout_data``, when the checkpoint records
+    it), each beside the checkpoint's.
+
+    Returns:
+        ``{"data_path", "fingerprint", "run_fingerprint", "queries_fingerprint", "run_queries_fingerprint",
+        "same_as_run"}`` for the evaluation JSON (a ``run_`` value None: the checkpoint records none; ``same_as_run``
+        None when nothing could be compared).
+
+    Raises:
+        trainers.loop.checkpoint.CheckpointError: (a `ValueError`) the data changed since the run trained and
+            `override` (``--data_path``) is not set: other queries are not the run's own evaluation.
+    """
+    configs, saved = loaded.configs, loaded.inputs or {}
+    records = configs.task_spec.build(env_cfg, loaded.agent.tokenizer, configs.task_options).records
+    data = {"data_path": env_cfg.data_path, "fingerprint": data_fingerprint(records), "run_fingerprint":
+            saved.get("data"), "queries_fingerprint": data_fingerprint(heldout_records),
+            "run_queries_fingerprint": saved.get("heldout_data")}
+    pairs = [(data[f"run_{key}"], data[key]) for key in ("fingerprint", "queries_fingerprint")
+             if data[f"run_{key}"] is not None]
+    data["same_as_run"] = all(a == b for a, b in pairs) if pairs else None
+    source = "the built-in data" if env_cfg.data_path is None else repr(env_cfg.data_path)
+    changed = "; ".join(f"{a[:12]}.. -> {b[:12]}.." for a, b in pairs if a != b)
+    if not pairs:
+        logger.warning("%s records no fingerprint of its query data: cannot tell whether %s still holds the "
+                       "queries the run trained on", loaded.checkpoint, source)
+    elif changed and not override:
+        raise ckpt.CheckpointError(
+            f"cannot evaluate {loaded.checkpoint} as the run's own evaluation: its query data changed since the "
+            f"run trained ({source}: data fingerprint {changed}), so the held-out queries are other ones. Restore "
+            "the data, or pass --data_path FILE to evaluate on other data on purpose (the JSON records both "
+            "fingerprints)")
+    elif changed:
+        logger.warning("--data_path %s holds other queries than the run trained on (data fingerprint %s): this is "
+                       "not the run's own evaluation; the JSON records both", env_cfg.data_path, changed)
+    return data
 
 
 def _default_out(checkpoint: Path, stem: str) -> Path:
@@ -345,10 +406,10 @@ def _eval_gsm8k(loaded: _Loaded, args) -> tuple[dict[str, Any], Path]:
     agent.sampling = args.sampling
     if args.out:
         out = Path(args.out)
-    elif where is not None:
-        out = _default_out(where, f"eval-{model_name}-gsm8k")
     else:
-        out = Path(f"eval-gsm8k-{re.sub(r'[^A-Za-z0-9._-]+', '_', model_label)}.json")
+        out = (_default_out(where, f"eval-{model_name}-gsm8k") if where is not None else
+               Path(f"eval-gsm8k-{re.sub(r'[^A-Za-z0-9._-]+', '_', model_label)}.json"))
+        check_output_file(out, option="the evaluation file", default=True)
     header = {"task": "gsm8k", "model": model_label, "checkpoint": None if where is None else str(where),
               "model_name": model_name, "data_path": args.data_path or "hub:test", "seed": seed,
               "sampling": dataclasses.asdict(agent.sampling), "prompt": args.prompt}
@@ -366,7 +427,5 @@ def _eval_gsm8k(loaded: _Loaded, args) -> tuple[dict[str, Any], Path]:
 
 
 def _write_json(path: Path, result: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2, ensure_ascii=False), encoding="utf-8")
-    tmp.replace(path)
+    """Write `result` to `path` atomically (`trainers.cli.outputs.write_output`: no temporary file is left)."""
+    write_output(path, json.dumps(result, indent=2, ensure_ascii=False))

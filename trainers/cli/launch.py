@@ -52,9 +52,33 @@ def launch_command(num_processes: int, program: Sequence[str], *, port: int | No
     ``--multi_gpu`` selects accelerate's torchrun launcher, which also serves CPU-only machines (each process then
     trains on the CPU with the gloo backend; `trainers.distributed`).
     """
-    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "1",
+    return [sys.executable, "-m", "trainers.cli.launch", "--multi_gpu", "--num_machines", "1",
             "--num_processes", str(num_processes), "--mixed_precision", "no", "--dynamo_backend", "no",
             "--main_process_port", str(port or free_port()), *program]
+
+
+#: Set by `run_launcher` for the training processes: the folder where each writes its one-line error
+#: (`trainers.cli.main`), so that the launcher prints each distinct error once.
+ERROR_DIR_ENV = "CORY_ERROR_DIR"
+
+
+def accelerate_launch(argv: Sequence[str]) -> int:
+    """``accelerate launch ARGV`` in this process, returning the highest exit status of the training processes:
+    torch's launcher reports a failed process by raising `ChildFailedError` (a traceback and a failure table
+    after the process's own error line), which is caught here; the processes' errors are printed by
+    `run_launcher`."""
+    import logging
+
+    from accelerate.commands.launch import launch_command as accelerate_launch_command
+    from accelerate.commands.launch import launch_command_parser
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    try:
+        accelerate_launch_command(launch_command_parser().parse_args(list(argv)))
+    except ChildFailedError as err:
+        return max((failure.exitcode for failure in err.failures.values()), default=1) or 1
+    return 0
 
 
 def run_launcher(cmd: list[str]) -> int:
@@ -65,7 +89,13 @@ def run_launcher(cmd: list[str]) -> int:
     launcher's shutdown timeout); this process keeps waiting, so no training process is orphaned. After a forwarded
     signal the exit status is 130, as for a one-process run stopped by Ctrl-C.
     """
-    proc = subprocess.Popen(cmd, start_new_session=True)  # the terminal's Ctrl-C reaches us only: no double signal
+    import os
+    import tempfile
+
+    errors = tempfile.TemporaryDirectory(prefix="cory-errors-")
+    env = {**os.environ, ERROR_DIR_ENV: errors.name}
+    # the terminal's Ctrl-C reaches us only: no double signal
+    proc = subprocess.Popen(cmd, start_new_session=True, env=env)
     forwarded: list[int] = []
 
     def forward(signum, frame):  # noqa: ARG001 - signal handler signature
@@ -79,7 +109,31 @@ def run_launcher(cmd: list[str]) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        with errors:
+            for line in process_errors(errors.name):
+                print(line, file=sys.stderr)
     return 130 if forwarded and status != 0 else status
+
+
+def process_errors(folder: str) -> list[str]:
+    """The distinct error lines the training processes wrote into `folder` (``rank-N.txt``, `trainers.cli.main`),
+    lowest rank first. Lines that differ only inside quotes (each process quotes its own offending text) are one
+    error, printed once as the lowest rank wrote it; when the processes failed differently, each line names its
+    processes."""
+    import re
+    from pathlib import Path
+
+    by_error: dict[str, tuple[str, list[int]]] = {}
+    files = sorted(Path(folder).glob("rank-*.txt"), key=lambda p: int(p.stem.removeprefix("rank-")))
+    for path in files:
+        line = path.read_text(encoding="utf-8").strip()
+        if line:
+            key = re.sub(r"'[^']*'", "''", line)
+            by_error.setdefault(key, (line, []))[1].append(int(path.stem.removeprefix("rank-")))
+    if len(by_error) == 1:
+        return [line for line, _ in by_error.values()]
+    return [f"{line} (process{'es' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
+            for line, ranks in by_error.values()]
 
 
 def split_num_processes(argv: Sequence[str]) -> tuple[int, list[str]]:
@@ -98,3 +152,7 @@ def split_num_processes(argv: Sequence[str]) -> tuple[int, list[str]]:
     if n < 1:
         raise ValueError(f"--num_processes must be an integer >= 1, got {known.num_processes!r}")
     return n, rest
+
+
+if __name__ == "__main__":  # ``python -m trainers.cli.launch ACCELERATE_ARGS``: what `launch_command` runs
+    sys.exit(accelerate_launch(sys.argv[1:]))

@@ -4,6 +4,10 @@ a Pareto scatter; also the arm means of `cory bench`.
 Figures are `matplotlib.figure.Figure` objects saved straight to PNG (matplotlib's Agg renderer), without pyplot:
 no display is needed and matplotlib's global backend is never changed, so importing this module leaves an
 interactive session's plotting alone.
+
+Each PNG is checked before anything is drawn and written atomically (`trainers.cli.outputs`): ``--out`` must be a
+folder (or a new path), never a run's ``checkpoints/`` or ``tensorboard/``; PNGs already there are replaced only
+with ``--overwrite`` (the default folder, the first run directory, is this command's own: a rerun replaces them).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from matplotlib.lines import Line2D
 
 from cory_env.seating import PIONEER
 from cory_env.checks import check_path
+from trainers.cli.outputs import add_overwrite_option, atomic_output, check_output_file
 from trainers.loop.metrics import METRICS_FILE, read_jsonl
 
 QUANTITIES = ("task_reward", "kl", "combined_reward")
@@ -126,7 +131,8 @@ def plot_curves(runs: dict[str, list[dict]], out: Path) -> Path:
     if handles:
         fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 6), fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
-    fig.savefig(out, dpi=70)
+    with atomic_output(out) as tmp:
+        fig.savefig(tmp, dpi=70)
     return out
 
 
@@ -179,21 +185,29 @@ def plot_pareto(runs: dict[str, list[dict]], out: Path) -> Path:
         legends = [first, ax.legend(handles=scope_handles, title="model / seat", fontsize=7, title_fontsize=8,
                                     loc="lower left", bbox_to_anchor=(1.02, 0.0), borderaxespad=0.0)]
     fig.tight_layout()
-    fig.savefig(out, dpi=90, bbox_inches="tight", bbox_extra_artists=legends)  # the legends beside stay whole
+    with atomic_output(out) as tmp:  # the legends beside stay whole
+        fig.savefig(tmp, dpi=90, bbox_inches="tight", bbox_extra_artists=legends)
     return out
 
 
-def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path) -> list[Path]:
+def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *, replace: bool = True,
+              option: str = "output folder") -> list[Path]:
     """Write `curves.png` and `pareto.png` for `run_dirs` into `out_dir`; returns the paths. Every run directory is
-    read before anything is created, so a bad one leaves no empty output folder behind.
+    read and both output paths are checked (`trainers.cli.outputs.check_output_file`) before anything is created,
+    so a bad one leaves no empty output folder behind.
+
+    Args:
+        replace: PNGs already in `out_dir` may be replaced; `option`: what named `out_dir`, for the messages.
 
     Raises:
-        FileNotFoundError: a run directory without metrics.jsonl.
+        FileNotFoundError: a run directory without metrics.jsonl. FileExistsError: a PNG exists and not `replace`.
+        NotADirectoryError: `out_dir` is a file. ValueError: `out_dir` is inside a run's checkpoints/ or tensorboard/.
     """
     runs = load_runs(run_dirs)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    return [plot_curves(runs, out_dir / "curves.png"), plot_pareto(runs, out_dir / "pareto.png")]
+    paths = [check_output_file(out_dir / name, option=option, replace=replace) for name in ("curves.png",
+                                                                                           "pareto.png")]
+    return [plot_curves(runs, paths[0]), plot_pareto(runs, paths[1])]
 
 
 def plot_arm_means(arms: dict[str, list[list[dict]]], out: Path, *, scope: str = PIONEER, window: int = 3) -> Path:
@@ -225,7 +239,8 @@ def plot_arm_means(arms: dict[str, list[list[dict]]], out: Path, *, scope: str =
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out, dpi=80)
+    with atomic_output(out) as tmp:
+        fig.savefig(tmp, dpi=80)
     return out
 
 
@@ -234,9 +249,13 @@ def run_plot(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="cory plot", description="PNG curves and a Pareto scatter of runs.",
                                      allow_abbrev=False)
     parser.add_argument("run_dirs", nargs="+", help="Run directories (each with metrics.jsonl).")
-    parser.add_argument("--out", default=None, help="Output folder (default: the first run directory).")
+    parser.add_argument("--out", default=None,
+                        help="Output folder for curves.png and pareto.png (default: the first run directory, where a "
+                             "rerun replaces them).")
+    add_overwrite_option(parser)
     args = parser.parse_args(argv)
-    for path in plot_runs(args.run_dirs, args.out or args.run_dirs[0]):
+    for path in plot_runs(args.run_dirs, args.out or args.run_dirs[0], replace=args.overwrite or args.out is None,
+                          option="--out" if args.out else "output folder"):
         print(path)
     return 0
 

@@ -12,6 +12,14 @@ PRESETS: dict[str, dict] = {
         "batch_size": 4, "mini_batch_size": 2, "ppo_epochs": 2, "learning_rate": 1e-3,
         "min_new_tokens": 3, "max_new_tokens": 6, "context_len": 64, "log_samples": 2,
     },
+    # A learner's first check (docs/extending.md): the first-symbol bandit on the tiny model, one seat, learning from
+    # about 0.2 to 0.9 held-out reward within a minute on one CPU thread. It sets no option of a particular learner
+    # (only the learning rate and batch size every learner reads), so a plug-in learner is warned of nothing.
+    "learner-check": {
+        "model": "tiny", "task": "first_symbol", "seating": "ppo", "output_dir": "runs/learner-check",
+        "context_len": 12, "heldout_fraction": 0.2, "num_iterations": 40, "batch_size": 64, "learning_rate": 1e-3,
+        "eval_episodes": 256, "log_samples": 2, "torch_threads": 1,
+    },
     # The 20-token cooperative task with the settings the learning ladder measured (benchmarks/learning.py,
     # docs/results/learning.md): large batches (a tiny model's step costs the same for 32 or 256 rows), an entropy
     # bonus against early collapse, a small fixed KL coefficient, a held-out fifth of the queries.
@@ -37,7 +45,7 @@ PRESETS: dict[str, dict] = {
     },
     # GSM8K on CPU with SmolLM2-135M-Instruct and LoRA: 256-token answers (the paper's evaluation length), a
     # window of 800 tokens that holds the chat-template observer prompt (question + the pioneer's 256-token
-    # answer) plus its own answer. Data: --data_path ../shared/data/gsm8k_train.jsonl (else the hub's train split).
+    # answer) plus its own answer. Data: --data_path $CORY_SHARED_DATA/gsm8k_train.jsonl (else the hub's train split).
     # PPO knobs from the authors' GSM8K script where they fit a CPU (lr 1e-4, init_kl_coef 0.1 fixed).
     "gsm8k-quick": {
         "task": "gsm8k", "model": "smollm2-135m-instruct", "output_dir": "runs/gsm8k-quick",

@@ -13,15 +13,18 @@ resolve as command-line flags > `--config FILE.yaml` > `--preset NAME` > default
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import difflib
 import json
 import logging
 import os
+import signal
+import sys
 import time
 import typing
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import yaml
 from transformers import HfArgumentParser
@@ -30,12 +33,12 @@ from agents.sampling import SamplingConfig
 from cory_env.checks import check_path
 from cory_env import EnvConfig
 from cory_env.rewards import REWARDS
-from cory_env.tasks import OPTIONAL_ENV_FIELDS, TASKS, task_spec
+from cory_env.tasks import OPTIONAL_ENV_FIELDS, TASKS
 from trainers.cli.launch import launch_command, preflight, run_launcher, split_num_processes
 from trainers.cli.presets import PRESETS, preset
 from trainers.config import (CORYConfig, ModelConfig, PPOConfig, RunConfigs, flat_field_types, migrate_flat,
                              option_fields)
-from trainers.learning.learners import LEARNERS, learner_spec
+from trainers.learning.learners import LEARNERS
 
 
 class ConfigParser(HfArgumentParser):
@@ -101,12 +104,18 @@ def _type_ok(value: Any, hint: Any) -> bool:
     return True
 
 
-def load_yaml_config(path: str | Path) -> dict[str, Any]:
-    """A flat `field: value` YAML file, checked against the config fields.
+def load_yaml_config(path: str | Path, *, named: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A flat `field: value` YAML file, checked against the config fields (`check_overrides`): the base configs',
+    and the options of the learner and task the file names, of those `named` names, and of every other learner and
+    task this process knows.
+
+    Args:
+        named: ``{"learner": ..., "task": ...}`` named elsewhere (the command line), None where not.
 
     Raises:
         FileNotFoundError, IsADirectoryError, PermissionError: no file there (`cory_env.checks.check_path`).
-        ValueError: not YAML, not a mapping, unknown keys (lists valid ones), or a value of the wrong type.
+        ValueError: not YAML, not a mapping, a learner or task that is not found, unknown keys (lists valid ones),
+            or a value of the wrong type.
     """
     path = check_path(path, "--config", fix="pass a YAML file of option: value, e.g. a run's config.yaml")
     try:
@@ -117,11 +126,18 @@ def load_yaml_config(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of option: value, got {type(data).__name__}")
     data = migrate_flat(data)  # a run's config.yaml written before a field moved
-    types = flat_field_types()
+    types = flat_field_types(**_named_specs(data, named))
     data = {key: _yaml_float(value) if float in (types.get(key), *typing.get_args(types.get(key))) else value
             for key, value in data.items()}
-    check_overrides(data, source=str(path))
+    check_overrides(data, source=str(path), named=named)
     return data
+
+
+def _named_specs(data: Mapping[str, Any], named: Mapping[str, Any] | None) -> dict[str, list[Any]]:
+    """The learners and tasks whose options `data` may hold: those it names and those `named` names (None where
+    not), as `trainers.config.flat_field_types` takes them."""
+    named = named or {}
+    return {"learners": [data.get("learner"), named.get("learner")], "tasks": [data.get("task"), named.get("task")]}
 
 
 def _yaml_float(value: Any) -> Any:
@@ -134,15 +150,13 @@ def _yaml_float(value: Any) -> Any:
     return value
 
 
-def check_overrides(data: dict[str, Any], *, source: str) -> None:
+def check_overrides(data: dict[str, Any], *, source: str, named: Mapping[str, Any] | None = None) -> None:
     """Raise `ValueError` (naming `source`) for a learner or a task that is not found (the registry's reason: a
     plug-in no longer installed is named as such, before its options would read as unknown ones), a key that is no
-    config field, or a value of the wrong type."""
-    if isinstance(data.get("learner"), str):
-        learner_spec(data["learner"])
-    if isinstance(data.get("task"), str):
-        task_spec(data["task"])
-    types = flat_field_types()
+    config field, or a value of the wrong type. The options of the learner and task `data` names and `named` names
+    (``{"learner": ..., "task": ...}``, e.g. the command line's) are looked up first, so a ``module:attr`` plug-in's
+    own options are known whatever is installed."""
+    types = flat_field_types(**_named_specs(data, named))
     unknown = sorted(set(data) - set(types))
     if unknown:
         raise ValueError(f"{source}: unknown option(s) {unknown}; valid options: {', '.join(sorted(types))}")
@@ -200,12 +214,14 @@ def build_train_parser(argv: Sequence[str]) -> tuple[ConfigParser, list[type], d
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--preset", default=None)
     pre.add_argument("--config", default=None)
+    pre.add_argument("--learner", default=None)
+    pre.add_argument("--task", default=None)
     known, _ = pre.parse_known_args(argv)
     defaults: dict[str, Any] = {}
     if known.preset:
         defaults.update(preset(known.preset))
-    if known.config:
-        defaults.update(load_yaml_config(known.config))
+    if known.config:  # the file may hold the options of the learner and task the command line names
+        defaults.update(load_yaml_config(known.config, named={"learner": known.learner, "task": known.task}))
     chosen = _chosen(argv, defaults)
     classes = run_classes(chosen)
     # no abbreviations: argparse would take --num_iteration for --num_iterations
@@ -265,17 +281,80 @@ def run_train(argv: Sequence[str]) -> int:
     if int(os.environ.get("RANK", "0")) > 0:  # the main process reports progress and warnings; the others errors
         logging.getLogger().setLevel(logging.ERROR)
     configs = parse_train_args(argv)
-    with CORYTrainer(configs) as trainer:  # leaving it destroys the process group (a clean exit under a launcher)
-        # the main process evaluates; with FSDP2 shards every process takes part in the same episodes' forwards
-        evaluates = bool(configs.run.eval_episodes) and (trainer.dist.is_main or configs.run.sharded)
-        before = heldout_eval(trainer, "before") if evaluates else None
-        history = trainer.train()
-        after = heldout_eval(trainer, "after") if before is not None and not trainer.stopped_early else None
+    stage, history, before, after = "starting", [], None, None
+    with stop_signals_interrupt():  # outside training's own handler a stop signal interrupts, then is reported
+        try:
+            with CORYTrainer(configs) as trainer:  # leaving it destroys the process group (a clean exit)
+                # the main process evaluates; with FSDP2 shards every process takes part in the same forwards
+                evaluates = bool(configs.run.eval_episodes) and (trainer.dist.is_main or configs.run.sharded)
+                stage = "the held-out evaluation before training"
+                before = heldout_eval(trainer, "before") if evaluates else None
+                stage = "training"
+                history = trainer.train()
+                stage = "the held-out evaluation after training"
+                after = heldout_eval(trainer, "after") if before is not None and not trainer.stopped_early else None
+                stage = "done"
+        except KeyboardInterrupt:
+            if stage == "starting":
+                raise  # nothing was written yet: `trainers.cli.main` says "interrupted"
+            trainer.restore_replaced()
+            if trainer.dist.is_main:
+                print(stop_report(trainer, stage, history), file=sys.stderr, flush=True)
+            return 130
+        except BaseException:
+            if stage != "starting" and trainer.dist.is_main:
+                trainer.restore_replaced()
+                logger.error("%s", stop_report(trainer, stage, history))
+            raise
     if history and trainer.dist.is_main:
         print(json.dumps(training_summary(trainer, history[-1]), indent=2))
     if after is not None and trainer.dist.is_main:  # the result a reader looks for comes last
         report_before_after(trainer, before, after)
+    if trainer.stopped_early and trainer.dist.is_main:
+        print(stop_report(trainer, "training", history), file=sys.stderr, flush=True)
     return 130 if trainer.stopped_early or trainer._stop_requested else 0
+
+
+@contextlib.contextmanager
+def stop_signals_interrupt():
+    """While the block runs, SIGTERM raises `KeyboardInterrupt` as SIGINT does (Python's default for SIGTERM ends the
+    process at once, with exit 143 and no word of what was kept); `CORYTrainer.train` installs its own handler
+    (finish the iteration, checkpoint) and restores this one after."""
+    def interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: signals stay as they are
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def stop_report(trainer, stage: str, history: list[dict]) -> str:
+    """What a run that stopped during `stage` kept, and the command that continues it."""
+    from trainers.loop.checkpoint import latest_checkpoint
+
+    out = trainer.output_dir
+    resume = f"cory train --config {out / 'config.yaml'} --resume"
+    if trainer.replaced_restored:
+        return (f"cory train: stopped during {stage}, before the first checkpoint; nothing of this run was kept and "
+                f"the run it was replacing is back in {out}, unchanged; rerun the command to start again")
+    checkpoint = latest_checkpoint(out)
+    if checkpoint is None:
+        return (f"cory train: stopped during {stage}, before the first checkpoint; {out} holds the run's config only "
+                f"(no iteration was kept); start it again (from the beginning) with: {resume}")
+    done = int(checkpoint.name.removeprefix("iter-")) + 1
+    total = trainer.config.num_iterations
+    if done < total:
+        return (f"cory train: stopped during {stage}; kept {checkpoint} ({done} of {total} iterations); continue "
+                f"with: {resume}")
+    return (f"cory train: stopped during {stage}; training is complete ({checkpoint}, {done} iterations) but the "
+            f"held-out evaluation after training was not finished, so eval.json was not written; evaluate the "
+            f"trained model with: cory eval {out}")
 
 
 def heldout_eval(trainer, when: str) -> dict:
@@ -305,11 +384,16 @@ def training_summary(trainer, last: dict) -> dict:
 
 
 def before_after_line(model: str, before: dict, after: dict, gain: dict) -> str:
-    """The one line that says what training did to `model` on held-out queries (`gain_summary`'s fields)."""
-    return (f"{model} in the pioneer seat, held-out task reward on {gain['episodes']} episodes of "
-            f"{gain['distinct_queries']} distinct {after['query_split']}-split queries (the same queries and sampling "
-            f"seeds): before {before['reward']:.3f} -> after {after['reward']:.3f} (gain {gain['gain']:+.3f} ± "
-            f"{gain['gain_sem']:.3f} s.e., clustered by query); combined reward (task − β·KL) "
+    """The one line that says what training did to `model` on held-out queries (`gain_summary`'s fields; a gain
+    without a standard error says "s.e. n/a" with the reason; training queries are named as such, not held out)."""
+    sem = (f" ± {gain['gain_sem']:.3f} s.e., clustered by query" if gain.get("gain_sem") is not None else
+           f", s.e. n/a: {gain.get('gain_sem_note') or 'not computed'}")
+    held_out = after["query_split"] == "test"  # else training queries drawn with a fresh seed (not held out)
+    return (f"{model} in the pioneer seat, {'held-out ' if held_out else ''}task reward on {gain['episodes']} "
+            f"episodes of {gain['distinct_queries']} distinct {after['query_split']}-split queries"
+            f"{'' if held_out else ' (not held out)'} (the same queries and sampling seeds): before "
+            f"{before['reward']:.3f} -> after {after['reward']:.3f} (gain {gain['gain']:+.3f}"
+            f"{sem}); combined reward (task − β·KL) "
             f"{gain['combined_before']:.3f} -> {gain['combined_after']:.3f}; KL to the reference {after['kl']:.2f} "
             f"nats; distinct-2 {before['distinct_2']:.2f} -> {after['distinct_2']:.2f}")
 
@@ -317,12 +401,17 @@ def before_after_line(model: str, before: dict, after: dict, gain: dict) -> str:
 def report_before_after(trainer, before: dict, after: dict) -> None:
     """Print and write (`eval.json`) the pioneer's held-out reward before and after training, with the noise of
     the difference (`trainers.evaluation.episodes.gain_summary`: the standard error clustered by query, since the
-    episodes share queries)."""
+    episodes share queries; none with fewer than two distinct queries, and the numbers are still written) and the
+    query data it drew from (the run's ``data_path`` and the fingerprint of its training queries). ``eval.json`` is
+    written atomically (`trainers.cli.outputs.write_output`)."""
+    from trainers.cli.outputs import write_output
     from trainers.evaluation.episodes import gain_summary
+    from trainers.loop.run_dir import EVAL_FILE
 
     gain = gain_summary(before, after)
     model = trainer.exchange.seats[trainer.seating.first].name
-    result = {"before": before, "after": after, "model": model, **gain}
-    (trainer.output_dir / "eval.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    data = {"data_path": trainer.env.config.data_path, "fingerprint": trainer.inputs.get("data")}
+    result = {"before": before, "after": after, "model": model, "data": data, **gain}
+    write_output(trainer.output_dir / EVAL_FILE, json.dumps(result, indent=2))
     print(before_after_line(model, before, after, gain), flush=True)
 

@@ -15,6 +15,7 @@ import torch
 
 from cory_env import BatchedCORYEnv, EnvConfig
 from cory_env.seating import Seating
+from cory_env.tasks import task_spec
 from trainers.learning import ppo_math
 from trainers.rollout import rollout_from_transcript, run_episodes, sampling_generator
 from trainers.learning.experience import score_rollout
@@ -76,6 +77,9 @@ def gain_summary(before: dict, after: dict) -> dict:
     by query (`clustered_sem`: episodes that drew the same query are not independent), the episodes, the distinct
     queries, and the combined reward (task reward − η·KL) before and after.
 
+    With fewer than two distinct queries there is no spread to estimate: ``gain_sem`` is None and ``gain_sem_note``
+    says why (every other number is there); otherwise ``gain_sem_note`` is None.
+
     Raises:
         ValueError: results of different episodes (other queries or counts).
     """
@@ -83,9 +87,41 @@ def gain_summary(before: dict, after: dict) -> dict:
         raise ValueError("the two evaluations played other queries; evaluate both with the same env and seed")
     diffs = [a - b for a, b in zip(after["rewards"], before["rewards"])]
     keys = after["query_keys"]
-    return {"gain": float(np.mean(diffs)), "gain_sem": clustered_sem(diffs, keys), "episodes": len(diffs),
-            "distinct_queries": len(set(keys)), "combined_before": before["combined_reward"],
-            "combined_after": after["combined_reward"]}
+    distinct = len(set(keys))
+    note = None if distinct >= 2 else sem_unavailable_note(len(diffs), distinct)
+    return {"gain": float(np.mean(diffs)), "gain_sem": None if note else clustered_sem(diffs, keys),
+            "gain_sem_note": note, "episodes": len(diffs), "distinct_queries": distinct,
+            "combined_before": before["combined_reward"], "combined_after": after["combined_reward"]}
+
+
+def sem_unavailable_note(episodes: int, distinct_queries: int) -> str | None:
+    """Why a gain over `episodes` episodes of `distinct_queries` distinct queries has no standard error clustered by
+    query (it needs two queries or more), or None when it can have one.
+
+    >>> sem_unavailable_note(1, 1)
+    '1 episode of 1 distinct query; a standard error clustered by query needs at least 2 distinct queries'
+    >>> sem_unavailable_note(8, 5) is None
+    True
+    """
+    if distinct_queries >= 2:
+        return None
+    return (f"{episodes} episode{'s' * (episodes != 1)} of {distinct_queries} distinct "
+            f"quer{'y' if distinct_queries == 1 else 'ies'}; a standard error clustered by query needs at least 2 "
+            "distinct queries")
+
+
+def heldout_sem_warning(env, episodes: int) -> str | None:
+    """Said before a held-out evaluation starts: why the gain of `episodes` episodes on `env` (from `heldout_env`)
+    cannot have a standard error (one episode, or a query source of one record), with the fix; None when it can.
+    The numbers are still computed and written (`gain_summary`)."""
+    records = len(env.task.records)
+    note = sem_unavailable_note(episodes, min(episodes, records))
+    if note is None:
+        return None
+    fix = ("raise --eval_episodes (cory eval: --episodes) to 2 or more" if episodes < 2 else
+           f"the {env.config.query_split} side of the queries holds {records} record; use more data or a larger "
+           "--heldout_fraction")
+    return f"the held-out gain will have no standard error ({note}); {fix}"
 
 
 def sequence_kl(agent, ref_model, rollout, kind: str = "kl") -> torch.Tensor:
@@ -188,12 +224,12 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
 
 def heldout_env(env_config: EnvConfig, tokenizer, *, episodes: int, collective: bool = False,
                 reward_fn=None, task_options=None, seating: Seating | None = None) -> BatchedCORYEnv:
-    """The env `evaluate_heldout` plays: the held-out query split (``query_split="test"``) when `env_config` has one
-    (`heldout_fraction` > 0), else the training queries; batches of min(`episodes`, 64) rows; the run's seating
-    when `collective` (`seating`, the run's `Seating` object, else the config's spec), else the pioneer alone
-    (``seating="ppo"``). `task_options`: the run's task options (`RunConfigs.task_options`). Build it once and pass
+    """The env `evaluate_heldout` plays: the held-out query split (``query_split="test"``) when the task has one and
+    `env_config` sets `heldout_fraction` > 0 (`cory_env.tasks.TaskSpec.heldout_split`), else the training queries;
+    batches of min(`episodes`, 64) rows; the run's seating when `collective` (`seating`, the run's `Seating` object,
+    else the config's spec), else the pioneer alone (``seating="ppo"``). `task_options`: the run's task options (`RunConfigs.task_options`). Build it once and pass
     it to every evaluation of a run."""
-    split = "test" if env_config.heldout_fraction > 0 else "train"
+    split, _ = task_spec(env_config.task).heldout_split(env_config)
     if collective and seating is not None:
         return BatchedCORYEnv(replace(env_config, query_split=split), tokenizer, batch_size=min(episodes, 64),
                               reward_fn=reward_fn, task_options=task_options, seating=seating)

@@ -14,10 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from cory_env.checks import MAX_MAGNITUDE
 from cory_env.config import check_finite_fields
+from trainers.learning.kl_control import PROPORTIONAL_ERROR_CLIP
 from trainers.learning.ppo_math import KL_PENALTY_KINDS
 
-__all__ = ["GRPOConfig", "PPOConfig", "TOKEN_MEAN_OVER", "check_field"]
+__all__ = ["GRPOConfig", "PPOConfig", "TOKEN_MEAN_OVER", "check_field", "check_kl_horizon"]
 
 TOKEN_MEAN_OVER = ("optimizer_step", "mini_batch")
 """`PPOConfig.token_mean_over` values (`trainers.learning.update.step_loss_weights`)."""
@@ -27,6 +29,23 @@ def check_field(cond: bool, name: str, value, fix: str) -> None:
     """Raise ``ValueError("{name}={value!r} is invalid: {fix}")`` unless `cond` (the configs' one field check)."""
     if not cond:
         raise ValueError(f"{name}={value!r} is invalid: {fix}")
+
+
+def check_kl_horizon(config: "PPOConfig", num_processes: int = 1) -> None:
+    """Refuse an adaptive KL controller whose one step can move β by 100 % or more: β ← β · (1 + e · n_steps /
+    horizon) with e down to −0.2 turns β negative when 0.2 · n_steps ≥ horizon (n_steps = batch_size · processes).
+
+    Raises:
+        ValueError: naming horizon, batch_size, the processes and the smallest horizon that works.
+    """
+    if config.adap_kl_ctrl and config.kl_step_bound(num_processes) >= 1:
+        n_steps = config.batch_size * num_processes
+        per = f" x {num_processes} processes" if num_processes > 1 else ""
+        raise ValueError(
+            f"horizon={config.horizon!r} is invalid with batch_size={config.batch_size}{per}: the adaptive KL "
+            f"controller changes beta by up to 0.2 * {n_steps} / horizon = {config.kl_step_bound(num_processes):.0%} "
+            f"per step, so beta could turn negative; use horizon > {PROPORTIONAL_ERROR_CLIP * n_steps:g} (TRL "
+            "default 10000), or adap_kl_ctrl=False")
 
 
 @dataclass
@@ -103,6 +122,9 @@ class PPOConfig:
         check_field(self.learning_rate > 0, "learning_rate", self.learning_rate, "use a positive learning rate")
         for name in ("init_kl_coef", "vf_coef", "ent_coef", "cliprange_value"):
             check_field(getattr(self, name) >= 0, name, getattr(self, name), "use a value >= 0")
+        for name in ("init_kl_coef", "vf_coef", "ent_coef"):  # loss weights: 1e300 overflowed the loss to inf
+            check_field(getattr(self, name) <= MAX_MAGNITUDE, name, getattr(self, name),
+                        f"use a value <= {MAX_MAGNITUDE:g} (a larger weight overflows the loss to inf)")
         check_field(self.cliprange > 0, "cliprange", self.cliprange,
                "use a value > 0 (0 clips every ratio to 1: the policy gradient would vanish after the first step)")
         for name in ("target", "horizon", "target_kl", "ratio_threshold"):
@@ -112,6 +134,12 @@ class PPOConfig:
         for name in ("max_grad_norm", "score_clip"):
             value = getattr(self, name)
             check_field(value is None or value > 0, name, value, "use a positive value, or None to disable")
+        check_kl_horizon(self)
+
+    def kl_step_bound(self, num_processes: int = 1) -> float:
+        """The largest relative change of β in one adaptive step: 0.2 · n_steps / horizon, with n_steps =
+        batch_size · processes (`trainers.learning.kl_control.AdaptiveKLController`)."""
+        return PROPORTIONAL_ERROR_CLIP * self.batch_size * num_processes / self.horizon
 
     @property
     def backward_batch_size(self) -> int:

@@ -34,7 +34,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 import torch
 
 from cory_env.episode import check_groups
-from cory_env.registry import Registry
+from cory_env.registry import PluginContractError, Registry
 from trainers.learning.configs import GRPOConfig, PPOConfig
 from trainers.learning.experience import Rollout
 from trainers.learning.joint import IndependentLearners, JointLearner
@@ -74,11 +74,14 @@ class LearnerSpec:
         factory: per-seat: ``factory(agent, ref_model, config[, options=][, dist=]) -> Learner``, called once per
             model; joint (`joint`): ``factory(agents, ref_model, config[, options=][, dist=]) -> JointLearner``
             with ``agents`` = model name -> agent, called once per run. ``config`` is the `PPOConfig`; ``options``
-            (passed only when `config_class` is not `PPOConfig`) the run's instance of `config_class`.
+            the run's instance of `config_class`, passed only when the learner has an options class of its own
+            (`options_class`: `config_class` neither None nor `PPOConfig`).
         joint: the factory builds a `trainers.learning.joint.JointLearner` (sees every seat) instead of one
             per-seat `Learner` per model.
-        config_class: the config class holding the learner's own options: `PPOConfig` (ppo, mappo) or
-            `GRPOConfig` (grpo, magrpo); None for a learner with none beyond `PPOConfig`'s update.
+        config_class: the dataclass of the learner's own options (`GRPOConfig` for grpo and magrpo, a plug-in's
+            own class): its fields become ``cory train`` flags and `RunConfigs.learner_options` holds the run's
+            instance. None or `PPOConfig` (ppo, mappo): no options of its own (the factory gets no ``options=``,
+            `RunConfigs.learner_options` is None), only `PPOConfig`'s update, which every factory gets as ``config``.
         ignores: `PPOConfig` fields the learner never reads (`cory train` warns when one is set:
             `trainers.unread_options`).
         value_head: the learner trains the agents' value heads (else ``value_head_dropout`` does nothing).
@@ -225,7 +228,8 @@ def register_learner(name: str, factory: Callable[..., Any] | LearnerSpec, *, ov
 
     Raises:
         TypeError: if `factory` is not callable, or `spec` names no `LearnerSpec` field.
-        ValueError: if `name` is empty, or already registered and not `overwrite` (naming both).
+        ValueError: if `name` is empty, or, without `overwrite`, already registered or claimed by an installed
+            package's entry point (naming both).
     """
     if isinstance(factory, LearnerSpec):
         entry = dataclasses.replace(factory, **spec)
@@ -240,7 +244,7 @@ def register_learner(name: str, factory: Callable[..., Any] | LearnerSpec, *, ov
                             f"{sorted(fields - {'factory'})}")
         entry = LearnerSpec(factory, **spec)
     made = entry.factory
-    LEARNERS.register(name, entry, overwrite=overwrite,
+    LEARNERS.register(name, entry, overwrite=overwrite, plugin=True,
                       origin=f"{getattr(made, '__module__', '?')}:{getattr(made, '__qualname__', '?')}")
 
 
@@ -310,7 +314,8 @@ def check_learner(name: str, config, options: Any = None, *, sharded: bool = Fal
 def _checked_result(name: str, result: Any, protocol: type, methods: tuple[str, ...]) -> Any:
     if not isinstance(result, protocol):
         missing = [m for m in methods if not hasattr(result, m)]
-        raise TypeError(f"learner factory {name!r} returned {type(result).__name__}, which lacks {missing}")
+        raise PluginContractError(f"learner factory {name!r} returned {type(result).__name__}, which lacks {missing} "
+                                  f"of the {protocol.__name__} protocol (docs/extending.md)")
     return result
 
 

@@ -8,7 +8,7 @@ per mini-batch (their loss) and before it (advantages); one `step` of either rea
 2. per epoch, `backward_batches`: shuffled mini-batch indices grouped per optimiser step; each mini-batch's loss goes
    through `pooled_minibatch_loss` (data-parallel token means, a non-finite loss raises `NonFiniteLossError` on every
    process) and is weighted by its share of the step's tokens (`step_loss_weights`), then `optimizer_step`
-   (gradient averaging, optional clipping, Adam from `make_adam`);
+   (gradient averaging, a finite gradient norm checked, optional clipping, Adam from `make_adam`);
 3. `global_sequence_kl` for the KL controller and the logged ``kl``; `mean_over_minibatches` for the statistics.
 
 `PolicyLearner` is that step, with the learner-specific parts (`prepare`, the mini-batch loss, extra statistics)
@@ -17,9 +17,10 @@ left to `PPOLearner` and `GRPOLearner`. A custom learner can reuse any of these 
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -37,7 +38,9 @@ __all__ = [
     "backward_batches",
     "checked_rollout",
     "checked_trainable_parameters",
+    "first_nonfinite",
     "global_sequence_kl",
+    "gradients_checked",
     "make_adam",
     "mean_over_minibatches",
     "optimizer_step",
@@ -48,6 +51,8 @@ __all__ = [
 
 _FUSED_ADAM_DEVICES = ("cpu", "cuda")
 _FUSED_ADAM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+#: True while `optimizer_step` steps an optimizer after checking its gradients (`gradients_checked`).
+_GRADIENTS_CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar("gradients_checked", default=False)
 
 
 def make_adam(params: list[torch.nn.Parameter], lr: float) -> torch.optim.Adam:
@@ -72,7 +77,28 @@ def make_adam(params: list[torch.nn.Parameter], lr: float) -> torch.optim.Adam:
 
 
 class NonFiniteLossError(FloatingPointError):
-    """A PPO loss or gradient became NaN/inf; training stops so the last good checkpoint is kept."""
+    """A loss, gradient or weight became NaN/inf; training stops before the weights or a checkpoint take it, so the
+    last good checkpoint is kept."""
+
+
+def first_nonfinite(tensors: Sequence[torch.Tensor]) -> int | None:
+    """The index of the first tensor holding a NaN or ±inf, or None when every one is finite.
+
+    One fused pass (the 2-norm of each tensor, in float32, then one host sync), as long as one `clip_grad_norm_`:
+    0.04-0.1 s for 135M float32 parameters on one CPU thread. Only when a norm is not finite are the tensors read
+    one by one, so that a norm overflowing on huge but finite values is not taken for a NaN. An FSDP2 ``DTensor`` is
+    read as this process's shard (the caller combines processes).
+
+    Args:
+        tensors: float tensors of any shapes, on one device.
+    """
+    local = [t.detach().to_local() if hasattr(t, "to_local") else t.detach() for t in tensors]
+    if not local:
+        return None
+    norms = torch._foreach_norm(local, 2, dtype=torch.float32)
+    if bool(torch.stack(norms).isfinite().all()):
+        return None
+    return next((i for i, t in enumerate(local) if not bool(torch.isfinite(t).all())), None)
 
 
 def checked_trainable_parameters(agent, ref_model) -> list[torch.nn.Parameter]:
@@ -127,17 +153,41 @@ def optimizer_step(optimizer: torch.optim.Optimizer, params: list[torch.nn.Param
     """Average gradients over data-parallel processes (`dist`), optional gradient-norm clipping, then one optimiser
     step and zeroed gradients.
 
+    The gradient norm is checked whatever `max_grad_norm` is: with it, the norm `clip_grad_norm_` clips by; without,
+    the same norm computed and nothing changed (the step's numbers are those of an unchecked step).
+
     Raises:
-        NonFiniteLossError: if the gradient norm is NaN/inf (the weights are left untouched).
+        NonFiniteLossError: if the gradient norm is NaN/inf, with or without `max_grad_norm` (the weights and the
+            optimizer state are left untouched).
     """
     if dist is not None:
         dist.sync_gradients(params)
     if max_grad_norm is not None:
         norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-        if not math.isfinite(float(norm)):
-            raise NonFiniteLossError("gradient norm is not finite; the last checkpoint is intact")
-    optimizer.step()
+    else:
+        norm = _grad_norm(params)
+    if not math.isfinite(float(norm)):
+        raise NonFiniteLossError("gradient norm is not finite; the last checkpoint is intact")
+    token = _GRADIENTS_CHECKED.set(True)
+    try:
+        optimizer.step()
+    finally:
+        _GRADIENTS_CHECKED.reset(token)
     optimizer.zero_grad(set_to_none=True)
+
+
+def gradients_checked() -> bool:
+    """True while `optimizer_step` steps an optimizer whose gradient norm it has just found finite (a check made
+    before every step, such as the trainer's `trainers.loop.guards`, need not read the gradients again)."""
+    return _GRADIENTS_CHECKED.get()
+
+
+def _grad_norm(params: list[torch.nn.Parameter]) -> torch.Tensor:
+    """The 2-norm of every gradient of `params` together, as `clip_grad_norm_` computes it, with no clipping."""
+    get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)  # torch >= 2.6
+    if get_total_norm is None:
+        return torch.nn.utils.clip_grad_norm_(params, math.inf)  # scales by exactly 1.0
+    return get_total_norm([p.grad for p in params if p.grad is not None])
 
 
 def global_sequence_kl(kl: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor,
@@ -269,7 +319,8 @@ def run_epochs(config: PPOConfig, optimizer: torch.optim.Optimizer, params: list
         (every mini-batch's statistics in order, epochs run, whether `stop_after_epoch` stopped the update).
 
     Raises:
-        NonFiniteLossError: from `optimizer_step` (a non-finite gradient norm) or the loss function.
+        NonFiniteLossError: from `optimizer_step` (a non-finite gradient norm, whatever `max_grad_norm`) or the
+            loss function.
     """
     stats: list[dict[str, float]] = []
     epochs = 0

@@ -9,6 +9,7 @@
 | `run_dir` | the run directory: checks before a run, config.yaml, what a resume may change |
 | `fingerprint` | content fingerprints of a run's inputs, which a resume must match |
 | `checkpoint` | atomic checkpoints, resume, `load_agent` for inference |
+| `guards` | `UpdateGuard`: no NaN/inf loss, gradient or weight passes an update, whoever wrote the learner |
 | `metrics` | metrics.jsonl, samples.jsonl, TensorBoard |
 | `progress` | the progress bar on a terminal, progress lines off it |
 | `sharding` | `--sharding fsdp`: FSDP2 shards of the models, gathered for generation |

@@ -15,7 +15,8 @@ Crash safety: a checkpoint is written into a temporary folder, every file is flu
 is renamed into place (`os.replace`), then the `latest` pointer file is replaced the same way. A crash, a kill or a
 full disk mid-write therefore leaves the previous checkpoint and `latest` untouched; a failed write removes its
 temporary folder, and a temporary folder left by a killed process is removed by the next save. When `latest` is
-missing or points nowhere, `latest_checkpoint` falls back to the newest complete `iter-*` folder.
+missing or points nowhere, `latest_checkpoint` falls back to the newest complete `iter-*` folder. A model whose
+trainable tensors hold NaN/inf is never written (`refuse_nonfinite`), so `latest` always holds finite weights.
 
 Loading: `load_checkpoint` restores a whole run (every bundle, the seats, the RNG) for ``--resume``; `load_agent`
 restores one model's trained weights into an agent for inference (`cory eval`), with no learner or optimizer state;
@@ -40,6 +41,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from trainers.distributed import full_tensor
+from trainers.learning.update import NonFiniteLossError, first_nonfinite
 from trainers.loop.sharding import full_state, shard_like, sharded_optimizer_state
 
 logger = logging.getLogger(__name__)
@@ -140,6 +142,16 @@ def _remove_stale_temps(root: Path) -> None:
     (root / f".{LATEST}.tmp").unlink(missing_ok=True)
 
 
+#: The name of a checkpoint folder (`checkpoint_path`): ``iter-`` and six digits, nothing else (a user's
+#: ``iter-000010-best`` copy is not one, so rotation never deletes it).
+CHECKPOINT_NAME = "iter-[0-9][0-9][0-9][0-9][0-9][0-9]"
+
+
+def checkpoint_folders(root: str | os.PathLike) -> list[Path]:
+    """The checkpoint folders in a run's ``checkpoints/`` folder `root` (named `CHECKPOINT_NAME`), oldest first."""
+    return sorted(p for p in Path(root).glob(CHECKPOINT_NAME) if p.is_dir() and not p.is_symlink())
+
+
 def checkpoint_path(output_dir: str | os.PathLike, iteration: int) -> Path:
     """Where `save_checkpoint` puts the checkpoint of `iteration`: ``output_dir/checkpoints/iter-NNNNNN``."""
     return Path(output_dir) / CHECKPOINT_DIR / f"iter-{iteration:06d}"
@@ -156,6 +168,28 @@ def bundle_states(bundles: dict, *, keep: bool = True) -> Iterator[tuple[str, di
         tensors = trainable_state(bundle.agent)
         learner_state = full_state(bundle.learner.state_dict())
         yield (name, tensors, learner_state) if keep else (name, {}, {})
+
+
+def refuse_nonfinite(name: str, tensors: dict[str, torch.Tensor], checkpoint: Path,
+                     output_dir: str | os.PathLike) -> None:
+    """Refuse to write model `name`'s `tensors` into `checkpoint` if one holds a NaN or ±inf (one fused pass).
+
+    Raises:
+        NonFiniteLossError: naming the model, the tensor and the checkpoint `latest` still points at.
+    """
+    names = list(tensors)
+    bad = first_nonfinite([tensors[key] for key in names])
+    if bad is not None:
+        raise NonFiniteLossError(f"refusing to write checkpoint {checkpoint}: {name}'s {names[bad]} holds NaN/inf; "
+                                 f"{resume_hint(output_dir)}")
+
+
+def resume_hint(output_dir: str | os.PathLike) -> str:
+    """What a run stopped by a failure resumes from: the checkpoint `latest` points at, or none yet."""
+    last = latest_checkpoint(output_dir)
+    if last is None:
+        return "no checkpoint was written yet: once the cause is fixed, start the run again (--overwrite)"
+    return f"the last good checkpoint is {last} (`latest`): once the cause is fixed, --resume continues from it"
 
 
 def save_checkpoint(output_dir: str | os.PathLike, iteration: int, *, states: Iterable, exchange_state: dict,
@@ -178,6 +212,8 @@ def save_checkpoint(output_dir: str | os.PathLike, iteration: int, *, states: It
         OSError: if writing fails (e.g. errno ENOSPC, disk full); the message names the checkpoint and the one
             `latest` still points at. The previous checkpoint and `latest` are untouched and the temporary
             folder is removed.
+        NonFiniteLossError: a model's trainable tensor holds NaN/inf (`refuse_nonfinite`): nothing is written,
+            `latest` is untouched.
     """
     root = Path(output_dir) / CHECKPOINT_DIR
     root.mkdir(parents=True, exist_ok=True)
@@ -188,6 +224,7 @@ def save_checkpoint(output_dir: str | os.PathLike, iteration: int, *, states: It
     try:
         tmp.mkdir()
         for name, tensors, learner_state in states:
+            refuse_nonfinite(name, tensors, final, output_dir)
             sub = tmp / name
             sub.mkdir()
             save_file(tensors, str(sub / "trainable.safetensors"))
@@ -213,10 +250,15 @@ def save_checkpoint(output_dir: str | os.PathLike, iteration: int, *, states: It
         hint = " (disk full: free space, then resume with --resume)" if exc.errno == errno.ENOSPC else ""
         raise OSError(exc.errno, f"writing checkpoint {final} failed: {exc.strerror or exc}{hint}; the previous "
                                  f"checkpoint {previous} is intact") from exc
+    except NonFiniteLossError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for _ in states:  # as for OSError: the other processes are still gathering with this one
+            pass
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    old = sorted(p for p in root.glob("iter-*") if p.is_dir() and p != final)
+    old = [p for p in checkpoint_folders(root) if p != final]
     for stale in old[: max(0, len(old) - (keep - 1))]:
         shutil.rmtree(stale, ignore_errors=True)
     logger.info("checkpoint written: %s", final)
@@ -260,7 +302,7 @@ def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
             return path
         logger.warning("%s points at %r, which is not a complete checkpoint; using the newest complete one", pointer,
                        name)
-    complete = sorted(p for p in root.glob("iter-*") if (p / STATE_FILE).is_file())
+    complete = [p for p in checkpoint_folders(root) if (p / STATE_FILE).is_file()]
     return complete[-1] if complete else None
 
 

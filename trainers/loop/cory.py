@@ -38,18 +38,22 @@ import torch
 import yaml
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from cory_env.registry import PluginContractError
 from trainers.config import RunConfigs, plugin_origins
 from trainers.distributed import DataParallel
 from trainers.learning.joint import JointBatch
+from trainers.learning.update import NonFiniteLossError
 from trainers.loop import checkpoint as ckpt
 from trainers.loop.build import (build_agents, build_exchange, build_learners, load_run_model, load_run_tokenizer,
                                  seed_everything)
 from trainers.loop.fingerprint import (check_fingerprints, data_fingerprint, model_fingerprint, reward_fingerprint,
                                        tokenizer_fingerprint)
+from trainers.loop.guards import UpdateGuard
 from trainers.loop.metrics import METRICS_FILE, SAMPLES_FILE, MetricsLogger, truncate_jsonl
 from trainers.loop.plan import plan_run
 from trainers.loop.progress import Progress
-from trainers.loop.run_dir import latest_checkpoint_or_raise, start_output_dir
+from trainers.loop.run_dir import (discard_replaced, recorded_config, restore_replaced,
+                                   start_output_dir)
 from trainers.loop.sharding import gathered_for_generation, shard_agents
 from trainers.rollout import rollout_from_transcript, run_episodes
 
@@ -128,10 +132,14 @@ class CORYTrainer:
         if config.sharded:  # before the learners build their optimizers over the (then sharded) parameters
             shard_agents(self.agents, self.ref_model, self.dist)
         self.algorithm = build_learners(self.agents, self.ref_model, configs, self.dist)  # the MARL algorithm
+        self.guard = UpdateGuard(self.algorithm, self.agents, learner=config.learner, dist=self.dist,
+                                 output_dir=self.output_dir)  # no NaN/inf reaches the weights or a checkpoint
         self.exchange = build_exchange(self.agents, self.algorithm, config, self.seating)
         self.env = plan.env
         self._heldout_envs: dict[tuple[int, bool], Any] = {}  # (episodes, collective) -> env, built once
         self._reward_fn = reward_fn
+        self._replaced: Path | None = None  # the run --overwrite moved aside, until this run's first checkpoint
+        self.replaced_restored = False  # True once `restore_replaced` put it back
         self.start_iteration = 0
         self.config_dict = plan.flat
         task = self.env.task
@@ -149,8 +157,8 @@ class CORYTrainer:
                 logger.warning("nothing to train: %s already holds %d iteration(s) and num_iterations=%d; raise "
                                "--num_iterations to continue it", self.output_dir, self.start_iteration,
                                config.num_iterations)
-        elif self.dist.is_main:
-            start_output_dir(self.output_dir, self.config_dict, replace=plan.has_run)
+        elif self.dist.is_main:  # with --overwrite the old run is kept aside until this run's first checkpoint
+            self._replaced = start_output_dir(self.output_dir, self.config_dict, replace=plan.has_run)
         self.dist.barrier()
         for bundle in self.exchange.bundles.values():  # identical replicas from the first step on (a collective,
             self.dist.broadcast_parameters(bundle.agent.trainable_parameters())  # so also the start-up barrier)
@@ -173,7 +181,19 @@ class CORYTrainer:
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
+        self.restore_replaced()  # a run that ends before its first checkpoint gives the replaced run back
         self.close(wait=exc_type is None)
+
+    def restore_replaced(self) -> bool:
+        """Put back the run that ``--overwrite`` moved aside, if this run has not written a checkpoint yet (it failed
+        or was stopped before its first one); True if a run was put back. Called on leaving ``with CORYTrainer(...)``
+        and when `train` fails; after the first checkpoint the old run is gone and this does nothing."""
+        aside, self._replaced = self._replaced, None
+        if aside is None:
+            return False
+        restore_replaced(self.output_dir, aside)
+        self.replaced_restored = True
+        return True
 
     # ------------------------------------------------------------------ run directory
     def _run_state(self) -> dict[str, Any]:
@@ -181,14 +201,22 @@ class CORYTrainer:
         default η of `cory eval`) and where the learner, the task and the reward came from (a plug-in's
         ``module:attr`` or entry point: what ``--resume`` and `cory eval` must import again)."""
         model = self.model_config
-        return {"config": self.config_dict, "model": model.model, "inputs": self.inputs, "vocab_size": self.vocab_size,
+        return {"config": recorded_config(self.config_dict), "model": model.model, "inputs": self.inputs,
+                "vocab_size": self.vocab_size,
                 "reference": {"model": model.model, "layout": "lora-shared" if model.use_lora else "copy"},
                 "num_processes": self.dist.world_size,
                 "kl_coef": {name: float(b.learner.kl_coef) for name, b in self.exchange.bundles.items()},
                 "plugins": plugin_origins(self.configs)}
 
     def _resume(self) -> None:
-        path = latest_checkpoint_or_raise(self.output_dir)  # its process count was checked with the folder
+        path = ckpt.latest_checkpoint(self.output_dir)  # its process count was checked with the folder
+        if path is None:  # stopped before its first checkpoint: its config was checked against config.yaml
+            if self.dist.is_main:
+                for name in (METRICS_FILE, SAMPLES_FILE):
+                    truncate_jsonl(self.output_dir / name, -1)
+            logger.warning("--resume: %s has no checkpoint yet (it stopped before the first one): starting from "
+                           "the beginning", self.output_dir)
+            return
         state = ckpt.read_trainer_state(path)  # its config was checked with the folder (`plan_run`)
         if state.get("vocab_size") != self.vocab_size:
             raise ckpt.CheckpointError(
@@ -214,8 +242,11 @@ class CORYTrainer:
                 path = ckpt.save_checkpoint(self.output_dir, iteration, states=states,
                                             exchange_state=self.exchange.state_dict(), run_state=self._run_state(),
                                             keep=self.config.keep_checkpoints)
-            except OSError as err:  # every process must hear of it, or the others would wait forever
+            except (OSError, NonFiniteLossError) as err:  # every process must hear of it, or the others would wait
                 error = err
+            else:
+                discard_replaced(self._replaced)  # the new run has a checkpoint: the replaced run may go
+                self._replaced = None
         elif self.config.sharded:
             for _ in states:  # every shard is gathered with the main process, which writes it
                 pass
@@ -252,8 +283,13 @@ class CORYTrainer:
                         for k, seat in enumerate(seats)},
             group_size=group)
         betas = {seat: self.algorithm.learners[bundle.name].kl_coef for seat, bundle in seats.items()}  # this step's
-        for seat, stats in self.algorithm.step(batch).items():
+        for seat, stats in self.guard.step(batch).items():  # algorithm.step, checked for NaN/inf
             bundle = seats[seat]
+            missing = [key for key in ("task_reward", "kl") if key not in stats]
+            if missing:  # the Learner protocol's stats (docs/extending.md); the checkpoint before stays the latest
+                raise PluginContractError(f"learner {self.config.learner!r} returned stats without {missing} for "
+                                          f"{bundle.name} in seat {seat} (it returned {sorted(stats)}); a learner's "
+                                          "step returns at least task_reward and kl (docs/extending.md)")
             eta = self.config.eta if self.config.eta is not None else betas[seat]
             stats["combined_reward"] = stats["task_reward"] - eta * stats["kl"]
             for key, value in stats.items():
@@ -298,7 +334,7 @@ class CORYTrainer:
             ValueError: `episodes` < 1, `collective` without an observer seat, or `model` with `collective` or
                 not one of the run's models.
         """
-        from trainers.evaluation.episodes import evaluate_heldout, heldout_env
+        from trainers.evaluation.episodes import evaluate_heldout, heldout_env, heldout_sem_warning
 
         seats = {seat: bundle.agent for seat, bundle in self.exchange.seats.items()}
         first = self.seating.first
@@ -315,6 +351,9 @@ class CORYTrainer:
                                                   collective=collective, reward_fn=self._reward_fn,
                                                   task_options=self.configs.task_options,
                                                   seating=self.seating if collective else None)
+            no_sem = None if collective else heldout_sem_warning(self._heldout_envs[key], episodes)
+            if no_sem and self.dist.is_main:  # said once, at the first evaluation of this size
+                logger.warning("%s", no_sem)
         eta = self.config.eta if self.config.eta is not None else evaluated.learner.kl_coef
         with gathered_for_generation(seats) as seats:  # FSDP2: every process evaluates the same episodes
             return evaluate_heldout(seats, self.ref_model, self._env_source, self.tokenizer,
@@ -350,7 +389,7 @@ class CORYTrainer:
             return last_saved
         try:
             path = self.save_checkpoint(iteration)
-        except OSError as err:
+        except (OSError, NonFiniteLossError) as err:  # never a rescue checkpoint of NaN/inf weights
             logger.error("iteration %d failed, and saving the checkpoint of iteration %d failed too: %s",
                          iteration + 1, iteration, err)
             return last_saved
@@ -393,7 +432,9 @@ class CORYTrainer:
                 queries, with the training clock read there).
 
         Raises:
-            trainers.learning.update.NonFiniteLossError: a NaN/inf loss; the last checkpoint on disk is untouched.
+            trainers.learning.update.NonFiniteLossError: a NaN/inf loss, gradient or weight, whoever wrote the
+                learner (`trainers.loop.guards`); no checkpoint takes it, and the message names the last good
+                one, which --resume continues from.
         """
         cfg = self.config
         main = self.dist.is_main
@@ -447,6 +488,9 @@ class CORYTrainer:
                         self.stopped_early = True  # on every process, whichever one received the signal
                         logger.warning("stopped after iteration %d; resume with --resume", it)
                         break
+        except BaseException:
+            self.restore_replaced()  # failed before the first checkpoint: the replaced run comes back
+            raise
         finally:
             progress.close()
             if logger_ is not None:

@@ -7,21 +7,26 @@ here hash each input by content (`INPUTS`); `CORYTrainer` records them in every 
 key ``inputs``) and `check_fingerprints` refuses a resume whose inputs changed, naming which.
 
 Hashes are BLAKE2b (16-byte digests, hex). The weights are hashed as loaded (before LoRA or the copies for two
-agents), names, dtypes and shapes included: about 1 s for SmolLM2-135M on this machine class.
+agents), names, dtypes and shapes included: about 1 s for SmolLM2-135M on this machine class. A reward is hashed by
+what it computes, not by its text: its code as Python parses it (docstrings, comments and layout left out), the
+values of the module constants it reads, and the functions it wraps; a checkpoint written when the whole source text
+was hashed still matches (`Fingerprint.previous`).
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
 import json
+import textwrap
 from typing import Any, Callable, Mapping
 
 import torch
 
 from trainers.loop.checkpoint import CheckpointError
 
-__all__ = ["INPUTS", "check_fingerprints", "data_fingerprint", "model_fingerprint", "reward_fingerprint",
+__all__ = ["INPUTS", "Fingerprint", "check_fingerprints", "data_fingerprint", "model_fingerprint", "reward_fingerprint",
            "tokenizer_fingerprint"]
 
 #: What a fingerprint covers, with what a change means to a resume (the keys of `fingerprints`).
@@ -29,8 +34,31 @@ INPUTS = {
     "model": "the policy model's weights (the reference model is rebuilt from them)",
     "tokenizer": "the tokenizer (vocabulary, merges, special tokens, padding)",
     "data": "the task's queries (records after loading and filtering)",
-    "reward": "the reward function (its name and, when readable, its source code)",
+    "reward": "the reward function (its name and, when readable, its code and the module constants it reads)",
 }
+
+#: Values of module constants a reward's code may read, hashed by `repr` (anything else is hashed by name only).
+_CONSTANTS = (bool, int, float, complex, str, bytes, type(None))
+
+
+class Fingerprint(str):
+    """A fingerprint (hex) that also matches what earlier versions of this module recorded for the same input.
+
+    Attributes:
+        previous: the hashes of earlier versions (`check_fingerprints` accepts a checkpoint that recorded one);
+            a checkpoint written now records the string itself.
+    """
+
+    previous: tuple[str, ...]
+
+    def __new__(cls, value: str, previous: tuple[str, ...] = ()) -> "Fingerprint":
+        out = super().__new__(cls, value)
+        out.previous = tuple(previous)
+        return out
+
+    def matches(self, saved: str) -> bool:
+        """True when `saved` (a checkpoint's fingerprint) is this one or one of its `previous` forms."""
+        return saved == self or saved in self.previous
 
 
 def _hasher() -> "hashlib._Hash":
@@ -71,17 +99,113 @@ def data_fingerprint(records: list[dict]) -> str:
     return h.hexdigest()
 
 
-def reward_fingerprint(reward_fn: Callable, name: str) -> str:
-    """Hash of the reward's recorded `name` and, when Python can read it, its source code (a builder's closure is
-    hashed through the function it returns; a callable object through its class)."""
-    h = _hasher()
-    h.update(name.encode())
+def reward_fingerprint(reward_fn: Callable, name: str) -> Fingerprint:
+    """Hash of the reward's recorded `name` and, when Python can read its source, of what it computes (`_computes`):
+    its code as Python parses it, so that a docstring, a comment or the layout may change; the module constants it
+    reads by name (``ANSWER_LEN``); and the same of the functions its closure or (for a callable object, hashed
+    through its class) its attributes hold, e.g. the 2-argument reward function a normalised one wraps
+    (`cory_env.rewards.make_reward_fn`). Objects it holds (a lexicon, a classifier) are not hashed.
+
+    Returns:
+        The fingerprint; its `Fingerprint.previous` holds what checkpoints recorded before: the hash of the name and
+        the whole source text (of the function, or of a callable object's class), and for a wrapped reward the hash
+        of the name and the line of the wrapper that earlier versions used for every 2-argument reward.
+    """
     target = reward_fn if inspect.isfunction(reward_fn) or inspect.ismethod(reward_fn) else type(reward_fn)
+    text = _hasher()
+    text.update(name.encode())
+    text.update((_source(target) or "").encode())
+    parts = _computes(reward_fn, depth=3)
+    if not parts:  # built-ins, C extensions, code typed at a prompt: the name alone
+        return Fingerprint(text.hexdigest())
+    h = _hasher()
+    h.update(f"code|{name}".encode())
+    for part in parts:
+        h.update(b"\0" + part.encode())
+    previous = [text.hexdigest()]
+    if _held_callables(reward_fn):
+        pair = _hasher()
+        pair.update(name.encode() + _PAIR_WRAPPER.encode())
+        previous.append(pair.hexdigest())
+    return Fingerprint(h.hexdigest(), previous=tuple(previous))
+
+
+#: The source line earlier versions wrapped every 2-argument reward in (`cory_env.rewards.make_reward_fn`), which
+#: their reward fingerprint hashed in place of the reward's own code.
+_PAIR_WRAPPER = "        return lambda queries, responses, records: spec(queries, responses)\n"
+
+
+def _source(obj: Any) -> str | None:
     try:
-        h.update(inspect.getsource(target).encode())
-    except (OSError, TypeError):  # built-ins, C extensions, code typed at a prompt: the name alone
-        pass
-    return h.hexdigest()
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return None
+
+
+def _computes(obj: Any, depth: int) -> list[str]:
+    """What `obj` computes, as texts to hash (empty when Python cannot read any of its source): for a function or
+    a method, its code (`_code_text`) and the module constants it reads (`_constants`), then the same of the
+    functions its closure holds; for a callable object, its class's code and the functions (not the objects) its
+    attributes hold. `depth` bounds the functions followed."""
+    if inspect.ismethod(obj):
+        obj = obj.__func__
+    if inspect.isfunction(obj):
+        source = _source(obj)
+        parts = [] if source is None else [_code_text(source), json.dumps(_constants(obj, source), sort_keys=True)]
+        held = [cell.cell_contents for cell in obj.__closure__ or () if _has_contents(cell)]
+    else:
+        source = _source(type(obj))
+        parts = [] if source is None else [_code_text(source)]
+        held = [value for _, value in sorted(vars(obj).items())] if hasattr(obj, "__dict__") else []
+    if depth > 0:  # functions only: an object held (a model, a pipeline) is data, or another library's code
+        for value in held:
+            if inspect.isfunction(value) or inspect.ismethod(value):
+                parts += _computes(value, depth - 1)
+    return parts
+
+
+def _held_callables(obj: Any) -> bool:
+    """True when `obj` is a callable object (not a function) holding a function: a wrapper of another reward."""
+    if inspect.isfunction(obj) or inspect.ismethod(obj) or not hasattr(obj, "__dict__"):
+        return False
+    return any(inspect.isfunction(value) or inspect.ismethod(value) for value in vars(obj).values())
+
+
+def _has_contents(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # an empty cell
+        return False
+    return True
+
+
+def _code_text(source: str) -> str:
+    """`source` as Python parses it (`ast.unparse`): docstrings, comments and layout left out. A fragment that does
+    not parse alone (a lambda cut out of a longer line) is taken as written."""
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return source
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.unparse(tree)
+
+
+def _constants(fn: Callable, source: str) -> dict[str, str]:
+    """``{name: repr(value)}`` of the module constants (numbers, strings, None) that `fn` reads by name. Its
+    closure's values are left out: a builder's arguments (a device, a batch size) may change between a run and its
+    resume without changing the reward."""
+    try:
+        names = {node.id for node in ast.walk(ast.parse(textwrap.dedent(source))) if isinstance(node, ast.Name)}
+    except SyntaxError:
+        names = set(fn.__code__.co_names)
+    names -= set(fn.__code__.co_freevars)
+    values = {name: fn.__globals__[name] for name in names if name in fn.__globals__}
+    return {name: repr(value) for name, value in sorted(values.items()) if type(value) in _CONSTANTS}
 
 
 def check_fingerprints(saved: Mapping[str, Any] | None, current: Mapping[str, str], where: str) -> list[str]:
@@ -101,9 +225,13 @@ def check_fingerprints(saved: Mapping[str, Any] | None, current: Mapping[str, st
             it covers.
     """
     saved = dict(saved or {})
-    changed = [key for key in INPUTS if key in saved and key in current and saved[key] != current[key]]
+    changed = [key for key in INPUTS if key in saved and key in current and not _matches(current[key], saved[key])]
     if changed:
         details = "; ".join(f"{key} ({INPUTS[key]}): {saved[key][:12]}.. -> {current[key][:12]}.." for key in changed)
         raise CheckpointError(f"cannot resume {where}: its inputs changed since the run started: {details}. The same "
                          "names now hold other contents; restore them, or start a new --output_dir")
     return [key for key in INPUTS if key in current and key not in saved]
+
+
+def _matches(current: str, saved: str) -> bool:
+    return current.matches(saved) if isinstance(current, Fingerprint) else saved == current

@@ -10,6 +10,8 @@ line and exit 2 whichever path runs, and nothing is written before it passes:
    once with the run's tokenizer and reward, the `Seating`, built once on it (`cory_env.seating.config_seating`),
    and the training env over both (every prompt fits the context window);
 4. the learner against the seating and its options (`trainers.learning.learners.check_learner`: the group rule);
+   the held-out side of the queries when the run evaluates on one (an empty side is refused here), or a warning that
+   its evaluation is not held out (`cory_env.tasks.TaskSpec.heldout_split`);
 5. the run folder: ``--resume`` / ``--overwrite``, writability, and a resume's config against the checkpoint's, its
    seating compared as built seatings (`trainers.loop.run_dir.check_output_dir`);
 6. the options the run does not read (`trainers.unread_options`), as messages for the caller to log.
@@ -29,6 +31,7 @@ from cory_env.tasks import Task
 from cory_env.rewards import reward_name
 from trainers.config import RunConfigs
 from trainers.distributed import check_device
+from trainers.learning.configs import check_kl_horizon
 from trainers.learning.learners import check_learner
 from trainers.loop.run_dir import check_output_dir
 from trainers.loop.sharding import check_sharding
@@ -51,7 +54,8 @@ class RunPlan:
         group_size: responses per query the learner needs (`LearnerSpec.group_size`).
         flat: the flat config the run records (``config.yaml``; a callable reward recorded by name).
         has_run: the output folder holds a run (which ``--resume`` continues or ``--overwrite`` replaces).
-        warnings: one message per option the run does not read (`trainers.unread_options`).
+        warnings: one message per option the run does not read (`trainers.unread_options`), and one when its
+            held-out evaluation reads training queries (`cory_env.tasks.TaskSpec.heldout_split`).
     """
 
     configs: RunConfigs
@@ -82,6 +86,7 @@ def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
     """
     run = configs.run
     check_device(run.device, num_processes)
+    check_kl_horizon(configs.ppo, num_processes)  # n_steps = batch_size · processes
     check_sharding(run.sharding, world_size=num_processes, use_lora=configs.model.use_lora)
     spec = configs.task_spec
     env_config = spec.resolve(configs.env) if spec.resolve is not None else configs.env
@@ -94,10 +99,16 @@ def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
     options = learner.options(configs.learner_options)
     check_learner(run.learner, configs.ppo, options, sharded=run.sharded, seats=seating.num_seats,
                   num_processes=num_processes, reward_matrix=seating.reward_matrix)
+    split, not_held_out = spec.heldout_split(env_config)
+    notes = []
+    if run.eval_episodes > 0 and split == "test":  # an empty held-out side is refused here, not at the first evaluation
+        spec.build(dataclasses.replace(env_config, query_split="test"), tokenizer, configs.task_options)
+    elif run.eval_episodes > 0:
+        notes.append(f"the held-out evaluation ({run.eval_episodes} episodes) is not held out: {not_held_out}")
     flat = configs.to_flat()
     if reward_fn is not None:  # what was really used, so `cory eval` and --resume do not fall back to a name
         flat["reward"] = reward_name(reward_fn)
     has_run = check_output_dir(run, num_processes, flat, task=task)
     return RunPlan(configs=configs, env_config=env_config, task=task, seating=seating, env=env,
                    group_size=learner.group_size(options), flat=flat, has_run=has_run,
-                   warnings=unread_options(configs, seating))
+                   warnings=[*unread_options(configs, seating), *notes])

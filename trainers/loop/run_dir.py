@@ -1,13 +1,26 @@
 """The run directory: what may be in it before a run starts, how a run starts in it, and what a resume may change.
 
-A run directory holds ``config.yaml`` (the flat config, `trainers.config.RunConfigs.to_flat`), ``metrics.jsonl``,
-``samples.jsonl``, TensorBoard events and ``checkpoints/`` (`trainers.loop.checkpoint`). A folder that holds a run
-is never changed without ``--resume`` (continue it) or ``--overwrite`` (replace it); every check here runs before
-anything is written.
+A run directory holds the marker ``.cory-run`` (written first, when the run creates the folder), ``config.yaml``
+(the flat config, `trainers.config.RunConfigs.to_flat`), ``metrics.jsonl``, ``samples.jsonl``, ``eval.json``,
+TensorBoard events in ``tensorboard/`` and ``checkpoints/`` (`trainers.loop.checkpoint`); `RUN_FILES` lists every name
+a run, `cory eval` and `cory plot` write there. A folder that holds a run is never changed without ``--resume``
+(continue it) or ``--overwrite`` (replace it), and every check here runs before anything is written:
+
+* only a folder that is a cory run (`is_run`: its marker, or the config and checkpoints of a run written before the
+  marker existed) can be replaced, and only when it holds nothing but what the run wrote (`foreign_files`): a user's
+  file beside the run, another tool's ``checkpoints/`` or ``config.yaml``, makes ``--overwrite`` refuse, naming
+  them; the current folder and its parents, a symbolic link, and a folder whose parent cannot be written are
+  refused as well;
+* a new run starts only in a new or empty folder;
+* ``--overwrite`` moves the old run aside (`start_output_dir`) and deletes it only once the new run has written its
+  first checkpoint (`discard_replaced`); if the new run fails or is stopped before that, the old run is put back
+  (`restore_replaced`).
 """
 
 from __future__ import annotations
 
+import fnmatch
+import logging
 import os
 import shutil
 import tempfile
@@ -17,23 +30,128 @@ from typing import Any
 import yaml
 
 from cory_env.seating import seating_of
-from trainers.config import CORYConfig, RunConfigs
+from trainers.config import CORYConfig, RunConfigs, flat_field_types, migrate_flat
 from trainers.loop import checkpoint as ckpt
-from trainers.loop.metrics import METRICS_FILE
+from trainers.loop.metrics import METRICS_FILE, SAMPLES_FILE
+
+logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.yaml"
+#: Written first into every folder a run creates: this folder is a cory run, and `--overwrite` may replace it.
+RUN_MARKER = ".cory-run"
+#: The held-out evaluation `cory train --eval_episodes` writes at the end of a run.
+EVAL_FILE = "eval.json"
+#: The files a run writes at the top of its folder: no other command's output may replace them
+#: (`trainers.cli.outputs.run_owner`).
+RUN_OWNED_FILES = (CONFIG_FILE, METRICS_FILE, SAMPLES_FILE, EVAL_FILE, RUN_MARKER)
+#: Every name a run and the project's other commands (`cory eval` / `cory plot` / `cory bench` / the learning ladder)
+#: write at the top of a run's folder (shell patterns): what ``--overwrite`` may remove; `checkpoints/` and
+#: `tensorboard/` are checked entry by entry (`foreign_files`).
+RUN_FILES = (*RUN_OWNED_FILES, f"{METRICS_FILE}.tmp", f"{SAMPLES_FILE}.tmp", "eval-*.json", "curves.png",
+             "pareto.png", "bench_run.json", "ladder_progress.json", ".cory-write-test-*")
+#: What `checkpoints/` holds: checkpoint folders, the `latest` pointer and the temporary names of their writes.
+CHECKPOINT_ENTRIES = (ckpt.CHECKPOINT_NAME, ckpt.LATEST, f"{ckpt._TMP_PREFIX}*", f".{ckpt.LATEST}.tmp",
+                      ".cory-write-test-*")
+TENSORBOARD_DIR = "tensorboard"
+#: Fields that describe one invocation, not the run: recorded as False so that ``--config run/config.yaml --resume``
+#: works for a run that was started with ``--overwrite``.
+INVOCATION_FIELDS = ("resume", "overwrite")
 #: Fields that may change between a run and its resume (everything else must match the checkpoint's config).
 RESUMABLE_CHANGES = {"resume", "overwrite", "num_iterations", "checkpoint_every", "checkpoint_every_minutes",
                      "keep_checkpoints", "log_samples", "tensorboard", "torch_threads", "output_dir", "device",
                      "eval_every", "log_every_seconds"}
 
 
-def latest_checkpoint_or_raise(output_dir: Path) -> Path:
-    """The run's newest checkpoint; FileNotFoundError (naming the fix) when it has none."""
-    path = ckpt.latest_checkpoint(output_dir)
-    if path is None:
-        raise FileNotFoundError(f"--resume: {output_dir} has no checkpoint; drop --resume or --overwrite")
-    return path
+def _matches(name: str, patterns) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def _is_cory_config(path: Path) -> bool:
+    """True when `path` is a YAML mapping whose keys are all cory options (a run's ``config.yaml``)."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    if not isinstance(data, dict) or not data:
+        return False
+    named = {kind: [data[key]] if isinstance(data.get(key), str) else []
+             for kind, key in (("learners", "learner"), ("tasks", "task"))}
+    try:
+        return set(migrate_flat(data)) <= set(flat_field_types(**named))
+    except ValueError:  # a learner or task that no longer imports: the file is still a run's config
+        return set(migrate_flat(data)) <= set(flat_field_types()) | set(named) | {"learner", "task"}
+
+
+def is_run(output_dir: str | os.PathLike) -> bool:
+    """True when `output_dir` is a cory run folder: it holds the marker ``.cory-run``, or (a run written before the
+    marker existed) a ``config.yaml`` of cory options, or a cory checkpoint in ``checkpoints/``. Another tool's
+    ``config.yaml`` or ``checkpoints/`` does not make a folder a run."""
+    out = Path(output_dir)
+    if not out.is_dir():
+        return False
+    if (out / RUN_MARKER).is_file():
+        return True
+    if (out / CONFIG_FILE).is_file() and _is_cory_config(out / CONFIG_FILE):
+        return True
+    return ckpt.latest_checkpoint(out) is not None
+
+
+def foreign_files(output_dir: str | os.PathLike) -> list[str]:
+    """The entries of `output_dir` (relative paths, sorted) that no cory run writes (`RUN_FILES`,
+    `CHECKPOINT_ENTRIES`, TensorBoard event files): what ``--overwrite`` would otherwise delete of the user's."""
+    out = Path(output_dir)
+    foreign = []
+    for entry in sorted(out.iterdir()):
+        name = entry.name
+        if name == ckpt.CHECKPOINT_DIR and entry.is_dir() and not entry.is_symlink():
+            foreign += [f"{name}/{sub.name}" for sub in sorted(entry.iterdir())
+                        if not _matches(sub.name, CHECKPOINT_ENTRIES) or sub.is_symlink()]
+        elif name == TENSORBOARD_DIR and entry.is_dir() and not entry.is_symlink():
+            foreign += [f"{name}/{sub.name}" for sub in sorted(entry.iterdir())
+                        if not (sub.is_file() and sub.name.startswith("events.out.tfevents."))]
+        elif not (_matches(name, RUN_FILES) and entry.is_file() and not entry.is_symlink()):
+            foreign.append(name + ("/" if entry.is_dir() else ""))
+    return foreign
+
+
+def _listed(names: list[str], limit: int = 8) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def check_replaceable(output_dir: str | os.PathLike) -> None:
+    """Raise unless ``--overwrite`` may replace the run in `output_dir`: it must be a cory run (`is_run`) holding
+    only what runs write (`foreign_files`), not a symbolic link, not the current folder or one of its parents, and
+    its parent must be writable (the old run is moved aside there until the new one has a checkpoint).
+
+    Raises:
+        ValueError: naming the folder, what is wrong (the foreign files, the link's target, the current folder) and
+            the fix; nothing is changed.
+        OSError: the parent folder cannot be written.
+    """
+    given = Path(output_dir)
+    if given.is_symlink():
+        raise ValueError(f"--overwrite: {given} is a symbolic link to {given.resolve()}; nothing was changed. Pass "
+                         f"--output_dir {given.resolve()} to replace the run there")
+    out = given.resolve()
+    cwd = Path.cwd().resolve()
+    if out == cwd or out in cwd.parents:
+        what = "the current folder" if out == cwd else "a parent of the current folder"
+        raise ValueError(f"--overwrite: {given} is {what} ({out}); nothing was changed. Replace a run from outside "
+                         "it, or choose another --output_dir")
+    if not is_run(out):
+        raise ValueError(f"--overwrite: {given} is not a cory run (no {RUN_MARKER} marker, config.yaml or "
+                         "checkpoint of one); nothing was changed. cory only replaces folders it created: choose "
+                         "another --output_dir")
+    foreign = foreign_files(out)
+    if foreign:
+        raise ValueError(f"--overwrite: {given} holds files the run did not write ({_listed(foreign)}); nothing was "
+                         "changed. Move them out of the folder, or choose another --output_dir")
+    parent = out.parent
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(f"--overwrite: cannot write into {parent} (permissions), where the old run is kept "
+                              "until the new one has its first checkpoint; nothing was changed. Make it writable or "
+                              "choose another --output_dir")
 
 
 def check_process_count(state: dict[str, Any], num_processes: int, output_dir: Path) -> None:
@@ -77,17 +195,22 @@ def check_output_dir(config: CORYConfig, num_processes: int = 1, flat_config: di
 
     Args:
         flat_config: the run's flat config (`RunConfigs.to_flat`); with `resume` it must match the checkpoint's
-            (`check_resumable`). None skips that check.
+            (`check_resumable`), or the run's ``config.yaml`` when it has no checkpoint yet. None skips that check.
         task: the run's `Task`, on which a resume's seating is compared as built seatings (`check_resumable`).
 
     Raises:
-        FileExistsError: it holds a run and neither `resume` nor `overwrite` is set.
-        FileNotFoundError: `resume` without a run or without a checkpoint.
-        ValueError: `resume` of a run trained with another number of processes, or with another config.
+        FileExistsError: it holds a run and neither `resume` nor `overwrite` is set; or it is a non-empty folder that
+            holds no run (a new run starts only in a new or empty folder).
+        FileNotFoundError: `resume` without a run.
+        NotADirectoryError: it is a file.
+        ValueError: `resume` of a run trained with another number of processes, or with another config;
+            `overwrite` of a folder that cannot be replaced (`check_replaceable`).
         OSError: the folder (or its ``checkpoints/``) is not writable (`check_writable`).
     """
     out = Path(config.output_dir)
-    has_run = out.exists() and any((out / f).exists() for f in (CONFIG_FILE, METRICS_FILE, ckpt.CHECKPOINT_DIR))
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"--output_dir {out} is a file, not a folder; choose another --output_dir")
+    has_run = is_run(out)
     if has_run and not config.resume and not config.overwrite:
         raise FileExistsError(
             f"{out} already holds a run (config.yaml / metrics.jsonl / checkpoints); nothing was changed. "
@@ -95,13 +218,33 @@ def check_output_dir(config: CORYConfig, num_processes: int = 1, flat_config: di
         )
     if config.resume and not has_run:
         raise FileNotFoundError(f"--resume: {out} holds no run to resume; drop --resume to start one")
+    if not has_run and out.is_dir() and any(out.iterdir()):
+        names = [entry.name for entry in sorted(out.iterdir())]
+        raise FileExistsError(f"{out} is not empty and holds no cory run ({_listed(names)}); nothing was changed. A "
+                              "run starts in a new or empty folder: choose another --output_dir")
+    if has_run and config.overwrite:
+        check_replaceable(out)
     if config.resume:
-        state = ckpt.read_trainer_state(latest_checkpoint_or_raise(out))
-        check_process_count(state, num_processes, out)
-        if flat_config is not None:
-            check_resumable(state.get("config", {}), flat_config, out, task=task)
+        latest = ckpt.latest_checkpoint(out)
+        if latest is not None:
+            state = ckpt.read_trainer_state(latest)
+            check_process_count(state, num_processes, out)
+            saved = state.get("config", {})
+        else:  # stopped before its first checkpoint: the resume starts from the beginning with the same config
+            saved = _read_config(out)
+        if flat_config is not None and saved is not None:
+            check_resumable(saved, flat_config, out, task=task)
     check_writable(out)
     return has_run
+
+
+def _read_config(output_dir: Path) -> dict[str, Any] | None:
+    """The run's ``config.yaml`` as a dict, or None when it has none (or an unreadable one)."""
+    try:
+        data = yaml.safe_load((output_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 #: The flat fields that describe a run's seating together; a resume compares the seating they build, not their
@@ -130,20 +273,62 @@ def check_resumable(saved: dict[str, Any], current: dict[str, Any], output_dir: 
                          "Resume with the run's config.yaml (--config), or start a new --output_dir")
 
 
-def start_output_dir(output_dir: Path, flat_config: dict[str, Any], *, replace: bool) -> None:
-    """Create the run folder with its config.yaml. With `replace` (``--overwrite`` of a run) the old run is moved
-    aside first and deleted only once the new folder is written; if writing fails, the old run is put back."""
+def recorded_config(flat_config: dict[str, Any]) -> dict[str, Any]:
+    """`flat_config` as a run records it (``config.yaml``, checkpoints): the `INVOCATION_FIELDS` set to False."""
+    return {**flat_config, **{name: False for name in INVOCATION_FIELDS if name in flat_config}}
+
+
+def replaced_path(output_dir: Path) -> Path:
+    """Where ``--overwrite`` keeps the old run of `output_dir` until the new one has a checkpoint: a hidden
+    sibling ``.<name>.replaced-<pid>``."""
     out = Path(output_dir)
-    aside = out.with_name(f".{out.name}.replaced-{os.getpid()}") if replace else None
+    return out.with_name(f".{out.name}.replaced-{os.getpid()}")
+
+
+def start_output_dir(output_dir: Path, flat_config: dict[str, Any], *, replace: bool) -> Path | None:
+    """Create the run folder with its marker and config.yaml; returns where the replaced run was moved, or None.
+
+    With `replace` (``--overwrite`` of a run, checked by `check_replaceable`) the old run is moved aside
+    (`replaced_path`) and stays there until `discard_replaced` (the new run's first checkpoint is on disk) or
+    `restore_replaced` (the new run failed or stopped before it). If creating the new folder fails, the old run is
+    put back at once.
+    """
+    out = Path(output_dir)
+    stale = sorted(p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.replaced-")) \
+        if out.parent.is_dir() else []
+    for path in stale:
+        logger.warning("%s holds a run that an interrupted --overwrite of %s moved aside; it is kept: move it back "
+                       "(mv %s %s) or delete it yourself", path, out, path, out)
+    aside = replaced_path(out) if replace else None
     if aside is not None:
         os.rename(out, aside)
+        logger.info("--overwrite: the old run is kept in %s until this run writes its first checkpoint", aside)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / CONFIG_FILE).write_text(yaml.safe_dump(flat_config, sort_keys=False))
+        (out / RUN_MARKER).write_text("a cory run: cory may replace this folder (--overwrite)\n", encoding="utf-8")
+        (out / CONFIG_FILE).write_text(yaml.safe_dump(recorded_config(flat_config), sort_keys=False))
     except BaseException:
         if aside is not None:
-            shutil.rmtree(out, ignore_errors=True)
-            os.rename(aside, out)
+            restore_replaced(out, aside)
         raise
-    if aside is not None:
+    return aside
+
+
+def discard_replaced(aside: Path | None) -> None:
+    """Delete the run that ``--overwrite`` moved aside (`start_output_dir`), once the new run has a checkpoint."""
+    if aside is not None and aside.exists():
         shutil.rmtree(aside)
+        logger.info("--overwrite: removed the replaced run (%s) now that this run has a checkpoint", aside)
+
+
+def restore_replaced(output_dir: Path, aside: Path | None) -> None:
+    """Put the run that ``--overwrite`` moved aside back into `output_dir`, removing the new run's folder (every
+    file in it was written by the new run: `start_output_dir` created it)."""
+    if aside is None or not aside.exists():
+        return
+    out = Path(output_dir)
+    if out.exists():
+        shutil.rmtree(out)
+    os.rename(aside, out)
+    logger.warning("--overwrite: this run stopped before its first checkpoint; the replaced run is back in %s, "
+                   "unchanged", out)

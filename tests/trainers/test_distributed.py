@@ -343,6 +343,7 @@ def test_a_grpo_run_trains_through_the_launcher(tmp_path):
 
 def test_existing_run_is_refused_before_launching(tmp_path):
     (tmp_path / "r").mkdir()
+    (tmp_path / "r" / ".cory-run").write_text("")  # a run's marker: a bare config.yaml is no run of cory's
     (tmp_path / "r" / "config.yaml").write_text("seed: 0\n")
     proc = subprocess.run([sys.executable, "-m", "trainers.cli", "train", "--preset", "tiny", "--num_processes", "2",
                            "--output_dir", str(tmp_path / "r")], capture_output=True, text=True, timeout=120)

@@ -140,3 +140,15 @@ def test_cory_export_out_is_never_a_path_a_run_owns(tmp_path, capsys):
         err = capsys.readouterr().err
         assert "a run's own files are never replaced" in err and err.count("\n") == 1, err
         assert not out.exists()
+
+
+def test_cory_export_names_a_file_out_as_a_file_before_any_work(tmp_path, capsys):
+    """Found by trying: an empty file as --out was called "not empty"; a path under a file failed with a bare
+    [Errno 20] after the checkpoint loaded."""
+    from trainers.cli import main as cory_main
+
+    (tmp_path / "emptyf").touch()
+    for out, message in ((tmp_path / "emptyf", "is a file; give a new or empty folder"),
+                         (tmp_path / "emptyf" / "sub", "emptyf is a file, not a folder")):
+        assert cory_main(["export", str(tmp_path / "no-run"), "--out", str(out)]) == 2
+        assert message in capsys.readouterr().err

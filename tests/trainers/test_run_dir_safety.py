@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 
 import pytest
@@ -162,11 +163,11 @@ def test_a_stop_before_the_first_checkpoint_resumes_from_the_beginning(tmp_path,
     monkeypatch.setattr(cli_train, "heldout_eval", sigterm)
     assert cory_main([*TINY, "--output_dir", str(run), "--eval_episodes", "4"]) == 130
     err = capsys.readouterr().err
-    command = f"cory train --config {run / 'config.yaml'} --resume"
+    command = f"cory train --config {run / 'config.yaml'} --output_dir {run} --resume"
     assert "before the first checkpoint" in err and command in err
     monkeypatch.undo()
-    monkeypatch.chdir(tmp_path)
-    assert cory_main(command.split()[1:]) == 0
+    monkeypatch.chdir(run.parent.parent)  # the printed command works from another folder
+    assert cory_main(shlex.split(command)[1:]) == 0
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [0] and (run / "checkpoints" / "latest").is_file()
 
@@ -235,3 +236,81 @@ def test_a_runtime_error_on_two_processes_is_printed_once(tmp_path):
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.count("the reward service is down") == 1, proc.stderr[-3000:]
     assert "ChildFailedError" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_few_option_like_keys_do_not_make_a_folder_a_run(tmp_path, tiny_run, no_model_load):
+    """Found by trying: a config.yaml of another tool with keys that are also cory options (``seed``,
+    ``learning_rate``, ``batch_size``) made the folder a run and --overwrite deleted it."""
+    other = tmp_path / "h5"
+    other.mkdir()
+    (other / "config.yaml").write_text("seed: 42\nlearning_rate: 0.001\nbatch_size: 32\n")
+    assert not is_run(other)
+    with pytest.raises(ValueError, match="is not a cory run"):
+        CORYTrainer(tiny_run("h5", num_iterations=1, overwrite=True))
+    assert tree(other) == {"config.yaml": b"seed: 42\nlearning_rate: 0.001\nbatch_size: 32\n"}
+
+
+@pytest.mark.parametrize("inside", ["checkpoints/iter-000000/notes.txt", "checkpoints/iter-000000/llm1/notes.txt"])
+def test_user_files_inside_a_checkpoint_are_foreign(finished_run, tiny_run, inside, no_model_load):
+    run, files = finished_run
+    (run / inside).write_text("precious")
+    assert foreign_files(run) == [inside]
+    with pytest.raises(ValueError, match="notes.txt"):
+        CORYTrainer(tiny_run("proj/run", num_iterations=1, overwrite=True))
+    assert (run / inside).read_text() == "precious"
+
+
+@pytest.mark.parametrize("inside", ["checkpoints/iter-000000", "tensorboard/sub"])
+def test_a_new_run_inside_another_runs_checkpoints_is_refused(finished_run, tiny_run, inside, no_model_load):
+    """Found by trying: ``--output_dir run/checkpoints/iter-000000`` started a run there, which the outer run's
+    rotation and --overwrite then deleted."""
+    run, files = finished_run
+    with pytest.raises(ValueError, match="is inside the run"):
+        CORYTrainer(tiny_run(f"proj/run/{inside}", num_iterations=1))
+    assert tree(run) == files
+
+
+def test_a_stop_while_the_old_run_is_deleted_keeps_the_new_run(finished_run, tiny_run, monkeypatch):
+    """Found by trying: a second Ctrl-C while the replaced run was being deleted (after the new run's first
+    checkpoint) put the half-deleted old run back and deleted the new run's checkpoint."""
+    run, _ = finished_run
+
+    def interrupted(aside):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cory_loop, "discard_replaced", interrupted)
+    with CORYTrainer(tiny_run("proj/run", num_iterations=1, overwrite=True)) as trainer:
+        with pytest.raises(KeyboardInterrupt):
+            trainer.train()
+    assert not trainer.replaced_restored and (run / "checkpoints" / "iter-000000" / "trainer_state.json").is_file()
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_a_stop_during_start_up_leaves_nothing_behind(finished_run, tiny_run, tmp_path, monkeypatch, replace):
+    """Found by trying: a stop after the folder was made and before the run began left a config-only folder (or the
+    old run hidden aside) and no word of it."""
+    from trainers.distributed import DataParallel
+
+    run, files = finished_run
+
+    def stop(self, params):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DataParallel, "broadcast_parameters", stop)
+    name = "proj/run" if replace else "fresh"
+    with pytest.raises(KeyboardInterrupt):
+        CORYTrainer(tiny_run(name, num_iterations=1, overwrite=replace))
+    if replace:
+        assert tree(run) == files and not [p for p in run.parent.iterdir() if ".replaced-" in p.name]
+    else:
+        assert not (tmp_path / "fresh").exists()
+
+
+def test_overwrite_of_an_unnormalised_path_and_a_left_aside_name(finished_run, tiny_run, tmp_path, monkeypatch):
+    """Found by trying: ``run/checkpoints/..`` failed after the model loaded (renaming ``..``); a folder left with
+    this process's moved-aside name made every overwrite fail with [Errno 39]."""
+    run, _ = finished_run
+    (run.parent / f".run.replaced-{os.getpid()}").mkdir()
+    trainer = CORYTrainer(tiny_run("proj/run/checkpoints/..", num_iterations=1, overwrite=True))
+    trainer.train()
+    assert (run / RUN_MARKER).is_file() and (run.parent / f".run.replaced-{os.getpid()}").is_dir()

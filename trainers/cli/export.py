@@ -73,14 +73,20 @@ def check_out(out: Path, checkpoint: str | Path) -> None:
     written, ...).
 
     Raises:
-        FileExistsError: `out` exists and is not empty (nothing is overwritten).
+        FileExistsError: `out` is a file, or a folder that is not empty (nothing is overwritten).
+        NotADirectoryError: a parent of `out` is a file.
         ValueError: `out` is inside the run's checkpoints folder, whose old checkpoint folders rotation deletes, or
             another path a run owns.
     """
     from trainers.cli.outputs import run_owner
 
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"--out {out} is a file; give a new or empty folder (nothing was overwritten)")
+    if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"--out {out} exists and is not empty; choose a new folder (nothing was overwritten)")
+    under = next((p for p in out.parents if p.exists()), None)
+    if under is not None and not under.is_dir():
+        raise NotADirectoryError(f"--out {out}: {under} is a file, not a folder; choose another path")
     check_outside_rotation(out, checkpoint, option="--out", example="-export")
     if (owner := run_owner(out)) is not None:
         raise ValueError(f"--out {out} is {owner}: a run's own files are never replaced; choose a new folder")

@@ -19,6 +19,7 @@ import difflib
 import json
 import logging
 import os
+import shlex
 import signal
 import sys
 import time
@@ -339,7 +340,9 @@ def stop_report(trainer, stage: str, history: list[dict]) -> str:
     from trainers.loop.checkpoint import latest_checkpoint
 
     out = trainer.output_dir
-    resume = f"cory train --config {out / 'config.yaml'} --resume"
+    where = out.resolve()  # the command works from any folder, its paths quoted for a shell
+    resume = (f"cory train --config {shlex.quote(str(where / 'config.yaml'))} --output_dir "
+              f"{shlex.quote(str(where))} --resume")
     if trainer.replaced_restored:
         return (f"cory train: stopped during {stage}, before the first checkpoint; nothing of this run was kept and "
                 f"the run it was replacing is back in {out}, unchanged; rerun the command to start again")
@@ -354,7 +357,7 @@ def stop_report(trainer, stage: str, history: list[dict]) -> str:
                 f"with: {resume}")
     return (f"cory train: stopped during {stage}; training is complete ({checkpoint}, {done} iterations) but the "
             f"held-out evaluation after training was not finished, so eval.json was not written; evaluate the "
-            f"trained model with: cory eval {out}")
+            f"trained model with: cory eval {shlex.quote(str(where))}")
 
 
 def heldout_eval(trainer, when: str) -> dict:

@@ -52,7 +52,7 @@ from trainers.loop.guards import UpdateGuard
 from trainers.loop.metrics import METRICS_FILE, SAMPLES_FILE, MetricsLogger, truncate_jsonl
 from trainers.loop.plan import plan_run
 from trainers.loop.progress import Progress
-from trainers.loop.run_dir import (discard_replaced, recorded_config, restore_replaced,
+from trainers.loop.run_dir import (abandon_start, discard_replaced, recorded_config, restore_replaced,
                                    start_output_dir)
 from trainers.loop.sharding import gathered_for_generation, shard_agents
 from trainers.rollout import rollout_from_transcript, run_episodes
@@ -159,9 +159,16 @@ class CORYTrainer:
                                config.num_iterations)
         elif self.dist.is_main:  # with --overwrite the old run is kept aside until this run's first checkpoint
             self._replaced = start_output_dir(self.output_dir, self.config_dict, replace=plan.has_run)
-        self.dist.barrier()
-        for bundle in self.exchange.bundles.values():  # identical replicas from the first step on (a collective,
-            self.dist.broadcast_parameters(bundle.agent.trainable_parameters())  # so also the start-up barrier)
+        started = self.dist.is_main and not config.resume
+        try:
+            self.dist.barrier()
+            for bundle in self.exchange.bundles.values():  # identical replicas from the first step on (a
+                self.dist.broadcast_parameters(bundle.agent.trainable_parameters())  # collective: also a barrier)
+        except BaseException:  # stopped during start-up: nothing of this run began
+            if started:
+                aside, self._replaced = self._replaced, None
+                abandon_start(self.output_dir, aside)
+            raise
         self._stop_requested = False
         self._updating = False  # True once an iteration's learners may have changed the weights
         self.stopped_early = False  # set when a stop signal ended train() before num_iterations
@@ -245,8 +252,8 @@ class CORYTrainer:
             except (OSError, NonFiniteLossError) as err:  # every process must hear of it, or the others would wait
                 error = err
             else:
-                discard_replaced(self._replaced)  # the new run has a checkpoint: the replaced run may go
-                self._replaced = None
+                aside, self._replaced = self._replaced, None  # never put back once the new run has a checkpoint
+                discard_replaced(aside)  # (a stop while it is deleted leaves the rest of it hidden beside the run)
         elif self.config.sharded:
             for _ in states:  # every shard is gathered with the main process, which writes it
                 pass

@@ -19,6 +19,7 @@ a run, `cory eval` and `cory plot` write there. A folder that holds a run is nev
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import logging
 import os
@@ -66,13 +67,21 @@ def _matches(name: str, patterns) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
+#: Fields every ``config.yaml`` a run has written holds (it records the whole flat config): a YAML file of a few
+#: option-like keys (``seed``, ``learning_rate``) is not a run's.
+RECORDED_FIELDS = ("output_dir", "model", "seed", "num_iterations", "learning_rate", "batch_size", "task")
+
+
 def _is_cory_config(path: Path) -> bool:
-    """True when `path` is a YAML mapping whose keys are all cory options (a run's ``config.yaml``)."""
+    """True when `path` is a YAML mapping written by a run (``config.yaml``): it holds every `RECORDED_FIELDS` key
+    with its own folder as ``output_dir``, and only cory options."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return False
-    if not isinstance(data, dict) or not data:
+    if not isinstance(data, dict) or not set(RECORDED_FIELDS) <= set(data):
+        return False
+    if not isinstance(data["output_dir"], str) or Path(data["output_dir"]).name != path.parent.resolve().name:
         return False
     named = {kind: [data[key]] if isinstance(data.get(key), str) else []
              for kind, key in (("learners", "learner"), ("tasks", "task"))}
@@ -104,8 +113,7 @@ def foreign_files(output_dir: str | os.PathLike) -> list[str]:
     for entry in sorted(out.iterdir()):
         name = entry.name
         if name == ckpt.CHECKPOINT_DIR and entry.is_dir() and not entry.is_symlink():
-            foreign += [f"{name}/{sub.name}" for sub in sorted(entry.iterdir())
-                        if not _matches(sub.name, CHECKPOINT_ENTRIES) or sub.is_symlink()]
+            foreign += [f"{name}/{path}" for path in _foreign_in_checkpoints(entry)]
         elif name == TENSORBOARD_DIR and entry.is_dir() and not entry.is_symlink():
             foreign += [f"{name}/{sub.name}" for sub in sorted(entry.iterdir())
                         if not (sub.is_file() and sub.name.startswith("events.out.tfevents."))]
@@ -114,9 +122,64 @@ def foreign_files(output_dir: str | os.PathLike) -> list[str]:
     return foreign
 
 
+#: What a checkpoint folder holds (`trainers.loop.checkpoint.save_checkpoint`): its own files, and one folder per
+#: model holding `CHECKPOINT_MODEL_FILES`.
+CHECKPOINT_FILES = (ckpt.STATE_FILE, "rng.pt")
+CHECKPOINT_MODEL_FILES = ("trainable.safetensors", "learner.pt", "learner.json")
+
+
+def _foreign_in_checkpoints(root: Path) -> list[str]:
+    """The paths under a run's ``checkpoints/`` (relative to it) that no checkpoint write produces."""
+    foreign = []
+    for sub in sorted(root.iterdir()):
+        if sub.is_symlink() or not _matches(sub.name, CHECKPOINT_ENTRIES):
+            foreign.append(sub.name)
+        elif sub.name.startswith(ckpt._TMP_PREFIX):  # a write in progress (or killed): all of it is the run's
+            continue
+        elif sub.name in (ckpt.LATEST, f".{ckpt.LATEST}.tmp") or sub.name.startswith(".cory-write-test-"):
+            if not sub.is_file():
+                foreign.append(sub.name + "/")
+        elif not sub.is_dir():
+            foreign.append(sub.name)
+        else:  # a checkpoint folder
+            for item in sorted(sub.iterdir()):
+                if item.is_symlink():
+                    foreign.append(f"{sub.name}/{item.name}")
+                elif item.is_dir():
+                    foreign += [f"{sub.name}/{item.name}/{f.name}" for f in sorted(item.iterdir())
+                                if f.name not in CHECKPOINT_MODEL_FILES or not f.is_file() or f.is_symlink()]
+                elif item.name not in CHECKPOINT_FILES:
+                    foreign.append(f"{sub.name}/{item.name}")
+    return foreign
+
+
 def _listed(names: list[str], limit: int = 8) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def check_not_inside_a_run(output_dir: str | os.PathLike) -> None:
+    """Refuse a run folder inside another run's ``checkpoints/`` or ``tensorboard/`` (rotation and ``--overwrite`` of
+    that run would delete it).
+
+    Raises:
+        ValueError: naming the run, the folder and the fix.
+    """
+    target = Path(output_dir).resolve()
+    for folder in target.parents:
+        inner = target.relative_to(folder).parts
+        if inner[0] in (ckpt.CHECKPOINT_DIR, TENSORBOARD_DIR) and is_run(folder):
+            raise ValueError(f"--output_dir {output_dir} is inside the run {folder}'s {inner[0]}/ folder, which that "
+                             "run rewrites and deletes; choose a folder outside it")
+
+
+def replaced_runs(output_dir: str | os.PathLike) -> list[Path]:
+    """The runs an interrupted ``--overwrite`` of `output_dir` left moved aside (hidden siblings
+    ``.<name>.replaced-*``, `replaced_path`)."""
+    out = Path(output_dir).resolve()
+    if not out.parent.is_dir():
+        return []
+    return sorted(p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.replaced-"))
 
 
 def check_replaceable(output_dir: str | os.PathLike) -> None:
@@ -210,6 +273,10 @@ def check_output_dir(config: CORYConfig, num_processes: int = 1, flat_config: di
     out = Path(config.output_dir)
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"--output_dir {out} is a file, not a folder; choose another --output_dir")
+    check_not_inside_a_run(out)
+    for path in replaced_runs(out):
+        logger.warning("%s holds a run that an interrupted --overwrite of %s moved aside; it is kept: to put it "
+                       "back, move %s out of the way first, then rename %s to %s", path, out, out, path, out)
     has_run = is_run(out)
     if has_run and not config.resume and not config.overwrite:
         raise FileExistsError(
@@ -219,6 +286,8 @@ def check_output_dir(config: CORYConfig, num_processes: int = 1, flat_config: di
     if config.resume and not has_run:
         raise FileNotFoundError(f"--resume: {out} holds no run to resume; drop --resume to start one")
     if not has_run and out.is_dir() and any(out.iterdir()):
+        if config.overwrite:
+            check_replaceable(out)  # refuses: cory replaces only folders it created
         names = [entry.name for entry in sorted(out.iterdir())]
         raise FileExistsError(f"{out} is not empty and holds no cory run ({_listed(names)}); nothing was changed. A "
                               "run starts in a new or empty folder: choose another --output_dir")
@@ -279,10 +348,15 @@ def recorded_config(flat_config: dict[str, Any]) -> dict[str, Any]:
 
 
 def replaced_path(output_dir: Path) -> Path:
-    """Where ``--overwrite`` keeps the old run of `output_dir` until the new one has a checkpoint: a hidden
-    sibling ``.<name>.replaced-<pid>``."""
-    out = Path(output_dir)
-    return out.with_name(f".{out.name}.replaced-{os.getpid()}")
+    """Where ``--overwrite`` keeps the old run of `output_dir` until the new one has a checkpoint: a new hidden
+    sibling ``.<name>.replaced-<pid>`` (``-2``, ``-3``, ... after it when a folder of that name is left)."""
+    out = Path(output_dir).resolve()
+    base = out.with_name(f".{out.name}.replaced-{os.getpid()}")
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 def start_output_dir(output_dir: Path, flat_config: dict[str, Any], *, replace: bool) -> Path | None:
@@ -293,12 +367,7 @@ def start_output_dir(output_dir: Path, flat_config: dict[str, Any], *, replace: 
     `restore_replaced` (the new run failed or stopped before it). If creating the new folder fails, the old run is
     put back at once.
     """
-    out = Path(output_dir)
-    stale = sorted(p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.replaced-")) \
-        if out.parent.is_dir() else []
-    for path in stale:
-        logger.warning("%s holds a run that an interrupted --overwrite of %s moved aside; it is kept: move it back "
-                       "(mv %s %s) or delete it yourself", path, out, path, out)
+    out = Path(output_dir).resolve() if replace else Path(output_dir)
     aside = replaced_path(out) if replace else None
     if aside is not None:
         os.rename(out, aside)
@@ -326,9 +395,23 @@ def restore_replaced(output_dir: Path, aside: Path | None) -> None:
     file in it was written by the new run: `start_output_dir` created it)."""
     if aside is None or not aside.exists():
         return
-    out = Path(output_dir)
+    out = Path(output_dir).resolve()
     if out.exists():
         shutil.rmtree(out)
     os.rename(aside, out)
     logger.warning("--overwrite: this run stopped before its first checkpoint; the replaced run is back in %s, "
                    "unchanged", out)
+
+
+def abandon_start(output_dir: Path, aside: Path | None) -> None:
+    """Undo `start_output_dir` when the run stops before it began (during the rest of its start-up): the replaced
+    run comes back (`restore_replaced`), or the new folder's marker and config.yaml go, and the folder with them when
+    nothing else is in it."""
+    if aside is not None:
+        restore_replaced(output_dir, aside)
+        return
+    out = Path(output_dir)
+    for name in (CONFIG_FILE, RUN_MARKER):
+        (out / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        out.rmdir()  # only when empty

@@ -33,17 +33,12 @@ from pathlib import Path
 from typing import Iterator
 
 from trainers.loop import checkpoint as ckpt
-from trainers.loop.run_dir import RUN_OWNED_FILES, TENSORBOARD_DIR, is_run
+from trainers.loop.run_dir import RUN_OWNED_FILES, RUN_OWNED_FOLDERS, is_run
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["OVERWRITE_HELP", "RUN_OWNED_FILES", "RUN_OWNED_FOLDERS", "add_overwrite_option", "atomic_output",
            "check_output_file", "checked_out", "run_owner", "write_output"]
-
-#: Folders a run directory owns: everything under them is the run's (checkpoints rotate; TensorBoard events).
-RUN_OWNED_FOLDERS = (ckpt.CHECKPOINT_DIR, TENSORBOARD_DIR)
-#: A checkpoint folder's own files at its top (`trainers.loop.checkpoint`); its subfolders are the models'.
-CHECKPOINT_FILES = (ckpt.STATE_FILE, "rng.pt")
 
 
 def run_owner(path: str | os.PathLike) -> str | None:
@@ -51,7 +46,7 @@ def run_owner(path: str | os.PathLike) -> str | None:
 
     A run owns, in a run directory (`trainers.loop.run_dir.is_run`): the files `RUN_OWNED_FILES` and everything
     under `RUN_OWNED_FOLDERS`; in a checkpoint folder (one holding ``trainer_state.json``, also outside a run):
-    `CHECKPOINT_FILES` and everything in its subfolders. `path` need not exist.
+    `trainers.loop.checkpoint.CHECKPOINT_FILES` and everything in its subfolders. `path` need not exist.
     """
     target = Path(path).resolve()
     parent = target.parent
@@ -62,7 +57,7 @@ def run_owner(path: str | os.PathLike) -> str | None:
         if inner[0] in RUN_OWNED_FOLDERS and is_run(folder):
             return f"inside the run's {inner[0]}/ folder {folder / inner[0]}" + (
                 ", whose old checkpoints are deleted as training goes on" if inner[0] == ckpt.CHECKPOINT_DIR else "")
-        if (folder / ckpt.STATE_FILE).is_file() and (len(inner) > 1 or inner[0] in CHECKPOINT_FILES):
+        if (folder / ckpt.STATE_FILE).is_file() and (len(inner) > 1 or inner[0] in ckpt.CHECKPOINT_FILES):
             return f"a file of the checkpoint {folder}"
     return None
 

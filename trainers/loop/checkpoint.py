@@ -50,6 +50,10 @@ CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
 STATE_FILE = "trainer_state.json"
 _TMP_PREFIX = ".tmp-"
+#: What `save_checkpoint` writes into a checkpoint folder (the module docstring's layout): its own files, and in
+#: each model's folder `MODEL_FILES`.
+CHECKPOINT_FILES = (STATE_FILE, "rng.pt")
+MODEL_FILES = ("trainable.safetensors", "learner.pt", "learner.json")
 
 
 class CheckpointError(ValueError):

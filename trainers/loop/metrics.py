@@ -18,6 +18,7 @@ logger = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
+TENSORBOARD_DIR = "tensorboard"
 
 
 def _jsonable(value: Any) -> Any:
@@ -75,7 +76,7 @@ class MetricsLogger:
             if tensorboard:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._tb = SummaryWriter(log_dir=str(self.output_dir / "tensorboard"), purge_step=purge_step)
+                self._tb = SummaryWriter(log_dir=str(self.output_dir / TENSORBOARD_DIR), purge_step=purge_step)
                 if config_text is not None and not purge_step:
                     self._tb.add_text("config", f"```yaml\n{config_text}\n```", 0)
         except BaseException:

@@ -33,7 +33,7 @@ import yaml
 from cory_env.seating import seating_of
 from trainers.config import CORYConfig, RunConfigs, flat_field_types, migrate_flat
 from trainers.loop import checkpoint as ckpt
-from trainers.loop.metrics import METRICS_FILE, SAMPLES_FILE
+from trainers.loop.metrics import METRICS_FILE, SAMPLES_FILE, TENSORBOARD_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,8 @@ RUN_FILES = (*RUN_OWNED_FILES, f"{METRICS_FILE}.tmp", f"{SAMPLES_FILE}.tmp", "ev
 #: What `checkpoints/` holds: checkpoint folders, the `latest` pointer and the temporary names of their writes.
 CHECKPOINT_ENTRIES = (ckpt.CHECKPOINT_NAME, ckpt.LATEST, f"{ckpt._TMP_PREFIX}*", f".{ckpt.LATEST}.tmp",
                       ".cory-write-test-*")
-TENSORBOARD_DIR = "tensorboard"
+#: Folders of a run that it rewrites and deletes in: everything under them is the run's.
+RUN_OWNED_FOLDERS = (ckpt.CHECKPOINT_DIR, TENSORBOARD_DIR)
 #: Fields that describe one invocation, not the run: recorded as False so that ``--config run/config.yaml --resume``
 #: works for a run that was started with ``--overwrite``.
 INVOCATION_FIELDS = ("resume", "overwrite")
@@ -122,12 +123,6 @@ def foreign_files(output_dir: str | os.PathLike) -> list[str]:
     return foreign
 
 
-#: What a checkpoint folder holds (`trainers.loop.checkpoint.save_checkpoint`): its own files, and one folder per
-#: model holding `CHECKPOINT_MODEL_FILES`.
-CHECKPOINT_FILES = (ckpt.STATE_FILE, "rng.pt")
-CHECKPOINT_MODEL_FILES = ("trainable.safetensors", "learner.pt", "learner.json")
-
-
 def _foreign_in_checkpoints(root: Path) -> list[str]:
     """The paths under a run's ``checkpoints/`` (relative to it) that no checkpoint write produces."""
     foreign = []
@@ -147,8 +142,8 @@ def _foreign_in_checkpoints(root: Path) -> list[str]:
                     foreign.append(f"{sub.name}/{item.name}")
                 elif item.is_dir():
                     foreign += [f"{sub.name}/{item.name}/{f.name}" for f in sorted(item.iterdir())
-                                if f.name not in CHECKPOINT_MODEL_FILES or not f.is_file() or f.is_symlink()]
-                elif item.name not in CHECKPOINT_FILES:
+                                if f.name not in ckpt.MODEL_FILES or not f.is_file() or f.is_symlink()]
+                elif item.name not in ckpt.CHECKPOINT_FILES:
                     foreign.append(f"{sub.name}/{item.name}")
     return foreign
 
@@ -168,7 +163,7 @@ def check_not_inside_a_run(output_dir: str | os.PathLike) -> None:
     target = Path(output_dir).resolve()
     for folder in target.parents:
         inner = target.relative_to(folder).parts
-        if inner[0] in (ckpt.CHECKPOINT_DIR, TENSORBOARD_DIR) and is_run(folder):
+        if inner[0] in RUN_OWNED_FOLDERS and is_run(folder):
             raise ValueError(f"--output_dir {output_dir} is inside the run {folder}'s {inner[0]}/ folder, which that "
                              "run rewrites and deletes; choose a folder outside it")
 

@@ -26,6 +26,7 @@ from transformers import PreTrainedModel
 
 from agents.forward import logprobs_from_logits, policy_logits, response_forward
 from agents.precision import autocast
+from cory_env.checks import check_number
 
 logger = logging.getLogger(__name__)
 
@@ -132,8 +133,7 @@ def copy_for_agents(model: PreTrainedModel, n: int = 2) -> tuple[list[PreTrained
     Raises:
         ValueError: n < 1.
     """
-    if n < 1:
-        raise ValueError(f"n must be >= 1 policies, got {n}")
+    check_number(n, "n", integer=True, low=1, fix="the number of policies")
     policies = []
     for _ in range(n):
         policy = copy.deepcopy(model)

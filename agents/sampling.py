@@ -31,6 +31,7 @@ from transformers import (
 from agents.forward import policy_logits, position_ids_from_mask
 from agents.precision import autocast
 from agents.reference import is_peft_model
+from cory_env.checks import check_number
 from cory_env.config import check_finite_fields
 
 
@@ -67,17 +68,12 @@ class SamplingConfig:
 
     def __post_init__(self) -> None:
         check_finite_fields(self)
-        if not self.temperature >= MIN_TEMPERATURE:
-            raise ValueError(f"temperature must be >= {MIN_TEMPERATURE:g}, got {self.temperature}: logits divided by "
-                             "a smaller one overflow to inf; use 1.0 for plain sampling, or top_k 1 for greedy")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ValueError(f"top_k must be an int >= 0, got {self.top_k!r}; use 0 to disable")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}; use 1.0 to disable")
-        if not 1 / MAX_PENALTY <= self.repetition_penalty <= MAX_PENALTY:
-            raise ValueError(f"repetition_penalty must be in [{1 / MAX_PENALTY:g}, {MAX_PENALTY:g}], got "
-                             f"{self.repetition_penalty}: logits divided by a penalty further from 1 overflow to inf; "
-                             "use 1.0 to disable (paper: 1.1)")
+        check_number(self.temperature, "temperature", low=MIN_TEMPERATURE,
+                     fix="logits divided by a smaller one overflow to inf; 1.0 samples plainly, top_k 1 greedily")
+        check_number(self.top_k, "top_k", integer=True, low=0, fix="0 disables")
+        check_number(self.top_p, "top_p", above=0, high=1, fix="1.0 disables")
+        check_number(self.repetition_penalty, "repetition_penalty", low=1 / MAX_PENALTY, high=MAX_PENALTY,
+                     fix="logits divided by a penalty further from 1 overflow to inf; 1.0 disables (paper: 1.1)")
 
     @property
     def is_exact(self) -> bool:

@@ -19,6 +19,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from cory_env.checks import check_number
+
 TINY_EOS = "<|endoftext|>"
 #: The tokenizer trains on this many openings only, so openings added to the built-in set leave its merges (and
 #: every seeded number of a tiny-model run) as they are.
@@ -46,8 +48,7 @@ def tiny_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
     Raises:
         ValueError: if `vocab_size` < 300.
     """
-    if vocab_size < 300:
-        raise ValueError(f"vocab_size must be >= 300 (256 bytes + merges + EOS), got {vocab_size}")
+    check_number(vocab_size, "vocab_size", integer=True, low=300, fix="256 bytes + merges + EOS")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

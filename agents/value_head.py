@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from cory_env.checks import check_number
+
 
 class ValueHead(nn.Module):
     """Dropout + ``Linear(hidden_size, 1)`` in fp32: one state value per token.
@@ -25,10 +27,8 @@ class ValueHead(nn.Module):
 
     def __init__(self, hidden_size: int, dropout: float = 0.1) -> None:
         super().__init__()
-        if not isinstance(hidden_size, int) or hidden_size < 1:
-            raise ValueError(f"hidden_size must be a positive int, got {hidden_size!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}; use 0.0 to disable")
+        check_number(hidden_size, "hidden_size", integer=True, low=1)
+        check_number(dropout, "dropout", low=0, below=1, fix="0.0 disables")
         self.hidden_size = hidden_size
         self.dropout = nn.Dropout(dropout)
         self.summary = nn.Linear(hidden_size, 1, dtype=torch.float32)

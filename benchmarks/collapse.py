@@ -16,7 +16,8 @@ point keeps, ``(r − r₀) / (max r − r₀)`` over the points up to it (r₀ 
 until the best gain reaches ``MIN_GAIN``), and a run has *diverged* at its first point that keeps less than
 ``KEPT`` of that gain (reward back near the base model's after having learnt), with the KL jump into that point.
 
-    python benchmarks/collapse.py benchmarks/imdb_runs/{ppo,cory}-4x-s*.json --out benchmarks/collapse_imdb.json
+    python benchmarks/collapse.py benchmarks/results/imdb_runs/{ppo,cory}-4x-s*.json \
+        --out benchmarks/results/collapse_imdb.json
 
 Per arm (the ``-Nx`` suffix dropped) and cell, IQM [95 % CI] over seeds (`benchmarks.stats`); at equal KL each
 seed's value is read where its (k1 KL) trajectory first reaches the level (`benchmarks.ladder_report.reward_at_kl`),
@@ -37,6 +38,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.ladder_report import reward_at_kl  # noqa: E402
+from benchmarks.outputs import add_out_option, checked_out, write_json  # noqa: E402
 from benchmarks.paths import recorded_command  # noqa: E402
 from benchmarks.stats import arm_summary  # noqa: E402
 
@@ -127,7 +129,7 @@ def summarise(runs: Sequence[dict], episodes: Sequence[int] = EPISODES, levels: 
         ValueError: two runs of one arm (the ``-Nx`` suffix dropped) and seed, e.g. a file given twice or
             ``ppo-2x`` and ``ppo-4x`` of seed 0; a run none of whose points keeps response texts.
     """
-    from benchmarks.learning import arm_spec
+    from benchmarks.rungs import arm_spec
 
     by_arm: dict[str, list[dict]] = {}
     seen: dict[tuple[str, int], str] = {}
@@ -242,13 +244,10 @@ def report(summary: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    from trainers.cli.outputs import add_overwrite_option, checked_out, write_output
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="ladder JSONs of the long (-Nx) runs")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "collapse_imdb.json"))
-    add_overwrite_option(parser)
+    add_out_option(parser, "collapse_imdb.json")
     args = parser.parse_args(argv)
     out = checked_out(parser, args)
     runs = [run for path in args.runs for run in json.loads(Path(path).read_text(encoding="utf-8"))["runs"]]
@@ -257,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     except ValueError as err:
         parser.error(str(err))
     summary = {"command": recorded_command("benchmarks/collapse.py", argv), "arms": arms}
-    write_output(out, json.dumps(summary, indent=1) + "\n")
+    write_json(out, summary)
     print(report(summary["arms"]))
     print(f"wrote {args.out}")
     return summary

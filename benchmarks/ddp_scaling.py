@@ -24,21 +24,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `python benchmarks/ddp_scaling.py` from a clone
     sys.path.insert(0, str(REPO))
+from benchmarks.outputs import add_out_option, checked_out, write_json  # noqa: E402
 from benchmarks.paths import data_dir  # noqa: E402
 
 IMDB_CSV = data_dir() / "imdb_reviews_1000.csv"  # the data folder, $CORY_SHARED_DATA (benchmarks/paths.py)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from trainers.cli.outputs import add_overwrite_option, checked_out
-
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--processes", type=int, default=2)
     p.add_argument("--global-batch", type=int, default=8)
     p.add_argument("--iterations", type=int, default=3, help="iterations per arm; the first is a warm-up")
-    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "ddp_scaling.json")
-    add_overwrite_option(p)
+    add_out_option(p, "ddp_scaling.json")
     args = p.parse_args(argv)
     args.out = checked_out(p, args)  # before the runs
     return args
@@ -59,8 +57,6 @@ def seconds_per_iteration(num_processes: int, batch: int, out_dir: Path, args: a
 
 
 def main(argv=None) -> dict:
-    from trainers.cli.outputs import write_output
-
     args = parse_args(argv)
     if args.global_batch % args.processes:
         raise ValueError(f"--global-batch {args.global_batch} is not divisible by --processes {args.processes}")
@@ -73,7 +69,7 @@ def main(argv=None) -> dict:
                "ddp_speedup": round(one / many, 3)}
     print(f"1 process: {one:.2f} s/iteration; {args.processes} processes: {many:.2f} s/iteration; "
           f"speed-up {one / many:.2f}x")
-    write_output(args.out, json.dumps(results, indent=2) + "\n")
+    write_json(args.out, results, indent=2)
     print(f"wrote {args.out}")
     return results
 

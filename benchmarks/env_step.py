@@ -5,22 +5,27 @@ Measures the wrapped AEC env (`cory_env.env`), `raw_env` (random valid actions, 
 VADER reward; the end-of-episode reward call is included in the step that ends an episode).
 
 Usage:
-    python benchmarks/env_step.py [--episodes 300] [--batches 30] [--out benchmarks/env_step.json]
+    python benchmarks/env_step.py [--episodes 300] [--batches 30] [--out benchmarks/results/env_step.json]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from agents.tiny import tiny_tokenizer
-from cory_env import BatchedCORYEnv, EnvConfig, env, raw_env
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python benchmarks/env_step.py` from a clone
+    sys.path.insert(0, str(ROOT))
+
+from agents.tiny import tiny_tokenizer  # noqa: E402
+from benchmarks.outputs import add_out_option, checked_out, write_json  # noqa: E402
+from cory_env import BatchedCORYEnv, EnvConfig, env, raw_env  # noqa: E402
 
 
 def aec_step_us(make_env, episodes: int, seed: int = 0) -> float:
@@ -59,14 +64,11 @@ def batched_step_us(batch_size: int, batches: int, tokenizer, seed: int = 0) -> 
 
 
 def main() -> None:
-    from trainers.cli.outputs import add_overwrite_option, checked_out, write_output
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=300, help="AEC episodes per env kind")
     parser.add_argument("--batches", type=int, default=30, help="batched episodes (B = --batch-size)")
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("env_step.json"))
-    add_overwrite_option(parser)
+    add_out_option(parser, "env_step.json")
     args = parser.parse_args()
     out = checked_out(parser, args)
     tok = tiny_tokenizer()
@@ -79,7 +81,7 @@ def main() -> None:
     }
     for key, value in results.items():
         print(f"{key}: {value:.2f}" if isinstance(value, float) else f"{key}: {value}")
-    write_output(out, json.dumps(results, indent=2) + "\n")
+    write_json(out, results, indent=2)
 
 
 if __name__ == "__main__":

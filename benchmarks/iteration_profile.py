@@ -29,7 +29,7 @@ bookkeeping                   everything else in the iteration (padding,    ever
 
 An iteration is one rollout of `batch_size` episodes and its update; the first iteration of each arm is a warm-up
 and is left out. Results: CPU seconds per iteration and each phase's share, printed as a table and written to
-`--out` (default `benchmarks/iteration_profile.json`).
+`--out` (default `benchmarks/results/iteration_profile.json`).
 """
 
 from __future__ import annotations
@@ -51,10 +51,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.paths import recorded_command  # noqa: E402
+from benchmarks.outputs import add_out_option, checked_out, write_json  # noqa: E402
 
 PHASES = ("rollout (generation)", "reward", "reference forward", "policy scoring (no grad)",
           "update forward (loss)", "backward", "optimizer", "bookkeeping")
-ARMS = ("ppo", "grpo", "cory", "trl-grpo", "trl-grpo-default")  # the last: TRL in its own default precision (bf16)
+#: The arms profiled: this project's, TRL's `GRPOTrainer` (`trl-grpo-default`: in its own default precision, bf16),
+#: and CoMLRL's `MAGRPOTrainer` beside this project's MAGRPO on the same information (`benchmarks.comlrl_magrpo`).
+ARMS = ("ppo", "grpo", "cory", "trl-grpo", "trl-grpo-default", "magrpo-wo-kt", "comlrl-magrpo")
 TRL_PRECISION = {"trl-grpo": "fp32", "trl-grpo-default": "trl-default"}
 BOOKKEEPING = PHASES[-1]
 
@@ -146,20 +149,21 @@ def _grad_phase(*_, **__) -> str:
 
 
 def profile_own(arm: str, iterations: int, seed: int, run_dir: str, rung: str = "imdb",
-                precision: str = "fp32") -> list[dict[str, float]]:
-    """Per-iteration phase seconds of one of this project's arms on a ladder rung (`benchmarks.learning.RUNGS`), at
-    `precision` (``cory train --precision``: fp32 or bf16-mixed)."""
+                precision: str = "fp32", flags: tuple[str, ...] = ()) -> list[dict[str, float]]:
+    """Per-iteration phase seconds of one of this project's arms on a ladder rung (`benchmarks.rungs.RUNGS`), at
+    `precision` (``cory train --precision``: fp32 or bf16-mixed), with `flags` (``cory train`` flags) after the
+    rung's and the arm's."""
     import torch
 
     import cory_env.episode
     import trainers.loop.cory
     from agents import LLMAgent, ReferenceModel
-    from benchmarks.learning import build_arm_trainer
+    from benchmarks.ladder_run import build_arm_trainer
     from trainers.learning.grpo import GRPOLearner
     from trainers.learning.ppo import PPOLearner
 
     trainer, _ = build_arm_trainer(rung, arm, seed, 10**9, run_dir,  # iterations are run one by one below
-                                   ("--precision", precision))
+                                   ("--precision", precision, *flags))
     clock = PhaseClock()
     clock.wrap(trainers.loop.cory, "run_episodes", "rollout (generation)", mark=True)
     clock.wrap(cory_env.episode, "score_texts", "reward")
@@ -183,10 +187,10 @@ def profile_trl(iterations: int, seed: int, run_dir: str, precision: str = "fp32
     import torch
     from peft.tuners.lora import LoraLayer
 
-    from benchmarks.learning import arm_configs
+    from benchmarks.rungs import arm_configs
     from benchmarks.trl_grpo import make_trl_trainer
 
-    batch = arm_configs("imdb", "grpo", seed, 0, run_dir)[0].ppo.batch_size  # episodes per iteration
+    batch = arm_configs("imdb", "grpo", seed, 0, run_dir)[0].update.batch_size  # episodes per iteration
     run = make_trl_trainer(seed, iterations * batch, run_dir=run_dir, precision=precision)
     trainer = run.trainer
     lora = next(m for m in trainer.model.modules() if isinstance(m, LoraLayer))
@@ -221,8 +225,14 @@ def profile_arm(arm: str, iterations: int, seed: int, precision: str = "fp32") -
 
     logging.disable(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="cory-profile-") as run_dir:
-        rows = profile_trl(iterations, seed, run_dir, TRL_PRECISION[arm]) if arm in TRL_PRECISION else \
-            profile_own(arm, iterations, seed, run_dir, precision=precision)
+        if arm in TRL_PRECISION:
+            rows = profile_trl(iterations, seed, run_dir, TRL_PRECISION[arm])
+        elif arm == "comlrl-magrpo":
+            from benchmarks.comlrl_magrpo import profile_comlrl
+
+            rows = profile_comlrl(iterations, seed, run_dir)
+        else:
+            rows = profile_own(arm, iterations, seed, run_dir, precision=precision)
     kept = rows[1:] or rows
     mean = {key: sum(r[key] for r in kept) / len(kept) for key in (*PHASES, "total")}
     return {"arm": arm, "precision": TRL_PRECISION.get(arm, precision), "iterations": len(rows),
@@ -267,8 +277,6 @@ def precision_table(fp32: dict, bf16: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from trainers.cli.outputs import add_overwrite_option, checked_out, write_output
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arms", nargs="+", default=list(ARMS[:4]), choices=ARMS,
@@ -278,8 +286,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16-mixed"),
                         help="this project's arms (`cory train --precision`); TRL's arms keep their own")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "iteration_profile.json"))
-    add_overwrite_option(parser)
+    add_out_option(parser, "iteration_profile.json")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: profile this arm in this process, print JSON
     args = parser.parse_args(argv)
     if args.iterations < 2:
@@ -289,7 +296,7 @@ def main(argv: list[str] | None = None) -> dict:
         return {}
     out_path = checked_out(parser, args)
     from agents.precision import native_bf16
-    from benchmarks.learning import code_version
+    from benchmarks.ladder_run import code_version
     from benchmarks.throughput import device_name
 
     results = {}
@@ -307,10 +314,11 @@ def main(argv: list[str] | None = None) -> dict:
               "machine": {"cpu": device_name("cpu"), "native_bf16": native_bf16("cpu")}, "arms": results}
     if "cory" in results and "ppo" in results:
         report["cory_over_ppo"] = results["cory"]["mean_cpu_s"]["total"] / results["ppo"]["mean_cpu_s"]["total"]
-    for trl_arm, key in (("trl-grpo", "grpo_over_trl"), ("trl-grpo-default", "grpo_over_trl_default")):
-        if "grpo" in results and trl_arm in results:
-            report[key] = results["grpo"]["mean_cpu_s"]["total"] / results[trl_arm]["mean_cpu_s"]["total"]
-    write_output(out_path, json.dumps(report, indent=1) + "\n")
+    for ours, theirs, key in (("grpo", "trl-grpo", "grpo_over_trl"), ("grpo", "trl-grpo-default", "grpo_over_trl_default"),
+                              ("magrpo-wo-kt", "comlrl-magrpo", "magrpo_over_comlrl")):
+        if ours in results and theirs in results:
+            report[key] = results[ours]["mean_cpu_s"]["total"] / results[theirs]["mean_cpu_s"]["total"]
+    write_json(out_path, report)
     print(table(results))
     return report
 

@@ -1,4 +1,4 @@
-"""The checks before ladder JSONs made apart are summarised together (`benchmarks.learning.merge`): one table must
+"""The checks before ladder JSONs made apart are summarised together (`benchmarks.ladder_summary.merge`): one table must
 not mix runs of other settings, other budgets or, unnoticed, other code.
 
 Refused, each with the field named: two JSONs whose ``episodes`` differ; runs whose settings differ (the JSON's

@@ -29,7 +29,7 @@ def save_progress(run_dir: str | os.PathLike, iteration: int, curve: list[dict],
     """Write the progress of a run whose checkpoint `iteration` (0-based, done) is on disk; returns its path.
 
     Args:
-        curve: the point records so far (`benchmarks.learning.TrainingClock.point`, ``"eval"`` included).
+        curve: the point records so far (`benchmarks.ladder_run.TrainingClock.point`, ``"eval"`` included).
         train_s, cpu_s: training and total CPU seconds of the run at this point (all its processes).
         resumed_at: episodes at which the run was resumed so far.
     """

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from benchmarks.ladder_stats import arm_stats, format_interval, improvements_of
+from benchmarks.outputs import write_figure
 from benchmarks.stats import arm_summary
 
 __all__ = ["COMBINED_ETAS", "KL_LEVELS", "combined_rewards", "combined_table", "equal_kl", "equal_time", "first_reach",
@@ -272,12 +273,7 @@ def plot(result: dict, path: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    from trainers.cli.outputs import atomic_output
-
-    with atomic_output(path) as tmp:  # no half-written figure, no temporary file left on a failure
-        fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    return path
+    return write_figure(fig, path)
 
 
 def _place_labels(ax, labels: list[tuple[float, float, str, tuple]], min_px: float = 26.0) -> None:
@@ -386,9 +382,4 @@ def plot_tradeoff(result: dict, path: Path, *, key: str = "kl_k1", eta: float = 
     right.legend(fontsize=7)
     fig.suptitle(f"learning ladder: {result['rung']}, reward–KL trade-off", fontsize=10)
     fig.tight_layout()
-    from trainers.cli.outputs import atomic_output
-
-    with atomic_output(path) as tmp:  # no half-written figure, no temporary file left on a failure
-        fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    return path
+    return write_figure(fig, path)

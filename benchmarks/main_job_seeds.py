@@ -8,7 +8,7 @@ seeds stand in for other machines: the job is robust when every seed's gain is a
 
 Run::
 
-    python benchmarks/main_job_seeds.py [--seeds 0 1 2 3 4] [--out benchmarks/main_job_seeds.json] [--keep DIR]
+    python benchmarks/main_job_seeds.py [--seeds 0 1 2 3 4] [--out benchmarks/results/main_job_seeds.json] [--keep DIR]
         [-- FLAGS...]
 """
 
@@ -26,7 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python benchmarks/main_job_seeds.py` from a clone
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.outputs import add_out_option, checked_out, write_json  # noqa: E402
 
 
 def run_seed(seed: int, flags: list[str], folder: Path) -> dict:
@@ -70,12 +74,9 @@ def summary(runs: list[dict], flags: list[str]) -> dict:
 
 
 def main(argv=None) -> dict:
-    from trainers.cli.outputs import add_overwrite_option, checked_out, write_output
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
-    parser.add_argument("--out", default=str(HERE / "main_job_seeds.json"))
-    add_overwrite_option(parser)
+    add_out_option(parser, "main_job_seeds.json")
     parser.add_argument("--keep", default=None, help="keep each seed's run folder under this folder (default: a "
                                                       "temporary folder, deleted)")
     parser.add_argument("flags", nargs=argparse.REMAINDER, help="after --: extra `cory train` flags")
@@ -93,7 +94,7 @@ def main(argv=None) -> dict:
                   f"s.e.; combined {r['combined_before']:.3f} -> {r['combined_after']:.3f}; KL {r['kl']:.2f}; "
                   f"{r['cpu_s']:.0f} CPU s)", flush=True)
             result = summary(runs, flags)  # written after every seed: an interrupted run keeps the seeds it finished
-            write_output(out, json.dumps(result, indent=1))
+            write_json(out, result)
     print(f"every seed's gain >= 2 s.e.: {result['every_seed_gain_at_least_2_se']}; gains "
           f"{result['gain_range'][0]:+.3f} .. {result['gain_range'][1]:+.3f}")
     return result

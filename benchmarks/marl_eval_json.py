@@ -23,7 +23,7 @@ arms whose seed sets or evaluation episodes differ (a ``-Nx`` arm has more point
 arm's and the groups of arms that do export together; choose the arms (`to_marl_eval`'s ``arms``, the command
 line's ``--arms`` here or ``--marl_eval_arms`` of ``benchmarks/learning.py``)::
 
-    python benchmarks/marl_eval_json.py benchmarks/learning_imdb.json --arms cory ppo --out /tmp/marl_eval.json
+    python benchmarks/marl_eval_json.py benchmarks/results/learning_imdb.json --arms cory ppo --out /tmp/marl_eval.json
 
 marl-eval itself (PyPI ``id-marl-eval``) pins ``pandas==1.4.4``, which does not build on Python 3.11: install what
 its checks import with ``pip install -e ".[marl-eval]"`` (colorama; numpy is here already), then marl-eval with
@@ -45,6 +45,7 @@ if str(ROOT) not in sys.path:  # `python benchmarks/marl_eval_json.py` from a cl
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.ladder_report import POINT_KEYS, point_record  # noqa: E402
+from benchmarks.outputs import add_out_option, checked_out, write_json  # noqa: E402
 
 __all__ = ["check_exportable", "export_marl_eval", "main", "to_marl_eval"]
 
@@ -147,21 +148,16 @@ def to_marl_eval(result: dict, *, arms: Sequence[str] | None = None, environment
 def export_marl_eval(result: dict, path: Path | str, **kwargs) -> Path:
     """Write `to_marl_eval` of `result` (its keyword arguments pass through) to `path` as JSON (its folder made);
     returns the path."""
-    from trainers.cli.outputs import write_output
-
-    return write_output(path, json.dumps(to_marl_eval(result, **kwargs), indent=1))
+    return write_json(path, to_marl_eval(result, **kwargs))
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
     """``python benchmarks/marl_eval_json.py LADDER.json [--arms ARM ...] --out PATH``: export a ladder JSON."""
-    from trainers.cli.outputs import add_overwrite_option, checked_out
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("ladder", help="a ladder JSON (benchmarks/learning.py --out)")
     parser.add_argument("--arms", nargs="+", default=None, help="the arms to export (default: every arm)")
-    parser.add_argument("--out", required=True, help="the marl-eval JSON to write")
-    add_overwrite_option(parser)
+    add_out_option(parser, required=True, help="the marl-eval JSON to write")
     args = parser.parse_args(argv)
     checked_out(parser, args)
     source = Path(args.ladder)

@@ -18,7 +18,7 @@ what a user sees for a whole process, not for the training tensors alone.
 
 Run::
 
-    python benchmarks/memory.py [--iterations 2] [--out benchmarks/memory.json]
+    python benchmarks/memory.py [--iterations 2] [--out benchmarks/results/memory.json]
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `python benchmarks/memory.py` from a clone
     sys.path.insert(0, str(REPO))
+from benchmarks.outputs import add_out_option, checked_out, write_json  # noqa: E402
 from benchmarks.paths import data_dir, recorded_path  # noqa: E402
 
 IMDB_CSV = data_dir() / "imdb_reviews_1000.csv"  # the data folder, $CORY_SHARED_DATA (benchmarks/paths.py)
@@ -43,8 +44,6 @@ TARGETS = {"full": 1.75, "lora": 1.15, "lora_gc": 1.15}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from trainers.cli.outputs import add_overwrite_option, checked_out
-
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--iterations", type=int, default=2, help="CORY iterations per arm")
@@ -52,8 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--new-tokens", type=int, default=16)
     p.add_argument("--ppo-epochs", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "memory.json")
-    add_overwrite_option(p)
+    add_out_option(p, "memory.json")
     args = p.parse_args(argv)
     args.out = checked_out(p, args)  # before the runs
     return args
@@ -96,8 +94,6 @@ def logged_peak_rss_gib(output_dir: Path) -> float | None:
 
 
 def main(argv=None) -> dict:
-    from trainers.cli.outputs import write_output
-
     args = parse_args(argv)
     results: dict = {"model": recorded_path(args.model), "iterations": args.iterations, "batch_size": args.batch_size,
                      "new_tokens": args.new_tokens, "ppo_epochs": args.ppo_epochs, "threads": args.threads}
@@ -114,7 +110,7 @@ def main(argv=None) -> dict:
         results[f"rss_cory_vs_ppo_{layout}"] = round(ratio, 3)
         results[f"target_{layout}"] = target
         print(f"{layout}: CORY / PPO peak RSS = {ratio:.3f} (target <= {target})")
-    write_output(args.out, json.dumps(results, indent=2) + "\n")
+    write_json(args.out, results, indent=2)
     print(f"wrote {args.out}")
     return results
 

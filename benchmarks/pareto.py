@@ -2,12 +2,12 @@
 the reward–KL frontier than PPO's? (Ma et al. 2024, §3: "sweeping η, CORY's (task reward, KL) points lie closer to
 the frontier than PPO's".)
 
-    python benchmarks/pareto.py benchmarks/imdb_runs/{cory,ppo-2x}-s{0,1,2}.json \
-        benchmarks/imdb_runs/{cory,ppo}-beta{0.01,0.2}-s{0,1,2}.json --out benchmarks/pareto_imdb.json
+    python benchmarks/pareto.py benchmarks/results/imdb_runs/{cory,ppo-2x}-s{0,1,2}.json \
+        benchmarks/results/imdb_runs/{cory,ppo}-beta{0.01,0.2}-s{0,1,2}.json --out benchmarks/results/pareto_imdb.json
 
 Each run file is a ladder JSON of one (arm, seed) (`benchmarks/learning.py`); its β is the last
 ``--init_kl_coef`` of the rung's flags and the run's own (``--flags --init_kl_coef 0.2``). A ``-Nx`` run counts as
-its base arm read at the rung's budget (`benchmarks.learning.truncated_run`). A run's point is its final held-out
+its base arm read at the rung's budget (`benchmarks.ladder_summary.truncated_run`). A run's point is its final held-out
 (k1 KL to the reference in nats, pioneer reward). The **frontier** is the set of points that no other point beats
 on both (a lower or equal KL with a higher reward), over every arm, β and seed. A point's **gap** is how much reward
 it lacks at its KL: the best reward among points with KL at most its own, minus its reward (0 on the frontier; a
@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.outputs import add_out_option, checked_out, write_figure, write_json  # noqa: E402
 from benchmarks.paths import recorded_command  # noqa: E402
 from benchmarks.stats import arm_summary, improvement_summary  # noqa: E402
 
@@ -50,7 +51,8 @@ def points_of(path: str | Path) -> list[dict]:
     Raises:
         ValueError: a run whose final evaluation has no k1 KL (a rung without KL) or with no β in any flags.
     """
-    from benchmarks.learning import arm_spec, truncated_run
+    from benchmarks.ladder_summary import truncated_run
+    from benchmarks.rungs import arm_spec
 
     result = json.loads(Path(path).read_text(encoding="utf-8"))
     points = []
@@ -155,28 +157,20 @@ def plot(summary: dict, path: Path) -> Path:
     ax.set_ylabel("held-out reward (pioneer)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    from trainers.cli.outputs import atomic_output
-
-    with atomic_output(path) as tmp:
-        fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    return path
+    return write_figure(fig, path, dpi=120)
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    from trainers.cli.outputs import add_overwrite_option, checked_out, write_output
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="ladder JSONs of single (arm, seed) runs")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "pareto_imdb.json"))
-    add_overwrite_option(parser)
+    add_out_option(parser, "pareto_imdb.json")
     args = parser.parse_args(argv)
     out = checked_out(parser, args, also=(".png",))
     points = [p for path in args.runs for p in points_of(path)]
     summary = {"command": recorded_command("benchmarks/pareto.py", argv),
                **summarise(points)}
-    write_output(out, json.dumps(summary, indent=1) + "\n")
+    write_json(out, summary)
     print(table(summary))
     print(f"wrote {out} and {plot(summary, out.with_suffix('.png'))}")
     return summary

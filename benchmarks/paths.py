@@ -8,12 +8,12 @@ flags name such a file as ``$CORY_SHARED_DATA/NAME`` (what its results record, o
 `resolved_flags` turns that into the file's path just before a run.
 
 **Recorded paths.** A result's ``command`` and recorded flags keep each absolute path as `recorded_path` writes it:
-inside the repository relative to its root (``benchmarks/learning_imdb.json``), inside the data folder as
+inside the repository relative to its root (``benchmarks/results/learning_imdb.json``), inside the data folder as
 ``$CORY_SHARED_DATA/NAME``, anywhere else as ``<outside>/NAME`` (the file's name only: a temporary folder or
 another machine's is nobody else's path).
 
->>> recorded_path(str(ROOT / "benchmarks" / "learning_imdb.json"))
-'benchmarks/learning_imdb.json'
+>>> recorded_path(str(ROOT / "benchmarks" / "results" / "learning_imdb.json"))
+'benchmarks/results/learning_imdb.json'
 >>> recorded_path("/tmp/exp/imdb_trl.json"), recorded_path("runs/x"), recorded_path("0.2")
 ('<outside>/imdb_trl.json', 'runs/x', '0.2')
 """

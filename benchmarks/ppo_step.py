@@ -23,7 +23,7 @@ timings up to 4x).
 
 Run::
 
-    python benchmarks/ppo_step.py [--with-trl] [--out benchmarks/ppo_step.json]
+    python benchmarks/ppo_step.py [--with-trl] [--out benchmarks/results/ppo_step.json]
 """
 
 from __future__ import annotations
@@ -53,11 +53,11 @@ from trainers import CORYTrainer
 from trainers.config import CORYConfig, ModelConfig, PPOConfig, RunConfigs
 from trainers.learning.ppo import PPOLearner
 from trainers.learning.experience import Rollout
-from trainers.cli.outputs import add_overwrite_option, checked_out, write_output
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `python benchmarks/ppo_step.py` from a clone
     sys.path.insert(0, str(REPO))
+from benchmarks.outputs import add_out_option, checked_out, write_json  # noqa: E402
 from benchmarks.paths import data_dir, recorded_path  # noqa: E402
 
 IMDB_CSV = data_dir() / "imdb_reviews_1000.csv"  # the data folder, $CORY_SHARED_DATA (benchmarks/paths.py)
@@ -81,8 +81,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--with-trl", action="store_true", help=f"create {TRL_VENV.name} if missing and time TRL")
     p.add_argument("--trl-venv", type=Path, default=TRL_VENV)
     p.add_argument("--skip-cory", action="store_true", help="skip the CORY vs PPO iteration ratio")
-    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "ppo_step.json")
-    add_overwrite_option(p)
+    add_out_option(p, "ppo_step.json")
     args = p.parse_args(argv)
     args.out = checked_out(p, args)  # before the timings
     return args
@@ -190,7 +189,7 @@ def time_cory_vs_ppo(model, tokenizer, args: argparse.Namespace) -> dict:
             config = CORYConfig(output_dir=tmp, seed=args.seed, tensorboard=False,
                                 log_samples=0, torch_threads=args.threads, role_exchange_period=0)
             seated = dataclasses.replace(env_config, seating=algo)  # "ppo": the pioneer alone; "cory": both seats
-            trainer = CORYTrainer(RunConfigs(run=config, ppo=ppo_config(args), env=seated,
+            trainer = CORYTrainer(RunConfigs(run=config, update=ppo_config(args), env=seated,
                                              model=ModelConfig(model=args.model)), model=model, tokenizer=tokenizer)
             trainer.env = BatchedCORYEnv(seated, tokenizer, batch_size=args.batch_size, task=task)
             runs = []
@@ -255,7 +254,7 @@ def main(argv=None) -> dict:
         c = results["cory_vs_ppo"]
         print(f"CORY iteration {c['cory']['seconds']} s / PPO iteration {c['ppo']['seconds']} s = {c['ratio']} "
               f"(target <= 2.1)", flush=True)
-    write_output(args.out, json.dumps(results, indent=2) + "\n")
+    write_json(args.out, results, indent=2)
     print(f"wrote {args.out}")
     return results
 

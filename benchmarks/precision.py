@@ -37,6 +37,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.paths import recorded_command  # noqa: E402
+from benchmarks.outputs import add_out_option, checked_out, write_json  # noqa: E402
 
 VARIANTS = ("fp32-recompute", "fp32", "bf16-mixed")
 
@@ -47,7 +48,7 @@ def measure(arm: str, variant: str, iterations: int, warmup: int) -> dict:
 
     from agents import LLMAgent
     from agents.precision import native_bf16
-    from benchmarks.learning import build_arm_trainer
+    from benchmarks.ladder_run import build_arm_trainer
 
     flags = ["--precision", "bf16-mixed"] if variant == "bf16-mixed" else ["--precision", "fp32"]
     if variant == "fp32-recompute":
@@ -69,15 +70,12 @@ def measure(arm: str, variant: str, iterations: int, warmup: int) -> dict:
 
 
 def main(argv=None) -> dict:
-    from trainers.cli.outputs import add_overwrite_option, checked_out, write_output
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arms", nargs="+", default=["ppo", "grpo", "cory"])
     parser.add_argument("--precisions", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--out", default=str(HERE / "precision.json"))
-    add_overwrite_option(parser)
+    add_out_option(parser, "precision.json")
     parser.add_argument("--one", nargs=2, metavar=("ARM", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
@@ -114,7 +112,7 @@ def main(argv=None) -> dict:
               "machine": {"cpu": platform.processor() or platform.machine(), "native_bf16": rows[0]["native_bf16"]
                           if rows else None, "torch": rows[0]["torch"] if rows else None, "threads": 1},
               "command": recorded_command("benchmarks/precision.py", argv or None)}
-    write_output(out, json.dumps(result, indent=1))
+    write_json(out, result)
     for key, value in ratios.items():
         print(f"{key}: {value:.3f}")
     return result

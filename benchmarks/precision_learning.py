@@ -3,16 +3,17 @@ bf16-mixed, compared the way the ladder compares arms: held-out reward at the en
 over seeds, and P(bf16-mixed > fp32) over all pairs of their runs (issue 39; meaningful on a CPU with native bf16, where
 `--precision auto` picks bf16-mixed).
 
-    python benchmarks/precision_learning.py benchmarks/time_to_reward/seed_{0,1,2}.json \\
-        benchmarks/time_to_reward_bf16/seed_{0,1,2}.json \\
-        benchmarks/imdb_runs/cory-grpo-s{0,1,2}.json benchmarks/imdb_runs/cory-grpo-bf16-s{0,1,2}.json \\
-        --arms grpo cory-grpo --out benchmarks/precision_learning_imdb.json
+    python benchmarks/precision_learning.py benchmarks/results/time_to_reward/seed_{0,1,2}.json \\
+        benchmarks/results/time_to_reward_bf16/seed_{0,1,2}.json \\
+        benchmarks/results/imdb_runs/cory-grpo-s{0,1,2}.json \\
+        benchmarks/results/imdb_runs/cory-grpo-bf16-s{0,1,2}.json \\
+        --arms grpo cory-grpo --out benchmarks/results/precision_learning_imdb.json
 
 Each input is a ladder JSON (`benchmarks/learning.py`); a run's precision is the last ``--precision`` in the file's
 shared flags and the run's own flags (``fp32`` when none). Runs of other arms (e.g. TRL's, in the time-to-reward
 files) are left out. Each (arm, precision) becomes one arm of a ladder result named ``ARM [PRECISION]``, summarised
-by the ladder's own code (`benchmarks.learning.summarise` / `report`: the JSON, the curves figure, the tables), with
-``precision_improvement``: per arm, P(bf16-mixed > fp32) of the final reward and of the reward at each KL level
+by the ladder's own code (`benchmarks.ladder_summary.summarise` / `report`: the JSON, the curves figure, the
+tables), with ``precision_improvement``: per arm, P(bf16-mixed > fp32) of the final reward and of the reward at each KL level
 (`benchmarks.stats.improvement_summary`, over independent runs: the seed sets may differ). Runs of one precision
 made on different CPUs may be mixed: an fp32 run repeated on an AVX512/AMX CPU matched the AVX2 CPU's run reward for
 reward (KL within 8e-6; docs/results/performance.md).
@@ -30,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.outputs import add_out_option, checked_out  # noqa: E402
 from benchmarks.paths import recorded_command  # noqa: E402
 from benchmarks.stats import improvement_summary  # noqa: E402
 
@@ -116,15 +118,13 @@ def improvement_table(improvement: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    from benchmarks.learning import report, summarise
-    from trainers.cli.outputs import add_overwrite_option, checked_out
+    from benchmarks.ladder_summary import report, summarise
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="ladder JSONs holding fp32 and bf16-mixed runs of the arms")
     parser.add_argument("--arms", nargs="+", default=["grpo", "cory-grpo"])
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "precision_learning_imdb.json"))
-    add_overwrite_option(parser)
+    add_out_option(parser, "precision_learning_imdb.json")
     args = parser.parse_args(argv)
     out = checked_out(parser, args, also=(".png", "_tradeoff.png"))  # the JSON and `report`'s figures
     missing = [p for p in args.runs if not Path(p).is_file()]

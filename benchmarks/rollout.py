@@ -16,14 +16,13 @@ to 1 because two OpenMP threads on a busy 2-core machine give timings that swing
 
 Run::
 
-    python benchmarks/rollout.py --out benchmarks/rollout.json
+    python benchmarks/rollout.py --out benchmarks/results/rollout.json
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
@@ -34,11 +33,11 @@ import torch
 from agents import DEFAULT_MODEL, LLMAgent, SamplingConfig, load_model_and_tokenizer
 from agents.precision import autocast
 from cory_env import BatchedCORYEnv, EnvConfig, make_task, raw_env
-from trainers.cli.outputs import add_overwrite_option, checked_out, write_output
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `python benchmarks/rollout.py` from a clone
     sys.path.insert(0, str(REPO))
+from benchmarks.outputs import add_out_option, checked_out, write_json  # noqa: E402
 from benchmarks.paths import data_dir, recorded_path  # noqa: E402
 
 IMDB_CSV = data_dir() / "imdb_reviews_1000.csv"  # the data folder, $CORY_SHARED_DATA (benchmarks/paths.py)
@@ -57,8 +56,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--skip-aec", action="store_true")
     p.add_argument("--precision", default="fp32", choices=("fp32", "bf16-mixed"),
                    help="both sides compute in it (agents.precision; generate runs under the same autocast)")
-    p.add_argument("--out", default=str(REPO / "benchmarks" / "rollout.json"))
-    add_overwrite_option(p)
+    add_out_option(p, "rollout.json")
     args = p.parse_args()
     args.out = checked_out(p, args)  # before the timings
     return args
@@ -167,7 +165,7 @@ def main() -> None:
         print(f"aec B=1: env {results['aec']['env']['tokens_per_s']} tok/s, generate "
               f"{results['aec']['generate']['tokens_per_s']} tok/s, ratio {results['aec']['ratio']} "
               f"(target >= 0.8)")
-    write_output(args.out, json.dumps(results, indent=2) + "\n")
+    write_json(args.out, results, indent=2)
     print(f"wrote {args.out}")
 
 

@@ -1,4 +1,4 @@
-"""Run every benchmark, print one table of ratios, write ``benchmarks/results.json``.
+"""Run every benchmark, print one table of ratios, write ``benchmarks/results/results.json``.
 
 Benchmarks (each a subprocess writing its own detailed JSON next to this file):
 
@@ -37,6 +37,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+if str(REPO) not in sys.path:  # `python benchmarks/run_all.py` from a clone
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.outputs import add_out_option, checked_out, result_path, write_json  # noqa: E402
+
 BENCHMARKS = ("env_step", "rollout", "ppo_step", "memory", "ddp_scaling", "sharding_memory")
 # key: (target, "min" when larger is better / "max" when smaller is better)
 TARGETS = {
@@ -55,15 +60,12 @@ TARGETS = {
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from trainers.cli.outputs import add_overwrite_option, checked_out
-
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--with-trl", action="store_true", help="time TRL 0.11.4 (creates benchmarks/.trl-venv)")
     p.add_argument("--quick", action="store_true", help="fewer repeats and iterations (a rough check)")
     p.add_argument("--only", default=",".join(BENCHMARKS), help=f"comma-separated subset of {BENCHMARKS}")
     p.add_argument("--threads", type=int, default=1, help="torch threads for the model benchmarks")
-    p.add_argument("--out", type=Path, default=HERE / "results.json")
-    add_overwrite_option(p)
+    add_out_option(p, "results.json")
     args = p.parse_args(argv)
     args.out = checked_out(p, args)  # before the benchmarks
     return args
@@ -101,7 +103,7 @@ def machine_info(threads: int) -> dict:
 
 
 def read_json(name: str) -> dict | None:
-    path = HERE / f"{name}.json"
+    path = result_path(f"{name}.json")
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -154,9 +156,7 @@ def main(argv=None) -> dict:
     details = {name: read_json(name) for name in BENCHMARKS}
     flat = flatten(details)
     results = {**flat, "machine": machine, "targets": {k: t for k, (t, _) in TARGETS.items()}}
-    from trainers.cli.outputs import write_output
-
-    write_output(args.out, json.dumps(results, indent=2) + "\n")
+    write_json(args.out, results, indent=2)
     print(table(flat))
     print(f"wrote {args.out}")
     return results

@@ -1,7 +1,7 @@
 """Memory and speed of FSDP2 sharding (``--sharding fsdp``) against replicated data parallelism, full fine-tuning.
 
 Each arm is one ``cory train`` run of CORY on SmolLM2-135M-Instruct, full fine-tuning in fp32 with PPO learners
-and the paper's learning rate (``--use_lora false --learner ppo --group_size 1 --learning_rate 1.41e-5``, the
+and the paper's learning rate (``--use_lora false --learner ppo --learning_rate 1.41e-5``, the
 ``imdb-quick`` preset otherwise), N processes with one torch thread each and the same per-process batch: one
 with ``--sharding none`` (every process holds both policies, the reference model, a gradient and two Adam states
 in full), one with ``--sharding fsdp``. Per arm, from ``metrics.jsonl`` (every number a mean over the processes):
@@ -38,6 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `python benchmarks/sharding_memory.py` from a clone
     sys.path.insert(0, str(REPO))
+from benchmarks.outputs import add_out_option, checked_out, write_json  # noqa: E402
 from benchmarks.paths import data_dir, recorded_command  # noqa: E402
 
 IMDB_CSV = data_dir() / "imdb_reviews_1000.csv"  # the data folder, $CORY_SHARED_DATA (benchmarks/paths.py)
@@ -45,15 +46,12 @@ GIB = 2**30
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from trainers.cli.outputs import add_overwrite_option, checked_out
-
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--processes", type=int, default=2)
     p.add_argument("--batch", type=int, default=2, help="episodes per process and iteration")
     p.add_argument("--iterations", type=int, default=3, help="iterations per arm; the first is a warm-up")
-    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "sharding_memory.json")
-    add_overwrite_option(p)
+    add_out_option(p, "sharding_memory.json")
     args = p.parse_args(argv)
     args.out = checked_out(p, args)  # before the runs
     return args
@@ -62,7 +60,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def run_arm(sharding: str, out_dir: Path, args: argparse.Namespace) -> dict:
     """One ``cory train`` run; its memory and speed from metrics.jsonl."""
     cmd = [sys.executable, "-m", "trainers.cli", "train", "--preset", "imdb-quick", "--model", args.model,
-           "--use_lora", "false", "--learner", "ppo", "--group_size", "1", "--learning_rate", "1.41e-5",
+           "--use_lora", "false", "--learner", "ppo", "--learning_rate", "1.41e-5",
            "--batch_size", str(args.batch), "--mini_batch_size", str(args.batch),
            "--num_iterations", str(args.iterations), "--role_exchange_period", "0", "--eval_episodes", "0",
            "--torch_threads", "1", "--tensorboard", "false", "--log_samples", "0", "--output_dir", str(out_dir),
@@ -105,9 +103,7 @@ def main(argv=None) -> dict:
                "rss_ratio": arms["fsdp"]["rss_gb"] / arms["none"]["rss_gb"],
                "time_ratio": arms["fsdp"]["s_per_iteration"] / arms["none"]["s_per_iteration"],
                "command": recorded_command("benchmarks/sharding_memory.py", argv)}
-    from trainers.cli.outputs import write_output
-
-    write_output(args.out, json.dumps(results, indent=2) + "\n")
+    write_json(args.out, results, indent=2)
     print(json.dumps(results, indent=2))
     return results
 

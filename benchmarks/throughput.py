@@ -1,6 +1,6 @@
 """Training iterations per minute (wall clock) of PPO, GRPO, CORY (this project) and TRL's `GRPOTrainer` on one
 device, in fp32 and in bf16-mixed, on the IMDB rung's settings (SmolLM2-135M-Instruct + LoRA r 16, batch 16,
-mini-batch 8, 2 epochs, 8–12 new tokens; `benchmarks.learning.RUNGS`).
+mini-batch 8, 2 epochs, 8–12 new tokens; `benchmarks.rungs.RUNGS`).
 
     python benchmarks/throughput.py --device cuda                  # every arm in both precisions, on a GPU
     python benchmarks/throughput.py --device cpu --arms grpo --precisions fp32 --iterations 3
@@ -14,7 +14,7 @@ fp32 master weights) and TRL's ``bf16=True`` (its default). `--flags` are `cory 
 the hub model or the data folder, ``$CORY_SHARED_DATA``, are not reachable: ``--model DIR`` of a local checkpoint,
 ``--data_path``); a model of the same architecture with random weights times the same (every response is 8–12 tokens
 either way).
-Results: a table and `--out` (default `benchmarks/throughput.json`) with the device's name.
+Results: a table and `--out` (default `benchmarks/results/throughput.json`) with the device's name.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.paths import recorded_command  # noqa: E402
+from benchmarks.outputs import add_out_option, checked_out, write_json  # noqa: E402
 
 ARMS = ("ppo", "grpo", "cory", "trl-grpo")
 PRECISIONS = ("fp32", "bf16-mixed")
@@ -49,8 +50,8 @@ def _synchronize(device: str) -> None:
 def time_own(arm: str, precision: str, device: str, iterations: int, seed: int, run_dir: str,
              flags: list[str], rung: str = "imdb") -> list[float]:
     """Wall seconds of each of `iterations` iterations of one of this project's arms (`CORYTrainer.iteration`) on a
-    ladder rung's settings (`benchmarks.learning.RUNGS`)."""
-    from benchmarks.learning import build_arm_trainer
+    ladder rung's settings (`benchmarks.rungs.RUNGS`)."""
+    from benchmarks.ladder_run import build_arm_trainer
 
     trainer, _ = build_arm_trainer(rung, arm, seed, 10**9, run_dir,
                                    [*flags, "--device", device, "--precision", precision])
@@ -69,10 +70,10 @@ def time_trl(precision: str, device: str, iterations: int, seed: int, run_dir: s
     `GRPOTrainer` on the `grpo` arm's settings (`benchmarks.trl_grpo.make_trl_trainer`)."""
     from transformers import TrainerCallback
 
-    from benchmarks.learning import arm_configs
+    from benchmarks.rungs import arm_configs
     from benchmarks.trl_grpo import make_trl_trainer
 
-    batch = arm_configs("imdb", "grpo", seed, 0, run_dir, flags)[0].ppo.batch_size  # episodes per iteration
+    batch = arm_configs("imdb", "grpo", seed, 0, run_dir, flags)[0].update.batch_size  # episodes per iteration
     run = make_trl_trainer(seed, iterations * batch, run_dir=run_dir, precision=TRL_PRECISION[precision],
                            device=device, flags=flags)
     marks: list[float] = []
@@ -140,8 +141,6 @@ def table(results: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from trainers.cli.outputs import add_overwrite_option, checked_out, write_output
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
@@ -149,8 +148,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     parser.add_argument("--iterations", type=int, default=6, help="per arm and precision; the first is a warm-up")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "throughput.json"))
-    add_overwrite_option(parser)
+    add_out_option(parser, "throughput.json")
     parser.add_argument("--flags", nargs=argparse.REMAINDER, default=[],
                         help="cory train flags after the rung's (last on the line)")
     parser.add_argument("--one", nargs=2, metavar=("ARM", "PRECISION"), help=argparse.SUPPRESS)  # internal
@@ -161,7 +159,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(json.dumps(time_arm(*args.one, args.device, args.iterations, args.seed, args.flags)))
         return {}
     out_path = checked_out(parser, args)
-    from benchmarks.learning import code_version
+    from benchmarks.ladder_run import code_version
 
     results = []
     for arm in args.arms:
@@ -178,7 +176,7 @@ def main(argv: list[str] | None = None) -> dict:
     report = {"command": recorded_command("benchmarks/throughput.py", argv or None),
               "commit": code_version(), "device": device_name(args.device), "iterations": args.iterations,
               "seed": args.seed, "results": results}
-    write_output(out_path, json.dumps(report, indent=1) + "\n")
+    write_json(out_path, report)
     print(f"device: {report['device']}\n{table(results)}")
     return report
 

@@ -7,20 +7,26 @@ and what differs), side by side per seed.
     python benchmarks/time_to_reward.py --seeds 0 1 2 3 4
     python benchmarks/time_to_reward.py --report_only         # re-read the per-seed ladder JSONs, write the report
     python benchmarks/time_to_reward.py --precision bf16      # a CPU with native bf16: ours bf16-mixed vs TRL's default
+    python benchmarks/time_to_reward.py --against comlrl      # ours magrpo-wo-kt vs CoMLRL's MAGRPOTrainer
 
 For each seed, `benchmarks/learning.py --rung imdb --arms grpo trl-grpo --seeds S --jobs 2` runs the two arms at the
 same time in two processes (one torch thread each), so both see the same machine load; its JSON is kept per seed
-(`benchmarks/time_to_reward/seed_S.json`, a stopped run loses only the seed it was on). The report
-(`benchmarks/time_to_reward.json`) reads each run's curve: the training CPU seconds (model loading included,
-held-out evaluations excluded: `benchmarks.learning.TrainingClock`) where the held-out pioneer reward first reaches
+(`benchmarks/results/time_to_reward/seed_S.json`, a stopped run loses only the seed it was on). The report
+(`benchmarks/results/time_to_reward.json`) reads each run's curve: the training CPU seconds (model loading included,
+held-out evaluations excluded: `benchmarks.ladder_run.TrainingClock`) where the held-out pioneer reward first reaches
 the run's own base-model reward + `--gain`, linearly interpolated between evaluation points
 (`benchmarks.ladder_report.first_reach`). A run that never reaches it within the budget counts as its whole
 training time, marked as a lower bound (``"reached": false``).
 
 Precision (`PRECISIONS`): ``fp32`` runs both arms in fp32 (TRL told ``bf16=False``); ``bf16`` runs ours with
 ``--precision bf16-mixed`` beside TRL in its own default precision (``trl-grpo-default``: ``bf16=True``), each arm's
-fast setting on a CPU with native bf16 (AVX512-BF16/AMX), into ``benchmarks/time_to_reward_bf16/`` and
-``benchmarks/time_to_reward_bf16.json``.
+fast setting on a CPU with native bf16 (AVX512-BF16/AMX), into ``benchmarks/results/time_to_reward_bf16/`` and
+``benchmarks/results/time_to_reward_bf16.json``.
+
+Against CoMLRL (``--against comlrl``, fp32; `AGAINST`): this project's MAGRPO on the seating CoMLRL can play
+(``magrpo-wo-kt``: both seats answer the query alone) beside CoMLRL's `MAGRPOTrainer` (``comlrl-magrpo``:
+`benchmarks/comlrl_magrpo.py` lists what is shared and what differs), into
+``benchmarks/results/time_to_reward_comlrl/`` and ``benchmarks/results/time_to_reward_comlrl.json``.
 
 Statistics over seeds: the interquartile mean (IQM) with a 95 % bootstrap interval (`benchmarks.stats`), and the
 ratio ours ÷ TRL per seed and of the IQMs. Targets (issue 39): floor ≤ 1.0, target ≤ 0.8, moonshot ≤ 0.5.
@@ -41,28 +47,39 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.ladder_report import first_reach, point_record  # noqa: E402
-from benchmarks.learning import arm_configs  # noqa: E402
+from benchmarks.rungs import arm_configs  # noqa: E402
+from benchmarks.outputs import add_out_option, checked_out, result_path, write_json  # noqa: E402
 from benchmarks.paths import recorded_command  # noqa: E402
 from benchmarks.stats import arm_summary  # noqa: E402
 
-OURS, TRL = "grpo", "trl-grpo"
-RUNS_DIR = ROOT / "benchmarks" / "time_to_reward"
+OURS, TRL, COMLRL = "grpo", "trl-grpo", "comlrl-magrpo"
+#: The other side's arm -> (library, trainer) as the table names them.
+LIBRARIES = {TRL: ("TRL", "`GRPOTrainer`"), COMLRL: ("CoMLRL", "`MAGRPOTrainer`")}
+RUNS_DIR = result_path("time_to_reward")
 
 
 @dataclass(frozen=True)
 class Precision:
-    """One side-by-side setting: TRL's arm, our arm's extra `cory train` flags, where the runs and report go."""
+    """One side-by-side setting: the other library's arm (`trl_arm`), our arm's extra `cory train` flags, where the
+    runs and report go; `ours` is our arm and `other` the other library's key in the report (`LIBRARIES`)."""
 
     trl_arm: str
     flags: tuple[str, ...]
     runs_dir: Path
     out: Path
+    ours: str = OURS
+    other: str = TRL
 
 
 PRECISIONS = {
-    "fp32": Precision(TRL, (), RUNS_DIR, ROOT / "benchmarks" / "time_to_reward.json"),
-    "bf16": Precision("trl-grpo-default", ("--precision", "bf16-mixed"), ROOT / "benchmarks" / "time_to_reward_bf16",
-                      ROOT / "benchmarks" / "time_to_reward_bf16.json"),
+    "fp32": Precision(TRL, (), RUNS_DIR, result_path("time_to_reward.json")),
+    "bf16": Precision("trl-grpo-default", ("--precision", "bf16-mixed"), result_path("time_to_reward_bf16"),
+                      result_path("time_to_reward_bf16.json")),
+}
+#: Other libraries than TRL (``--against``).
+AGAINST = {
+    "comlrl": Precision(COMLRL, (), result_path("time_to_reward_comlrl"), result_path("time_to_reward_comlrl.json"),
+                        ours="magrpo-wo-kt", other=COMLRL),
 }
 
 
@@ -70,7 +87,7 @@ def time_to_gain(run: dict, gain: float) -> dict:
     """Where one ladder run first reaches its base-model held-out reward + `gain`.
 
     Args:
-        run: a ladder run (`benchmarks.learning.run_one`): ``before``, ``curve`` of point records with
+        run: a ladder run (`benchmarks.ladder_run.run_one`): ``before``, ``curve`` of point records with
             ``episodes``, ``reward``, ``train_cpu_s``.
         gain: the reward gain to reach (VADER units).
 
@@ -93,36 +110,39 @@ def time_to_gain(run: dict, gain: float) -> dict:
     return {"reached": True, **hit, "target": target}
 
 
-def report(runs: list[dict], gain: float, trl_arm: str = TRL) -> dict:
-    """Per-seed times of both arms (`OURS` and `trl_arm`), their IQM [95 % CI] and the ratios ours ÷ TRL; the
-    result's per-seed and ``train_cpu_s`` entries are keyed ``"grpo"`` and ``"trl-grpo"`` whatever the precision.
+def report(runs: list[dict], gain: float, trl_arm: str = TRL, *, ours: str = OURS, other: str = TRL) -> dict:
+    """Per-seed times of both arms (`ours` and `trl_arm`), their IQM [95 % CI] and the ratios ours ÷ theirs; the
+    result's per-seed and ``train_cpu_s`` entries are keyed `ours` and `other` (``"grpo"`` and ``"trl-grpo"`` against
+    TRL whatever the precision).
 
     Raises:
         ValueError: an arm is missing for a seed (the comparison is per seed, on the same seeds).
     """
-    label = {OURS: OURS, trl_arm: TRL}  # a run's arm -> its key in the result
+    label = {ours: ours, trl_arm: other}  # a run's arm -> its key in the result
     by = {(label[r["arm"]], r["seed"]): r for r in runs if r["arm"] in label}
     seeds = sorted({r["seed"] for r in runs})
     missing = [f"{arm} seed {s}" for s in seeds for arm in label if (label[arm], s) not in by]
     if missing:
         raise ValueError(f"no run for {missing}; run `python benchmarks/time_to_reward.py --seeds ...` for them")
-    with tempfile.TemporaryDirectory() as tmp:  # the grpo arm's episodes per iteration, from its own configs
-        batch = arm_configs("imdb", OURS, 0, 0, tmp)[0].ppo.batch_size
+    with tempfile.TemporaryDirectory() as tmp:  # our arm's episodes per iteration, from its own configs
+        batch = arm_configs("imdb", ours, 0, 0, tmp)[0].update.batch_size
     per_seed = {}
+    both = (ours, other)
     for s in seeds:
-        ours, trl = time_to_gain(by[OURS, s], gain), time_to_gain(by[TRL, s], gain)
-        per_seed[s] = {OURS: ours, TRL: trl, "ratio": ours["train_cpu_s"] / trl["train_cpu_s"],
-                       "ratio_is_bound": not (ours["reached"] and trl["reached"]),
+        mine, theirs = time_to_gain(by[ours, s], gain), time_to_gain(by[other, s], gain)
+        per_seed[s] = {ours: mine, other: theirs, "ratio": mine["train_cpu_s"] / theirs["train_cpu_s"],
+                       "ratio_is_bound": not (mine["reached"] and theirs["reached"]),
                        "train_cpu_s_per_iteration": {arm: by[arm, s]["train_cpu_s"] * batch / by[arm, s]["episodes"]
-                                                     for arm in (OURS, TRL)},
-                       "final_reward": {arm: by[arm, s]["final"] for arm in (OURS, TRL)},
-                       "before": {arm: by[arm, s]["before"] for arm in (OURS, TRL)},
-                       "commit": {arm: by[arm, s].get("commit") for arm in (OURS, TRL)}}
-    stats = {arm: arm_summary([per_seed[s][arm]["train_cpu_s"] for s in seeds]) for arm in (OURS, TRL)}
+                                                     for arm in both},
+                       "final_reward": {arm: by[arm, s]["final"] for arm in both},
+                       "before": {arm: by[arm, s]["before"] for arm in both},
+                       "commit": {arm: by[arm, s].get("commit") for arm in both}}
+    stats = {arm: arm_summary([per_seed[s][arm]["train_cpu_s"] for s in seeds]) for arm in both}
     ratios = [per_seed[s]["ratio"] for s in seeds]
-    return {"gain": gain, "trl_arm": trl_arm, "seeds": seeds, "per_seed": per_seed, "train_cpu_s": stats,
-            "ratio_of_iqms": stats[OURS]["iqm"] / stats[TRL]["iqm"], "ratio_per_seed": arm_summary(ratios),
-            "all_reached": all(per_seed[s][arm]["reached"] for s in seeds for arm in (OURS, TRL))}
+    return {"gain": gain, "trl_arm": trl_arm, "ours": ours, "other": other, "seeds": seeds, "per_seed": per_seed,
+            "train_cpu_s": stats, "ratio_of_iqms": stats[ours]["iqm"] / stats[other]["iqm"],
+            "ratio_per_seed": arm_summary(ratios),
+            "all_reached": all(per_seed[s][arm]["reached"] for s in seeds for arm in both)}
 
 
 def table(result: dict) -> str:
@@ -130,26 +150,30 @@ def table(result: dict) -> str:
     def cell(t: dict) -> str:
         return f"{'' if t['reached'] else '≥ '}{t['train_cpu_s']:.0f} s ({t['episodes']:.0f} ep.)"
 
-    ours, trl = ("`grpo`, bf16-mixed", " (its default, bf16)") if result.get("precision") == "bf16" else ("`grpo`", "")
+    mine, other = result.get("ours", OURS), result.get("other", TRL)  # a report from before --against: TRL's
+    library, trainer = LIBRARIES[other]
+    bf16 = result.get("precision") == "bf16"
+    ours, trl = (f"`{mine}`, bf16-mixed", " (its default, bf16)") if bf16 else (f"`{mine}`", "")
     gain = result["gain"]
-    lines = [f"| seed | ours ({ours}) to +{gain} | TRL `GRPOTrainer`{trl} to +{gain} | ours ÷ TRL |", "|---|---|---|---|"]
+    lines = [f"| seed | ours ({ours}) to +{gain} | {library} {trainer}{trl} to +{gain} | ours ÷ {library} |",
+             "|---|---|---|---|"]
     for s, row in result["per_seed"].items():
         bound = " (bound)" if row["ratio_is_bound"] else ""
-        lines.append(f"| {s} | {cell(row[OURS])} | {cell(row[TRL])} | {row['ratio']:.2f}{bound} |")
+        lines.append(f"| {s} | {cell(row[mine])} | {cell(row[other])} | {row['ratio']:.2f}{bound} |")
     st = result["train_cpu_s"]
 
     def iqm(arm):
         ci = st[arm]["ci"]
         return f"{st[arm]['iqm']:.0f} s" + (f" [{ci[0]:.0f}, {ci[1]:.0f}]" if ci else "")
 
-    lines.append(f"| IQM [95 % CI] | {iqm(OURS)} | {iqm(TRL)} | **{result['ratio_of_iqms']:.2f}** |")
+    lines.append(f"| IQM [95 % CI] | {iqm(mine)} | {iqm(other)} | **{result['ratio_of_iqms']:.2f}** |")
     return "\n".join(lines)
 
 
 def run_seed(seed: int, out: Path, precision: Precision = PRECISIONS["fp32"]) -> None:
     """Both arms of one seed side by side (the ladder, two processes), into `out`."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "learning.py"), "--rung", "imdb", "--arms", OURS,
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "learning.py"), "--rung", "imdb", "--arms", precision.ours,
            precision.trl_arm, "--seeds", str(seed), "--jobs", "2", "--out", str(out)]
     if precision.flags:
         cmd += ["--flags", *precision.flags]
@@ -158,22 +182,25 @@ def run_seed(seed: int, out: Path, precision: Precision = PRECISIONS["fp32"]) ->
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from trainers.cli.outputs import add_overwrite_option, checked_out, write_output
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--gain", type=float, default=0.2, help="held-out reward gain over the base model")
     parser.add_argument("--precision", default="fp32", choices=sorted(PRECISIONS),
                         help="fp32: both arms in fp32; bf16: ours bf16-mixed beside TRL's default (module docstring)")
+    parser.add_argument("--against", default="trl", choices=["trl", *sorted(AGAINST)],
+                        help="the other library: trl (TRL's GRPOTrainer beside our grpo) or comlrl (CoMLRL's "
+                             "MAGRPOTrainer beside our magrpo-wo-kt; fp32 only)")
     parser.add_argument("--runs_dir", help="where the per-seed ladder JSONs are kept (default: the precision's)")
     parser.add_argument("--report_only", action="store_true", help="do not run; report the JSONs in --runs_dir")
-    parser.add_argument("--out", help="the report (default: the precision's)")
-    add_overwrite_option(parser)
+    add_out_option(parser, help="the report (default: the precision's)")
     args = parser.parse_args(argv)
     if not args.gain > 0:
         parser.error(f"--gain must be > 0, got {args.gain}")
-    precision = PRECISIONS[args.precision]
+    if args.against != "trl" and args.precision != "fp32":
+        parser.error(f"--against {args.against} runs fp32 only (the library has no mixed precision), got "
+                     f"--precision {args.precision}")
+    precision = PRECISIONS[args.precision] if args.against == "trl" else AGAINST[args.against]
     out = checked_out(parser, args, default=precision.out)  # before any run
     runs_dir = Path(args.runs_dir or precision.runs_dir)
     for seed in args.seeds:
@@ -184,10 +211,10 @@ def main(argv: list[str] | None = None) -> dict:
             parser.error(f"no runs for seed {seed} in {runs_dir}; run without --report_only")
     runs = [run for seed in args.seeds
             for run in json.loads((runs_dir / f"seed_{seed}.json").read_text(encoding="utf-8"))["runs"]]
-    result = report(runs, args.gain, precision.trl_arm)
-    result["precision"] = args.precision
+    result = report(runs, args.gain, precision.trl_arm, ours=precision.ours, other=precision.other)
+    result["precision"], result["against"] = args.precision, args.against
     result["command"] = recorded_command("benchmarks/time_to_reward.py", argv)
-    write_output(out, json.dumps(result, indent=1) + "\n")
+    write_json(out, result)
     print(table(result))
     return result
 

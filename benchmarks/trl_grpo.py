@@ -7,10 +7,10 @@
 Everything but the trainer is shared with the `grpo` arm, so the two arms differ only in the learner's code:
 
 * **model**: the same SmolLM2-135M-Instruct + LoRA (r, alpha, dropout, target modules), from the `grpo` arm's own
-  configs (`learning.arm_configs`), loaded once by `load_run_model`; TRL wraps it in the LoRA adapter and
+  configs (`rungs.arm_configs`), loaded once by `load_run_model`; TRL wraps it in the LoRA adapter and
   trains that in place, and its reference model is the base with the adapter disabled, as ours.
 * **queries**: the exact query stream of the `grpo` arm: iteration i's group heads from
-  ``env.reset(seed=derive_seed(seed, i, 2), group_size=k)`` (training slice only), in order (TRL's dataset shuffle
+  ``env.reset(seed=derive_seed(seed, i, 2))`` of an env of group size k (training slice only), in order (TRL's dataset shuffle
   off), each answered k times.
 * **reward**: the env's task reward (VADER of query + response), called on (query, completion) texts.
 * **budget and update**: per 16 episodes (4 queries × k = 4 samples), 2 passes (`num_iterations`) of mini-batches
@@ -54,7 +54,7 @@ def make_trl_trainer(seed: int, episodes: int, *, rung_name: str = "imdb", run_d
             ``"trl-default"`` (TRL's own default: ``bf16=True`` unless fp16 is set, i.e. bf16 autocast).
         device: ``"cpu"`` (the rung's runs) or ``"cuda"`` (TRL places the model on this process's GPU).
         flags: `cory train` flags after the rung's and the arm's (e.g. ``--model DIR --data_path CSV`` where the
-            defaults are not reachable), as `benchmarks.learning.arm_configs` takes them.
+            defaults are not reachable), as `benchmarks.rungs.arm_configs` takes them.
 
     Raises:
         ImportError: trl is not installed (``pip install -e ".[trl]"``).
@@ -67,7 +67,7 @@ def make_trl_trainer(seed: int, episodes: int, *, rung_name: str = "imdb", run_d
     from datasets import Dataset
     from peft import LoraConfig
 
-    from benchmarks.learning import RUNGS, arm_configs
+    from benchmarks.rungs import RUNGS, arm_configs
     from cory_env import BatchedCORYEnv
     from trainers.loop.build import load_run_model
     from trainers.loop.cory import derive_seed
@@ -79,16 +79,16 @@ def make_trl_trainer(seed: int, episodes: int, *, rung_name: str = "imdb", run_d
     tmp = tempfile.TemporaryDirectory(prefix="cory-trl-grpo-")
     run_dir = run_dir or tmp.name
     configs, iterations = arm_configs(rung_name, "grpo", seed, episodes, f"{run_dir}/ours", flags)
-    ppo, env_cfg, sampling = configs.ppo, configs.env, configs.sampling
-    k = configs.learner_options.group_size
+    ppo, env_cfg, sampling = configs.update, configs.env, configs.sampling
+    k = ppo.group_size
     base, tokenizer = load_run_model(configs)
     env = BatchedCORYEnv(env_cfg, tokenizer, batch_size=ppo.batch_size, reward_fn=rung.reward_fn,
-                         task_options=configs.task_options)
+                         task_options=configs.task_options, group_size=k)
 
     # the grpo arm's query stream: one group head per k rows, iteration by iteration
     prompts = []
     for it in range(iterations):
-        _, info = env.reset(seed=derive_seed(configs.run.seed, it, 2), options={"group_size": k})
+        _, info = env.reset(seed=derive_seed(configs.run.seed, it, 2))
         prompts += info["query_text"][::k]
     dataset = Dataset.from_dict({"prompt": prompts})
     task_reward = env.task.reward_fn
@@ -137,10 +137,9 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
     from transformers import TrainerCallback
 
     from agents import LLMAgent, ReferenceModel
-    from benchmarks.learning import EVAL_SEED_BASE, TrainingClock, eval_points
+    from benchmarks.ladder_run import EVAL_SEED_BASE, TrainingClock, eval_points
     from cory_env.seating import PIONEER
     from trainers.evaluation.episodes import evaluate_heldout
-    from trainers.learning.learners import kl_estimator
 
     arm = "trl-grpo" if precision == "fp32" else "trl-grpo-default"  # the ladder's name of this arm
     clock = TrainingClock()  # as the project's arms: loading the model and building the trainer count as training
@@ -155,11 +154,11 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
             return evaluate_heldout(seats, ReferenceModel(model, disable_adapters=True), configs.env,
                                     run.tokenizer, episodes=eval_episodes, seed=EVAL_SEED_BASE + seed,
                                     reward_fn=run.rung.reward_fn, task_options=configs.task_options,
-                                    kl_penalty=kl_estimator("grpo", configs.ppo, configs.learner_options))
+                                    kl_penalty=configs.learner_spec.kl_estimator(configs.update))
         finally:
             model.train(was_training)
 
-    points = {p * run.updates_per_iteration: p * configs.ppo.batch_size
+    points = {p * run.updates_per_iteration: p * configs.update.batch_size
               for p in eval_points(run.rung, run.iterations)}
     evaluate = clock.excluded(evaluate)
     curve = []
@@ -174,5 +173,5 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
     run.trainer.train()
     run.tmp.cleanup()
     out = clock.summary(curve)
-    return {**out, "after": out["final"], "episodes": run.iterations * configs.ppo.batch_size,
+    return {**out, "after": out["final"], "episodes": run.iterations * configs.update.batch_size,
             "trl_version": trl.__version__, "precision": precision}

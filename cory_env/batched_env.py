@@ -20,8 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from cory_env.config import EnvConfig
-from cory_env.tasks import env_arguments
-from cory_env.episode import EpisodeBatch, EpisodeTranscript, readonly_view
+from cory_env.episode import EpisodeBatch, EpisodeTranscript, check_groups, readonly_view
 from cory_env.seating import Seating
 
 __all__ = ["BatchedCORYEnv"]
@@ -48,15 +47,14 @@ class BatchedCORYEnv:
     """
 
     def __init__(self, config: EnvConfig | None = None, tokenizer=None, batch_size: int = 1, reward_fn=None,
-                 task=None, seating: Seating | str | None = None, task_options=None, **kwargs) -> None:
-        if isinstance(task, str):
-            kwargs["task"], task = task, None
-        if isinstance(seating, str):
-            kwargs["seating"], seating = seating, None
-        self.config, task_options = env_arguments(config, task, task_options, **kwargs)
-        self._episode = EpisodeBatch.from_config(self.config, tokenizer, batch_size=batch_size, task=task,
-                                                 reward_fn=reward_fn, seating=seating,
-                                                 task_options=task_options)
+                 task=None, seating: Seating | str | None = None, task_options=None, *, group_size: int = 1,
+                 **kwargs) -> None:
+        self._episode = EpisodeBatch.from_config(config, tokenizer, batch_size=batch_size, task=task,
+                                                 reward_fn=reward_fn, seating=seating, task_options=task_options,
+                                                 **kwargs)
+        self.config = self._episode.config
+        #: k: rows [g·k, (g+1)·k) play one query (GRPO's samples per query); 1 = every row its own.
+        self.group_size = check_groups(batch_size, group_size, fix="pass a group_size that divides batch_size")
         #: The `Seating` played.
         self.seating = self._episode.seating
         self.tokenizer = self._episode.tokenizer
@@ -105,14 +103,14 @@ class BatchedCORYEnv:
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         """Start B episodes (row i draws from stream ``(seed, i)``, `EpisodeBatch.reset`); ``options={"queries": [text
-        or ids] * B}`` plays those; ``options={"group_size": k}`` gives row i stream ``(seed, i // k)``, so k
-        consecutive rows share a query; ``options={"stream_offset": o}`` adds o to every row's stream.
+        or ids] * B}`` plays those; with `group_size` k (the constructor's) row i draws stream ``(seed, i // k)``, so
+        k consecutive rows share a query; ``options={"stream_offset": o}`` adds o to every row's stream.
 
         Returns:
             (the first seat's observation, info) with ``info["query_text"]`` the B query texts.
         """
         options = options or {}
-        self._episode.reset(seed=seed, queries=options.get("queries"), group_size=options.get("group_size", 1),
+        self._episode.reset(seed=seed, queries=options.get("queries"), group_size=self.group_size,
                             stream_offset=options.get("stream_offset", 0))
         return self.observe(), {"query_text": list(self._episode.query_text)}
 

@@ -1,15 +1,23 @@
-"""The one numeric check of the public API: configs, seatings, tasks and rewards take a number only when it is one.
+"""The one value check of the public API: configs, seatings, tasks, rewards, samplers and the maths take a value
+only when it is one, and refuse it in one message form, ``{name}={value!r} is invalid: {fix}``.
 
-A number given as text (``"1e3"``, ``("11", "11")`` read character by character), a bool where a count or a weight is
-meant (``True`` is 1 to Python), NaN, ±inf, or a finite value so large that a product overflows (a reward weight of
-1e308 makes R = M · r infinite): each is refused with a `ValueError` naming the field, the value and the fix.
+`check_field` is the form; `check_number` builds on it for numbers: a number given as text (``"1e3"``,
+``("11", "11")`` read character by character), a bool where a count or a weight is meant (``True`` is 1 to Python),
+NaN, ±inf, a finite value so large that a product overflows (a reward weight of 1e308 makes R = M · r infinite), or
+one out of its range is refused naming the field, the value and the fix.
 
 >>> check_number(2, "lora_r", integer=True, low=1)
 2
 >>> check_number("1e3", "learning_rate")
 Traceback (most recent call last):
 ...
-ValueError: learning_rate must be a number, got '1e3' (str); write it without quotes
+ValueError: learning_rate='1e3' is invalid: use a number (got str); write it without quotes
+>>> check_number(1.0, "top_p", above=0, high=1)
+1.0
+>>> check_number(0, "top_p", above=0, high=1)
+Traceback (most recent call last):
+...
+ValueError: top_p=0 is invalid: use a value in (0, 1]
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["MAX_MAGNITUDE", "MAX_REWARD", "check_number", "check_path"]
+__all__ = ["MAX_MAGNITUDE", "MAX_REWARD", "check_field", "check_flag", "check_number", "check_path"]
 
 #: The largest magnitude a weight (a reward-matrix entry, a loss coefficient) may have.
 MAX_MAGNITUDE = 1e6
@@ -26,38 +34,68 @@ MAX_MAGNITUDE = 1e6
 MAX_REWARD = 1e12
 
 
+def check_field(cond: bool, name: str, value, fix: str) -> None:
+    """Raise ``ValueError(f"{name}={value!r} is invalid: {fix}")`` unless `cond`: the one message form of every
+    value check (configs, seatings, tasks, samplers, the maths' scalars)."""
+    if not cond:
+        raise ValueError(f"{name}={value!r} is invalid: {fix}")
+
+
+def check_flag(value, name: str) -> bool:
+    """`value` if it is a bool (``"no"`` or 1 would read as True); `check_field`'s error otherwise."""
+    check_field(isinstance(value, bool), name, value, f"use True or False (got {type(value).__name__})")
+    return value
+
+
+def _bound(x: float) -> str:
+    return str(x) if isinstance(x, numbers.Integral) else f"{x:g}"
+
+
+def _range(low, high, above, below) -> str:
+    """``">= 1"``, ``"> 0"``, ``"in [0, 1)"``, ...: the range the bounds describe ("" when none)."""
+    lo = f"[{_bound(low)}" if low is not None else f"({_bound(above)}" if above is not None else None
+    hi = f"{_bound(high)}]" if high is not None else f"{_bound(below)})" if below is not None else None
+    if lo and hi:
+        return f" in {lo}, {hi}"
+    if lo:
+        return f" {'>=' if lo[0] == '[' else '>'} {lo[1:]}"
+    if hi:
+        return f" {'<=' if hi[-1] == ']' else '<'} {hi[:-1]}"
+    return ""
+
+
 def check_number(value, name: str, *, integer: bool = False, low: float | None = None, high: float | None = None,
-                 bounded: bool = False, fix: str = "") -> int | float:
+                 above: float | None = None, below: float | None = None, bounded: bool = False,
+                 fix: str = "") -> int | float:
     """`value` as an int (`integer`) or a float, if it is a real number of that kind in range.
 
     Args:
         value: a Python or numpy number; never a bool, a str or bytes.
         name: the field, for the message.
         integer: an int is required (``3.0`` is refused).
-        low, high: inclusive bounds.
+        low, high: inclusive bounds. above, below: exclusive bounds.
         bounded: the magnitude must be at most `MAX_MAGNITUDE` (weights, rewards: what gets multiplied).
-        fix: what to do, appended to the message.
+        fix: what else to do, appended to the message.
 
     Raises:
-        ValueError: naming `name`, the value, its type and the fix.
+        ValueError: ``{name}={value!r} is invalid: use ...`` (`check_field`'s form), naming the kind or range and
+        `fix`.
     """
     hint = f"; {fix}" if fix else ""
+    kind = "an integer" if integer else "a number"
     if isinstance(value, (bool, str, bytes)) or not isinstance(value, numbers.Real):
         quoted = "; write it without quotes" if isinstance(value, (str, bytes)) else ""
-        raise ValueError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r} "
-                         f"({type(value).__name__}){quoted}{hint}")
-    if integer and not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__}){hint}")
+        check_field(False, name, value, f"use {kind} (got {type(value).__name__}){quoted}{hint}")
+    check_field(not integer or isinstance(value, numbers.Integral), name, value,
+                f"use {kind} (got {type(value).__name__}){hint}")
     out = int(value) if integer else float(value)
-    if not math.isfinite(out):
-        raise ValueError(f"{name}={value!r} is invalid: use a finite number{hint}")
-    if bounded and abs(out) > MAX_MAGNITUDE:
-        raise ValueError(f"{name}={value!r} is too large: use a magnitude of at most {MAX_MAGNITUDE:g} (larger "
-                         f"weights and rewards overflow a product to inf){hint}")
-    if low is not None and out < low:
-        raise ValueError(f"{name} must be >= {low}, got {value!r}{hint}")
-    if high is not None and out > high:
-        raise ValueError(f"{name} must be <= {high}, got {value!r}{hint}")
+    check_field(integer or math.isfinite(out), name, value, f"use a finite number{hint}")  # an int always is
+    check_field(not bounded or abs(out) <= MAX_MAGNITUDE, name, value,
+                f"use a magnitude of at most {MAX_MAGNITUDE:g} (larger weights and rewards overflow a product to "
+                f"inf){hint}")
+    check_field((low is None or out >= low) and (high is None or out <= high) and (above is None or out > above)
+                and (below is None or out < below), name, value,
+                f"use {'an integer' if integer else 'a value'}{_range(low, high, above, below)}{hint}")
     return out
 
 

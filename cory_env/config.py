@@ -10,12 +10,12 @@ import functools
 import typing
 from dataclasses import dataclass, field, fields, replace
 
-from cory_env.checks import check_number
+from cory_env.checks import check_field, check_flag, check_number
 
 from cory_env.prompts import OBSERVER_REQUIRED, parse_template
 from cory_env.seating import canonical_seating_spec
 
-__all__ = ["ONE_SEAT", "EnvConfig", "RenderModeError", "check_finite_fields", "check_int", "check_render_mode", "resolve_config"]
+__all__ = ["ONE_SEAT", "EnvConfig", "RenderModeError", "check_finite_fields", "check_render_mode", "resolve_config"]
 
 
 #: Why a knowledge-transfer or partner option does nothing with a single seat (`EnvConfig._unread_when`, read by
@@ -155,20 +155,19 @@ class EnvConfig:
         if not isinstance(self.reward, str) or not self.reward:
             raise ValueError(f"reward must be a reward name such as 'vader', got {self.reward!r}; pass a "
                              "callable to the env as `reward_fn=` instead")
-        if not (isinstance(self.heldout_fraction, (int, float)) and 0.0 <= self.heldout_fraction < 1.0):
-            raise ValueError(f"heldout_fraction must be in [0, 1), got {self.heldout_fraction!r}; 0.1 keeps a "
-                             "tenth of the reviews for evaluation, 0 none")
+        check_number(self.heldout_fraction, "heldout_fraction", low=0, below=1,
+                     fix="0.1 keeps a tenth of the reviews for evaluation, 0 none")
         if self.query_split not in QUERY_SPLITS:
             raise ValueError(f"query_split must be one of {QUERY_SPLITS}, got {self.query_split!r}")
         if self.query_split == "test" and self.heldout_fraction == 0:
             raise ValueError("query_split='test' needs a held-out slice: set heldout_fraction > 0 (e.g. 0.1), "
                              "or use query_split='train'")
-        check_int("min_new_tokens", self.min_new_tokens, 1, "a response has at least one token")
-        check_int("max_new_tokens", self.max_new_tokens, 1, "use a positive response length such as 15")
-        if self.max_new_tokens < self.min_new_tokens:
-            raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must be >= min_new_tokens "
-                             f"({self.min_new_tokens}); raise max_new_tokens or lower min_new_tokens")
-        check_int("context_len", self.context_len, 2, "use a window of at least prompt + max_new_tokens tokens")
+        check_number(self.min_new_tokens, "min_new_tokens", integer=True, low=1,
+                     fix="a response has at least one token")
+        check_number(self.max_new_tokens, "max_new_tokens", integer=True, low=self.min_new_tokens,
+                     fix=f"at least min_new_tokens={self.min_new_tokens}; raise max_new_tokens or lower min_new_tokens")
+        check_number(self.context_len, "context_len", integer=True, low=2,
+                     fix="a window of at least prompt + max_new_tokens tokens")
         check_number(self.partner_reward_coef, "partner_reward_coef", bounded=True)
         # one spelling ("chain:04" -> "chain:4"): a resumed run compares it with the run's config
         object.__setattr__(self, "seating", canonical_seating_spec(self.seating))
@@ -208,22 +207,16 @@ def check_finite_fields(config: object) -> None:
                 continue
             hint = next(a for a in args if a is not type(None))
         if hint is bool:
-            if not isinstance(value, bool):
-                raise ValueError(f"{f.name} must be True or False, got {value!r} ({type(value).__name__})")
+            check_flag(value, f.name)
         elif hint in (int, float):
             check_number(value, f.name, integer=hint is int, fix="see --help for its range")
-        elif hint is str and not isinstance(value, str):
-            raise ValueError(f"{f.name} must be a str, got {value!r} ({type(value).__name__})")
+        elif hint is str:
+            check_field(isinstance(value, str), f.name, value, f"use a str (got {type(value).__name__})")
 
 
 @functools.lru_cache(maxsize=None)
 def _type_hints(cls: type) -> dict:
     return typing.get_type_hints(cls)
-
-
-def check_int(name: str, value: object, low: int, fix: str) -> None:
-    """Raise `ValueError` naming `name` unless `value` is an int (not a bool) >= `low`; `fix` says what to do."""
-    check_number(value, name, integer=True, low=low, fix=fix)
 
 
 def resolve_config(config: EnvConfig | None = None, **overrides) -> EnvConfig:

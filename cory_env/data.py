@@ -12,7 +12,7 @@ import hashlib
 import logging
 import os
 
-from cory_env.checks import check_path
+from cory_env.checks import check_number, check_path
 
 __all__ = ["heldout_split", "load_table"]
 
@@ -72,8 +72,7 @@ def heldout_split(records: list[dict], split: str, heldout_fraction: float) -> l
     """
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-    if not 0.0 <= heldout_fraction < 1.0:
-        raise ValueError(f"heldout_fraction must be in [0, 1), got {heldout_fraction!r}")
+    check_number(heldout_fraction, "heldout_fraction", low=0, below=1)
     if heldout_fraction == 0.0:
         if split == "test":
             raise ValueError("the 'test' split needs heldout_fraction > 0 (e.g. 0.1)")

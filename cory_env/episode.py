@@ -32,10 +32,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from cory_env.checks import check_number
 from cory_env.config import EnvConfig
 from cory_env.rewards import score_texts
 from cory_env.seating import Seating, seating_of
-from cory_env.tasks import Task, make_task
+from cory_env.tasks import Task, env_arguments, make_task, task_tokenizer
 from cory_env.hub import as_tokenizer
 
 __all__ = ["EpisodeBatch", "EpisodeTranscript", "SeatTranscript", "check_groups", "readonly_view"]
@@ -83,8 +84,8 @@ def _clean_cut(tokenizer, part: list[int], full: str, *, end: bool) -> bool:
 
 def check_groups(rows: int, group_size, *, fix: str = "choose batch_size as a multiple of group_size") -> int:
     """The one group rule: `group_size` k is an int >= 1 and `rows` B splits into groups of k consecutive rows (each
-    group answers one query k times: GRPO's samples per query). Checked by the learners' spec check before a run
-    (`trainers.learning.learners.check_learner`), and at the env's, the joint batch's and the group maths' inputs.
+    group answers one query k times: GRPO's samples per query). Checked by `trainers.learning.configs.GRPOConfig`
+    before a run, and at the env's and the group maths' inputs.
 
     Returns:
         k.
@@ -95,8 +96,7 @@ def check_groups(rows: int, group_size, *, fix: str = "choose batch_size as a mu
     >>> check_groups(16, 4)
     4
     """
-    if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) or group_size < 1:
-        raise ValueError(f"group_size must be an int >= 1, got {group_size!r}; {fix}")
+    group_size = check_number(group_size, "group_size", integer=True, low=1, fix=fix)
     if rows % group_size:
         raise ValueError(f"{rows} rows (batch_size) do not split into groups of group_size={group_size}; {fix}")
     return int(group_size)
@@ -123,8 +123,7 @@ class EpisodeBatch:
 
     def __init__(self, task: Task, tokenizer, *, batch_size: int = 1, context_len: int = 128,
                  seating: Seating | None = None, truncate_query: bool = True) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        check_number(batch_size, "batch_size", integer=True, low=1)
         self.task, self.tokenizer = task, tokenizer
         self.batch_size, self.context_len = batch_size, context_len
         self.vocab_size = len(tokenizer)
@@ -148,47 +147,49 @@ class EpisodeBatch:
 
     # ----- construction helpers -------------------------------------------------------------------------------
     @classmethod
-    def from_config(cls, config: EnvConfig, tokenizer, *, batch_size: int = 1, task: Task | str | None = None,
-                    reward_fn=None, seating: Seating | str | None = None, task_options=None) -> EpisodeBatch:
-        """Build from an `EnvConfig`: resolve the tokenizer (`cory_env.hub.as_tokenizer`), the task, an optional
-        reward override (name or callable) and the seating.
+    def from_config(cls, config: EnvConfig | None, tokenizer, *, batch_size: int = 1, task: Task | str | None = None,
+                    reward_fn=None, seating: Seating | str | None = None, task_options=None,
+                    **kwargs) -> EpisodeBatch:
+        """Build from an env view's constructor arguments, the one place they are read (every view, the trainer's
+        env and the evaluations' call it): keyword `EnvConfig` fields override `config` and keyword task options go
+        to the task's options (`cory_env.tasks.env_arguments`); the resolved config is the result's `config`.
 
-        A task given by name (or None: ``config.task``) is built from `config` and `task_options` by its builder
-        (`cory_env.tasks.make_task`), which reads the config's templates and reward; a `Task` object (built once by
-        the caller, e.g. the trainer) gets the config's templates when they are set. `reward_fn` replaces the
-        task's reward either way. Each is resolved once, by `Task` (`cory_env.rewards.make_reward_fn`). The seating
-        is `seating` when it is a `Seating` (built once by the caller; it must be the one ``config`` describes when
-        ``config.seating`` is set, else the two would disagree), else the spec `seating` (or ``config.seating``) on
-        the task with ``config.knowledge_transfer`` and ``config.partner_reward_coef``
-        (`cory_env.seating.seating_of`).
+        Given objects are trusted as they are: a `Seating` object is played without being derived again, and a `Task`
+        object (built once by the caller, e.g. `plan_run`) takes only the config's templates when they are set. A
+        task given by name (or None: ``config.task``) is built from the config and the task options
+        (`cory_env.tasks.make_task`); a seating spec (or None: ``config.seating``) is built on the task with
+        ``config.knowledge_transfer`` and ``config.partner_reward_coef`` (`cory_env.seating.seating_of`).
+        `reward_fn` (a name or a callable) replaces the task's reward either way. `tokenizer` None takes the
+        tokenizer a task with its own vocabulary brings (`cory_env.tasks.task_tokenizer`).
 
         Raises:
-            ValueError: a `Seating` that differs from the one ``config`` names; what the task, the seating or the
-                episode core refuse. TypeError: a task that is neither a name nor a `Task`.
+            TypeError: a task that is neither a name nor a `Task`; an unknown keyword (`env_arguments`).
+            ValueError: what the config, the task, the seating or the episode core refuse.
         """
-        tokenizer = as_tokenizer(tokenizer)
-        overrides = {}
-        if task is None or isinstance(task, str):
-            task = make_task(task or config.task, config, tokenizer, task_options)
-        elif isinstance(task, Task):
-            overrides = {"observer_template": config.observer_template, "pioneer_template": config.pioneer_template}
-        else:
+        if isinstance(task, str):
+            kwargs["task"], task = task, None
+        if isinstance(seating, str):
+            kwargs["seating"], seating = seating, None
+        if task is not None and not isinstance(task, Task):
             raise TypeError(f"task must be a task name or a Task, got {type(task).__name__}")
-        overrides["reward_fn"] = reward_fn
-        overrides = {k: v for k, v in overrides.items() if v is not None}
-        task = replace(task, **overrides) if overrides else task
-        options = {"knowledge_transfer": config.knowledge_transfer, "partner_reward_coef": config.partner_reward_coef}
+        config, task_options = env_arguments(config, task, task_options, **kwargs)
+        if tokenizer is None and task is None:
+            tokenizer = task_tokenizer(config.task)
+        tokenizer = as_tokenizer(tokenizer)
+        if task is None:
+            task = make_task(config.task, config, tokenizer, task_options)  # its builder reads the templates
+        else:  # a Task object: the config's templates, when set, are the prompts to play
+            templates = {"pioneer_template": config.pioneer_template, "observer_template": config.observer_template}
+            task = replace(task, **{k: v for k, v in templates.items() if v is not None})
+        if reward_fn is not None:
+            task = replace(task, reward_fn=reward_fn)
         if not isinstance(seating, Seating):
-            seating = seating_of(config.seating if seating is None else seating, task=task, **options)
-        elif config.seating is not None or options != {"knowledge_transfer": True, "partner_reward_coef": 1.0}:
-            described = seating_of(config.seating, task=task, **options)  # the caller's object must be this one
-            if described != seating:
-                raise ValueError(f"the seating is given twice and differs: EnvConfig (seating={config.seating!r}, "
-                                 f"knowledge_transfer={config.knowledge_transfer}, partner_reward_coef="
-                                 f"{config.partner_reward_coef}) describes {described.label}, the Seating object is "
-                                 f"{seating.label} (or has other reads or rewards); keep one")
-        return cls(task, tokenizer, batch_size=batch_size, context_len=config.context_len, seating=seating,
-                   truncate_query=config.truncate_query)
+            seating = seating_of(config.seating, task=task, knowledge_transfer=config.knowledge_transfer,
+                                 partner_reward_coef=config.partner_reward_coef)
+        episode = cls(task, tokenizer, batch_size=batch_size, context_len=config.context_len, seating=seating,
+                      truncate_query=config.truncate_query)
+        episode.config = config
+        return episode
 
     def _query_budget(self, shortest: int) -> int:
         """Most query tokens for which every seat's prompt + max_new_tokens fits in L; refused when not even the
@@ -260,13 +261,9 @@ class EpisodeBatch:
         """
         B = self.batch_size
         check_groups(B, group_size, fix="pass a group_size that divides the env's batch_size")
-        if isinstance(stream_offset, bool) or not isinstance(stream_offset, (int, np.integer)) or stream_offset < 0:
-            raise ValueError(f"stream_offset must be an int >= 0, got {stream_offset!r}")
+        check_number(stream_offset, "stream_offset", integer=True, low=0)
         if seed is not None:
-            if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-                raise TypeError(f"seed must be an int or None, got {seed!r}")
-            if seed < 0:
-                raise ValueError(f"seed must be >= 0, got {seed}; numpy's SeedSequence takes non-negative seeds")
+            check_number(seed, "seed", integer=True, low=0, fix="numpy's SeedSequence takes non-negative seeds; or None")
             self._rngs = [np.random.default_rng([int(seed), int(stream_offset) + i // group_size]) for i in range(B)]
         elif self._rngs is None:
             self._rngs = [np.random.default_rng() for _ in range(B)]

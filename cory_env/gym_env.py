@@ -57,7 +57,6 @@ from gymnasium import spaces
 from cory_env.config import check_render_mode
 from cory_env.episode import EpisodeBatch
 from cory_env.seating import Seating
-from cory_env.tasks import env_arguments, task_tokenizer
 
 __all__ = ["PioneerEnv", "register_envs"]
 
@@ -93,19 +92,12 @@ class PioneerEnv(gym.Env):
                  seating: Seating | str | None = None, task_options=None, partner_policy=None,
                  render_mode: str | None = None, **kwargs) -> None:
         check_render_mode(render_mode, self.metadata["render_modes"])
-        if isinstance(task, str):
-            kwargs["task"], task = task, None
-        if isinstance(seating, str):
-            kwargs["seating"], seating = seating, None
-        self.config, task_options = env_arguments(config, task, task_options, **kwargs)
-        if tokenizer is None and task is None:  # a task with its own vocabulary (tiny_vocab) brings its tokenizer
-            tokenizer = task_tokenizer(self.config.task)
         self.render_mode = render_mode
-        if seating is None and self.config.seating is None:
-            seating = ALONE
-        self._episode = EpisodeBatch.from_config(self.config, tokenizer, batch_size=1, task=task,
-                                                 reward_fn=reward_fn, seating=seating,
-                                                 task_options=task_options)
+        if seating is None and kwargs.get("seating") is None and getattr(config, "seating", None) is None:
+            seating = ALONE  # the learner alone unless a seating is named
+        self._episode = EpisodeBatch.from_config(config, tokenizer, batch_size=1, task=task, reward_fn=reward_fn,
+                                                 seating=seating, task_options=task_options, **kwargs)
+        self.config = self._episode.config
         #: The `Seating` played; the learner is its first seat.
         self.seating = self._episode.seating
         self.seat = self.seating.first

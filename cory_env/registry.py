@@ -16,18 +16,32 @@ A name given to ``--learner``, ``--task`` or ``--reward`` is looked up in this o
 
 Every failure is a `ValueError` naming the kind, the name, the problem and the fix: an unknown name (the known ones
 listed), a ``module:attr`` that does not import, an object of the wrong kind (a task where a learner is expected),
-two plug-ins (or a plug-in and a built-in entry) claiming one name, a name registered in this process
-(`register_learner`, ...) that an installed package's entry point already claims. An installed plug-in that does not
-load is an error only for a run that names it: listings (`Registry.items`, ``--help``, the options every plug-in
-declares) log it once and leave it out. `Registry.origin` is what a run records, so that ``--resume`` and ``cory
-eval`` find the same object again.
+two installed packages claiming one name, a name registered in this process (`register_learner`, ...) that is taken
+(a built-in, an earlier registration, an installed package's entry point).
+
+**A plug-in costs nothing until it is named.** Reading the entry points imports nothing and never fails: an installed
+plug-in is imported only by a `get` of its name, so a broken package (its module gone, or raising on import) or two
+packages claiming one name fail only the runs that name it, in one line naming the package(s). A built-in name always
+means the built-in: an entry point claiming one is ignored, without a warning in runs (the built-in is what they
+asked for), and `listing` (``cory train --help``) names the package that claims it. Three views of the names:
+
+* `listing`: (name, one line) of every name, importing no plug-in (``--help``); a broken or conflicted plug-in is
+  named as such there;
+* `known`: the specs this process has loaded (the built-ins, and what was registered or looked up here), importing no
+  plug-in (the options every known learner and task declares);
+* `items`: every spec, importing every installed plug-in (one that does not load is logged once and left out).
+
+`Registry.origin` is what a run records, so that ``--resume`` and ``cory eval`` find the same object again.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.metadata
+import importlib.util
 import logging
+import sys
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 __all__ = ["PluginContractError", "Registry", "import_object"]
@@ -74,7 +88,7 @@ class Registry(Generic[T]):
 
     Args:
         kind: what the entries are, for messages (``"learner"``).
-        spec_type: the class every entry must be an instance of (`trainers.learning.learners.LearnerSpec`, ...).
+        spec_type: the class every entry must be an instance of (`trainers.learning.registry.LearnerSpec`, ...).
         group: the entry-point group plug-in packages register under (``"cory.learners"``).
         coerce: turns an imported object that is not a `spec_type` into one (e.g. a plain reward function into a
             reward spec), or returns None when it cannot; None: only `spec_type` instances are accepted.
@@ -90,8 +104,9 @@ class Registry(Generic[T]):
         self._coerce = coerce
         self._entries: dict[str, T | str] = {}  # name -> spec, or "module:attr" of a built-in not yet imported
         self._origins: dict[str, str] = {}  # name -> where it came from (module:attr, or the entry point)
-        self._entry_points: dict[str, importlib.metadata.EntryPoint] | None = None
+        self._claims: dict[str, list[importlib.metadata.EntryPoint]] | None = None  # entry points by name (read once)
         self._builtins: set[str] = set()  # names registered with plugin=False (the package's own entries)
+        self._registered: set[str] = set()  # names registered with plugin=True (in this process)
         self._broken: set[str] = set()  # entries a listing could not load (logged once)
 
     # ----- adding ---------------------------------------------------------------------------------------------
@@ -101,9 +116,9 @@ class Registry(Generic[T]):
 
         Args:
             plugin: a registration by a user or a plug-in in this process (`register_learner`, `register_task`,
-                `register_reward`): an installed package's entry point of that name is a taken name too. False for
-                the package's own (built-in) entries, which are registered on import: an entry point that claims
-                one of them is refused when the entry points are read (`entry_points`).
+                `register_reward`): an installed package's entry point of that name is a taken name too (read
+                without importing it). False for the package's own (built-in) entries, which are registered on
+                import: an entry point that claims one of them is ignored (see the module docstring).
 
         Raises:
             ValueError: an empty name, a name with a colon (``module:attr`` is how an unregistered object is named),
@@ -120,8 +135,7 @@ class Registry(Generic[T]):
             if name in self._entries:
                 taken = self._origins.get(name, "built-in")
             elif plugin and name in self.entry_points():
-                point = self.entry_points()[name]
-                taken = f"{point.value} (entry point of {_dist(point)})"
+                taken = " and ".join(f"{p.value} (entry point of {_dist(p)})" for p in self._read()[name])
             else:
                 taken = None
             if taken is not None:
@@ -129,15 +143,16 @@ class Registry(Generic[T]):
                                  "pass overwrite=True to replace it")
         self._entries[name] = spec
         self._origins[name] = new
-        if not plugin:
-            self._builtins.add(name)
+        (self._registered if plugin else self._builtins).add(name)
 
     # ----- looking up -----------------------------------------------------------------------------------------
     def get(self, name: str) -> T:
-        """The spec `name` names: a registered name, an importable ``module:attr``, or an entry point.
+        """The spec `name` names: a registered name, an importable ``module:attr``, or an entry point (imported
+        here, on first use).
 
         Raises:
-            ValueError: see the module docstring.
+            ValueError: see the module docstring; for an entry point, it does not load, or two installed packages
+                claim its name (naming both and the ``module:attr`` that picks one).
         """
         if not isinstance(name, str) or not name:
             raise ValueError(f"{self.option} must be a {self.kind} name, got {name!r}")
@@ -150,11 +165,16 @@ class Registry(Generic[T]):
             spec = self._checked(import_object(name, kind=self.kind), name)
             self._entries[name], self._origins[name] = spec, name
             return spec
-        point = self.entry_points().get(name)
-        if point is None:
+        claims = self._read().get(name, [])
+        if not claims:
             raise ValueError(f"unknown {self.kind} {name!r}; known {self.kind}s: {', '.join(self.names())}; or give "
                              f"an importable module:attr, or install a package that registers it under the entry "
                              f"point group {self.group!r}")
+        if len(claims) > 1:
+            raise ValueError(f"two installed packages register the {self.kind} {name!r} (entry point group "
+                             f"{self.group!r}): {_claimants(claims)}; uninstall one of them, or name the one to use "
+                             f"by module:attr ({self.option} {claims[0].value})")
+        point = claims[0]
         try:
             loaded = point.load()
         except Exception as err:  # noqa: BLE001 - a broken plug-in is reported with its name
@@ -168,6 +188,7 @@ class Registry(Generic[T]):
         return self.get(name)
 
     def __contains__(self, name: object) -> bool:
+        """Whether `get(name)` finds a spec (which imports a plug-in of that name)."""
         if not isinstance(name, str):
             return False
         try:
@@ -177,27 +198,60 @@ class Registry(Generic[T]):
         return True
 
     def names(self) -> list[str]:
-        """Registered names, then the entry points' (not loaded), in order; ``module:attr`` names already used
-        are left out."""
+        """Registered names, then the entry points' (not loaded, a conflicted one included), in order;
+        ``module:attr`` names already used are left out. Imports nothing."""
         own = [n for n in self._entries if ":" not in n]
         return own + [n for n in self.entry_points() if n not in self._entries]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
+    def listing(self) -> list[tuple[str, str]]:
+        """(name, one line) of every name (`names`), for ``--help``; imports no installed plug-in.
+
+        The line is a built-in's or a registered spec's ``summary`` (a lazy built-in imported here), plus the
+        packages whose entry point claims a built-in name (ignored); for an installed entry point
+        ``plug-in: module:attr from DIST VERSION``, ``conflicted: claimed by ... and ...`` (two packages claim the
+        name), or ``broken: module X not found (...)`` (its module is not installed: found with
+        `importlib.machinery` finders, which run no code of the package).
+        """
+        out = []
+        for name in self.names():
+            claims = self._read().get(name, [])
+            if name in self._builtins or name in self._registered or not claims:
+                out.append((name, self._own_line(name)))
+            else:
+                out.append((name, self._plugin_line(claims)))
+        return out
+
+    def known(self) -> list[tuple[str, T]]:
+        """(name, spec) of every spec this process has without importing an installed plug-in: the built-ins (a lazy
+        one imported here; one that does not load is logged once and left out), those registered in this process,
+        and the entry points and ``module:attr`` names looked up so far (`get`)."""
+        out = []
+        for name in list(self._entries):
+            if name in self._builtins and isinstance(self._entries[name], str):
+                try:
+                    self.get(name)
+                except ValueError as err:
+                    self._log_broken(name, err)
+                    continue
+            entry = self._entries[name]
+            if not isinstance(entry, str):
+                out.append((name, entry))
+        return out
+
     def items(self) -> list[tuple[str, T]]:
-        """(name, spec) of every registered name and entry point (loading them). One that does not load (a broken
-        plug-in package, a built-in whose extra package is missing) is logged once and left out: `get` raises for
-        it, so only a run that names it fails."""
+        """(name, spec) of every registered name and entry point, **importing every installed plug-in** (`known` and
+        `listing` import none). One that does not load (a broken or conflicted plug-in package, a built-in whose
+        extra package is missing) is logged once and left out: `get` raises for it, so only a run that names it
+        fails."""
         out = []
         for name in self.names():
             try:
                 out.append((name, self.get(name)))
             except ValueError as err:
-                if name not in self._broken:
-                    self._broken.add(name)
-                    logger.warning("%s; left out of the %ss listed here (only a run that names it fails)", err,
-                                   self.kind)
+                self._log_broken(name, err)
         return out
 
     def imported(self) -> list[tuple[str, T]]:
@@ -206,6 +260,7 @@ class Registry(Generic[T]):
         return [(name, spec) for name, spec in self._entries.items() if ":" in name and not isinstance(spec, str)]
 
     def values(self) -> list[T]:
+        """Every spec (`items`: imports every installed plug-in)."""
         return [spec for _, spec in self.items()]
 
     def __len__(self) -> int:
@@ -218,26 +273,24 @@ class Registry(Generic[T]):
         return self._origins[name]
 
     def entry_points(self) -> dict[str, importlib.metadata.EntryPoint]:
-        """The installed packages' entry points of `group`, by name (read once).
+        """The installed packages' entry points of `group` by name, but those claiming a built-in name (read once;
+        imports nothing, never raises). A name two packages claim maps to the first: `get` refuses it, naming
+        both."""
+        return {name: claims[0] for name, claims in self._read().items() if name not in self._builtins}
 
-        Raises:
-            ValueError: two distributions declare one name, or an entry point takes a built-in name (naming both).
-        """
-        if self._entry_points is None:
-            found: dict[str, importlib.metadata.EntryPoint] = {}
+    def _read(self) -> dict[str, list[importlib.metadata.EntryPoint]]:
+        """Every entry point of `group`, by name, each value once (a package found twice on the path is one claim),
+        sorted by package; read once, importing nothing."""
+        if self._claims is None:
+            claims: dict[str, list[importlib.metadata.EntryPoint]] = {}
             for point in importlib.metadata.entry_points(group=self.group):
-                if point.name in found and found[point.name].value != point.value:
-                    raise ValueError(f"two installed packages register the {self.kind} {point.name!r} (entry point "
-                                     f"group {self.group!r}): {found[point.name].value} from "
-                                     f"{_dist(found[point.name])} and {point.value} from {_dist(point)}; uninstall "
-                                     "one of them")
-                if point.name in self._builtins:
-                    raise ValueError(f"the installed package {_dist(point)} registers the {self.kind} {point.name!r} "
-                                     f"({point.value}), which is a built-in {self.kind} "
-                                     f"({self._origins[point.name]}); that package must choose another name")
-                found[point.name] = point
-            self._entry_points = found
-        return self._entry_points
+                same = claims.setdefault(point.name, [])
+                if all(p.value != point.value for p in same):
+                    same.append(point)
+            for same in claims.values():  # the packages in a fixed order, whatever the path's order
+                same.sort(key=lambda p: (_dist(p), p.value))
+            self._claims = claims
+        return self._claims
 
     def snapshot(self) -> tuple[dict, dict]:
         """The entries as they are now, for `restore` (a test registers plug-ins, then puts the registry back)."""
@@ -247,12 +300,13 @@ class Registry(Generic[T]):
         """Put the entries back as `snapshot` took them, and read the entry points again."""
         self._entries, self._origins = dict(snapshot[0]), dict(snapshot[1])
         self._builtins &= set(self._entries)
-        self._entry_points = None
+        self._registered &= set(self._entries)
+        self._claims = None
         self._broken = set()
 
     def refresh(self) -> None:
         """Read the entry points again (after installing a plug-in package in this process)."""
-        self._entry_points = None
+        self._claims = None
         self._broken = set()
         importlib.invalidate_caches()
 
@@ -266,10 +320,64 @@ class Registry(Generic[T]):
         raise ValueError(f"{self.kind} {name!r} is a {type(obj).__name__}, not a {self.spec_type.__name__}; "
                          f"{self.option} takes a {self.spec_type.__name__} (see docs/extending.md)")
 
+    def _log_broken(self, name: str, err: ValueError) -> None:
+        if name not in self._broken:
+            self._broken.add(name)
+            logger.warning("%s; left out of the %ss listed here (only a run that names it fails)", err, self.kind)
+
+    def _own_line(self, name: str) -> str:
+        """A built-in's or registered name's line in `listing`: its summary (its origin for a lazy ``module:attr``
+        registered in this process, not imported here), and any entry point claiming a built-in's name."""
+        if isinstance(self._entries[name], str) and name not in self._builtins:
+            return self._origins[name]
+        try:
+            line = getattr(self.get(name), "summary", "") or ""
+        except ValueError as err:  # a built-in whose extra package is missing
+            line = f"does not load: {err}"
+        ignored = self._read().get(name, []) if name in self._builtins else []
+        if ignored:
+            line += (f"{'; ' if line else ''}also claimed by {_claimants(ignored)}, ignored: a built-in name always "
+                     "means the built-in")
+        return line
+
+    @staticmethod
+    def _plugin_line(claims: list[importlib.metadata.EntryPoint]) -> str:
+        """An installed entry point's line in `listing`, imported nothing."""
+        if len(claims) > 1:
+            return f"conflicted: claimed by {_claimants(claims)}; uninstall one, or name one by module:attr"
+        point = claims[0]
+        module = point.value.partition(":")[0].strip()
+        if not _module_found(module):
+            return f"broken: module {module} not found (entry point {point.value} of {_dist(point)})"
+        return f"plug-in: {point.value} from {_dist(point)}"
+
     @staticmethod
     def _describe(spec: Any) -> str:
         module = getattr(spec, "__module__", None) or type(spec).__module__
         return f"an object from {module}"
+
+
+def _module_found(module: str) -> bool:
+    """Whether the module `module` (dotted) is installed, running none of its code nor its parent packages'
+    (`importlib.util.find_spec` of ``a.b`` would import ``a``)."""
+    if module in sys.modules:
+        return True
+    parts = module.split(".")
+    try:
+        spec = importlib.util.find_spec(parts[0])
+        for depth in range(2, len(parts) + 1):
+            if spec is None or spec.submodule_search_locations is None:
+                return False
+            spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:depth]),
+                                                            list(spec.submodule_search_locations))
+    except (ImportError, ValueError):
+        return False
+    return spec is not None
+
+
+def _claimants(points: list[importlib.metadata.EntryPoint]) -> str:
+    """``"a:X from dist-a 1.0 and b:Y from dist-b 2.0"``."""
+    return " and ".join(f"{p.value} from {_dist(p)}" for p in points)
 
 
 def _dist(point: importlib.metadata.EntryPoint) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import math
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from cory_env.checks import MAX_REWARD
+from cory_env.checks import MAX_REWARD, check_number
 from cory_env.registry import Registry, import_object
 from cory_env.seating import Seating
 
@@ -332,7 +331,7 @@ def collective_reward(r_pioneer: np.ndarray, r_observer: np.ndarray, coef: float
         ``{"pioneer": float64 (B,), "observer": float64 (B,)}`` (new arrays).
 
     Raises:
-        ValueError: if the shapes differ or `coef` is not finite.
+        ValueError: if the shapes differ or `coef` is not a finite number of magnitude at most 1e6.
 
     Example:
         >>> out = collective_reward(np.array([1.0]), np.array([0.5]), coef=-1.0)
@@ -343,6 +342,5 @@ def collective_reward(r_pioneer: np.ndarray, r_observer: np.ndarray, coef: float
     r2 = np.asarray(r_observer, dtype=np.float64)
     if r1.shape != r2.shape:
         raise ValueError(f"r_pioneer {r1.shape} and r_observer {r2.shape} must have the same shape (B,)")
-    if not math.isfinite(coef):
-        raise ValueError(f"coef must be finite, got {coef}")
+    check_number(coef, "coef", bounded=True)
     return Seating.cory(partner_reward_coef=coef).rewards([r1, r2])

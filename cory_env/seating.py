@@ -47,14 +47,13 @@ Example:
 
 from __future__ import annotations
 
-import operator
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from cory_env.checks import check_number
+from cory_env.checks import check_flag, check_number
 from cory_env.prompts import PLACEHOLDERS, PromptTemplate, parse_template
 
 __all__ = ["MAX_SEATS", "PIONEER", "READS", "SEATS", "SEATING_SPECS", "Seat", "Seating", "canonical_seating_spec",
@@ -129,20 +128,7 @@ def check_num_seats(n, name: str) -> int:
     Raises:
         ValueError: naming `name`, the value and the range.
     """
-    try:
-        value = operator.index(n) if not isinstance(n, bool) else None
-    except TypeError:
-        value = None
-    if value is None or not 1 <= value <= MAX_SEATS:
-        raise ValueError(f"{name} must be a number of seats, an int from 1 to {MAX_SEATS}, got {n!r}")
-    return value
-
-
-def check_flag(value, name: str) -> bool:
-    """`value` if it is a bool. Raises ValueError naming `name` otherwise (``"no"`` or 1 would read as True)."""
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
-    return value
+    return check_number(n, name, integer=True, low=1, high=MAX_SEATS, fix="a number of seats")
 
 
 @dataclass(frozen=True)

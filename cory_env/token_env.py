@@ -80,7 +80,6 @@ from pettingzoo import AECEnv
 from pettingzoo.utils import AgentSelector, wrappers
 
 from cory_env.config import EnvConfig, check_render_mode
-from cory_env.tasks import env_arguments
 from cory_env.episode import EpisodeBatch
 from cory_env.seating import Seating
 
@@ -121,15 +120,10 @@ class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
                  **kwargs) -> None:
         super().__init__()
         check_render_mode(render_mode, self.metadata["render_modes"])
-        if isinstance(task, str):
-            kwargs["task"], task = task, None
-        if isinstance(seating, str):
-            kwargs["seating"], seating = seating, None
-        self.config, task_options = env_arguments(config, task, task_options, **kwargs)
         self.render_mode = render_mode
-        self._episode = EpisodeBatch.from_config(self.config, tokenizer, batch_size=1, task=task,
-                                                 reward_fn=reward_fn, seating=seating,
-                                                 task_options=task_options)
+        self._episode = EpisodeBatch.from_config(config, tokenizer, batch_size=1, task=task, reward_fn=reward_fn,
+                                                 seating=seating, task_options=task_options, **kwargs)
+        self.config = self._episode.config
         #: The `Seating` played.
         self.seating = self._episode.seating
         self.tokenizer = self._episode.tokenizer

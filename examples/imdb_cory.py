@@ -47,7 +47,7 @@ def build_configs(args: argparse.Namespace, algo: str) -> tuple[CORYConfig, PPOC
 def main(algo: str = "cory") -> None:
     args = parse_args(algo)
     cory, ppo, env, model = build_configs(args, algo)
-    with CORYTrainer(RunConfigs(run=cory, ppo=ppo, env=env, model=model)) as trainer:  # the block's end also ends a data-parallel launch cleanly
+    with CORYTrainer(RunConfigs(run=cory, update=ppo, env=env, model=model)) as trainer:  # the block's end also ends a data-parallel launch cleanly
         history = trainer.train()
     for row in history:
         print(f"iter {row['iteration']:3d}  pioneer task_reward {row['pioneer/task_reward']:+.3f}  "

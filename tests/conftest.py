@@ -64,7 +64,7 @@ def registries():
     """The learner, task and reward registries, restored after the test (a test may register plug-ins)."""
     from cory_env.rewards import REWARDS
     from cory_env.tasks import TASKS
-    from trainers.learning.learners import LEARNERS
+    from trainers.learning.registry import LEARNERS
 
     saved = [(registry, registry.snapshot()) for registry in (LEARNERS, TASKS, REWARDS)]
     yield LEARNERS, TASKS, REWARDS

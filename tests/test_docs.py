@@ -157,9 +157,9 @@ def test_the_metrics_glossary_names_every_logged_key(tmp_path):
         trainer = CORYTrainer(RunConfigs(
             run=CORYConfig(output_dir=str(tmp_path / learner), num_iterations=2, role_exchange_period=1,
                            tensorboard=False, learner=learner, eval_every=2, eval_episodes=2),
-            ppo=PPOConfig(batch_size=4, mini_batch_size=2, ppo_epochs=1),
-            env=EnvConfig(min_new_tokens=2, max_new_tokens=4, context_len=64), model=ModelConfig(model="tiny"),
-            learner_options=GRPOConfig(group_size=group) if learner == "grpo" else None))
+            update=(PPOConfig(batch_size=4, mini_batch_size=2, ppo_epochs=1) if learner == "ppo" else
+                    GRPOConfig(batch_size=4, mini_batch_size=2, ppo_epochs=1, group_size=group)),
+            env=EnvConfig(min_new_tokens=2, max_new_tokens=4, context_len=64), model=ModelConfig(model="tiny")))
         logged |= {key for row in trainer.train() for key in row if key not in ("iteration", "eval")}
     missing = sorted({key.split("/")[-1] for key in logged} - documented)
     assert not missing, f"logged but not in docs/metrics.md: {missing}"
@@ -188,7 +188,7 @@ def _result_renderers() -> dict:
     import json
 
     from benchmarks import collapse, iteration_profile, pareto, precision_learning, time_to_reward
-    from benchmarks.learning import tables
+    from benchmarks.ladder_summary import tables
 
     def load(path: str) -> dict:
         return json.loads((REPO_ROOT / path).read_text(encoding="utf-8"))

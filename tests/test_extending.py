@@ -34,7 +34,10 @@ def test_the_guide_runs_and_trains_its_plugins(registries, tmp_path, caplog, mon
     assert [row["iteration"] for row in history] == [0, 1]
     assert all(row["pioneer/task_reward"] in (0.0, 0.25, 0.5, 0.75, 1.0) for row in history)  # the keyword reward
     assert "reward='length' does nothing: not read by task='keyword'" in caplog.text
-    assert "mini_batch_size=4 does nothing: not read by learner='reinforce'" in caplog.text  # the guide says so
+    assert "not read by learner" not in caplog.text  # no ignore list: the learner reads its whole config
+    beta = namespace["configs"].update.init_kl_coef  # REINFORCE reads the shared β: combined = r - β · KL
+    for row in history:
+        assert row["pioneer/combined_reward"] == pytest.approx(row["pioneer/task_reward"] - beta * row["pioneer/kl"])
     config = (tmp_path / "runs" / "keyword-reinforce" / "config.yaml").read_text()
     assert "keyword: the" in config and "baseline_decay: 0.5" in config
 

@@ -63,12 +63,12 @@ def _cell(summary: dict) -> str:
 
 
 def test_the_verdict_table_is_the_committed_runs():
-    """Every cell of the README's claim table is what the committed merges hold (`benchmarks/learning_imdb.json`
-    for cory and ppo, `benchmarks/learning_imdb_ablations.json` for cory's ablations, all on seeds 0-4): a new run
-    updates the JSON and the table, or this fails. P(ppo > cory) is read as 1 − P(cory > ppo) (ties count half, so
+    """Every cell of the README's claim table is what the committed merges hold
+    (`benchmarks/results/learning_imdb.json` for cory and ppo, `benchmarks/results/learning_imdb_ablations.json` for
+    cory's ablations, all on seeds 0-4): a new run updates the JSON and the table, or this fails. P(ppo > cory) is read as 1 − P(cory > ppo) (ties count half, so
     they add to 1)."""
-    main = json.loads((REPO_ROOT / "benchmarks" / "learning_imdb.json").read_text(encoding="utf-8"))
-    abl = json.loads((REPO_ROOT / "benchmarks" / "learning_imdb_ablations.json").read_text(encoding="utf-8"))
+    main = json.loads((REPO_ROOT / "benchmarks" / "results" / "learning_imdb.json").read_text(encoding="utf-8"))
+    abl = json.loads((REPO_ROOT / "benchmarks" / "results" / "learning_imdb_ablations.json").read_text(encoding="utf-8"))
     section = README[README.index("<!-- start: verdicts"):README.index("<!-- end: verdicts -->")]
     rows = re.findall(r"^\| (cory[\w-]*|ppo) \| (0–[24]) \| (.+) \|$", section, flags=re.M)
     assert {(arm, seeds) for arm, seeds, _ in rows} == {("cory", "0–4"), ("ppo", "0–4"), ("cory-wo-kt", "0–4"),
@@ -98,21 +98,21 @@ def _block(marker: str) -> str:
 
 def test_the_speed_tables_are_the_committed_benchmarks():
     """The README's time-to-reward and iteration-profile tables are what the benchmarks print from their committed
-    JSONs (`benchmarks/time_to_reward.json`, `benchmarks/iteration_profile.json`), not hand copies."""
+    JSONs (`benchmarks/results/time_to_reward.json`, `benchmarks/results/iteration_profile.json`), not hand copies."""
     from benchmarks import iteration_profile, time_to_reward
 
-    ttr = json.loads((REPO_ROOT / "benchmarks" / "time_to_reward.json").read_text(encoding="utf-8"))
+    ttr = json.loads((REPO_ROOT / "benchmarks" / "results" / "time_to_reward.json").read_text(encoding="utf-8"))
     assert _block("time to reward") == time_to_reward.table(ttr)
-    profile = json.loads((REPO_ROOT / "benchmarks" / "iteration_profile.json").read_text(encoding="utf-8"))
+    profile = json.loads((REPO_ROOT / "benchmarks" / "results" / "iteration_profile.json").read_text(encoding="utf-8"))
     assert _block("iteration profile") == iteration_profile.table(profile["arms"])
 
 
 def test_the_gpu_numbers_are_the_committed_benchmark():
     """The GPU table of docs/results/performance.md and the README's sentence of fp32 iterations per minute are
-    what `benchmarks/throughput.json` holds."""
+    what `benchmarks/results/throughput.json` holds."""
     from benchmarks import throughput
 
-    gpu = json.loads((REPO_ROOT / "benchmarks" / "throughput.json").read_text(encoding="utf-8"))
+    gpu = json.loads((REPO_ROOT / "benchmarks" / "results" / "throughput.json").read_text(encoding="utf-8"))
     page = (REPO_ROOT / "docs" / "results" / "performance.md").read_text(encoding="utf-8")
     assert throughput.table(gpu["results"]) in page
     assert gpu["device"] in README and gpu["device"] in page
@@ -124,9 +124,9 @@ def test_the_gpu_numbers_are_the_committed_benchmark():
 
 
 def test_the_paper_batch_verdict_is_the_committed_gpu_run():
-    """The README's sentence on the paper's batch quotes P(CORY > PPO) of `benchmarks/imdb_batch256.json` (the
+    """The README's sentence on the paper's batch quotes P(CORY > PPO) of `benchmarks/results/imdb_batch256.json` (the
     `imdb_batch256` rung on a GPU) at KL 1, 2 and 4 and at the end."""
-    run = json.loads((REPO_ROOT / "benchmarks" / "imdb_batch256.json").read_text(encoding="utf-8"))
+    run = json.loads((REPO_ROOT / "benchmarks" / "results" / "imdb_batch256.json").read_text(encoding="utf-8"))
     said = re.search(r"at the paper's batch \(256 per iteration, (\d+) episodes, seeds 0–2, one NVIDIA H200\) "
                      r"likewise: P = ([\d.]+) at KL 1, ([\d.]+) at KL 2 and 4, ([\d.]+) at the end", README)
     assert said, "the README's paper-batch sentence changed its wording; update this test with it"

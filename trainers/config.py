@@ -3,8 +3,7 @@
 | dataclass | what | package |
 |---|---|---|
 | `cory_env.EnvConfig` | task, data, episode lengths, reward, seating, knowledge transfer | env |
-| `PPOConfig` | the learners' update (TRL names), PPO's value head / GAE / score scaling | `trainers.learning.configs` |
-| `GRPOConfig` | the group-relative learners' options (samples per query, normalisation, KL in the loss) | `trainers.learning.configs` |
+| the learner's config: `PPOConfig`, `GRPOConfig`, a plug-in's | the update every learner shares (`UpdateConfig`: TRL names) and the learner's own options | `trainers.learning.configs` |
 | `ModelConfig` | the policy model: name, dtype, LoRA, value head, activation checkpointing | here |
 | `agents.SamplingConfig` | how the agents sample (temperature, top-k, top-p, repetition penalty) | agents |
 | `CORYConfig` | the run: learner, iterations, seeds, role exchange, logging, checkpoints | here |
@@ -13,11 +12,9 @@ Each field carries its meaning, unit, range and the origin of its default in `me
 only copy (the CLI reads it through `transformers.HfArgumentParser`, the docs' Options page is built from it). PPO knob
 names and defaults are TRL 0.7–0.11 `PPOConfig`'s, so the paper's settings (official code: TRL 0.7.10) copy over.
 
-Field names are unique across the six classes, so a run's settings are also one flat ``{field: value}`` dict: the
+Field names are unique across a run's classes, so a run's settings are also one flat ``{field: value}`` dict: the
 CLI flags (``--batch_size``), presets, ``--config FILE.yaml``, a run's ``config.yaml`` and a checkpoint's
-``trainer_state.json``. `RunConfigs.to_flat` / `RunConfigs.from_flat` are the one conversion between the two forms;
-`migrate_flat` reads a flat config written by an earlier version (a field that moved: ``algo`` is now
-`EnvConfig.seating`, whose CLI flag ``--algo`` still is).
+``trainer_state.json``. `RunConfigs.to_flat` / `RunConfigs.from_flat` are the one conversion between the two forms.
 """
 
 from __future__ import annotations
@@ -30,10 +27,11 @@ from typing import Any, Iterable, Mapping, Optional
 from agents.precision import PRECISIONS
 from agents.sampling import SamplingConfig
 from cory_env import EnvConfig
+from cory_env.checks import check_field
 from cory_env.config import ONE_SEAT, check_finite_fields
 from cory_env.rewards import REWARDS
 from cory_env.tasks import TASKS, task_spec
-from trainers.learning.configs import TOKEN_MEAN_OVER, GRPOConfig, PPOConfig, check_field
+from trainers.learning.configs import GRPOConfig, PPOConfig, UpdateConfig  # noqa: F401 (re-exported)
 
 #: Why a dropout option does nothing with `ModelConfig.disable_dropout`.
 DROPOUT_OFF = ("with disable_dropout=True (every dropout is off, so the rollout's scores and the update's forward are "
@@ -131,7 +129,7 @@ class CORYConfig:
     }
     _unread_always = {"role_exchange_period": exchange_reason}
 
-    learner: str = field(default="ppo", metadata={"help": "The MARL algorithm: a registered name (ppo, the paper's IPPO under CORY; grpo; mappo; magrpo: the table in trainers.learning.learners), an importable 'module:attr' of a LearnerSpec, or the name of an installed plug-in (entry-point group cory.learners); docs/extending.md."})
+    learner: str = field(default="ppo", metadata={"help": "The MARL algorithm: a registered name (ppo, the paper's IPPO under CORY; grpo; mappo; magrpo: the table in trainers.learning.registry), an importable 'module:attr' of a LearnerSpec, or the name of an installed plug-in (entry-point group cory.learners); docs/extending.md."})
     output_dir: str = field(default="runs/cory", metadata={"help": "Run directory: config.yaml, metrics.jsonl, samples.jsonl, TensorBoard events, checkpoints/."})
     num_iterations: int = field(default=10, metadata={"help": "CORY iterations (rollout + one update per seat). Paper IMDB: about 102."})
     seed: int = field(default=0, metadata={"help": "Seed for queries, sampling, mini-batch order and dropout."})
@@ -180,9 +178,9 @@ class CORYConfig:
         return self.sharding == "fsdp"
 
 
-#: The config classes every run has, in flat-dict order; the chosen task's and learner's options classes
-#: (`RunConfigs.task_options`, `RunConfigs.learner_options`) join them after `EnvConfig` and `PPOConfig`.
-BASE_CLASSES = (EnvConfig, PPOConfig, ModelConfig, SamplingConfig, CORYConfig)
+#: The config classes every run has whatever its learner and task, in flat-dict order; the chosen task's options class
+#: (`RunConfigs.task_options`) joins them after `EnvConfig`, the chosen learner's config (`RunConfigs.update`) after it.
+BASE_CLASSES = (EnvConfig, ModelConfig, SamplingConfig, CORYConfig)
 
 
 #: The options of ``cory train`` that are no config field (`trainers.cli.train.build_train_parser`; argparse's
@@ -214,94 +212,110 @@ def _both(first: str, second: str) -> str:
     return f"{first} and {second}"
 
 
+def check_option_names(classes) -> None:
+    """Refuse two options of one name among `classes` (the config classes of one run) and ``cory train``'s own
+    `CLI_OPTIONS`: a field, an alias or a ``--no_X`` switch (`option_names`), within one class too.
+
+    Raises:
+        ValueError: naming the option, both owners and the fix.
+    """
+    seen = {name: f"`cory train`'s own --{name}" for name in CLI_OPTIONS}
+    for cls in classes:
+        for f in dataclasses.fields(cls):  # a field named like a switch of its own class: `option_names` hides it
+            if f.name.startswith("no_") and f.name.removeprefix("no_") in {g.name for g in dataclasses.fields(cls)}:
+                raise ValueError(f"option {f.name!r} is a field of {cls.__name__} and the --{f.name} switch of its "
+                                 f"field {f.name.removeprefix('no_')!r}: every option of a run needs its own name; "
+                                 "rename the plug-in's field")
+        for name, what in option_names(cls).items():
+            if name in seen:
+                raise ValueError(f"option {name!r} is {_both(seen[name], what)}: every option of a run needs its "
+                                 "own name (the command line and config.yaml are flat); rename the plug-in's field")
+            seen[name] = what
+
+
 def _option_class(spec_options: type | None) -> type | None:
-    """A spec's own options class, None when it has none beyond the base configs (a learner reading `PPOConfig`)."""
+    """A task spec's own options class, None when it has none beyond the base configs."""
     return None if spec_options is None or spec_options in BASE_CLASSES else spec_options
+
+
+def own_fields(config_cls: type) -> list[dataclasses.Field]:
+    """The fields `config_cls` adds to what every run reads: a learner config's beyond `UpdateConfig`'s (which every
+    learner reads), a task's options class's all."""
+    shared = {f.name for f in dataclasses.fields(UpdateConfig)} if issubclass(config_cls, UpdateConfig) else set()
+    return [f for f in dataclasses.fields(config_cls) if f.name not in shared]
 
 
 @dataclass(frozen=True)
 class RunConfigs:
-    """The configs of one run, as a tree: the run, the model, sampling, the env, the update every learner shares
-    (`PPOConfig`), and the chosen task's and learner's own options.
+    """The configs of one run, as a tree: the run, the model, sampling, the env, the learner's config and the
+    chosen task's own options; with the learner's and the task's specs, resolved once here.
 
     Attributes:
-        run, ppo, env, model, sampling: `CORYConfig`, `PPOConfig`, `EnvConfig`, `ModelConfig`, `SamplingConfig`.
-        learner_options: the instance of the chosen learner's options class (its `LearnerSpec.config_class`, e.g.
-            `GRPOConfig` for ``grpo``); None when the learner reads only `PPOConfig`. Left None for a learner that
-            has one, it takes that class's defaults.
+        run, env, model, sampling: `CORYConfig`, `EnvConfig`, `ModelConfig`, `SamplingConfig`.
+        update: the learner's config, an instance of its `LearnerSpec.config_class` (`PPOConfig` for ppo and mappo,
+            `GRPOConfig` for grpo and magrpo, a plug-in's subclass of `UpdateConfig`); None = that class's
+            defaults.
         task_options: the instance of the chosen task's options class (`cory_env.tasks.TaskSpec.options`, e.g.
             `IMDBOptions` for ``imdb``); None for a task without options (or its defaults, as above).
-        unread: options that were given (flags, a YAML file, a preset, an old ``config.yaml``) but belong to
-            another learner's or task's options class: the run does not read them, and `unread_options` warns
-            about those that differ from their default. Not part of `to_flat`.
-
-    The learner and the task are looked up by name (`CORYConfig.learner`, `EnvConfig.task`: a registered name, a
-    ``module:attr`` or an entry point) when the object is built, so a mistake there is a `ValueError` before any
-    folder or model exists.
+        unread: options that were given (a YAML file, a preset, an old ``config.yaml``) but belong to another
+            learner's or task's options: the run does not read them, and `unread_options` warns about those that
+            differ from their default. Not part of `to_flat`.
+        learner_spec, task_spec: the `trainers.learning.registry.LearnerSpec` of ``run.learner`` and the
+            `cory_env.tasks.TaskSpec` of ``env.task`` (a registered name, a ``module:attr`` or an entry point),
+            looked up once when the object is built: a mistake there is a `ValueError` before any folder or model.
 
     Raises:
-        TypeError: a section of the wrong class, or options of another class than the spec declares.
-        ValueError: an unknown learner or task (`trainers.learning.learners.learner_spec`,
+        TypeError: a section of the wrong class, or a config of another class than the spec declares.
+        ValueError: an unknown learner or task (`trainers.learning.registry.learner_spec`,
             `cory_env.tasks.task_spec`), or an options class whose field names clash with another config's.
     """
 
     run: CORYConfig = field(default_factory=CORYConfig)
-    ppo: PPOConfig = field(default_factory=PPOConfig)
+    update: Any = None
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    learner_options: Any = None
     task_options: Any = None
     unread: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    learner_spec: Any = field(init=False, repr=False, compare=False)
+    task_spec: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for name, cls in (("run", CORYConfig), ("ppo", PPOConfig), ("env", EnvConfig), ("model", ModelConfig),
+        from trainers.learning.registry import learner_spec
+
+        for name, cls in (("run", CORYConfig), ("env", EnvConfig), ("model", ModelConfig),
                           ("sampling", SamplingConfig)):
             if not isinstance(getattr(self, name), cls):
                 raise TypeError(f"RunConfigs.{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
-        for name, cls in (("learner_options", self.learner_options_class),
-                          ("task_options", self.task_options_class)):
-            value = getattr(self, name)
-            if cls is None:
-                if value is not None:
-                    raise TypeError(f"RunConfigs.{name}: the chosen {name.split('_')[0]} reads no options of its "
-                                    f"own, got a {type(value).__name__}")
-            elif value is None:
-                object.__setattr__(self, name, cls())
-            elif not isinstance(value, cls):
-                raise TypeError(f"RunConfigs.{name} must be a {cls.__name__} (what the chosen "
-                                f"{name.split('_')[0]} declares), got {type(value).__name__}")
-        seen = {name: f"`cory train`'s own --{name}" for name in CLI_OPTIONS}
-        for section in self.sections():
-            for name, what in option_names(type(section)).items():
-                if name in seen:
-                    raise ValueError(f"option {name!r} is {_both(seen[name], what)}: every option of a run needs its "
-                                     "own name (the command line and config.yaml are flat); rename the plug-in's field")
-                seen[name] = what
-
-    @property
-    def learner_spec(self):
-        """The chosen learner's `trainers.learning.learners.LearnerSpec`."""
-        from trainers.learning.learners import learner_spec
-
-        return learner_spec(self.run.learner)
-
-    @property
-    def task_spec(self):
-        """The chosen task's `cory_env.tasks.TaskSpec`."""
-        return task_spec(self.env.task)
-
-    @property
-    def learner_options_class(self) -> type | None:
-        return _option_class(self.learner_spec.config_class)
+        object.__setattr__(self, "learner_spec", learner_spec(self.run.learner))
+        object.__setattr__(self, "task_spec", task_spec(self.env.task))
+        try:
+            object.__setattr__(self, "update", self.learner_spec.args(self.update))
+        except TypeError as err:
+            raise TypeError(f"RunConfigs.update: learner {self.run.learner!r} {err}") from None
+        options_cls = self.task_options_class
+        if options_cls is None:
+            if self.task_options is not None:
+                raise TypeError(f"RunConfigs.task_options: the chosen task reads no options of its own, got a "
+                                f"{type(self.task_options).__name__}")
+        elif self.task_options is None:
+            object.__setattr__(self, "task_options", options_cls())
+        elif not isinstance(self.task_options, options_cls):
+            raise TypeError(f"RunConfigs.task_options must be a {options_cls.__name__} (what the chosen task "
+                            f"declares), got {type(self.task_options).__name__}")
+        check_option_names(self.classes())
 
     @property
     def task_options_class(self) -> type | None:
         return _option_class(self.task_spec.options)
 
+    def classes(self) -> list[type]:
+        """The config classes of this run, in `sections` order."""
+        return [type(section) for section in self.sections()]
+
     def sections(self) -> list[Any]:
-        """The config objects in flat-dict order: env, task options, ppo, learner options, model, sampling, run."""
-        out = [self.env, self.task_options, self.ppo, self.learner_options, self.model, self.sampling, self.run]
+        """The config objects in flat-dict order: env, task options, the learner's config, model, sampling, run."""
+        out = [self.env, self.task_options, self.update, self.model, self.sampling, self.run]
         return [section for section in out if section is not None]
 
     def to_flat(self) -> dict[str, Any]:
@@ -311,26 +325,24 @@ class RunConfigs:
     @classmethod
     def from_flat(cls, flat: dict[str, Any], *, strict: bool = False) -> RunConfigs:
         """The configs from a flat dict; missing fields take their defaults (a run recorded before a field was
-        added reads as it ran). Which options classes join the base ones follows from the dict's ``learner`` and
-        ``task`` (their specs); keys of another registered learner's or task's options go to `unread`.
+        added reads as it ran). Which classes join the base ones follows from the dict's ``learner`` and ``task``
+        (their specs); keys of another known learner's or task's own options go to `unread`.
 
         Args:
             flat: ``{field: value}``, e.g. a run's ``config.yaml``, a checkpoint's ``trainer_state["config"]``, a
                 preset.
-            strict: raise on keys that are no option of any registered config (else they are ignored).
+            strict: raise on keys that are no option of any known config (else they are ignored).
 
         Raises:
             ValueError: an unknown key with `strict` (the valid ones are listed), an unknown learner or task, or a
                 value a config refuses.
         """
-        flat = migrate_flat(flat)
-        learner = flat.get("learner", CORYConfig.learner)
-        task = flat.get("task", EnvConfig.task)
-        from trainers.learning.learners import learner_spec
+        from trainers.learning.registry import learner_spec
 
-        classes = {"env": EnvConfig, "ppo": PPOConfig, "model": ModelConfig, "sampling": SamplingConfig,
-                   "run": CORYConfig, "learner_options": _option_class(learner_spec(learner).config_class),
-                   "task_options": _option_class(task_spec(task).options)}
+        learner = learner_spec(flat.get("learner", CORYConfig.learner))
+        task = task_spec(flat.get("task", EnvConfig.task))
+        classes = {"env": EnvConfig, "update": learner.config_class, "model": ModelConfig, "sampling": SamplingConfig,
+                   "run": CORYConfig, "task_options": _option_class(task.options)}
         read = {f.name for c in classes.values() if c is not None for f in dataclasses.fields(c)}
         rest = set(flat) - read
         others = option_fields() if rest else {}
@@ -346,7 +358,7 @@ class RunConfigs:
 def plugin_origins(configs: RunConfigs) -> dict[str, str]:
     """Where the run's learner, task and reward came from (`cory_env.registry.Registry.origin`: ``module:attr``,
     or an entry point and its distribution); a reward given as a callable is recorded by `reward_name` instead."""
-    from trainers.learning.learners import LEARNERS
+    from trainers.learning.registry import LEARNERS
 
     out = {"learner": LEARNERS.origin(configs.run.learner), "task": TASKS.origin(configs.env.task)}
     if configs.task_spec.reads and "reward" in configs.task_spec.reads and not configs.env.reward.startswith("<"):
@@ -362,24 +374,24 @@ def all_config_classes(*, learners: Iterable[Any] = (), tasks: Iterable[Any] = (
     (`option_fields`, the `learners` and `tasks` named included): every option a command line, a YAML file or a
     preset may hold."""
     owners = (owner for owner, _ in option_fields(learners=learners, tasks=tasks).values())
-    return [*BASE_CLASSES, *dict.fromkeys(owners)]
+    return [*BASE_CLASSES, UpdateConfig, *dict.fromkeys(owners)]
 
 
 def option_fields(*, learners: Iterable[Any] = (),
                   tasks: Iterable[Any] = ()) -> dict[str, tuple[type, tuple[str, ...]]]:
-    """Every option of the own options class of every learner and task this process knows: ``{field: (class, (who,
-    ...))}`` with ``who`` like ``"learner grpo"``; what `RunConfigs.from_flat` and ``cory train`` accept but a run of
-    another learner or task does not read.
+    """Every option of the own options of every learner and task this process knows (a learner's: its config's
+    fields beyond `UpdateConfig`, `own_fields`): ``{field: (class, (who, ...))}`` with ``who`` like ``"learner
+    grpo"``; what `RunConfigs.from_flat` and a YAML file accept but a run of another learner or task does not read.
 
-    Known are the registered and installed ones (`cory_env.registry.Registry.items`: an installed plug-in that does
-    not load is logged and left out) and those named by ``module:attr`` so far (`Registry.imported`), which no
-    registry lists: so the names in `learners` and `tasks` (e.g. what a YAML file and the command line name; None and
-    non-strings are skipped) are looked up first, and their options are known whatever is installed.
+    Known are the built-in and registered ones and those looked up so far (`cory_env.registry.Registry.known`: no
+    installed plug-in is imported for this): so the names in `learners` and `tasks` (e.g. what a YAML file and the
+    command line name; None and non-strings are skipped) are looked up first, and their options are known whatever
+    is installed.
 
     Raises:
         ValueError: a name in `learners` or `tasks` that is not found (the registry's reason).
     """
-    from trainers.learning.learners import LEARNERS
+    from trainers.learning.registry import LEARNERS
 
     out: dict[str, tuple[type, tuple[str, ...]]] = {}
     for kind, registry, attr, named in (("learner", LEARNERS, "config_class", learners),
@@ -387,28 +399,11 @@ def option_fields(*, learners: Iterable[Any] = (),
         for name in named:
             if isinstance(name, str):
                 registry.get(name)
-        for name, spec in [*registry.items(), *registry.imported()]:
+        for name, spec in registry.known():
             options = _option_class(getattr(spec, attr))
-            for f in dataclasses.fields(options) if options is not None else ():
+            for f in own_fields(options) if options is not None else ():
                 owner, who = out.get(f.name, (options, ()))
                 out[f.name] = (owner, (*who, f"{kind} {name}"))
-    return out
-
-
-#: Flat keys of earlier versions -> what they became: ``algo`` (``cory``: the task's default seating, ``ppo``: the
-#: pioneer alone) is `EnvConfig.seating`.
-MOVED_FIELDS = {"algo": "seating"}
-
-
-def migrate_flat(flat: dict[str, Any]) -> dict[str, Any]:
-    """`flat` in today's field names (`MOVED_FIELDS`): a run's ``config.yaml``, a checkpoint's config or a YAML file
-    written before a field moved reads as it ran. ``algo: cory`` was every task's two seats, the default seating
-    (None); ``algo: ppo`` is the seating ``ppo``; a key already in today's name wins."""
-    if "algo" not in flat:
-        return flat
-    out = {k: v for k, v in flat.items() if k != "algo"}
-    if flat["algo"] != "cory" and "seating" not in out:
-        out["seating"] = flat["algo"]  # "ppo", or a value EnvConfig refuses by name
     return out
 
 

@@ -39,19 +39,17 @@ def sampling_generator(seed: int, agent: object) -> torch.Generator:
 
 
 def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: torch.Generator | None = None,
-                 group_size: int = 1, queries: Sequence[str] | None = None, stream_offset: int = 0,
+                 queries: Sequence[str] | None = None, stream_offset: int = 0,
                  acting: dict[str, ActingScores] | None = None):
     """Play one batch of episodes to the end: the one rollout loop (training, evaluation, pass@k).
 
     Args:
-        env: a `cory_env.BatchedCORYEnv`.
+        env: a `cory_env.BatchedCORYEnv`; its `group_size` k (rows [g·k, (g+1)·k) play the same query: record,
+            query length and response length, so a group-relative learner compares k samples per query).
         agents: seat id -> agent with `act_batch(obs, generator=...) -> np.ndarray (B,) int64` and
             `reset_cache()`; must cover every seat the env selects.
-        seed: episode seed (row i draws from stream ``(seed, stream_offset + i // group_size)``, see
-            docs/architecture.md).
+        seed: episode seed (row i draws from stream ``(seed, stream_offset + i // k)``, see docs/architecture.md).
         generator: torch generator for sampling.
-        group_size: k; rows [g·k, (g+1)·k) play the same query (record, query length and response length), so a
-            group-relative learner (GRPO) compares k samples per query. 1 = every row its own query.
         queries: B explicit query texts (``env.reset`` option ``"queries"``: used whole, records ``{"query": q}``)
             instead of drawing them from the task's records; None draws.
         stream_offset: the first row's (group's) stream: this batch plays rows ``stream_offset·k ..`` of a larger
@@ -66,8 +64,6 @@ def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: tor
         KeyError: if the env selects a seat with no agent.
     """
     options = {}
-    if group_size > 1:
-        options["group_size"] = group_size
     if queries is not None:
         options["queries"] = list(queries)
     if stream_offset:

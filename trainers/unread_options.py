@@ -3,12 +3,13 @@
 Nothing here is a table of combinations: every message is derived from a declaration that lives with what it
 declares.
 
-* **the learner's spec** (`trainers.learning.learners.LearnerSpec`): the `PPOConfig` fields it ignores, whether it
-  trains a value head (``value_head_dropout``), the KL estimator it penalises (``kl_penalty``);
+* **the learner's spec** (`trainers.learning.registry.LearnerSpec`): whether it trains a value head
+  (``value_head_dropout``); what it reads is its config class (`trainers.learning.configs`), so a learner never
+  lists what it ignores;
 * **the task's spec** (`cory_env.tasks.TaskSpec.reads`): which optional `EnvConfig` fields it reads (``data_path``,
   ``reward``, ``heldout_fraction``, ...);
-* **another spec's options** given to this run (`RunConfigs.unread`: ``--group_size`` with ``--learner ppo``,
-  ``--min_review_chars`` with ``--task gsm8k``);
+* **another spec's options** carried by a YAML file or a preset into this run (`RunConfigs.unread`: ``group_size``
+  with ``--learner ppo``, ``min_review_chars`` with ``--task gsm8k``; given as a flag, they are an error);
 * **a field's own rule**, declared beside the fields of its config class: ``_unread_when = {field: (configs,
   seating) -> reason or None}``, checked when the field differs from its default (``lora_r`` without
   ``use_lora``), and ``_unread_always``, checked at any value (a default ``role_exchange_period`` that
@@ -31,7 +32,6 @@ from typing import Any
 from cory_env.seating import Seating
 from cory_env.tasks import OPTIONAL_ENV_FIELDS
 from trainers.config import RunConfigs, option_fields
-from trainers.learning.configs import PPOConfig
 
 __all__ = ["unread_options"]
 
@@ -62,13 +62,9 @@ def _spec_reasons(configs: RunConfigs) -> list[tuple[str, Any, str]]:
     """(field, value, reason) of the options the chosen learner's and task's specs say they do not read, and of the
     options given for another learner or task."""
     spec, name = configs.learner_spec, configs.run.learner
-    options = spec.options(configs.learner_options)
-    kl_kind = spec.kl_estimator(configs.ppo, options)
-    learner = (f"not read by learner={name!r} (its LearnerSpec; its KL estimator is {kl_kind}; `cory train "
-               f"--learner {name} --help` lists what it reads)")
-    unread = set(spec.ignores) | ({"kl_penalty"} if kl_kind != configs.ppo.kl_penalty else set())
-    out = [(f.name, getattr(configs.ppo, f.name), learner) for f in dataclasses.fields(PPOConfig)
-           if f.name in unread and getattr(configs.ppo, f.name) != _default(f)]
+    learner = (f"not read by learner={name!r} (it trains no value head; `cory train --learner {name} --help` lists "
+               "what it reads)")
+    out = []
     if not spec.value_head and not configs.model.disable_dropout and configs.model.value_head_dropout != \
             _default(next(f for f in dataclasses.fields(configs.model) if f.name == "value_head_dropout")):
         out.append(("value_head_dropout", configs.model.value_head_dropout, learner))

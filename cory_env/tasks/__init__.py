@@ -51,10 +51,10 @@ def task_spec(name: str) -> TaskSpec:
     return TASKS.get(name)
 
 
-def task_tokenizer(name: str):
-    """A fresh copy of the tokenizer task `name` brings with it (`TaskSpec.tokenizer`), or None when the task works
-    with the model's tokenizer."""
-    spec = task_spec(name)
+def task_tokenizer(task: "str | TaskSpec"):
+    """A fresh copy of the tokenizer `task` (a `TaskSpec`, or a name looked up in `TASKS`) brings with it
+    (`TaskSpec.tokenizer`), or None when the task works with the model's tokenizer."""
+    spec = task if isinstance(task, TaskSpec) else task_spec(task)
     return None if spec.tokenizer is None else spec.tokenizer()
 
 

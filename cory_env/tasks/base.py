@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from cory_env.checks import check_number
+from cory_env.checks import check_field, check_flag, check_number
 from cory_env.registry import PluginContractError
 from cory_env.prompts import OBSERVER_REQUIRED, PIONEER_TEMPLATE, parse_template
 from cory_env.rewards import make_reward_fn
-from cory_env.seating import READS, check_flag, check_num_seats
+from cory_env.seating import READS, check_num_seats
 
 __all__ = ["OPTIONAL_ENV_FIELDS", "EVALUATIONS", "Task", "TaskSpec"]
 
@@ -99,18 +99,13 @@ class Task:
         check_flag(self.private_query, f"task {self.name!r}: private_query")
         if self.seat_reads not in READS:
             raise ValueError(f"task {self.name!r}: seat_reads must be one of {READS}, got {self.seat_reads!r}")
-        for name in ("min_new_tokens", "max_new_tokens"):
-            check_number(getattr(self, name), f"task {self.name!r}: {name}", integer=True)
+        check_number(self.max_new_tokens, f"task {self.name!r}: max_new_tokens", integer=True, low=1)
+        check_number(self.min_new_tokens, f"task {self.name!r}: min_new_tokens", integer=True, low=1,
+                     high=self.max_new_tokens, fix="at most max_new_tokens")
         if self.query_tokens is not None:
             lo, hi = (check_number(n, f"task {self.name!r}: query_tokens", integer=True) for n in self.query_tokens)
-            if not 1 <= lo <= hi:
-                raise ValueError(f"task {self.name!r}: query_tokens must be (min, max) with 1 <= min <= max, got "
-                                 f"{self.query_tokens}; or None to keep whole queries")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"task {self.name!r}: max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if not 1 <= self.min_new_tokens <= self.max_new_tokens:
-            raise ValueError(f"task {self.name!r}: min_new_tokens must be in [1, max_new_tokens="
-                             f"{self.max_new_tokens}], got {self.min_new_tokens}")
+            check_field(1 <= lo <= hi, f"task {self.name!r}: query_tokens", self.query_tokens,
+                        "use (min, max) with 1 <= min <= max, or None to keep whole queries")
         if self.action_mask is not None:
             mask = np.asarray(self.action_mask)
             if mask.ndim != 1 or not np.isin(mask, (0, 1)).all() or not mask.any():
@@ -122,8 +117,9 @@ class Task:
 #: warns when it sets one its task does not read. The other fields (lengths of the window, seating, templates, ...)
 #: every task honours.
 OPTIONAL_ENV_FIELDS = ("data_path", "reward", "heldout_fraction", "query_split", "min_new_tokens", "max_new_tokens")
-#: How `cory eval` scores a task's checkpoint: ``"pioneer"`` (the pioneer alone: task reward, KL, distinct-n on the
-#: held-out queries), ``"pass@k"`` (sampled answers checked for correctness), or ``"none"``.
+#: The built-in ways `cory eval` scores a task's checkpoint (`trainers.cli.eval.EVALUATIONS`): ``"pioneer"`` (the
+#: pioneer alone: task reward, KL, distinct-n on the held-out queries), ``"pass@k"`` (sampled answers checked for
+#: correctness), or ``"none"``; a task may carry its own callable instead (`TaskSpec.evaluation`).
 EVALUATIONS = ("pioneer", "pass@k", "none")
 
 
@@ -142,7 +138,10 @@ class TaskSpec:
             the Gymnasium view's default tokenizer), or None: the model's tokenizer.
         reads: the `OPTIONAL_ENV_FIELDS` the task reads (a run that sets another one is warned that it does
             nothing).
-        evaluation: how `cory eval` scores it (`EVALUATIONS`).
+        evaluation: how `cory eval` scores it: a built-in evaluation's name (`EVALUATIONS`), or the task's own
+            callable ``evaluate(target, args) -> Path`` (``target``: `trainers.cli.eval.EvalTarget`, the model to
+            evaluate with its run's configs; ``args``: the parsed ``cory eval`` options), which prints what it found
+            and returns the file it wrote.
         resolve: ``(config) -> config``, run once per run before any env is built: decide where the data comes
             from (IMDB: ``data_path="hub"`` becomes None, the built-in openings, when the hub is unreachable), so
             that every env of the run reads the same source and the decision is logged once; None: nothing to
@@ -158,7 +157,7 @@ class TaskSpec:
     options: type | None = None
     tokenizer: Callable[[], Any] | None = None
     reads: tuple[str, ...] = ()
-    evaluation: str = "pioneer"
+    evaluation: str | Callable[..., Any] = "pioneer"
     resolve: Callable[[Any], Any] | None = None
     summary: str = ""
 
@@ -171,8 +170,9 @@ class TaskSpec:
         if unknown:
             raise ValueError(f"TaskSpec.reads names {unknown}, which are not optional EnvConfig fields; choose from "
                              f"{OPTIONAL_ENV_FIELDS} (every task reads the others)")
-        if self.evaluation not in EVALUATIONS:
-            raise ValueError(f"TaskSpec.evaluation must be one of {EVALUATIONS}, got {self.evaluation!r}")
+        if not callable(self.evaluation) and self.evaluation not in EVALUATIONS:
+            raise ValueError(f"TaskSpec.evaluation must be one of {EVALUATIONS} or a callable (target, args) -> "
+                             f"Path, got {self.evaluation!r}")
 
     def heldout_split(self, config) -> tuple[str, str | None]:
         """(the query split a held-out evaluation reads, why it is not a held-out one): ``("test", None)`` when

@@ -30,7 +30,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cory_env.checks import check_path
+from cory_env.checks import check_number, check_path
 from cory_env.hub import hub_reachable
 from cory_env.tasks.base import Task, TaskSpec
 from cory_env.tasks.gsm8k_answers import (
@@ -97,8 +97,8 @@ def load_gsm8k(path_or_split: str | os.PathLike[str], *, limit: int | None = Non
         ValueError: if `limit` < 1, or a line is not JSON, lacks `question`/`answer`, or its answer has no `####`
             gold (the message names the file and the 1-based line number).
     """
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"limit must be a positive int or None, got {limit!r}")
+    if limit is not None:
+        check_number(limit, "limit", integer=True, low=1, fix="or None for every problem")
     source = os.fspath(path_or_split)
     if source.startswith("hub:"):
         return _load_hub(source[len("hub:"):], limit)
@@ -190,13 +190,9 @@ def make_gsm8k_task(
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     max_new = config.max_new_tokens if max_new_tokens is None else max_new_tokens
     min_new = config.min_new_tokens if min_new_tokens is None else min_new_tokens
-    if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
-        raise ValueError(f"max_new_tokens must be a positive int (new tokens), got {max_new!r}")
-    if isinstance(min_new, bool) or not isinstance(min_new, int) or not 1 <= min_new <= max_new:
-        raise ValueError(
-            f"min_new_tokens must be an int in [1, max_new_tokens={max_new}], got {min_new!r}; set both equal "
-            "for a fixed budget"
-        )
+    check_number(max_new, "max_new_tokens", integer=True, low=1)
+    check_number(min_new, "min_new_tokens", integer=True, low=1, high=max_new,
+                 fix="at most max_new_tokens; set both equal for a fixed budget")
     if max_new < 64:
         logger.warning("GSM8K with max_new_tokens=%d: step-by-step answers usually need 150-256 tokens (paper "
                        "evaluation: 256); use --preset gsm8k-quick or --max_new_tokens 256", max_new)

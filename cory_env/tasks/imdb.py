@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 
-from cory_env.config import check_int
+from cory_env.checks import check_number
 from cory_env.data import heldout_split
 from cory_env.prompts import PIONEER_TEMPLATE
 from cory_env.tasks.base import Task, TaskSpec
@@ -56,10 +56,11 @@ class IMDBOptions:
     )
 
     def __post_init__(self) -> None:
-        check_int("min_review_chars", self.min_review_chars, 0, "use 0 to keep every review")
-        check_int("query_min_tokens", self.query_min_tokens, 1, "a query needs at least one token")
-        check_int("query_max_tokens", self.query_max_tokens, self.query_min_tokens,
-                  f"set it >= query_min_tokens ({self.query_min_tokens})")
+        check_number(self.min_review_chars, "min_review_chars", integer=True, low=0, fix="0 keeps every review")
+        check_number(self.query_min_tokens, "query_min_tokens", integer=True, low=1,
+                     fix="a query needs at least one token")
+        check_number(self.query_max_tokens, "query_max_tokens", integer=True, low=self.query_min_tokens,
+                     fix=f"at least query_min_tokens={self.query_min_tokens}")
 
 
 def make_imdb_task(config, tokenizer=None, options: IMDBOptions | None = None) -> Task:

@@ -71,7 +71,7 @@ def test_copy_for_agents_makes_one_policy_per_seat(tiny_model):
     assert len(policies) == 3 and len({id(p) for p in policies}) == 3
     assert all(all(q.requires_grad for q in p.parameters()) for p in policies)
     assert ref.model is tiny_model
-    with pytest.raises(ValueError, match="n must be >= 1"):
+    with pytest.raises(ValueError, match="^n=0 is invalid: use an integer >= 1"):
         copy_for_agents(tiny_model, 0)
 
 

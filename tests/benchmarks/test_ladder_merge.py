@@ -15,7 +15,7 @@ def _run(arm: str, seed: int, final: float, before: float = 0.2) -> dict:
 
 @pytest.mark.parametrize("field, value", [("final", float("nan")), ("before", float("inf")), ("final", None)])
 def test_merge_refuses_a_run_whose_reward_is_not_a_finite_number(tmp_path, field, value):
-    from benchmarks.learning import merge, summarise
+    from benchmarks.ladder_summary import merge, summarise
 
     good = summarise("relay", [_run("cory", 0, 1.9), _run("cory", 1, 1.7)], {}, ["--rung", "relay"])
     bad = summarise("relay", [_run("cory-wo-kt", 0, 1.0), _run("cory-wo-kt", 1, 1.2)], {}, ["--rung", "relay"])

@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from benchmarks import learning
+from benchmarks import ladder_run, learning
 from benchmarks.ladder_progress import PROGRESS_FILE, load_progress, save_progress
 from trainers.loop.cory import CORYTrainer
 
@@ -23,7 +23,7 @@ def _numbers(run: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    return learning.run_own_arm(*ARGS, str(tmp_path_factory.mktemp("whole") / "cory-s0"), FLAGS)
+    return ladder_run.run_own_arm(*ARGS, str(tmp_path_factory.mktemp("whole") / "cory-s0"), FLAGS)
 
 
 def _interrupt_at(monkeypatch, iteration: int, how):
@@ -46,10 +46,10 @@ def test_a_crashed_run_resumes_from_its_last_point_with_identical_numbers(tmp_pa
     run_dir = str(tmp_path / "cory-s0")
     _interrupt_at(monkeypatch, 7, _fail)  # after the point at iteration 6; the trainer saves iteration 6 too
     with pytest.raises(RuntimeError, match="killed"):
-        learning.run_own_arm(*ARGS, run_dir, FLAGS, keep=True)
+        ladder_run.run_own_arm(*ARGS, run_dir, FLAGS, keep=True)
     assert (tmp_path / "cory-s0" / PROGRESS_FILE).is_file()
     monkeypatch.undo()
-    resumed = learning.run_own_arm(*ARGS, run_dir, FLAGS, keep=True, resume=True)
+    resumed = ladder_run.run_own_arm(*ARGS, run_dir, FLAGS, keep=True, resume=True)
     assert _numbers(resumed) == _numbers(uninterrupted)
     assert resumed["resumed_at"] == [64 * 6]  # rewound past the trainer's own checkpoint of iteration 6 (no point)
 
@@ -58,10 +58,10 @@ def test_a_crashed_run_resumes_from_its_last_point_with_identical_numbers(tmp_pa
 def test_a_stop_signal_leaves_no_result_and_a_run_that_resumes_identically(tmp_path, monkeypatch, uninterrupted):
     run_dir = str(tmp_path / "cory-s0")
     _interrupt_at(monkeypatch, 9, lambda trainer: trainer._request_stop(signal.SIGTERM, None))
-    with pytest.raises(learning.RunInterrupted, match="stopped after 640 of 768 episodes.*--resume"):
-        learning.run_own_arm(*ARGS, run_dir, FLAGS, keep=True)  # the point after iteration 9 is the last one kept
+    with pytest.raises(ladder_run.RunInterrupted, match="stopped after 640 of 768 episodes.*--resume"):
+        ladder_run.run_own_arm(*ARGS, run_dir, FLAGS, keep=True)  # the point after iteration 9 is the last one kept
     monkeypatch.undo()
-    resumed = learning.run_own_arm(*ARGS, run_dir, FLAGS, keep=True, resume=True)
+    resumed = ladder_run.run_own_arm(*ARGS, run_dir, FLAGS, keep=True, resume=True)
     assert _numbers(resumed) == _numbers(uninterrupted)
     assert resumed["resumed_at"] == [640]
 

@@ -122,7 +122,7 @@ def test_the_tradeoff_figure_is_written(tmp_path):
 def test_the_tradeoff_figure_zooms_on_the_budgets_kl_range_and_draws_a_derived_arm_once(tmp_path):
     import matplotlib.image
 
-    from benchmarks.learning import summarise
+    from benchmarks.ladder_summary import summarise
 
     cory = {**_long_run("cory", 0), "episodes": 400, "curve": _long_run("cory", 0)["curve"][:3]}  # KL <= 4
     result = summarise("imdb", [_long_run("ppo-2x", 0), cory], {}, ["--rung", "imdb"])
@@ -141,7 +141,9 @@ def _long_run(arm: str, seed: int) -> dict:
 
 
 def test_a_2x_control_run_also_gives_its_base_arm_at_the_rung_budget():
-    from benchmarks.learning import RUNGS, arm_spec, eval_points, summarise
+    from benchmarks.ladder_run import eval_points
+    from benchmarks.ladder_summary import summarise
+    from benchmarks.rungs import RUNGS, arm_spec
 
     assert arm_spec("ppo-2x") == ("ppo", 2) and arm_spec("cory") == ("cory", 1)
     rung = RUNGS["imdb"]
@@ -167,7 +169,8 @@ def test_a_2x_control_run_also_gives_its_base_arm_at_the_rung_budget():
 
 
 def test_an_nx_arm_names_any_whole_factor_and_refuses_the_rest():
-    from benchmarks.learning import arm_spec, main
+    from benchmarks.learning import main
+    from benchmarks.rungs import arm_spec
 
     assert arm_spec("cory-4x") == ("cory", 4) and arm_spec("cory-wo-kt-12x") == ("cory-wo-kt", 12)
     assert arm_spec("cory-wo-kt") == ("cory-wo-kt", 1) and arm_spec("ppo-1x") == ("ppo", 1)
@@ -180,7 +183,9 @@ def test_an_nx_arm_names_any_whole_factor_and_refuses_the_rest():
 
 
 def test_a_4x_arm_is_evaluated_at_its_base_arms_points_and_gives_the_base_and_no_duplicate():
-    from benchmarks.learning import RUNGS, eval_points, summarise
+    from benchmarks.ladder_run import eval_points
+    from benchmarks.ladder_summary import summarise
+    from benchmarks.rungs import RUNGS
 
     rung = RUNGS["imdb"]
     base, long = eval_points(rung, 25), eval_points(rung, 100, 4)

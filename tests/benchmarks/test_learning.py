@@ -78,7 +78,8 @@ def _run(arm: str, seed: int, final: float, before: float = 0.2) -> dict:
 
 
 def test_ceilings_hold_only_when_every_seed_stays_below():
-    from benchmarks.learning import RUNGS, summarise
+    from benchmarks.ladder_summary import summarise
+    from benchmarks.rungs import RUNGS
 
     ceiling = RUNGS["relay"].ceilings["cory-wo-kt"]
     runs = [_run("cory", 0, 1.9), _run("cory", 1, 1.85), _run("cory-wo-kt", 0, ceiling - 0.1),
@@ -93,10 +94,10 @@ def test_ceilings_hold_only_when_every_seed_stays_below():
 
 
 def test_external_arms_run_on_their_own_rung_only(tmp_path):
-    from benchmarks import learning
+    from benchmarks import learning, rungs
 
-    for spec in learning.EXTERNAL_ARMS.values():
-        assert spec.rung in learning.RUNGS and spec.metric in ("collective", "pioneer")
+    for spec in rungs.EXTERNAL_ARMS.values():
+        assert spec.rung in rungs.RUNGS and spec.metric in ("collective", "pioneer")
     with pytest.raises(SystemExit):  # an unknown arm is refused before anything runs
         learning.main(["--rung", "sanity", "--arms", "no-such-arm", "--out", str(tmp_path / "x.json")])
     result = learning.main(["--rung", "sanity", "--arms", "trl-grpo", "tianshou", "--out", str(tmp_path / "x.json")])
@@ -109,7 +110,7 @@ def test_an_external_arm_passes_its_options(arm, precision, monkeypatch):
     """`trl-grpo-default` runs TRL's module in TRL's own precision; `trl-grpo` passes nothing (fp32, ours)."""
     pytest.importorskip("trl")
     import benchmarks.trl_grpo
-    from benchmarks import learning
+    from benchmarks import ladder_run
 
     seen = {}
 
@@ -118,14 +119,14 @@ def test_an_external_arm_passes_its_options(arm, precision, monkeypatch):
         return {"after": 0.5, "before": 0.1, "episodes": episodes, "curve": []}
 
     monkeypatch.setattr(benchmarks.trl_grpo, "train_and_evaluate", fake)
-    run = learning.run_external_arm(arm, 0, 16, 8)
+    run = ladder_run.run_external_arm(arm, 0, 16, 8)
     assert run["arm"] == arm and seen == ({"precision": precision} if precision else {})
 
 
 def test_training_clock_leaves_evaluation_out():
     import time
 
-    from benchmarks.learning import TrainingClock
+    from benchmarks.ladder_run import TrainingClock
 
     def busy(seconds: float) -> dict:
         end = time.process_time() + seconds
@@ -163,7 +164,7 @@ def test_equal_time_interpolates_each_seed_at_the_shortest_arms_training_time():
 
 
 def test_merge_summarises_runs_made_apart(tmp_path):
-    from benchmarks.learning import merge, summarise
+    from benchmarks.ladder_summary import merge, summarise
 
     a = summarise("relay", [_run("cory", 0, 1.9), _run("cory", 1, 1.7)], {}, ["--rung", "relay", "--arms", "cory"])
     b = summarise("relay", [_run("cory-wo-kt", 0, 1.0)], {}, ["--rung", "relay", "--arms", "cory-wo-kt"])
@@ -204,7 +205,7 @@ def test_first_reach_interpolates_episodes_and_cpu():
 
 def test_summarise_gives_each_arm_its_iqm_and_interval():
     from benchmarks.ladder_report import table
-    from benchmarks.learning import summarise
+    from benchmarks.ladder_summary import summarise
 
     runs = [_run("cory", s, final) for s, final in enumerate((1.9, 1.7, 1.8))] + [_run("cory-wo-kt", 0, 1.0)]
     result = summarise("relay", runs, {}, ["--rung", "relay"])
@@ -225,7 +226,7 @@ def test_summarise_gives_each_arm_its_iqm_and_interval():
 
 def _parts(tmp_path, *parts: tuple[str, list[dict], list[str]]) -> list[str]:
     """Ladder JSONs of the relay rung, one per (name, runs, extra shared flags); their paths."""
-    from benchmarks.learning import summarise
+    from benchmarks.ladder_summary import summarise
 
     paths = []
     for name, runs, extra in parts:
@@ -237,7 +238,7 @@ def _parts(tmp_path, *parts: tuple[str, list[dict], list[str]]) -> list[str]:
 
 
 def test_merge_refuses_runs_of_other_settings_or_budgets(tmp_path):
-    from benchmarks.learning import merge
+    from benchmarks.ladder_summary import merge
 
     cory = [_run("cory", 0, 1.9), _run("cory", 1, 1.7)]
     other_kl = _parts(tmp_path, ("a", cory, []), ("b", [_run("cory-wo-kt", 0, 1.0)], ["--init_kl_coef", "0.2"]))
@@ -267,7 +268,8 @@ def test_merge_refuses_runs_of_other_settings_or_budgets(tmp_path):
 
 
 def test_merge_across_commits_only_when_asked_and_records_every_commit(tmp_path):
-    from benchmarks.learning import main, merge
+    from benchmarks.ladder_summary import merge
+    from benchmarks.learning import main
 
     paths = _parts(tmp_path, ("a", [{**_run("cory", s, 1.8), "commit": "049d50d"} for s in (0, 1)], []),
                    ("b", [{**_run("cory-wo-kt", 0, 1.0), "commit": "64dde2e-dirty"}], []),

@@ -18,7 +18,7 @@ def _run(arm: str, seed: int, rewards: list[float]) -> dict:
 
 
 def test_export_writes_marl_evals_nesting_and_reads_back(tmp_path):
-    from benchmarks.learning import summarise
+    from benchmarks.ladder_summary import summarise
     from benchmarks.marl_eval_json import export_marl_eval
 
     runs = [_run("cory", 0, [0.15, 0.3, 0.44]), _run("cory", 1, [0.12, 0.2, 0.31]), _run("ppo", 0, [0.15, 0.5, 0.6]),
@@ -40,7 +40,8 @@ def test_export_writes_marl_evals_nesting_and_reads_back(tmp_path):
 
 
 def test_export_chooses_arms_and_names_and_refuses_unknown_arms(tmp_path):
-    from benchmarks.learning import main, summarise
+    from benchmarks.ladder_summary import summarise
+    from benchmarks.learning import main
     from benchmarks.marl_eval_json import export_marl_eval, to_marl_eval
 
     result = summarise("imdb", [_run("cory", 0, [0.1, 0.4]), _run("ppo", 0, [0.1, 0.6])], {}, [])
@@ -67,7 +68,7 @@ def _points(arm: str, seed: int, rewards: list[float], step: int = 200) -> dict:
 
 
 def _two_arms() -> dict:
-    from benchmarks.learning import summarise
+    from benchmarks.ladder_summary import summarise
 
     return summarise("imdb", [_points("cory", 0, [0.15, 0.3, 0.44]), _points("cory", 1, [0.12, 0.2, 0.31]),
                               _points("ppo", 0, [0.15, 0.5, 0.6]), _points("ppo", 1, [0.12, 0.4, 0.58])], {}, [])
@@ -114,7 +115,8 @@ def test_marl_evals_own_checks_accept_the_export_for_every_metric():
 
 
 def test_arms_on_other_seeds_or_budgets_are_refused_with_the_reason(tmp_path):
-    from benchmarks.learning import main, summarise
+    from benchmarks.ladder_summary import summarise
+    from benchmarks.learning import main
     from benchmarks.marl_eval_json import check_exportable, to_marl_eval
 
     result = summarise("imdb", [_points("cory", 0, [0.1, 0.4, 0.5]), _points("cory", 1, [0.1, 0.3, 0.4]),
@@ -176,7 +178,7 @@ def test_the_docstring_merge_command_exports_what_marl_eval_accepts(tmp_path, mo
 def test_the_command_line_exports_a_written_ladder_json(tmp_path, capsys):
     from benchmarks.marl_eval_json import main
 
-    ladder = str(Path(__file__).resolve().parents[2] / "benchmarks" / "learning_imdb.json")
+    ladder = str(Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "learning_imdb.json")
     with pytest.raises(SystemExit):
         main([ladder, "--out", str(tmp_path / "all.json")])
     assert "cory, ppo: seeds [0, 1, 2, 3, 4]" in capsys.readouterr().err and not (tmp_path / "all.json").exists()

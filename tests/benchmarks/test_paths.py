@@ -74,8 +74,8 @@ def test_recorded_paths_are_relative_to_the_repository_or_the_data_folder(monkey
     from benchmarks import paths
 
     monkeypatch.setenv(paths.DATA_ENV, str(tmp_path / "data"))
-    assert paths.recorded_path(str(ROOT / "benchmarks" / "imdb_runs" / "cory-s0.json")) == \
-        "benchmarks/imdb_runs/cory-s0.json"
+    assert paths.recorded_path(str(ROOT / "benchmarks" / "results" / "imdb_runs" / "cory-s0.json")) == \
+        "benchmarks/results/imdb_runs/cory-s0.json"
     assert paths.recorded_path(str(tmp_path / "data" / "imdb_reviews_1000.csv")) == \
         "$CORY_SHARED_DATA/imdb_reviews_1000.csv"
     assert paths.recorded_path(str(tmp_path / "runs" / "cory-s0")) == "<outside>/cory-s0"
@@ -87,19 +87,19 @@ def test_recorded_paths_are_relative_to_the_repository_or_the_data_folder(monkey
 
 
 def test_a_ladder_result_records_its_command_and_flags_without_the_machine(tmp_path):
-    from benchmarks.learning import summarise
+    from benchmarks.ladder_summary import summarise
 
-    out = ROOT / "benchmarks" / "learning_imdb.json"
+    out = ROOT / "benchmarks" / "results" / "learning_imdb.json"
     result = summarise("imdb", [], {}, ["--rung", "imdb", "--out", str(out), "--run_dir", str(tmp_path / "runs")])
-    assert result["command"] == "python benchmarks/learning.py --rung imdb --out benchmarks/learning_imdb.json " \
-                                "--run_dir <outside>/runs"
+    assert result["command"] == ("python benchmarks/learning.py --rung imdb --out benchmarks/results/learning_imdb.json"
+                                 " --run_dir <outside>/runs")
     assert "$CORY_SHARED_DATA/imdb_reviews_1000.csv" in result["shared_flags"]
     assert not any(ABSOLUTE.search(f) for f in result["shared_flags"])
 
 
 def test_the_imdb_rung_reads_its_data_through_the_setting(monkeypatch, tmp_path):
     from benchmarks import paths
-    from benchmarks.learning import arm_configs
+    from benchmarks.rungs import arm_configs
 
     (tmp_path / "imdb_reviews_1000.csv").write_text("text\na fine film\n", encoding="utf-8")
     monkeypatch.setenv(paths.DATA_ENV, str(tmp_path))

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks import learning
+from benchmarks import rungs
 from benchmarks import throughput as tp
 
 
@@ -61,7 +61,7 @@ def test_trl_is_timed_per_generation_batch_in_the_matching_precision(monkeypatch
     import benchmarks.trl_grpo
 
     monkeypatch.setattr(benchmarks.trl_grpo, "make_trl_trainer", make)
-    monkeypatch.setattr(learning, "arm_configs", lambda *a: (SimpleNamespace(ppo=SimpleNamespace(batch_size=16)), 1))
+    monkeypatch.setattr(rungs, "arm_configs", lambda *a: (SimpleNamespace(update=SimpleNamespace(batch_size=16)), 1))
     seconds = tp.time_trl(precision, "cuda:0", 2, 0, "/tmp/unused", ["--model", "m"])
     assert seconds == [1.0, 1.0]  # one clock reading at the start and at steps 4 and 8, none at the other steps
     assert synchronized == ["cuda:0"] * 3  # the device is synchronised before each reading

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -95,18 +97,20 @@ def test_neighbouring_seeds_draw_independent_query_streams(tiny_tok, imdb_csv):
 
 def test_stream_offset_plays_the_rows_of_a_larger_batch(tiny_tok):
     config = EnvConfig(min_new_tokens=1, max_new_tokens=1)
-    big = BatchedCORYEnv(config, tiny_tok, batch_size=8, seating="ppo")
-    part = BatchedCORYEnv(config, tiny_tok, batch_size=4, seating="ppo")
+    big = BatchedCORYEnv(config, tiny_tok, batch_size=8, seating="ppo", group_size=2)
+    part = BatchedCORYEnv(config, tiny_tok, batch_size=4, seating="ppo", group_size=2)
     transcripts = []
-    for env, options in ((big, {"group_size": 2}), (part, {"group_size": 2, "stream_offset": 2})):
+    for env, options in ((big, {}), (part, {"stream_offset": 2})):
         env.reset(seed=3, options=options)
         while not env.done:
             env.step(np.zeros(env.batch_size, dtype=np.int64))
         transcripts.append(env.transcript())
     assert transcripts[1].query_ids == transcripts[0].query_ids[4:]
-    with pytest.raises(ValueError, match="stream_offset must be an int >= 0"):
+    with pytest.raises(ValueError, match="group_size=3; pass a group_size that divides batch_size"):
+        BatchedCORYEnv(config, tiny_tok, batch_size=4, seating="ppo", group_size=3)  # the group size at construction
+    with pytest.raises(ValueError, match="stream_offset=-1 is invalid: use an integer >= 0"):
         part.reset(seed=3, options={"stream_offset": -1})
-    with pytest.raises(ValueError, match="seed must be >= 0"):
+    with pytest.raises(ValueError, match="seed=-3 is invalid: use an integer >= 0"):
         part.reset(seed=-3)
 
 
@@ -313,7 +317,7 @@ def test_episode_batch_defaults(tiny_tok):
 def test_batch_size_must_be_a_positive_int(tiny_tok, batch_size):
     from cory_env.episode import EpisodeBatch
 
-    with pytest.raises(ValueError, match=f"^batch_size must be a positive int, got {batch_size!r}$"):
+    with pytest.raises(ValueError, match=f"^batch_size={re.escape(repr(batch_size))} is invalid: use "):
         EpisodeBatch(_task(), tiny_tok, batch_size=batch_size)
 
 

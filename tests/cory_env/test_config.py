@@ -31,8 +31,8 @@ def test_defaults_follow_the_paper_and_config_is_frozen():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"heldout_fraction": 1.0}, "heldout_fraction must be in"),
-    ({"heldout_fraction": -0.1}, "heldout_fraction must be in"),
+    ({"heldout_fraction": 1.0}, r"^heldout_fraction=1.0 is invalid: use a value in \[0, 1\); 0.1 keeps a tenth"),
+    ({"heldout_fraction": -0.1}, r"^heldout_fraction=-0.1 is invalid: use a value in \[0, 1\)"),
     ({"query_split": "valid"}, "query_split must be one of"),
     ({"query_split": "test"}, "needs a held-out slice"),
 ])

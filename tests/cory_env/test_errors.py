@@ -124,8 +124,8 @@ def test_stepping_a_finished_batch_says_so(tiny_tok):
 @pytest.mark.parametrize(("group_size", "message"), [
     (3, "4 rows (batch_size) do not split into groups of group_size=3; pass a group_size that divides the env's "
         "batch_size"),
-    *[(bad, f"group_size must be an int >= 1, got {bad!r}; pass a group_size that divides the env's batch_size")
-      for bad in (0, True, 2.0)]])
+    *[(bad, f"group_size={bad!r} is invalid: use {what}; pass a group_size that divides the env's batch_size")
+      for bad, what in ((0, "an integer >= 1"), (True, "an integer (got bool)"), (2.0, "an integer (got float)"))]])
 def test_group_size_must_be_a_positive_int_dividing_the_batch(tiny_tok, group_size, message):
     """The one group rule (`cory_env.episode.check_groups`), at the env's input."""
     from cory_env.episode import EpisodeBatch
@@ -184,7 +184,7 @@ def test_bad_query_types(tiny_tok):
         aec.reset(options={"query": [1, 500]})
     with pytest.raises(TypeError, match="text or a sequence of token ids"):
         aec.reset(options={"query": 3.5})
-    with pytest.raises(TypeError, match="seed must be an int"):
+    with pytest.raises(ValueError, match="seed='1' is invalid: use an integer"):
         aec.reset(seed="1")
 
 
@@ -279,8 +279,8 @@ def test_reward_function_wrong_count(tiny_tok):
     ({"observer_template": "{query} only"}, r"lacks the placeholder\(s\) \{response\}"),
     ({"pioneer_template": "Review:"}, r"pioneer_template 'Review:' lacks the placeholder\(s\) \{query\}"),
     ({"observer_template": "{query}{response}{answer}"}, r"uses the placeholder \{answer\}"),
-    ({"max_new_tokens": 0}, "max_new_tokens must be >= 1, got 0"),
-    ({"max_new_tokens": -3}, "max_new_tokens must be >= 1, got -3"),
+    ({"max_new_tokens": 0}, "^max_new_tokens=0 is invalid: use an integer >= 4; at least min_new_tokens=4"),
+    ({"max_new_tokens": -3}, "^max_new_tokens=-3 is invalid: use an integer >= 4"),
     ({"context_len": 30}, r"context_len=30 is too small.*raise context_len to >= \d+"),
     ({"bogus": 1}, r"unknown env argument\(s\) \['bogus'\]"),
 ])
@@ -324,11 +324,13 @@ def test_render_mode_must_be_ansi(tiny_tok):
 
 
 def test_config_errors_name_field_value_and_fix():
-    with pytest.raises(ValueError, match="query_max_tokens must be >= 5, got 3; set it >= query_min_tokens"):
+    with pytest.raises(ValueError,
+                       match="^query_max_tokens=3 is invalid: use an integer >= 5; at least query_min_tokens=5$"):
         IMDBOptions(query_min_tokens=5, query_max_tokens=3)
-    with pytest.raises(ValueError, match=r"max_new_tokens \(3\) must be >= min_new_tokens \(4\)"):
+    with pytest.raises(ValueError, match="^max_new_tokens=3 is invalid: use an integer >= 4; at least "
+                                         "min_new_tokens=4; raise max_new_tokens or lower min_new_tokens$"):
         EnvConfig(max_new_tokens=3)
     with pytest.raises(ValueError, match=r"^partner_reward_coef=nan is invalid: use a finite number"):
         EnvConfig(partner_reward_coef=float("nan"))
-    with pytest.raises(ValueError, match="context_len must be an integer, got 12.5"):
+    with pytest.raises(ValueError, match=r"^context_len=12.5 is invalid: use an integer \(got float\)"):
         EnvConfig(context_len=12.5)

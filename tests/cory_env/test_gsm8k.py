@@ -98,7 +98,8 @@ def test_make_gsm8k_task(tmp_path, tiny_tok):
     assert task.reward_fn(["Q1?", "Q2?"], ["The answer is 2", "8"], list(task.records)) == [1.0, -1.0]
     assert make_gsm8k_task(config, tiny_tok, min_new_tokens=1).min_new_tokens == 1  # keyword beats config
     assert make_gsm8k_task(config, tiny_tok, max_new_tokens=128).max_new_tokens == 128
-    with pytest.raises(ValueError, match="min_new_tokens must be an int in"):
+    with pytest.raises(ValueError, match=r"^min_new_tokens=9 is invalid: use an integer in \[1, 8\]; at most "
+                                         "max_new_tokens"):
         make_gsm8k_task(config, tiny_tok, max_new_tokens=8, min_new_tokens=9)
     with pytest.raises(ValueError, match="split"):
         make_gsm8k_task(config, tiny_tok, split="dev")

@@ -34,7 +34,7 @@ def test_collective_reward_computes_in_float64_and_rejects_a_non_finite_coef():
     np.testing.assert_array_equal(out["pioneer"], w1 + 0.3 * w2)
     np.testing.assert_array_equal(out["observer"], w2 + 0.3 * w1)
     assert not np.array_equal(out["observer"], (r2 + np.float32(0.3) * r1).astype(np.float64))  # the test can tell
-    with pytest.raises(ValueError, match="^coef must be finite, got nan"):
+    with pytest.raises(ValueError, match="^coef=nan is invalid: use a finite number"):
         collective_reward(r1, r2, coef=float("nan"))
 
 

@@ -49,9 +49,9 @@ def test_task_checks():
         Task(**{**base, "records": ["q"]})
     with pytest.raises(ValueError, match=r"lacks the placeholder\(s\) \{response\}"):
         Task(**{**base, "observer_template": "{query}"})
-    with pytest.raises(ValueError, match="query_tokens must be"):
+    with pytest.raises(ValueError, match=r"query_tokens=\(3, 2\) is invalid: use \(min, max\) with 1 <= min <= max"):
         Task(**{**base, "query_tokens": (3, 2)})
-    with pytest.raises(ValueError, match="max_new_tokens must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="max_new_tokens=0 is invalid: use an integer >= 1"):
         Task(**{**base, "min_new_tokens": 0, "max_new_tokens": 0})
     with pytest.raises(ValueError, match="action_mask must be"):
         Task(**{**base, "action_mask": np.zeros(5, dtype=np.int8)})

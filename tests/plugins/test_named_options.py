@@ -47,7 +47,7 @@ def test_a_runs_config_yaml_resumes_with_its_plugins_own_options(names, preset, 
     config = _write(tmp_path / "config.yaml", run.to_flat())
     configs = parse_train_args([*PRESETS[preset], "--config", config, "--resume", "--num_iterations", "4"])
     assert (configs.run.learner, configs.env.task) == (names["learner"], names["task"])
-    assert configs.learner_options.baseline_decay == 0.5 and configs.task_options.keyword == "the"
+    assert configs.update.baseline_decay == 0.5 and configs.task_options.keyword == "the"
     assert configs.run.resume and configs.run.num_iterations == 4 and not configs.unread
 
 
@@ -56,17 +56,29 @@ def test_a_yaml_file_holds_the_options_of_the_plugins_the_command_line_names(nam
     config = _write(tmp_path / "options.yaml", {"baseline_decay": 0.25, "keyword": "good"})
     configs = parse_train_args([*PRESETS[preset], "--learner", names["learner"], "--task", names["task"],
                                 "--config", config])
-    assert configs.learner_options.baseline_decay == 0.25 and configs.task_options.keyword == "good"
+    assert configs.update.baseline_decay == 0.25 and configs.task_options.keyword == "good"
 
 
 def test_a_plugin_a_yaml_file_names_but_the_command_line_replaces_is_named_as_unread(bare_plugins_on_path,
                                                                                       tmp_path):
     config = _write(tmp_path / "c.yaml", {**MODULE_ATTR, "baseline_decay": 0.5, "keyword": "the"})
     configs = parse_train_args(["--config", config, "--learner", "ppo", "--task", "imdb"])
-    assert configs.learner_options is None and configs.task_options.__class__.__name__ == "IMDBOptions"
+    assert type(configs.update).__name__ == "PPOConfig" and type(configs.task_options).__name__ == "IMDBOptions"
     assert configs.unread == {"baseline_decay": 0.5, "keyword": "the"}
     text = " ".join(unread_options(configs, Seating.from_spec("cory")))
     assert f"baseline_decay=0.5 does nothing: read by learner {MODULE_ATTR['learner']} only" in text
+
+
+def test_a_plugins_option_given_as_a_flag_to_a_run_of_another_learner_is_an_error(bare_plugins_on_path, tmp_path,
+                                                                                   capsys):
+    """The same option from a YAML file is warned about (above); typed on the command line it is a mistake."""
+    config = _write(tmp_path / "c.yaml", {"learner": MODULE_ATTR["learner"]})  # the plug-in is known to this run
+    status = main(["train", "--config", config, "--learner", "ppo", "--baseline_decay", "0.5",
+                   "--output_dir", str(tmp_path / "never")])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"--baseline_decay is read by learner {MODULE_ATTR['learner']} only, not by this run (learner='ppo'" in err
+    assert not (tmp_path / "never").exists()
 
 
 def test_a_yaml_file_naming_a_plugin_that_does_not_import_names_it(tmp_path, capsys):
@@ -96,9 +108,8 @@ def test_an_installed_plugin_that_does_not_load_fails_only_the_runs_that_name_it
     config = _write(tmp_path / "c.yaml", {"batch_size": 8})
     with caplog.at_level(logging.WARNING, logger="cory_env.registry"):
         configs = parse_train_args(["--preset", "tiny", "--config", config])
-    assert configs.ppo.batch_size == 8 and configs.run.learner == "ppo"
-    assert "learner 'broken' (entry point 'no_such_module_for_cory:SPEC' of broken-plugin 0.1) does not load" in \
-        caplog.text
+    assert configs.update.batch_size == 8 and configs.run.learner == "ppo"
+    assert "broken" not in caplog.text  # a run that does not name it neither imports it nor warns of it
     status = main(["train", "--learner", "broken", "--output_dir", str(tmp_path / "never")])
     err = capsys.readouterr().err
     assert status == 2 and "learner 'broken' (entry point 'no_such_module_for_cory:SPEC'" in err

@@ -1,7 +1,8 @@
 """A plug-in's option names and registered names: every name `cory train` already takes (a config field, its own
 ``--preset``/``--config``/``--num_processes``/``--help``, an alias such as ``--algo``, a ``--no_X`` switch) is refused
-in one line naming both, exit 2, before any folder; ``register_*`` of a name an installed plug-in claims is refused
-naming both (``overwrite=True`` replaces it)."""
+in one line naming both, exit 2, before any folder; a learner's config inherits the shared `UpdateConfig` fields and
+may change their defaults; ``register_*`` of a name an installed plug-in claims is refused naming both
+(``overwrite=True`` replaces it)."""
 
 from __future__ import annotations
 
@@ -15,15 +16,26 @@ from tests.plugins.conftest import PACKAGE
 from trainers.cli import main
 from trainers.cli.train import build_train_parser
 from trainers.config import BASE_CLASSES, CLI_OPTIONS, RunConfigs, all_config_classes, option_names
-from trainers.learning.learners import LearnerSpec, learner_spec, register_learner
+from trainers.cli.train import parse_train_args
+from trainers.learning.configs import UpdateConfig
+from trainers.learning.registry import LearnerSpec, learner_spec, register_learner
 
-#: Every name `cory train` takes that is no plain field: its own options, aliases, ``--no_X`` switches.
-TAKEN = sorted({*CLI_OPTIONS, *(name for cls in BASE_CLASSES for name in option_names(cls)
+#: Every name `cory train` takes that is no plain field: its own options, aliases, ``--no_X`` switches (of the
+#: configs every run has: the base configs and the shared update).
+TAKEN = sorted({*CLI_OPTIONS, *(name for cls in (*BASE_CLASSES, UpdateConfig) for name in option_names(cls)
                                 if name not in {f.name for f in dataclasses.fields(cls)})})
+#: The taken names a learner's config may not use: those its own `UpdateConfig` base does not bring.
+LEARNER_TAKEN = sorted(set(TAKEN) - set(option_names(UpdateConfig)))
 
 
-def _options(field_name: str) -> type:
-    return dataclasses.make_dataclass("PluginOptions", [(field_name, int, dataclasses.field(default=1))])
+def _options(field_name: str, *, base: type | None = None) -> type:
+    """A one-field options class (a learner's: on `base`, `UpdateConfig`)."""
+    return dataclasses.make_dataclass("PluginOptions", [(field_name, int, dataclasses.field(default=1))],
+                                      bases=(base,) if base else ())
+
+
+def _learner(agent, ref_model, args):
+    return None
 
 
 def _run(tmp_path, capsys, *args) -> tuple[int, str]:
@@ -39,18 +51,38 @@ def test_the_taken_names_are_every_option_the_parser_has_beyond_the_fields():
     assert strings - fields == set(TAKEN) and {"preset", "config", "num_processes", "help", "algo"} <= set(TAKEN)
 
 
-@pytest.mark.parametrize("name", [*TAKEN, "learning_rate", "seed"])
+@pytest.mark.parametrize("name", [*LEARNER_TAKEN, "seed", "max_new_tokens"])
 def test_a_learner_option_with_a_taken_name_is_one_line_naming_both(registries, tmp_path, capsys, name):
-    register_learner("taken", lambda agent, ref_model, config, options=None: None, config_class=_options(name))
+    register_learner("taken", _learner, config_class=_options(name, base=UpdateConfig))
     status, err = _run(tmp_path, capsys, "--learner", "taken")
     assert status == 2 and len(err.strip().splitlines()) == 1, err
     assert f"option {name!r} is " in err and "PluginOptions" in err and "rename the plug-in's field" in err
     other = err.split(f"option {name!r} is ", 1)[1].split(": every option", 1)[0].replace("PluginOptions", "")
-    assert any(s in other for s in ("PPOConfig", "CORYConfig", "EnvConfig", "ModelConfig", "SamplingConfig",
+    assert any(s in other for s in ("CORYConfig", "EnvConfig", "ModelConfig", "SamplingConfig",
                                     f"`cory train`'s own --{name}")), err
 
 
-@pytest.mark.parametrize("name", ["preset", "no_tensorboard", "algo"])
+def test_a_learner_field_named_like_a_switch_of_its_own_config_is_one_line(registries, tmp_path, capsys):
+    """``no_adap_kl_ctrl`` on a learner's config would be both its field and the ``--no_adap_kl_ctrl`` switch of the
+    inherited ``adap_kl_ctrl`` (argparse would refuse the clash with a traceback)."""
+    register_learner("switch", _learner, config_class=_options("no_adap_kl_ctrl", base=UpdateConfig))
+    status, err = _run(tmp_path, capsys, "--learner", "switch")
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert "option 'no_adap_kl_ctrl' is a field of PluginOptions and the --no_adap_kl_ctrl switch of its field " \
+           "'adap_kl_ctrl'" in err
+
+
+def test_a_learner_config_may_change_a_shared_fields_default(registries):
+    """A shared field redeclared on the learner's config is the same option with its own default (TRL's
+    `GRPOConfig` lowers `learning_rate`'s), not a clash."""
+    config = dataclasses.make_dataclass("PluginOptions", [("learning_rate", float, dataclasses.field(default=1e-3))],
+                                        bases=(UpdateConfig,))
+    register_learner("own-default", _learner, config_class=config)
+    assert parse_train_args(["--learner", "own-default"]).update.learning_rate == 1e-3
+    assert parse_train_args(["--learner", "own-default", "--learning_rate", "0.5"]).update.learning_rate == 0.5
+
+
+@pytest.mark.parametrize("name", ["preset", "no_tensorboard", "algo", "learning_rate", "no_adap_kl_ctrl"])
 def test_a_task_option_with_a_taken_name_is_refused_the_same_way(registries, tmp_path, capsys, name):
     base = task_spec("tiny_vocab")
     register_task("taken", dataclasses.replace(base, builder=lambda config, tokenizer, options=None: None,
@@ -60,16 +92,21 @@ def test_a_task_option_with_a_taken_name_is_refused_the_same_way(registries, tmp
 
 
 def test_every_builtin_options_class_has_names_of_its_own():
+    """Beyond the shared `UpdateConfig` a learner's config inherits, every option name is one class's."""
     seen: dict[str, str] = {name: "cory train" for name in CLI_OPTIONS}
+    shared = option_names(UpdateConfig)
     for cls in all_config_classes():
-        for name in option_names(cls):
+        own = option_names(cls) if cls is UpdateConfig or not issubclass(cls, UpdateConfig) else \
+            {name: what for name, what in option_names(cls).items() if name not in shared}
+        for name in own:
             assert name not in seen, (name, cls, seen.get(name))
             seen[name] = cls.__name__
+    assert {"PPOConfig", "GRPOConfig"} <= set(seen.values())  # the built-in learners' own fields were checked
     RunConfigs()  # the defaults pass the check
 
 
 def _installed_spec(kind: str):
-    return {"learner": lambda: LearnerSpec(lambda agent, ref_model, config: None),
+    return {"learner": lambda: LearnerSpec(_learner),
             "task": lambda: dataclasses.replace(task_spec("tiny_vocab")),
             "reward": lambda: (lambda queries, responses: [0.0] * len(queries))}[kind]()
 

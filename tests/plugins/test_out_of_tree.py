@@ -87,7 +87,8 @@ def test_help_shows_the_plugins_options_grouped(plugins_on_path, capsys):
     with pytest.raises(SystemExit):
         main(["train", "--task", "demo-keyword", "--learner", "demo-reinforce", "--help"])
     text = capsys.readouterr().out
-    assert "REINFORCE options (--learner reinforce)" in text and "--baseline_decay" in text
+    group = text.split("update options read by learner 'demo-reinforce' (ReinforceConfig):", 1)[1].split("\n\n", 1)[0]
+    assert all(f"--{name}" in group for name in ("baseline_decay", "learning_rate", "init_kl_coef"))  # own + shared
     assert "keyword task options (--task keyword)" in text and "--keyword" in text
     assert "--gamma" not in text and "--min_review_chars" not in text  # what this run does not read is hidden
 
@@ -112,7 +113,7 @@ def test_bad_plugin_input_is_one_line_and_exit_2_before_any_folder(plugins_on_pa
 
 def test_two_packages_claiming_one_name_are_refused_naming_both(plugins_on_path, tmp_path, capsys):
     write_plugins(plugins_on_path, name="other-plugins", entry_points={"cory.learners": {"demo-reinforce": "KEYWORD"}})
-    from trainers.learning.learners import LEARNERS
+    from trainers.learning.registry import LEARNERS
 
     LEARNERS.refresh()
     status = main(["train", *TINY, "--learner", "demo-reinforce", "--output_dir", str(tmp_path / "r")])

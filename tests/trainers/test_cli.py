@@ -11,8 +11,8 @@ import sys
 import pytest
 import yaml
 
-from trainers.cli.launch import launch_command, split_num_processes
-from trainers.cli.train import load_yaml_config, parse_train_args
+from trainers.cli.launch import launch_command
+from trainers.cli.train import first_pass, load_yaml_config, parse_train_args
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
@@ -82,8 +82,8 @@ def test_precedence_flag_over_yaml_over_preset(tmp_path):
     cfg.write_text(yaml.safe_dump({"num_iterations": 7, "learning_rate": 0.01, "batch_size": 8}))
     configs = parse_train_args(["--preset", "tiny", "--config", str(cfg), "--learning_rate", "0.02"])
     assert configs.model.model == "tiny"  # preset
-    assert configs.run.num_iterations == 7 and configs.ppo.batch_size == 8  # YAML over preset
-    assert configs.ppo.learning_rate == 0.02  # flag over YAML
+    assert configs.run.num_iterations == 7 and configs.update.batch_size == 8  # YAML over preset
+    assert configs.update.learning_rate == 0.02  # flag over YAML
     assert configs.env.max_new_tokens == 6  # preset value kept
     configs = parse_train_args(["--role_exchange_period", "3", "--knowledge_transfer", "false", "--temperature", "0.5"])
     assert configs.run.role_exchange_period == 3 and configs.env.knowledge_transfer is False
@@ -106,8 +106,8 @@ def test_bad_train_arguments(args, message):
 
 @pytest.mark.parametrize("value", ["0", "-2", "two"])
 def test_num_processes_must_be_a_positive_integer(value):
-    with pytest.raises(ValueError, match="--num_processes must be an integer >= 1"):
-        split_num_processes(["--preset", "tiny", "--num_processes", value])
+    with pytest.raises(ValueError, match=f"^--num_processes='{value}' is invalid: use an integer >= 1$"):
+        first_pass(["--preset", "tiny", "--num_processes", value])
 
 
 def test_parse_train_args_refuses_num_processes_it_cannot_honour():
@@ -123,9 +123,12 @@ def test_num_processes_inside_a_launch_of_another_size_is_refused():
 
 
 def test_num_processes_is_split_off_and_launches_accelerate():
-    n, rest = split_num_processes(["--preset", "tiny", "--num_processes", "4", "--seed", "1"])
+    first = first_pass(["--preset", "tiny", "--num_processes", "4", "--seed", "1"])
+    n, rest = first.num_processes, first.rest
     assert (n, rest) == (4, ["--preset", "tiny", "--seed", "1"])
-    assert split_num_processes(["--preset", "tiny"]) == (1, ["--preset", "tiny"])
+    assert (first.preset, first.learner) == ("tiny", None)
+    assert first_pass(["--preset", "tiny", "--num_processes=2"]).rest == ["--preset", "tiny"]
+    assert first_pass(["--preset", "tiny"]).num_processes == 1
     cmd = launch_command(4, ["-m", "trainers.cli", "train", *rest], port=29511)
     assert cmd[1:4] == ["-m", "trainers.cli.launch", "--multi_gpu"]
     assert cmd[cmd.index("--num_processes") + 1] == "4" and cmd[cmd.index("--main_process_port") + 1] == "29511"
@@ -200,7 +203,7 @@ def test_options_are_never_abbreviated_and_help_groups_them():
     assert flag(help_text, "group_size") is None  # what the default run (ppo) does not read is not shown
     # the chosen learner and task decide the groups and the options shown (their specs)
     grpo = cory("train", "--learner", "grpo", "--task", "gsm8k", "--help").stdout
-    assert "update options read by learner 'grpo' (PPOConfig)" in grpo and "GRPO options (GRPOConfig" in grpo
+    assert "update options read by learner 'grpo' (GRPOConfig)" in grpo
     assert flag(grpo, "group_size") and flag(grpo, "learning_rate") and flag(grpo, "data_path")
     for unread in ("gamma", "vf_coef", "whiten_rewards", "min_review_chars", "reward", "heldout_fraction"):
         assert flag(grpo, unread) is None, unread
@@ -233,9 +236,9 @@ def test_main_job_output_log_lines_and_eval_json(tmp_path):
         assert f"held-out reward {when} training: {ran[when]['reward']:.3f}, KL to the reference" in proc.stderr
 
 
-@pytest.mark.parametrize("args, message", [(["--eta", "inf"], "--eta inf is invalid"),
-                                           (["--episodes", "0"], "--episodes 0 is invalid"),
-                                           (["--seed", "-1"], "--seed -1 is invalid"),
+@pytest.mark.parametrize("args, message", [(["--eta", "inf"], "--eta=inf is invalid: use a finite number"),
+                                           (["--episodes", "0"], "--episodes=0 is invalid: use an integer >= 1"),
+                                           (["--seed", "-1"], "--seed=-1 is invalid: use an integer >= 0"),
                                            (["--episode", "1"], "not used by the HfArgumentParser: ['--episode'")])
 def test_eval_numbers_and_abbreviations_are_refused_before_any_model_loads(tmp_path, capsys, args, message):
     from trainers.cli import main

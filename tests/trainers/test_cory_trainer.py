@@ -167,8 +167,11 @@ def test_fingerprints_follow_content():
     first = reward_fingerprint(lambda q, r: [0.0] * len(q), "mod:score")
     assert first != reward_fingerprint(lambda q, r: [1.0] * len(q), "mod:score")  # same name, other code
     current = {"model": "m", "tokenizer": "t", "data": "d", "reward": "r"}
-    assert check_fingerprints(None, current, "ckpt") == ["model", "tokenizer", "data", "reward"]  # old checkpoint
-    assert check_fingerprints(dict(current), current, "ckpt") == []
+    check_fingerprints(dict(current), current, "ckpt")  # the same inputs: no error
+    with pytest.raises(ValueError, match=r"data \(the task's queries"):
+        check_fingerprints({**current, "data": "other"}, current, "ckpt")
+    with pytest.raises(ValueError, match="reward"):  # a checkpoint that records no fingerprint of an input
+        check_fingerprints({k: v for k, v in current.items() if k != "reward"}, current, "ckpt")
 
 
 def test_ppo_baseline_logs_under_pioneer_only(tiny_run):
@@ -348,7 +351,7 @@ def test_cory_eval_loads_the_agent_only(tiny_run, monkeypatch, capsys):
     `checkpoint.load_agent`: no learner or optimizer is built, and a checkpoint without optimizer state evaluates."""
     from trainers.cli.eval import run_eval
     from trainers.learning.update import PolicyLearner
-    from trainers.loop import build
+    from trainers.learning.registry import LearnerSpec
     from trainers.loop import checkpoint as ckpt
 
     configs = tiny_run("evalonly", num_iterations=1, temperature=0.7, lora_r=4, use_lora=True)
@@ -361,7 +364,7 @@ def test_cory_eval_loads_the_agent_only(tiny_run, monkeypatch, capsys):
     def no_learner(*args, **kwargs):
         raise AssertionError("cory eval must not build a learner")
 
-    monkeypatch.setattr(build, "make_joint_learner", no_learner)
+    monkeypatch.setattr(LearnerSpec, "build", no_learner)
     monkeypatch.setattr(PolicyLearner, "__init__", no_learner)
     loaded = []
     real_load_agent = ckpt.load_agent

@@ -25,7 +25,7 @@ import torch
 from trainers.cli.launch import launch_command, preflight
 from trainers.cli.train import parse_train_args
 from trainers.learning import ppo_math
-from trainers.learning.learners import make_learner, register_learner, LEARNERS
+from trainers.learning.registry import make_learner, register_learner, LEARNERS
 from trainers.learning.score_scaling import RunningMoments
 from trainers.loop.checkpoint import latest_checkpoint
 from trainers.loop.cory import CORYTrainer

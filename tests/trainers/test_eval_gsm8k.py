@@ -83,11 +83,11 @@ def test_evaluate_pass_at_k_bad_inputs(tmp_path, tiny_tok):
     path = _write_problems(tmp_path / "test.jsonl")
     task = make_gsm8k_task(EnvConfig(task="gsm8k", data_path=str(path)), tiny_tok, split="test")
     agent = ScriptedAgent(tiny_tok, [[True] * 5] * 5, GOLDS, num_samples=5)
-    with pytest.raises(ValueError, match=r"ks=\[1, 2, 3\] must lie in \[1, num_samples=2\]"):
+    with pytest.raises(ValueError, match=r"^ks=\[1, 2, 3\] is invalid: use budgets in \[1, num_samples=2\]"):
         evaluate_pass_at_k(agent, task, num_samples=2, ks=(1, 2, 3))
     with pytest.raises(ValueError, match="no 'gold'"):
         evaluate_pass_at_k(agent, task, records=[{"query": "Problem 0?"}])
-    with pytest.raises(ValueError, match="problems_per_batch must be a positive int"):
+    with pytest.raises(ValueError, match="^problems_per_batch=0 is invalid: use an integer >= 1$"):
         evaluate_pass_at_k(agent, task, problems_per_batch=0)
 
 
@@ -147,5 +147,5 @@ def test_cli_argument_errors(argv, match):
 
 def test_max_k_above_num_samples(tmp_path):
     path = _write_problems(tmp_path / "test.jsonl")
-    with pytest.raises(ValueError, match="--max_k 5 exceeds --num_samples 3"):
+    with pytest.raises(ValueError, match="^--max_k=5 is invalid: use an integer <= 3; at most --num_samples 3"):
         run_eval(["--task", "gsm8k", "--model", "tiny", "--data_path", str(path), "--num_samples", "3"])

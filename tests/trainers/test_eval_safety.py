@@ -126,3 +126,31 @@ def test_gain_summary_of_one_query_and_the_start_time_warning():
     assert "--eval_episodes" in heldout_sem_warning(Env(50), 1)
     assert "holds 1 record" in heldout_sem_warning(Env(1), 8)
     assert heldout_sem_warning(Env(50), 8) is None
+
+
+def test_a_task_brings_its_own_evaluation_callable(tiny_run, tmp_path, capsys, registries):
+    """`TaskSpec.evaluation` may be the task's own callable: `cory eval` hands it the trained model (an
+    `EvalTarget`) and the options, and reports the file it returns; a name that is no built-in evaluation is
+    refused when the spec is made."""
+    import dataclasses
+
+    from cory_env.tasks import TASKS, register_task, task_spec
+    from cory_env.tasks.base import TaskSpec
+    from trainers.cli.eval import EvalTarget
+
+    seen = []
+
+    def my_evaluation(target, args):
+        seen.append((type(target), target.model_name, target.checkpoint is not None, args.episodes))
+        out = tmp_path / "mine-eval.json"
+        out.write_text(json.dumps({"model": target.model_name}))
+        return out
+
+    register_task("own-eval", dataclasses.replace(task_spec("imdb"), evaluation=my_evaluation))
+    run = _train(tiny_run, "run", task="own-eval")
+    assert cory_main(["eval", str(run), "--episodes", "3"]) == 0
+    assert seen == [(EvalTarget, "llm2", True, 3)]  # the pioneer now (one role exchange after iteration 1)
+    assert f"wrote {tmp_path / 'mine-eval.json'}" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="TaskSpec.evaluation must be one of .* or a callable"):
+        dataclasses.replace(TASKS.get("imdb"), evaluation="bleu")
+    assert isinstance(TASKS.get("imdb"), TaskSpec)

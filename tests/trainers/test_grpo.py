@@ -9,17 +9,10 @@ import pytest
 import torch
 
 from cory_env import BatchedCORYEnv, EnvConfig
-from trainers.config import GRPOConfig, PPOConfig
+from trainers.config import GRPOConfig
 from trainers.learning.grpo import STD_EPS, GRPOLearner, group_advantages, grpo_loss
-from trainers.learning.learners import check_learner
 from trainers.loop.cory import CORYTrainer
 from trainers.rollout import rollout_from_transcript, run_episodes
-
-
-def grpo_configs(**kwargs) -> tuple[PPOConfig, GRPOConfig]:
-    """(PPOConfig, GRPOConfig) from one set of keyword arguments (each goes to the class that has the field)."""
-    own = {k: kwargs.pop(k) for k in list(kwargs) if k in GRPOConfig.__dataclass_fields__}
-    return PPOConfig(**kwargs), GRPOConfig(**own)
 
 
 def test_group_advantages_std_normalised_and_zero_std_group():
@@ -47,7 +40,8 @@ def test_group_advantages_rejects_bad_input(rewards, k):
 def test_group_advantages_errors_say_what_is_wrong():
     with pytest.raises(ValueError, match="^rewards must be \\(B,\\), got shape \\(2, 2\\)"):
         group_advantages(torch.zeros(2, 2), 2)
-    with pytest.raises(ValueError, match="^group_size must be >= 2 for group-relative advantages, got 1;"):
+    with pytest.raises(ValueError,
+                       match="^group_size=1 is invalid: use an integer >= 2; group-relative advantages need 2"):
         group_advantages(torch.zeros(4), 1)
     with pytest.raises(ValueError, match="^5 rows \\(batch_size\\) do not split into groups of group_size=2;"):
         group_advantages(torch.zeros(5), 2)
@@ -115,14 +109,13 @@ def grpo_parts(tiny_tok, tiny_model):
     (llm1, _), ref = copy_for_agents(tiny_model)
     agent = LLMAgent(llm1, tiny_tok)
     env = BatchedCORYEnv(EnvConfig(min_new_tokens=2, max_new_tokens=4, context_len=48), tiny_tok, batch_size=4,
-                         seating="ppo")
+                         seating="ppo", group_size=2)
     return agent, ref, env
 
 
 def test_group_rollout_repeats_each_query(grpo_parts):
     agent, _, env = grpo_parts
-    transcript = run_episodes(env, {"pioneer": agent}, seed=3, generator=torch.Generator().manual_seed(0),
-                              group_size=2)
+    transcript = run_episodes(env, {"pioneer": agent}, seed=3, generator=torch.Generator().manual_seed(0))
     q = transcript.query_ids
     assert q[0] == q[1] and q[2] == q[3] and q[0] != q[2]
 
@@ -130,11 +123,10 @@ def test_group_rollout_repeats_each_query(grpo_parts):
 def test_learner_updates_and_equal_rewards_leave_the_policy_unchanged(grpo_parts, tiny_tok):
     agent, ref, env = grpo_parts
     # beta = 0: Adam would turn the ~1e-7 KL gradients of batch-shape round-off into full-size steps
-    config = grpo_configs(batch_size=4, mini_batch_size=2, ppo_epochs=2, learning_rate=1e-2, group_size=2,
+    config = GRPOConfig(batch_size=4, mini_batch_size=2, ppo_epochs=2, learning_rate=1e-2, group_size=2,
                        init_kl_coef=0.0, adap_kl_ctrl=False)
-    learner = GRPOLearner(agent, ref, *config)
-    transcript = run_episodes(env, {"pioneer": agent}, seed=0, generator=torch.Generator().manual_seed(0),
-                              group_size=2)
+    learner = GRPOLearner(agent, ref, config)
+    transcript = run_episodes(env, {"pioneer": agent}, seed=0, generator=torch.Generator().manual_seed(0))
     rollout = rollout_from_transcript(transcript, "pioneer", tiny_tok.pad_token_id)
     before = [p.detach().clone() for p in agent.trainable_parameters()]
     # equal scores: every advantage is 0, so no gradient
@@ -151,10 +143,9 @@ def test_learner_updates_and_equal_rewards_leave_the_policy_unchanged(grpo_parts
 
 def test_kl_in_reward_is_a_centred_penalty_beside_the_normalised_reward(grpo_parts, tiny_tok):
     agent, ref, env = grpo_parts
-    config = grpo_configs(batch_size=4, mini_batch_size=4, group_size=2, kl_in_loss=False, init_kl_coef=0.5)
-    learner = GRPOLearner(agent, ref, *config)
-    transcript = run_episodes(env, {"pioneer": agent}, seed=0, generator=torch.Generator().manual_seed(0),
-                              group_size=2)
+    config = GRPOConfig(batch_size=4, mini_batch_size=4, group_size=2, kl_in_loss=False, init_kl_coef=0.5)
+    learner = GRPOLearner(agent, ref, config)
+    transcript = run_episodes(env, {"pioneer": agent}, seed=0, generator=torch.Generator().manual_seed(0))
     rollout = rollout_from_transcript(transcript, "pioneer", tiny_tok.pad_token_id)
     rollout = rollout.__class__(**{**vars(rollout), "scores": torch.tensor([0.0, 1.0, 2.0, 2.0])})
     with torch.no_grad():  # move the policy away from the reference so the KL is non-zero
@@ -179,9 +170,9 @@ def test_beta_scales_the_kl_penalty_and_equal_task_rewards_are_no_signal(grpo_pa
         next(iter(agent.trainable_parameters())).add_(0.05)
     means = []
     for beta in (0.001, 0.1, 1.0):
-        config = grpo_configs(batch_size=8, mini_batch_size=8, group_size=2, kl_in_loss=False, init_kl_coef=beta,
+        config = GRPOConfig(batch_size=8, mini_batch_size=8, group_size=2, kl_in_loss=False, init_kl_coef=beta,
                            adap_kl_ctrl=False, ppo_epochs=1, learning_rate=1e-9)
-        learner = GRPOLearner(agent, ref, *config)
+        learner = GRPOLearner(agent, ref, config)
         means.append(float(learner.prepare(rollout)["advantages"].abs().mean()))
         assert learner.step(rollout, generator=torch.Generator().manual_seed(0))["zero_std_groups"] == 1.0
     assert means[0] > 0
@@ -190,10 +181,10 @@ def test_beta_scales_the_kl_penalty_and_equal_task_rewards_are_no_signal(grpo_pa
 
 def test_group_size_one_is_rejected(grpo_parts):
     agent, ref, _ = grpo_parts
-    with pytest.raises(ValueError, match="group_size"):
-        GRPOLearner(agent, ref, PPOConfig(batch_size=4, mini_batch_size=2))
+    with pytest.raises(ValueError, match="group_size=1 is invalid: GRPO needs at least 2 samples per query"):
+        GRPOConfig(batch_size=4, mini_batch_size=2, group_size=1)
     with pytest.raises(ValueError, match="4 rows \\(batch_size\\) do not split into groups of group_size=3"):
-        check_learner("grpo", *grpo_configs(batch_size=4, mini_batch_size=2, group_size=3))  # the one group rule
+        GRPOConfig(batch_size=4, mini_batch_size=2, group_size=3)  # the one group rule, in the config
 
 
 @pytest.mark.parametrize("algo", ["cory", "ppo"])
@@ -210,11 +201,10 @@ def test_trainer_runs_grpo_for_cory_and_the_single_agent_baseline(tiny_run, algo
 def test_logged_kl_is_the_penalised_estimator(grpo_parts, tiny_tok, kind, kl_in_loss):
     """`kl` (and the controller) follow the penalised estimator: kl_penalty in the reward, k3 in the loss."""
     agent, ref, env = grpo_parts
-    config = grpo_configs(batch_size=4, mini_batch_size=4, group_size=2, kl_in_loss=kl_in_loss, kl_penalty=kind,
+    config = GRPOConfig(batch_size=4, mini_batch_size=4, group_size=2, kl_in_loss=kl_in_loss, kl_penalty=kind,
                        init_kl_coef=0.2, target=0.05, horizon=20.0)
-    learner = GRPOLearner(agent, ref, *config)
-    transcript = run_episodes(env, {"pioneer": agent}, seed=0, generator=torch.Generator().manual_seed(0),
-                              group_size=2)
+    learner = GRPOLearner(agent, ref, config)
+    transcript = run_episodes(env, {"pioneer": agent}, seed=0, generator=torch.Generator().manual_seed(0))
     rollout = rollout_from_transcript(transcript, "pioneer", tiny_tok.pad_token_id)
     with torch.no_grad():
         next(iter(agent.trainable_parameters())).add_(0.05)
@@ -233,9 +223,8 @@ def _grpo_rollout(agent, tiny_tok, batch_size: int, scores=None, *, mask_unused_
     """A real group rollout (group size 2) of `batch_size` rows; optional scores; optionally an action mask that
     forbids every token the responses do not use (the sampled tokens stay allowed)."""
     env = BatchedCORYEnv(EnvConfig(min_new_tokens=2, max_new_tokens=4, context_len=48), tiny_tok,
-                         batch_size=batch_size, seating="ppo")
-    transcript = run_episodes(env, {"pioneer": agent}, seed=0, generator=torch.Generator().manual_seed(0),
-                              group_size=2)
+                         batch_size=batch_size, seating="ppo", group_size=2)
+    transcript = run_episodes(env, {"pioneer": agent}, seed=0, generator=torch.Generator().manual_seed(0))
     rollout = rollout_from_transcript(transcript, "pioneer", tiny_tok.pad_token_id)
     fields = dict(vars(rollout))
     if scores is not None:
@@ -249,10 +238,10 @@ def _grpo_rollout(agent, tiny_tok, batch_size: int, scores=None, *, mask_unused_
 
 def test_group_statistics_are_per_group(grpo_parts, tiny_tok):
     agent, ref, _ = grpo_parts
-    config = grpo_configs(batch_size=6, mini_batch_size=6, group_size=2, init_kl_coef=0.0, adap_kl_ctrl=False)
+    config = GRPOConfig(batch_size=6, mini_batch_size=6, group_size=2, init_kl_coef=0.0, adap_kl_ctrl=False)
     # groups [1, 1], [2, 0], [0, 4]: within-group stds 0, √2, 2√2 -> mean √2; one group of three has no signal
     rollout = _grpo_rollout(agent, tiny_tok, 6, [1.0, 1.0, 2.0, 0.0, 0.0, 4.0])
-    stats = GRPOLearner(agent, ref, *config).step(rollout, generator=torch.Generator().manual_seed(0))
+    stats = GRPOLearner(agent, ref, config).step(rollout, generator=torch.Generator().manual_seed(0))
     assert stats["reward_std"] == pytest.approx(math.sqrt(2.0), rel=1e-6)
     assert stats["zero_std_groups"] == pytest.approx(1 / 3)
     assert stats["response_len"] == pytest.approx(float(rollout.response_mask.sum()) / 6)
@@ -261,9 +250,9 @@ def test_group_statistics_are_per_group(grpo_parts, tiny_tok):
 def test_scale_rewards_false_only_centres_each_group(grpo_parts, tiny_tok):
     agent, ref, _ = grpo_parts
     rollout = _grpo_rollout(agent, tiny_tok, 4, [0.0, 3.0, 1.0, 1.0])
-    config = grpo_configs(batch_size=4, mini_batch_size=4, group_size=2, scale_rewards=False, init_kl_coef=0.0,
+    config = GRPOConfig(batch_size=4, mini_batch_size=4, group_size=2, scale_rewards=False, init_kl_coef=0.0,
                        adap_kl_ctrl=False)
-    data = GRPOLearner(agent, ref, *config).prepare(rollout)
+    data = GRPOLearner(agent, ref, config).prepare(rollout)
     torch.testing.assert_close(data["advantages"], torch.tensor([-1.5, 1.5, 0.0, 0.0]))  # r - group mean
 
 
@@ -273,9 +262,9 @@ def test_minibatch_loss_is_on_policy_under_the_action_mask_and_adds_its_terms(gr
     with torch.no_grad():  # policy != reference, so the k3 term is not zero
         next(iter(agent.trainable_parameters())).add_(0.05)
     rollout = _grpo_rollout(agent, tiny_tok, 4, [0.0, 1.0, 2.0, 0.0], mask_unused_tokens=True)
-    config = grpo_configs(batch_size=4, mini_batch_size=4, group_size=2, kl_in_loss=kl_in_loss, init_kl_coef=0.3,
+    config = GRPOConfig(batch_size=4, mini_batch_size=4, group_size=2, kl_in_loss=kl_in_loss, init_kl_coef=0.3,
                        adap_kl_ctrl=False, ent_coef=0.2)
-    learner = GRPOLearner(agent, ref, *config)
+    learner = GRPOLearner(agent, ref, config)
     data = learner.prepare(rollout)
     loss, stats = learner._minibatch_loss(rollout, data, torch.arange(4))
     # before any update the policy is the one that scored the rollout: ratio 1, no policy KL, nothing clipped; it
@@ -291,9 +280,9 @@ def test_minibatch_loss_is_on_policy_under_the_action_mask_and_adds_its_terms(gr
 def test_minibatch_loss_uses_the_configured_clip_range(grpo_parts, tiny_tok, cliprange, clipped):
     agent, ref, _ = grpo_parts
     rollout = _grpo_rollout(agent, tiny_tok, 4, [0.0, 1.0, 2.0, 0.0])
-    config = grpo_configs(batch_size=4, mini_batch_size=4, group_size=2, cliprange=cliprange, init_kl_coef=0.0,
+    config = GRPOConfig(batch_size=4, mini_batch_size=4, group_size=2, cliprange=cliprange, init_kl_coef=0.0,
                        adap_kl_ctrl=False)
-    learner = GRPOLearner(agent, ref, *config)
+    learner = GRPOLearner(agent, ref, config)
     data = learner.prepare(rollout)
     with torch.no_grad():  # the policy moves a little after the rollout: ratios within 1 ± 0.2 but not 1
         next(iter(agent.trainable_parameters())).add_(0.01)
@@ -304,10 +293,9 @@ def test_minibatch_loss_uses_the_configured_clip_range(grpo_parts, tiny_tok, cli
 
 def test_kl_penalty_full_is_refused_only_in_the_reward(grpo_parts):
     agent, ref, _ = grpo_parts
-    with pytest.raises(ValueError, match="kl_penalty='full' is not supported by GRPO's reward penalty"):
-        GRPOLearner(agent, ref, *grpo_configs(batch_size=4, mini_batch_size=2, group_size=2, kl_penalty="full",
-                                          kl_in_loss=False))
-    GRPOLearner(agent, ref, *grpo_configs(batch_size=4, mini_batch_size=2, group_size=2, kl_penalty="full",
+    with pytest.raises(ValueError, match="kl_penalty='full' is invalid: GRPO's advantage penalty"):
+        GRPOConfig(batch_size=4, mini_batch_size=2, group_size=2, kl_penalty="full", kl_in_loss=False)
+    GRPOLearner(agent, ref, GRPOConfig(batch_size=4, mini_batch_size=2, group_size=2, kl_penalty="full",
                                       kl_in_loss=True))  # the loss uses k3: accepted
 
 
@@ -316,7 +304,7 @@ def test_a_non_finite_grpo_loss_names_the_algorithm_and_the_fix(grpo_parts, tiny
 
     agent, ref, _ = grpo_parts
     rollout = _grpo_rollout(agent, tiny_tok, 4, [0.0, 1.0, 2.0, 0.0])
-    learner = GRPOLearner(agent, ref, *grpo_configs(batch_size=4, mini_batch_size=4, group_size=2))
+    learner = GRPOLearner(agent, ref, GRPOConfig(batch_size=4, mini_batch_size=4, group_size=2))
     data = learner.prepare(rollout)
     data["advantages"] = torch.full((4,), float("nan"))
     with pytest.raises(NonFiniteLossError, match=r"^GRPO loss is not finite .*policy_loss=nan, kl_loss=.*; "
@@ -332,10 +320,10 @@ def test_data_parallel_over_identical_shards_equals_one_process(grpo_parts, tiny
     agent, ref, _ = grpo_parts
     twin = copy.deepcopy(agent)
     rollout = _grpo_rollout(agent, tiny_tok, 4, [0.0, 1.0, 2.0, 0.0])
-    config = grpo_configs(batch_size=4, mini_batch_size=2, group_size=2, learning_rate=1e-2, ppo_epochs=1)
+    config = GRPOConfig(batch_size=4, mini_batch_size=2, group_size=2, learning_rate=1e-2, ppo_epochs=1)
     dist = TwoIdenticalProcesses()
-    alone = GRPOLearner(agent, ref, *config).step(rollout, generator=torch.Generator().manual_seed(0))
-    pooled = GRPOLearner(twin, ref, *config, dist=dist).step(rollout, generator=torch.Generator().manual_seed(0))
+    alone = GRPOLearner(agent, ref, config).step(rollout, generator=torch.Generator().manual_seed(0))
+    pooled = GRPOLearner(twin, ref, config, dist=dist).step(rollout, generator=torch.Generator().manual_seed(0))
     assert pooled == pytest.approx(alone, rel=1e-5, abs=1e-7)  # token means over both shards = over one
     assert dist.synced == 2  # one gradient averaging per optimiser step (2 mini-batches)
     for a, b in zip(agent.trainable_parameters(), twin.trainable_parameters()):

@@ -16,7 +16,7 @@ from trainers.learning import ppo_math
 from trainers.learning.experience import Rollout, pad_sequences
 from trainers.learning.grpo import STD_EPS, GRPOLearner
 from trainers.learning.joint import IndependentLearners, JointBatch, JointLearner, check_joint_batch
-from trainers.learning.learners import check_learner, make_joint_learner, make_learner
+from trainers.learning.registry import learner_spec, make_joint_learner, make_learner
 from trainers.learning.magrpo import MAGRPO, joint_reward
 from trainers.learning.mappo import MAPPO, joint_critic_inputs
 from trainers.learning.ppo import PPOLearner
@@ -73,8 +73,6 @@ def test_the_batch_is_checked_before_any_update():
         check_joint_batch(_batch(rollouts, {"pioneer": "llm1", "observer": "llm3"}), owned, algo="x")
     with pytest.raises(ValueError, match="names seats"):
         check_joint_batch(_batch(rollouts, {"pioneer": "llm1"}), owned, algo="x")
-    with pytest.raises(ValueError, match="do not split into groups of group_size=3"):
-        check_joint_batch(_batch(rollouts, group_size=3), owned, algo="x")
     short = {**rollouts, "observer": _rollout(PROMPTS[:2], A2[:2], [0.0, 1.0])}
     with pytest.raises(ValueError, match="different batch sizes"):
         check_joint_batch(_batch(short), owned, algo="x")
@@ -181,8 +179,8 @@ def test_mappo_data_parallel_pools_the_centralized_advantages_over_processes(age
 # ---------------------------------------------------------------------------------------------- MAGRPO
 def test_magrpo_advantage_is_the_joint_rewards_group_advantage_shared_by_every_seat(agents):
     agents_, ref = agents
-    config = PPOConfig(batch_size=4, mini_batch_size=4, ppo_epochs=1, init_kl_coef=0.0)
-    magrpo = MAGRPO(agents_, ref, config, GRPOConfig(group_size=2))
+    config = dict(batch_size=4, mini_batch_size=4, ppo_epochs=1, init_kl_coef=0.0)
+    magrpo = MAGRPO(agents_, ref, GRPOConfig(group_size=2, **config))
     rollouts = _two_seats()
     joint = joint_reward(rollouts)
     torch.testing.assert_close(joint, torch.tensor([1.0, -0.5, 0.25, 2.0]))  # r(q, a1) + r(q, a2)
@@ -193,13 +191,13 @@ def test_magrpo_advantage_is_the_joint_rewards_group_advantage_shared_by_every_s
     for seat, rollout in shared.items():
         learner = magrpo.learners[{"pioneer": "llm1", "observer": "llm2"}[seat]]
         torch.testing.assert_close(learner.prepare(rollout)["advantages"], expected)
-    centred = MAGRPO(agents_, ref, config, GRPOConfig(group_size=2, scale_rewards=False))
+    centred = MAGRPO(agents_, ref, GRPOConfig(group_size=2, scale_rewards=False, **config))
     data = centred.learners["llm1"].prepare(centred.joint_rollouts(_batch(rollouts, group_size=2))["pioneer"])
     torch.testing.assert_close(data["advantages"], torch.tensor([0.75, -0.75, -0.875, 0.875]))  # MAGRPO eq. 1
     with pytest.raises(ValueError, match="groups of 4 rows, GRPOConfig.group_size is 2"):
         magrpo.step(_batch(rollouts, group_size=4))
-    with pytest.raises(ValueError, match="group_size >= 2"):
-        MAGRPO(agents_, ref, config, GRPOConfig(group_size=1))
+    with pytest.raises(ValueError, match="needs at least 2 samples per query"):
+        GRPOConfig(group_size=1, **config)
 
 
 def test_magrpo_equals_cory_grpo_with_a_partner_coefficient_of_one_and_refuses_another(tiny_run):
@@ -232,8 +230,8 @@ def test_joint_learners_train_and_resume_exactly(tiny_run, learner, extra):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"algo": "ppo", "learner": "mappo"}, "needs at least two seats"),
-    ({"learner": "magrpo"}, "group_size >= 2"),
+    ({"seating": "ppo", "learner": "mappo"}, "needs at least two seats"),
+    ({"learner": "magrpo", "group_size": 1}, "needs at least 2 samples per query"),
     ({"learner": "magrpo", "group_size": 3}, "do not split into groups of group_size=3"),
 ])
 def test_refused_before_any_model_loads(tiny_run, overrides, message, monkeypatch):
@@ -261,17 +259,19 @@ def test_make_joint_learner_wraps_per_seat_learners_and_checks_joint_factories(a
     config = PPOConfig(batch_size=4, mini_batch_size=4)
     ippo = make_joint_learner("ppo", agents_, ref, config)
     assert isinstance(ippo, IndependentLearners) and set(ippo.learners) == {"llm1", "llm2"}
-    grpo = make_joint_learner("grpo", agents_, ref, config, GRPOConfig(group_size=2))
-    assert all(isinstance(lr, GRPOLearner) and lr.options.group_size == 2 for lr in grpo.learners.values())
-    check_learner("mappo", config, seats=2)
+    grpo = make_joint_learner("grpo", agents_, ref, GRPOConfig(batch_size=4, mini_batch_size=4, group_size=2))
+    assert all(isinstance(lr, GRPOLearner) and lr.config.group_size == 2 for lr in grpo.learners.values())
+    with pytest.raises(TypeError, match="reads a GRPOConfig, got a PPOConfig"):
+        make_joint_learner("grpo", agents_, ref, config)
+    learner_spec("mappo").check_run(config, name="mappo", seats=2)
     with pytest.raises(ValueError, match="needs at least two seats"):
-        check_learner("mappo", config, seats=1)
+        learner_spec("mappo").check_run(config, name="mappo", seats=1)
     with pytest.raises(ValueError, match="is a joint learner"):
         make_learner("mappo", agents_["llm1"], ref, config)
 
 
 def test_a_joint_factory_must_own_every_model_it_is_built_for(agents, registries):
-    from trainers.learning import learners
+    from trainers.learning import registry as learners
 
     agents_, ref = agents
 
@@ -289,9 +289,9 @@ def test_a_joint_factory_must_own_every_model_it_is_built_for(agents, registries
         learners.register_learner("typo", OnlyFirst, jiont=True)
 
 
-def test_old_config_files_with_the_grpo_fields_in_the_learner_options_still_load(tmp_path):
-    """The GRPO fields moved from PPOConfig to GRPOConfig under the same flat names: a run's config.yaml of before
-    reads into the new classes, and resuming with it finds no difference."""
+def test_a_grpo_config_yaml_reads_back_into_one_grpo_config(tmp_path):
+    """GRPO's own fields and the shared update live in one GRPOConfig under the same flat names: a run's config.yaml
+    reads back into it, and resuming with it finds no difference."""
     import yaml
 
     from trainers.cli.train import load_yaml_config
@@ -302,6 +302,7 @@ def test_old_config_files_with_the_grpo_fields_in_the_learner_options_still_load
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(old))
     configs = RunConfigs.from_flat(load_yaml_config(path), strict=True)
-    assert configs.learner_options == GRPOConfig(group_size=4, scale_rewards=False, kl_in_loss=False)
-    assert not hasattr(configs.ppo, "group_size")
+    assert configs.update == GRPOConfig(group_size=4, scale_rewards=False, kl_in_loss=False, batch_size=8,
+                                        mini_batch_size=4)
+    assert not hasattr(configs.update, "gamma")  # PPO's own fields are not GRPO's
     check_resumable(old, configs.to_flat(), tmp_path)

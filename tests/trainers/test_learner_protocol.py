@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
 import torch
 
-from trainers.learning import learners
-from trainers.learning.configs import GRPOConfig
+from trainers.learning import registry as learners
+from trainers.learning.configs import GRPOConfig, UpdateConfig
 from trainers.learning.grpo import GRPOLearner
-from trainers.learning.learners import Learner, make_learner, register_learner
+from trainers.learning.registry import Learner, make_learner, register_learner
 from trainers.learning.ppo import PPOLearner
 from trainers.loop.cory import CORYTrainer
 
@@ -84,11 +85,12 @@ def test_guide_joint_learner_pays_every_seat_the_joint_reward_and_moves_with_rol
 
 def test_two_different_learners_share_one_role_exchange(registry, tiny_run):
     configs = tiny_run(learner="ppo", num_iterations=2, role_exchange_period=1)
+    shared = {f.name: getattr(configs.update, f.name) for f in dataclasses.fields(UpdateConfig)}  # the update
     trainer = CORYTrainer(configs)
     llm2 = trainer.exchange.bundles["llm2"]
     # per-seat learners of two kinds: the algorithm (IndependentLearners) steps them, the bundle moves it
     llm2.learner = trainer.algorithm.learners["llm2"] = make_learner("grpo", llm2.agent, trainer.ref_model,
-                                                                      configs.ppo, GRPOConfig(group_size=2))
+                                                                      GRPOConfig(**shared, group_size=2))
     rows = trainer.train()
     assert type(trainer.exchange.bundles["llm1"].learner) is PPOLearner
     assert type(trainer.exchange.bundles["llm2"].learner) is GRPOLearner
@@ -99,7 +101,7 @@ def test_two_different_learners_share_one_role_exchange(registry, tiny_run):
 def test_registry_errors(registry, tiny_model, tiny_tok):
     with pytest.raises(ValueError, match="unknown learner 'nope'; known learners: ppo, grpo, mappo, magrpo"):
         make_learner("nope", None, None, None)
-    with pytest.raises(ValueError, match="two learners are registered as 'ppo': trainers.learning.ppo:PPOLearner and"):
+    with pytest.raises(ValueError, match="two learners are registered as 'ppo': trainers.learning.ppo:SPEC and"):
         register_learner("ppo", lambda agent, ref, config: None)
     with pytest.raises(TypeError, match="callable"):
         register_learner("bad", 3)

@@ -62,7 +62,7 @@ def test_evaluate_and_entropy_bonus_refuse_bad_calls(tmp_path):
 
     trainer = CORYTrainer(parse_train_args(["--preset", "tiny", "--algo", "ppo", "--output_dir", str(tmp_path / "r"),
                                              "--tensorboard", "false"]))
-    with pytest.raises(ValueError, match="episodes must be >= 1"):
+    with pytest.raises(ValueError, match="^episodes=0 is invalid: use an integer >= 1$"):
         trainer.evaluate(episodes=0, seed=0)
     with pytest.raises(ValueError, match=r"a collective evaluation needs two or more seats, got \['pioneer'\]"):
         trainer.evaluate(episodes=4, seed=0, collective=True)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from trainers.learning.learners import register_learner
+from trainers.learning.registry import register_learner
 from trainers.learning.update import NonFiniteLossError, optimizer_step
 from trainers.loop import checkpoint as ckpt
 from trainers.loop.cory import CORYTrainer
@@ -183,7 +183,7 @@ def test_a_learner_writing_non_finite_weights_is_stopped_before_any_checkpoint(r
 
 def test_a_built_in_learners_nan_gradient_is_refused_without_max_grad_norm(tiny_run, tmp_path):
     configs = tiny_run("ppo", num_iterations=2, checkpoint_every=1)
-    assert configs.ppo.max_grad_norm is None
+    assert configs.update.max_grad_norm is None
     rows = CORYTrainer(configs).train()  # iterations 0 and 1, checkpointed
     more = CORYTrainer(tiny_run("ppo", num_iterations=3, checkpoint_every=1, resume=True))
     param = next(iter(more.exchange.seats["pioneer"].agent.trainable_parameters()))

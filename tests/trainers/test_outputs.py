@@ -102,8 +102,9 @@ def test_cory_plot_out_follows_the_rule(tmp_path, capsys):
 
 #: Every benchmark script that writes --out, with the arguments it needs besides --out (inputs that do not exist:
 #: the check must come before the script reads or runs anything).
-BENCHMARKS = {"collapse": ["missing.json"], "ddp_scaling": [], "env_step": [], "iteration_profile": [],
-              "learning": ["--rung", "relay"], "main_job_seeds": [], "marl_eval_json": ["missing.json"],
+BENCHMARKS = {"collapse": ["missing.json"], "cost_growth": [], "ddp_scaling": [], "env_step": [], "iteration_profile": [],
+              "learning": ["--rung", "relay"], "main_job_seeds": [],
+              "marl_eval_json": ["missing.json"],
               "memory": [], "pareto": ["missing.json"], "ppo_step": [], "precision": [],
               "precision_learning": ["missing.json"], "rollout": [], "run_all": [], "sharding_memory": [],
               "throughput": [], "time_to_reward": ["--report_only", "--runs_dir", "missing"]}

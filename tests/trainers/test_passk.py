@@ -34,7 +34,10 @@ def test_pass_at_k_matches_binomial_form_for_large_n():
 
 @pytest.mark.parametrize(
     ("n", "c", "k", "match"),
-    [(3, 1, 4, "k=4 exceeds"), (3, 4, 1, "c=4 correct samples exceeds"), (3, 1, 0, "k >= 1"), (3, -1, 1, "c >= 0")],
+    [(3, 1, 4, r"^k=4 is invalid: use an integer in \[1, 3\]; draw at least k samples per problem$"),
+     (3, 4, 1, r"^c=4 is invalid: use an integer in \[0, 3\]"),
+     (3, 1, 0, r"^k=0 is invalid: use an integer in \[1, 3\]"),
+     (3, -1, 1, r"^c=-1 is invalid: use an integer in \[0, 3\]"), (3, 1, 1.0, r"^k=1.0 is invalid: use an integer")],
 )
 def test_pass_at_k_bad_inputs(n, c, k, match):
     with pytest.raises(ValueError, match=match):
@@ -45,7 +48,8 @@ def test_pass_at_k_first():
     assert pass_at_k_first([False, True, False], 1) == 0.0
     assert pass_at_k_first([False, True, False], 2) == 1.0
     assert pass_at_k_first([False, False, False], 3) == 0.0
-    with pytest.raises(ValueError, match="k must be in"):
+    with pytest.raises(ValueError, match=r"^k=2 is invalid: use an integer in \[1, 1\]; at most the number of "
+                                         "samples$"):
         pass_at_k_first([True], 2)
 
 
@@ -62,7 +66,7 @@ def test_pass_at_k_table():
         pass_at_k_table([])
     with pytest.raises(ValueError, match="estimator"):
         pass_at_k_table(rows, estimator="max")
-    with pytest.raises(ValueError, match="exceeds"):
+    with pytest.raises(ValueError, match=r"^k=3 is invalid: use an integer in \[1, 2\]"):
         pass_at_k_table([[True, False]], ks=(3,))
 
 

@@ -15,7 +15,7 @@ from trainers.loop.progress import Progress
 def test_the_line_says_iteration_elapsed_eta_and_the_metrics_with_readable_labels(monkeypatch):
     clock = iter([100.0, 230.0])
     monkeypatch.setattr(progress_module.time, "monotonic", lambda: next(clock))
-    progress = Progress(0, 24, "cory", enabled=True, every_s=30)
+    progress = Progress(0, 24, "cory", seats=("pioneer", "observer"), enabled=True, every_s=30)
     metrics = {"pioneer/task_reward": 0.2312, "pioneer/kl": 1.2, "cory/collective_reward": 0.418, "other": 9.0}
     assert progress.line(4, metrics) == ("iteration 5/24 (20%), 2m10s elapsed, ETA 8m14s: pioneer reward 0.231, "
                                          "pioneer KL 1.200, collective reward 0.418")
@@ -30,3 +30,12 @@ def test_a_run_off_a_terminal_logs_progress_lines(tiny_run, caplog, every, expec
     assert [int(line.split()[1].split("/")[0]) for line in lines] == expected, lines
     assert all("/3 (" in line and "ETA" in line and "pioneer reward" in line and "collective reward" in line
                for line in lines)
+
+
+def test_a_chain_shows_every_seats_reward_by_its_own_name():
+    """The seats come from the seating, so a chain's later seats are shown too (not only 'observer')."""
+    progress = Progress(0, 2, "chain:3", seats=("pioneer", "observer_1", "observer_2"), enabled=True, every_s=30)
+    metrics = {"pioneer/task_reward": 0.1, "observer_1/task_reward": 0.2, "observer_2/task_reward": 0.3,
+               "pioneer/kl": 0.5}
+    assert "observer_1 reward 0.200, observer_2 reward 0.300, pioneer KL 0.500" in progress.line(0, metrics)
+    progress.close()

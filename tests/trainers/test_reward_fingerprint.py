@@ -4,7 +4,6 @@ of the whole source text still match."""
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import inspect
 import itertools
@@ -68,18 +67,6 @@ def test_an_edit_of_what_it_computes_changes_the_fingerprint(tmp_path, edit):
         check_fingerprints({"reward": before}, {"reward": after}, "ckpt")
 
 
-def test_a_checkpoint_that_recorded_the_source_text_hash_still_resumes(tmp_path):
-    """What checkpoints recorded before: BLAKE2b-128 of the recorded name, then the source text."""
-    fn = _load(tmp_path, ORIGINAL).tiny_vocab_reward
-    old = hashlib.blake2b(b"tiny_vocab" + inspect.getsource(fn).encode(), digest_size=16).hexdigest()
-    current = reward_fingerprint(fn, "tiny_vocab")
-    assert current != old and old in current.previous
-    assert check_fingerprints({"reward": old}, {"reward": current}, "ckpt") == []
-    other = hashlib.blake2b(b"tiny_vocab" + b"def f(): pass", digest_size=16).hexdigest()
-    with pytest.raises(CheckpointError):
-        check_fingerprints({"reward": other}, {"reward": current}, "ckpt")
-
-
 def test_the_name_still_counts_and_a_function_without_source_is_its_name():
     fn = tiny_vocab.tiny_vocab_reward
     assert reward_fingerprint(fn, "a") != reward_fingerprint(fn, "b")
@@ -107,10 +94,3 @@ def test_a_two_argument_reward_is_fingerprinted_by_its_own_code(tmp_path):
     assert _pair_fingerprint(tmp_path, "Longer answers score higher", "More words, more reward") == first
     assert _pair_fingerprint(tmp_path, "/ SCALE", "// SCALE") != first
     assert _pair_fingerprint(tmp_path, "SCALE = 10", "SCALE = 5") != first
-
-
-def test_a_two_argument_reward_resumes_a_checkpoint_that_hashed_the_old_wrapper(tmp_path):
-    """Earlier versions hashed the name and the line of the lambda that wrapped every 2-argument reward."""
-    wrapper = b"        return lambda queries, responses, records: spec(queries, responses)\n"
-    old = hashlib.blake2b(b"mypkg:length" + wrapper, digest_size=16).hexdigest()
-    assert check_fingerprints({"reward": old}, {"reward": _pair_fingerprint(tmp_path)}, "ckpt") == []

@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 
 from trainers.cli import main as cory_main
 from trainers.config import CORYConfig
-from trainers.learning.learners import check_learner, register_learner
+from trainers.learning.registry import learner_spec, register_learner
 from trainers.loop.checkpoint import latest_checkpoint
 from trainers.loop.metrics import read_jsonl
 from trainers.loop.sharding import check_sharding, full_state, shard_like, sharded_optimizer_state
@@ -68,16 +68,18 @@ def test_a_learner_without_sharding_support_is_refused_only_when_sharded(registr
     def factory(agent, ref_model, config, dist=None):  # pragma: no cover - never built
         raise AssertionError
 
-    register_learner("no_shard_test", factory)
-    check_learner("no_shard_test", None)  # replicated: fine
-    with pytest.raises(ValueError, match="supports_sharding=True"):
-        check_learner("no_shard_test", None, sharded=True)
-    register_learner("no_shard_test", factory, supports_sharding=True, overwrite=True)
-    check_learner("no_shard_test", None, sharded=True)
-    from trainers.config import GRPOConfig, PPOConfig
+    def check(name, sharded):
+        spec = learner_spec(name)
+        spec.check_run(spec.args(), name=name, sharded=sharded)
 
+    register_learner("no_shard_test", factory)
+    check("no_shard_test", sharded=False)  # replicated: fine
+    with pytest.raises(ValueError, match="supports_sharding=True"):
+        check("no_shard_test", sharded=True)
+    register_learner("no_shard_test", factory, supports_sharding=True, overwrite=True)
+    check("no_shard_test", sharded=True)
     for name in ("ppo", "grpo", "mappo", "magrpo"):
-        check_learner(name, PPOConfig(batch_size=4, mini_batch_size=4), GRPOConfig(group_size=2), sharded=True)
+        check(name, sharded=True)
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -46,12 +46,14 @@ def _inert(flat: dict) -> list[str]:
         ({"lora_r": 8, "lora_alpha": 4}, {}, {}, "lora_r=8, lora_alpha=4 do nothing without use_lora=True"),
         ({"use_lora": True, "lora_dropout": 0.1}, {}, {}, "lora_dropout=0.1 does nothing with disable_dropout=True"),
         ({"learner": "grpo"}, {"group_size": 2, "vf_coef": 0.5, "whiten_rewards": True}, {},
-         "vf_coef=0.5, whiten_rewards=True do nothing: not read by learner='grpo'"),
+         "vf_coef=0.5, whiten_rewards=True do nothing: read by learner ppo and learner mappo only (this run: "
+         "learner='grpo'"),
         ({"learner": "grpo", "disable_dropout": False}, {"group_size": 2, "value_head_dropout": 0.2}, {},
          "value_head_dropout=0.2 does nothing: not read by learner='grpo'"),
         ({"learner": "grpo"}, {"group_size": 2, "kl_penalty": "abs"}, {},
-         "kl_penalty='abs' does nothing: not read by learner='grpo' (its LearnerSpec; its KL estimator is k3"),
-        ({"learner": "magrpo"}, {"group_size": 2, "gamma": 0.9}, {}, "gamma=0.9 does nothing: not read by learner='magrpo'"),
+         "kl_penalty='abs' does nothing with kl_in_loss=True (the KL is a k3 term in the loss)"),
+        ({"learner": "magrpo"}, {"group_size": 2, "gamma": 0.9}, {},
+         "gamma=0.9 does nothing: read by learner ppo and learner mappo only (this run: learner='magrpo'"),
         ({"learner": "mappo"}, {"scale_rewards": False}, {},
          "scale_rewards=False does nothing: read by learner grpo and learner magrpo only (this run: "
          "learner='mappo', task='imdb')"),

@@ -176,9 +176,10 @@ def _step_gradient(learner_cls, tiny_tok, *, mini_batch: int, accum: int, over: 
         for p in policy.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=gen))
     agent = LLMAgent(policy, tiny_tok, value_head=ValueHead(policy.config.hidden_size, dropout=0.0))
-    config = PPOConfig(batch_size=4, mini_batch_size=mini_batch, gradient_accumulation_steps=accum, ppo_epochs=1,
-                       token_mean_over=over)
-    learner = learner_cls(agent, ReferenceModel(base), config, *([GRPOConfig(**extra)] if extra else []))
+    config = (GRPOConfig if extra else PPOConfig)(batch_size=4, mini_batch_size=mini_batch,
+                                                   gradient_accumulation_steps=accum, ppo_epochs=1,
+                                                   token_mean_over=over, **extra)
+    learner = learner_cls(agent, ReferenceModel(base), config)
     learner.optimizer = _GradientRecorder(learner._params)
     query, query_mask = pad_sequences([[5, 6], [7, 8, 9], [10], [11, 12]], 0, side="left")
     response, response_mask = pad_sequences([[20], list(range(30, 42)), [21, 22, 23], list(range(50, 70))], 0,

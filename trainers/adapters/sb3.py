@@ -32,6 +32,7 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import cory_env  # noqa: F401  (registers the Gymnasium ids)
+from cory_env.checks import check_number
 from cory_env.gym_env import ALONE
 from trainers.adapters.window import default_context_len
 
@@ -117,8 +118,7 @@ def make_model(seed: int, *, num_envs: int = 8, n_steps: int = 64, batch_size: i
     """
     for name, value in (("num_envs", num_envs), ("n_steps", n_steps), ("batch_size", batch_size),
                         ("n_epochs", n_epochs)):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
+        check_number(value, name, integer=True, low=1)
     venv = DummyVecEnv([lambda: make_env(seating, context_len=context_len) for _ in range(num_envs)])
     return MaskablePPO("MultiInputPolicy", venv, n_steps=n_steps, batch_size=batch_size, n_epochs=n_epochs,
                        learning_rate=learning_rate, gamma=1.0, gae_lambda=0.95, ent_coef=ent_coef, seed=seed,
@@ -182,8 +182,7 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, nu
             rollout (num_envs · n_steps: nothing would be trained).
     """
     for name, value in (("episodes", episodes), ("eval_episodes", eval_episodes), ("num_evals", num_evals)):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
+        check_number(value, name, integer=True, low=1)
     cpu0 = time.process_time()
     torch.manual_seed(seed)
     model = make_model(seed, seating=seating, **model_kwargs)

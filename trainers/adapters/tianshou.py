@@ -43,6 +43,7 @@ from tianshou.data import Collector, VectorReplayBuffer
 from tianshou.env import DummyVectorEnv, PettingZooEnv
 from tianshou.trainer import OnPolicyTrainerParams
 
+from cory_env.checks import check_number
 from trainers.adapters.window import aec_env, default_context_len, episode_size
 
 __all__ = ["SequentialMultiAgentOnPolicyAlgorithm", "TianshouObsWrapper", "TokenMLP", "build_algorithm", "make_env",
@@ -260,9 +261,8 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, ep
     Raises:
         ValueError: if `episodes` < `epochs` or `eval_episodes` < 1; from `make_env`.
     """
-    if episodes < epochs or eval_episodes < 1:
-        raise ValueError(f"need episodes >= epochs ({episodes} < {epochs}?) and eval_episodes >= 1 "
-                         f"(got {eval_episodes})")
+    check_number(eval_episodes, "eval_episodes", integer=True, low=1)
+    check_number(episodes, "episodes", integer=True, low=epochs, fix=f"at least epochs={epochs}")
     logging.getLogger("tianshou").setLevel(logging.WARNING)
     # a multi-agent return is (episodes, seats) by design; Tianshou's statistics warn on every collect that they
     # flatten it ("Sequence has shape ..."), which says nothing about this run

@@ -39,6 +39,7 @@ from torchrl.modules import MaskedCategorical, ProbabilisticActor, ValueOperator
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
+from cory_env.checks import check_number
 from trainers.adapters.window import aec_env, default_context_len, episode_size
 
 __all__ = ["EVAL_SEED_OFFSET", "SeatPPO", "TokenMLP", "evaluate", "make_actor_critic", "make_batched_env", "make_env",
@@ -282,8 +283,7 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, ep
     for name, value in (("episodes", episodes), ("eval_episodes", eval_episodes), ("num_evals", num_evals),
                         ("episodes_per_update", episodes_per_update), ("epochs", epochs),
                         ("minibatch_size", minibatch_size), ("num_envs", num_envs)):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
+        check_number(value, name, integer=True, low=1)
     cpu0 = time.process_time()
     torch.manual_seed(seed)
     size = episode_size(task, seating)

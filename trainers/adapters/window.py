@@ -63,7 +63,7 @@ def episode_size(task: str = "tiny_vocab", seating: Seating | str | None = None)
             unknown task or a bad seating spec.
     """
     if task_spec(task).tokenizer is None:
-        own = [name for name, spec in TASKS.items() if spec.tokenizer is not None]
+        own = [name for name, spec in TASKS.known() if spec.tokenizer is not None]  # imports no plug-in
         raise ValueError(f"task {task!r} brings no tokenizer of its own, and the library adapters embed a task's own "
                          f"vocabulary; use one of {own}")
     tokenizer = prepare_tokenizer(task_tokenizer(task))

@@ -42,6 +42,9 @@ ARMS: dict[str, list[str]] = {
     # reward's shared group advantage in MAGRPO's centred form (its eq. 1) against "cory-grpo"
     "mappo": ["--seating", "cory", "--learner", "mappo"],
     "magrpo": ["--seating", "cory", "--learner", "magrpo", "--group_size", "4", "--scale_rewards", "false"],
+    # MAGRPO with both seats answering the query alone (CoMLRL's one-turn MAGRPO: benchmarks/comlrl_magrpo.py)
+    "magrpo-wo-kt": ["--seating", "cory", "--learner", "magrpo", "--group_size", "4", "--scale_rewards", "false",
+                     "--knowledge_transfer", "false"],
     # a chain of three seats (seat k reads the earlier seats as the task declares) with and without transfer, and
     # the joint learners on it (against "chain3" = IPPO and "chain3-grpo")
     "chain3": ["--seating", "chain:3"],
@@ -68,7 +71,7 @@ def arm_flags(name: str) -> list[str]:
         return list(ARMS[name])
     for prefix, seating in LEARNER_ARMS.items():
         if name.startswith(prefix) and name != prefix:
-            from trainers.learning.learners import learner_spec
+            from trainers.learning.registry import learner_spec
 
             learner_spec(name[len(prefix):])  # found, or refused naming it
             return [*seating, "--learner", name[len(prefix):]]

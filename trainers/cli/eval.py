@@ -34,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -44,7 +43,7 @@ from transformers import HfArgumentParser
 
 from agents import LLMAgent, SamplingConfig
 from cory_env import EnvConfig, make_reward_fn
-from cory_env.checks import check_path
+from cory_env.checks import check_number, check_path
 from cory_env.tasks import task_spec
 from cory_env.seating import PIONEER
 from trainers.config import RunConfigs
@@ -52,7 +51,6 @@ from trainers.cli.outputs import check_output_file, write_output
 from trainers.cli.train import before_after_line
 from trainers.evaluation.episodes import evaluate_heldout, gain_summary, heldout_env, heldout_sem_warning
 from trainers.evaluation.passk import PAPER_EVAL_SAMPLING, evaluate_pass_at_k
-from trainers.learning.learners import kl_estimator
 from trainers.loop import checkpoint as ckpt
 from trainers.loop.build import build_agents, load_policy_model, load_run_model
 from trainers.loop.fingerprint import check_fingerprints, data_fingerprint, model_fingerprint, tokenizer_fingerprint
@@ -161,35 +159,23 @@ def run_eval(argv: Sequence[str]) -> int:
     task = args.task or ("gsm8k" if args.checkpoint is None else None)
     if args.checkpoint is None and task != "gsm8k":
         raise ValueError(f"--model without a checkpoint evaluates GSM8K only; add --task gsm8k (got --task {task})")
-    if args.max_k > args.num_samples:
-        raise ValueError(f"--max_k {args.max_k} exceeds --num_samples {args.num_samples}; pass@k needs n >= k "
-                         "samples per problem")
+    check_number(args.max_k, "--max_k", integer=True, high=args.num_samples,
+                 fix=f"at most --num_samples {args.num_samples}: pass@k needs n >= k samples per problem")
     if task == "gsm8k":
         _check_data_path(args.data_path)
     if args.out:  # before any model loads: a wrong path is not found out after the evaluation
         check_output_file(args.out, option="--out", replace=args.overwrite)
     if args.checkpoint is None:
         model, tokenizer = load_policy_model(args.model, seed=GSM8K_SEED if args.seed is None else args.seed)
-        loaded = _Loaded(LLMAgent(model, tokenizer), None, None, None, RunConfigs(env=EnvConfig(task="gsm8k")),
+        loaded = EvalTarget(LLMAgent(model, tokenizer), None, None, None, RunConfigs(env=EnvConfig(task="gsm8k")),
                          args.model)
     else:
         loaded = load_checkpoint_agent(args.checkpoint, args.model_name, with_base=True)
         task = task or loaded.configs.env.task
-    evaluation = task_spec(task).evaluation
-    if evaluation == "pass@k":
-        if task != "gsm8k":
-            raise ValueError(f"task {task!r} declares pass@k evaluation, which cory eval runs for gsm8k only; "
-                             "evaluate it with trainers.evaluation.passk.evaluate_pass_at_k")
-        result, out = _eval_gsm8k(loaded, args)
-        print(format_passk_table(result))
-    elif evaluation == "pioneer":
-        if loaded.checkpoint is None:
-            raise ValueError("the pioneer evaluation needs a CHECKPOINT (a run directory or checkpoint folder)")
-        result, out = _eval_pioneer(loaded, args)
-        print(format_table(result["after"]))
-        print(before_after_line(loaded.model_name, result["before"], result["after"], result), flush=True)
-    else:
-        raise ValueError(f"task {task!r} declares no evaluation (its TaskSpec.evaluation is {evaluation!r})")
+    evaluate = evaluation_of(task)
+    if evaluate is evaluate_pioneer and loaded.checkpoint is None:
+        raise ValueError("the pioneer evaluation needs a CHECKPOINT (a run directory or checkpoint folder)")
+    out = evaluate(loaded, args)
     print(f"wrote {out}")
     return 0
 
@@ -202,9 +188,11 @@ def _check_data_path(data_path: str | None) -> None:
 
 
 @dataclasses.dataclass
-class _Loaded:
-    """What is evaluated: the agent, the reference model, its name and checkpoint folder (None for a base model),
-    the run's configs and a label for the output."""
+class EvalTarget:
+    """What ``cory eval`` evaluates, handed to the task's evaluation (`cory_env.tasks.TaskSpec.evaluation`: a
+    built-in one of `EVALUATIONS`, or a plug-in task's own callable ``evaluate(target, args) -> Path``, which prints
+    what it found and returns the file it wrote): the agent, the reference model, its name and checkpoint folder
+    (None for a base model), the run's configs and a label for the output."""
 
     agent: LLMAgent
     ref_model: Any
@@ -222,29 +210,25 @@ def check_eval_numbers(args) -> None:
     """Raise `ValueError` naming the first `cory eval` number outside its domain (checked before any model loads):
     counts >= 1, ``--seed`` >= 0, ``--eta`` finite and >= 0, ``--torch_threads`` >= 0."""
     for name in ("num_samples", "max_k", "problems_per_batch", "max_new_tokens"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name} {getattr(args, name)} is invalid: use an integer >= 1")
-    if args.episodes is not None and args.episodes < 1:
-        raise ValueError(f"--episodes {args.episodes} is invalid: use an integer >= 1, or leave it out for the "
-                         "run's own number")
-    if args.seed is not None and args.seed < 0:
-        raise ValueError(f"--seed {args.seed} is invalid: use an integer >= 0")
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit {args.limit} is invalid: use an integer >= 1, or leave it out for every problem")
-    if args.torch_threads < 0:
-        raise ValueError(f"--torch_threads {args.torch_threads} is invalid: use >= 0 (0 = torch's default)")
-    if args.eta is not None and not (math.isfinite(args.eta) and args.eta >= 0):
-        raise ValueError(f"--eta {args.eta} is invalid: use a finite number >= 0, or leave it out for the run's "
-                         "KL coefficient")
+        check_number(getattr(args, name), f"--{name}", integer=True, low=1)
+    if args.episodes is not None:
+        check_number(args.episodes, "--episodes", integer=True, low=1, fix="or leave it out for the run's own number")
+    if args.seed is not None:
+        check_number(args.seed, "--seed", integer=True, low=0)
+    if args.limit is not None:
+        check_number(args.limit, "--limit", integer=True, low=1, fix="or leave it out for every problem")
+    check_number(args.torch_threads, "--torch_threads", integer=True, low=0, fix="0 = torch's default")
+    if args.eta is not None:
+        check_number(args.eta, "--eta", low=0, fix="or leave it out for the run's KL coefficient")
 
 
 def load_checkpoint_agent(checkpoint: str | Path, model_name: str | None = None, *,
-                          with_base: bool = False) -> _Loaded:
+                          with_base: bool = False) -> EvalTarget:
     """One model of a checkpoint (a checkpoint folder, or a run directory: its latest checkpoint): `model_name`
     (``"llm1"``, ``"llm2"``; default the model in the pioneer seat), rebuilt with the run's layout and sampling,
     its trained weights loaded (`checkpoint.load_agent`). Used by ``cory eval`` and ``cory export``. `with_base`:
     also build one agent of the run's layout that is never loaded, the model before training (``cory eval``'s
-    "before"; `_Loaded.base`).
+    "before"; `EvalTarget.base`).
 
     Raises:
         FileNotFoundError: no checkpoint there. ValueError / CheckpointError: a model name the checkpoint lacks,
@@ -263,7 +247,7 @@ def load_checkpoint_agent(checkpoint: str | Path, model_name: str | None = None,
     name = model_name or seats[PIONEER]  # every built-in seating's first seat
     model, tokenizer = load_run_model(configs)  # the run's model name, dtype and seed
     # the trained weights go onto this base: refuse another base behind the same name
-    check_fingerprints(state.get("inputs"), {"model": model_fingerprint(model),
+    check_fingerprints(state["inputs"], {"model": model_fingerprint(model),
                                              "tokenizer": tokenizer_fingerprint(tokenizer)}, str(path))
     # with_base: one agent more than the run had, never loaded: the model before training (a fresh LoRA adapter is
     # the base model; a full copy is its weights)
@@ -274,22 +258,21 @@ def load_checkpoint_agent(checkpoint: str | Path, model_name: str | None = None,
     if name not in trained:
         raise ValueError(f"--model_name {name!r} is not in this checkpoint; choose one of {sorted(trained)}")
     ckpt.load_agent(path, name, agents[name])
-    kind = kl_estimator(configs.run.learner, configs.ppo, configs.learner_options)
-    beta = state.get("kl_coef", {}).get(name)
-    if beta is None:  # a checkpoint written before the trainer recorded each model's β: its KL controller's state
-        beta = ckpt.read_learner_state(path, name, with_optimizer=False).get("kl_ctl", {}).get("value")
-    return _Loaded(agents[name], ref, name, path, configs, f"{configs.model.model} ({path}, {name})", kind,
-                   None if beta is None else float(beta), base, state.get("inputs"))
+    kind = configs.learner_spec.kl_estimator(configs.update)
+    beta = state["kl_coef"][name]
+    return EvalTarget(agents[name], ref, name, path, configs, f"{configs.model.model} ({path}, {name})", kind,
+                   float(beta), base, state.get("inputs"))
 
 
-def _eval_pioneer(loaded: _Loaded, args) -> tuple[dict[str, Any], Path]:
-    """The run's own held-out evaluation of one model (`CORYTrainer.heldout_evaluation`: its held-out slice, its
-    evaluation seed, its `--eval_episodes`, as it sampled in training) and of the model before training on the same
-    episodes; the gain with its standard error clustered by query (`gain_summary`). Returns (result, file).
+def evaluate_pioneer(loaded: EvalTarget, args) -> Path:
+    """The evaluation ``"pioneer"``: the run's own held-out evaluation of one model (`CORYTrainer.heldout_evaluation`:
+    its held-out slice, its evaluation seed, its `--eval_episodes`, as it sampled in training) and of the model
+    before training on the same episodes; the gain with its standard error clustered by query (`gain_summary`),
+    printed as training prints it. Returns the file written.
 
     Raises:
         CheckpointError: the run's query data changed since it trained (`run_data`), without ``--data_path``.
-        ValueError: no KL coefficient recorded and no ``--eta``; a reward that cannot be rebuilt (`_run_reward`).
+        ValueError: a reward that cannot be rebuilt (`_run_reward`).
     """
     from trainers.loop.cory import EVAL_SEED
 
@@ -301,8 +284,6 @@ def _eval_pioneer(loaded: _Loaded, args) -> tuple[dict[str, Any], Path]:
     if not_held_out:
         logger.warning("this evaluation is not held out: %s", not_held_out)
     eta = args.eta if args.eta is not None else loaded.kl_coef  # default: the model's final KL coefficient
-    if eta is None:
-        raise ValueError(f"{where} records no KL coefficient for {model_name} (its learner keeps none); pass --eta")
     env_cfg = dataclasses.replace(env_cfg, reward=_run_reward(env_cfg.reward, args.reward))
     out = Path(args.out) if args.out else check_output_file(_default_out(where, f"eval-{model_name}"),
                                                             option="the evaluation file", default=True)
@@ -320,10 +301,12 @@ def _eval_pioneer(loaded: _Loaded, args) -> tuple[dict[str, Any], Path]:
               "query_split": after["query_split"], "heldout_fraction": env_cfg.heldout_fraction, "seed": common["seed"],
               "data": data, **gain_summary(before, after), "before": before, "after": after}
     _write_json(out, result)
-    return result, out
+    print(format_table(result["after"]))
+    print(before_after_line(loaded.model_name, result["before"], result["after"], result), flush=True)
+    return out
 
 
-def run_data(loaded: _Loaded, env_cfg: EnvConfig, heldout_records: list[dict], *, override: bool) -> dict[str, Any]:
+def run_data(loaded: EvalTarget, env_cfg: EnvConfig, heldout_records: list[dict], *, override: bool) -> dict[str, Any]:
     """The query data a pioneer evaluation reads, checked against the run's: the fingerprint of the training-side
     records `env_cfg` builds (what the run recorded at its start, `trainers.loop.fingerprint.data_fingerprint`,
     key ``data``) and of the evaluated records `heldout_records` (key ``heldout_data``, when the checkpoint records
@@ -392,7 +375,13 @@ def _run_reward(recorded: str, override: str | None) -> str:
     return recorded
 
 
-def _eval_gsm8k(loaded: _Loaded, args) -> tuple[dict[str, Any], Path]:
+def evaluate_pass_at_k_gsm8k(loaded: EvalTarget, args) -> Path:
+    """The evaluation ``"pass@k"`` (GSM8K): pass@1..max_k of the pioneer alone, printed as a table. Returns the file
+    written.
+
+    Raises:
+        ValueError: a task other than gsm8k (pass@k checks GSM8K's answers).
+    """
     from cory_env.tasks.gsm8k import make_gsm8k_task
 
     agent, where, model_name, model_label = loaded.agent, loaded.checkpoint, loaded.model_name, loaded.label
@@ -423,7 +412,30 @@ def _eval_gsm8k(loaded: _Loaded, args) -> tuple[dict[str, Any], Path]:
     result = {**header, **result}
     _write_json(out, result)
     logger.info("GSM8K eval written to %s", out)
-    return result, out
+    print(format_passk_table(result))
+    return out
+
+
+#: The built-in evaluations by name (`cory_env.tasks.EVALUATIONS`); a task's spec names one or carries its own.
+EVALUATIONS = {"pioneer": evaluate_pioneer, "pass@k": evaluate_pass_at_k_gsm8k}
+
+
+def evaluation_of(task: str):
+    """The evaluation of task `task` (its spec's `TaskSpec.evaluation`): a callable ``(EvalTarget, args) -> Path``.
+
+    Raises:
+        ValueError: a task that declares no evaluation, or pass@k for a task other than gsm8k.
+    """
+    evaluation = task_spec(task).evaluation
+    if callable(evaluation):
+        return evaluation
+    if evaluation == "pass@k" and task != "gsm8k":
+        raise ValueError(f"task {task!r} declares pass@k evaluation, which cory eval runs for gsm8k only; give its "
+                         "TaskSpec an evaluation callable of its own, or use trainers.evaluation.passk.evaluate_pass_at_k")
+    if evaluation not in EVALUATIONS:
+        raise ValueError(f"task {task!r} declares no evaluation (its TaskSpec.evaluation is {evaluation!r}); give its "
+                         "TaskSpec an evaluation callable (target, args) -> Path")
+    return EVALUATIONS[evaluation]
 
 
 def _write_json(path: Path, result: dict) -> None:

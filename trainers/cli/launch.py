@@ -7,7 +7,6 @@ Ctrl-C / SIGTERM / SIGHUP to them (docs/distributed.md).
 
 from __future__ import annotations
 
-import argparse
 import signal
 import socket
 import subprocess
@@ -134,24 +133,6 @@ def process_errors(folder: str) -> list[str]:
         return [line for line, _ in by_error.values()]
     return [f"{line} (process{'es' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
             for line, ranks in by_error.values()]
-
-
-def split_num_processes(argv: Sequence[str]) -> tuple[int, list[str]]:
-    """(N from ``--num_processes N``, 1 if absent; the other arguments).
-
-    Raises:
-        ValueError: a value that is not an integer >= 1.
-    """
-    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    pre.add_argument("--num_processes", default="1")
-    known, rest = pre.parse_known_args(list(argv))
-    try:
-        n = int(known.num_processes)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError(f"--num_processes must be an integer >= 1, got {known.num_processes!r}")
-    return n, rest
 
 
 if __name__ == "__main__":  # ``python -m trainers.cli.launch ACCELERATE_ARGS``: what `launch_command` runs

@@ -34,7 +34,7 @@ PRESETS: dict[str, dict] = {
     # pioneer's held-out reward before and after training. CORY with GRPO learners (lr, beta and lengths from the
     # IMDB rung of benchmarks/learning.py). 24 iterations with exchanges after 12 and 24 (llm1 ends in the pioneer
     # seat) and 128 held-out episodes: at 16 iterations and 64 episodes seed 0 gained only 1.4 standard errors
-    # (benchmarks/main_job_seeds.json holds seeds 0-4 of this preset).
+    # (benchmarks/results/main_job_seeds.json holds seeds 0-4 of this preset).
     "imdb-quick": {
         "model": "smollm2-135m-instruct", "output_dir": "runs/imdb-quick", "data_path": "hub",
         "learner": "grpo", "group_size": 4,

@@ -2,12 +2,14 @@
 (or a launch of several processes, `trainers.cli.launch`).
 
 The options a run reads are derived from what it runs (`trainers.config.RunConfigs`): the run, model and sampling
-configs, the env config (the fields the chosen task reads), the chosen task's own options class, the update
-(`PPOConfig`: the fields the chosen learner reads) and the chosen learner's own options class. So ``cory train
---task gsm8k --learner grpo --help`` shows what that run reads, grouped; the options of other learners and tasks are
-still accepted (one flat command line), and a run warns that they do nothing (`trainers.unread_options`). Values
-resolve as command-line flags > `--config FILE.yaml` > `--preset NAME` > defaults, through
-`transformers.HfArgumentParser`, so every option has its field's help.
+configs, the env config (the fields the chosen task reads), the chosen task's own options class and the chosen
+learner's config (`trainers.learning.configs`: the update every learner shares and its own options). So ``cory train
+--task gsm8k --learner grpo --help`` shows what that run reads, grouped. argv is read twice: a first pass for
+``--preset``, ``--config``, ``--learner``, ``--task`` and ``--num_processes`` (`first_pass`), then one parse into each
+config class, each built once. Another learner's or task's option given as a flag is an error; carried by a preset or
+a YAML file it is kept aside and the run warns that it does nothing (`trainers.unread_options`). Values resolve as
+command-line flags > `--config FILE.yaml` > `--preset NAME` > defaults, through `transformers.HfArgumentParser`, so
+every option has its field's help.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import signal
 import sys
 import time
 import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -31,15 +34,15 @@ import yaml
 from transformers import HfArgumentParser
 
 from agents.sampling import SamplingConfig
-from cory_env.checks import check_path
+from cory_env.checks import check_field, check_path
 from cory_env import EnvConfig
 from cory_env.rewards import REWARDS
-from cory_env.tasks import OPTIONAL_ENV_FIELDS, TASKS
-from trainers.cli.launch import launch_command, preflight, run_launcher, split_num_processes
+from cory_env.tasks import OPTIONAL_ENV_FIELDS, TASKS, task_spec
+from trainers.cli.launch import launch_command, preflight, run_launcher
 from trainers.cli.presets import PRESETS, preset
-from trainers.config import (CORYConfig, ModelConfig, PPOConfig, RunConfigs, flat_field_types, migrate_flat,
-                             option_fields)
-from trainers.learning.learners import LEARNERS
+from trainers.config import CORYConfig, ModelConfig, RunConfigs, check_option_names, flat_field_types, option_fields
+from trainers.learning.configs import UpdateConfig
+from trainers.learning.registry import LEARNERS
 
 
 class ConfigParser(HfArgumentParser):
@@ -51,36 +54,37 @@ class ConfigParser(HfArgumentParser):
         raise ValueError(f"{message} (cory train --help lists the options)")
 
 
-def run_classes(configs: RunConfigs) -> list[type]:
-    """The config classes of a run in ``cory train --help`` order: the run, the model, the env and the task's
-    options, the update and the learner's options, sampling."""
-    return [c for c in (CORYConfig, ModelConfig, EnvConfig, configs.task_options_class, PPOConfig,
-                        configs.learner_options_class, SamplingConfig) if c is not None]
-
-
 def _registry_help(registry) -> str:
-    return "; ".join(f"{name} ({spec.summary})" if getattr(spec, "summary", "") else name
-                     for name, spec in registry.items())
+    return "; ".join(f"{name} ({line})" if line else name for name, line in registry.listing())  # imports no plug-in
 
 
-def shape_help(parser: argparse.ArgumentParser, configs: RunConfigs) -> None:
-    """Make `parser`'s help tell what this run reads: the `PPOConfig` fields the learner ignores and the optional
-    `EnvConfig` fields the task does not read are hidden (still accepted, and warned about when set), the groups
-    are named after the chosen learner and task, the registries are listed under ``--learner`` / ``--task`` /
-    ``--reward``, and each ``--no_X`` switch says what it does (its default is its ``--X``'s)."""
-    spec, task = configs.learner_spec, configs.task_spec
-    hidden = set(spec.ignores) | {f for f in OPTIONAL_ENV_FIELDS if f not in task.reads}
+def shape_help(parser: argparse.ArgumentParser, learner: tuple[str, type], task: tuple[str, Any], *,
+               listings: bool = True) -> None:
+    """Make `parser`'s help tell what this run reads: the optional `EnvConfig` fields the task does not read are
+    hidden (still accepted, and warned about when set), the groups are named after the chosen learner and task, the
+    registries are listed under ``--learner`` / ``--task`` / ``--reward`` (without importing an installed plug-in:
+    `cory_env.registry.Registry.listing`), and each ``--no_X`` switch says what it does (its default is its
+    ``--X``'s).
+
+    Args:
+        learner: (the chosen learner's name, its config class); task: (the chosen task's name, its
+            `cory_env.tasks.TaskSpec`).
+        listings: list the registries (only ``--help`` prints them: a run skips the work).
+    """
+    (learner, update_class), (name, spec) = learner, task
+    hidden = {f for f in OPTIONAL_ENV_FIELDS if f not in spec.reads}
     listed = {"learner": LEARNERS, "task": TASKS, "reward": REWARDS}
     for action in parser._actions:
         if action.dest in hidden:
             action.help = argparse.SUPPRESS
-        elif action.dest in listed and not action.option_strings[0].startswith("--no"):
+        elif listings and action.dest in listed and not action.option_strings[0].startswith("--no"):
             action.help = f"{action.help} Registered: {_registry_help(listed[action.dest])}."
         if isinstance(action, argparse._StoreFalseAction) and action.option_strings[0].startswith("--no"):
             action.help = f"Set {action.dest} to false (the same as --{action.dest} false)."
             action.default = argparse.SUPPRESS
-    titles = {PPOConfig._argument_group_name: f"update options read by learner {configs.run.learner!r} (PPOConfig)",
-              EnvConfig._argument_group_name: f"env options read by task {configs.env.task!r} (EnvConfig)"}
+    titles = {getattr(update_class, "_argument_group_name", None): f"update options read by learner {learner!r} "
+                                                                   f"({update_class.__name__})",
+              EnvConfig._argument_group_name: f"env options read by task {name!r} (EnvConfig)"}
     for group in parser._action_groups:
         group.title = titles.get(group.title, group.title)
 
@@ -126,7 +130,6 @@ def load_yaml_config(path: str | Path, *, named: Mapping[str, Any] | None = None
                          "of option: value, e.g. a run's config.yaml") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of option: value, got {type(data).__name__}")
-    data = migrate_flat(data)  # a run's config.yaml written before a field moved
     types = flat_field_types(**_named_specs(data, named))
     data = {key: _yaml_float(value) if float in (types.get(key), *typing.get_args(types.get(key))) else value
             for key, value in data.items()}
@@ -180,51 +183,66 @@ def check_one_name_per_option(parser: argparse.ArgumentParser, argv: Sequence[st
             raise ValueError(f"{' and '.join(used)} are two names of one option ({action.dest}); give it once")
 
 
-def _chosen(argv: Sequence[str], defaults: dict[str, Any]) -> RunConfigs:
-    """The run's learner and task (flags > YAML > preset > defaults) as `RunConfigs` of defaults: which options the
-    run reads. Raises `ValueError` for an unknown learner or task (before anything else is parsed)."""
+@dataclass(frozen=True)
+class FirstPass:
+    """What ``cory train``'s first pass over argv reads: the options that decide the rest (which preset and YAML file
+    give defaults, which learner and task choose the config classes) and ``--num_processes`` (`run_train` launches
+    the processes); `rest` is argv without ``--num_processes``."""
+
+    preset: str | None
+    config: str | None
+    learner: str | None
+    task: str | None
+    num_processes: int
+    rest: list[str]
+
+
+def first_pass(argv: Sequence[str]) -> FirstPass:
+    """The first pass over ``cory train``'s argv (`FirstPass`); the one full parse follows (`parse_train_args`).
+
+    Raises:
+        ValueError: ``--num_processes`` not an integer >= 1.
+    """
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    pre.add_argument("--learner", default=defaults.get("learner", CORYConfig.learner))
-    pre.add_argument("--task", default=defaults.get("task", EnvConfig.task))
-    known, _ = pre.parse_known_args(argv)
-    return RunConfigs.from_flat({"learner": known.learner, "task": known.task})
+    for name in ("preset", "config", "learner", "task", "num_processes"):
+        pre.add_argument(f"--{name}", default=None)
+    known, _ = pre.parse_known_args(list(argv))
+    rest, skip = [], False
+    for arg in argv:  # argv without --num_processes N / --num_processes=N, for the launched processes
+        if skip:
+            skip = False
+        elif arg == "--num_processes":
+            skip = True
+        elif not arg.startswith("--num_processes="):
+            rest.append(arg)
+    try:
+        n = int(known.num_processes) if known.num_processes is not None else 1
+    except ValueError:
+        n = 0
+    check_field(n >= 1, "--num_processes", known.num_processes, "use an integer >= 1")
+    return FirstPass(known.preset, known.config, known.learner, known.task, n, rest)
 
 
-def _other_options(remaining: list[str], chosen: set[str]) -> tuple[dict[str, Any], list[str]]:
-    """({field: value} of the other learners' and tasks' options among `remaining` flags, the flags left), parsed
-    with their own classes' types (`RunConfigs.unread`)."""
-    values: dict[str, Any] = {}
-    for owner in dict.fromkeys(owner for owner, _ in option_fields().values()):
-        names = [f.name for f in dataclasses.fields(owner) if f.name not in chosen and f.name not in values]
-        if not remaining or not names:
-            continue
-        given = {a.split("=", 1)[0].lstrip("-").replace("-", "_").removeprefix("no_") for a in remaining
-                 if a.startswith("--")}
-        if not given & set(names):
-            continue
-        instance, remaining = ConfigParser(owner).parse_args_into_dataclasses(args=remaining,
-                                                                             return_remaining_strings=True)
-        values.update({n: getattr(instance, n) for n in names if n in given})
-    return values, remaining
+def build_train_parser(argv: Sequence[str], first: FirstPass | None = None
+                       ) -> tuple[ConfigParser, list[type], dict[str, Any]]:
+    """(the `cory train` parser of the run `argv` names, its config classes, the preset's and YAML's values): the chosen learner's config
+    class and the chosen task's options, grouped and with the preset's and YAML's values as defaults, which
+    ``--help`` shows. The learner and the task are looked up once here (flags > YAML > preset > defaults)."""
+    from trainers.learning.registry import learner_spec
 
-
-def build_train_parser(argv: Sequence[str]) -> tuple[ConfigParser, list[type], dict[str, Any]]:
-    """(the `cory train` parser of the run `argv` names, its config classes, the preset's and YAML's values): the
-    chosen learner's and task's options, grouped and with the preset's and YAML's values as defaults, which
-    ``--help`` shows."""
-    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    pre.add_argument("--preset", default=None)
-    pre.add_argument("--config", default=None)
-    pre.add_argument("--learner", default=None)
-    pre.add_argument("--task", default=None)
-    known, _ = pre.parse_known_args(argv)
+    first = first_pass(argv) if first is None else first
     defaults: dict[str, Any] = {}
-    if known.preset:
-        defaults.update(preset(known.preset))
-    if known.config:  # the file may hold the options of the learner and task the command line names
-        defaults.update(load_yaml_config(known.config, named={"learner": known.learner, "task": known.task}))
-    chosen = _chosen(argv, defaults)
-    classes = run_classes(chosen)
+    if first.preset:
+        defaults.update(preset(first.preset))
+    if first.config:  # the file may hold the options of the learner and task the command line names
+        defaults.update(load_yaml_config(first.config, named={"learner": first.learner, "task": first.task}))
+    learner = first.learner or defaults.get("learner", CORYConfig.learner)
+    task = first.task or defaults.get("task", EnvConfig.task)
+    update_class, spec = learner_spec(learner).config_class, task_spec(task)
+    task_class = spec.options
+    classes = [c for c in (CORYConfig, ModelConfig, EnvConfig, task_class, update_class, SamplingConfig)
+               if c is not None]
+    check_option_names(classes)  # before argparse, which would refuse a clash with a traceback
     # no abbreviations: argparse would take --num_iteration for --num_iterations
     parser = ConfigParser(classes, prog="cory train", allow_abbrev=False,
                           description="Train with CORY (two seats), the single-agent baseline (--seating ppo) or a "
@@ -237,32 +255,58 @@ def build_train_parser(argv: Sequence[str]) -> tuple[ConfigParser, list[type], d
                              "batch_size counts one process's episodes.")
     read = {f.name for c in classes for f in dataclasses.fields(c)}
     parser.set_defaults(**{k: v for k, v in defaults.items() if k in read})
-    shape_help(parser, chosen)
+    shape_help(parser, (learner, update_class), (task, spec), listings=bool({"-h", "--help"} & set(argv)))
     return parser, classes, defaults
 
 
-def parse_train_args(argv: Sequence[str]) -> RunConfigs:
-    """Resolve `cory train` arguments into the run's configs (flags > YAML > preset > defaults); ``--help`` prints
-    the options of the chosen learner and task (see the module docstring)."""
+def _refuse_unknown(parser: argparse.ArgumentParser, remaining: list[str], learner: str, task: str) -> None:
+    """Raise for flags the run's parser does not take: another learner's or task's option given as a flag (a typo
+    class of mistake: ``--learner ppo --group_size 4``) names its owners; anything else gets the close matches."""
+    if not remaining:
+        return
+    flags = [r.split("=")[0] for r in remaining if r.startswith("--")]
+    others = option_fields()
+    owned = {f: others[f.lstrip("-").replace("-", "_").removeprefix("no_")] for f in flags
+             if f.lstrip("-").replace("-", "_").removeprefix("no_") in others}
+    if owned:
+        which = "; ".join(f"{flag} is read by {' and '.join(who)} only" for flag, (_, who) in owned.items())
+        raise ValueError(f"{which}, not by this run (learner={learner!r}, task={task!r}); drop it, or choose that "
+                         "learner or task (cory train --learner NAME --help lists what a learner reads)")
+    valid = sorted(a.option_strings[0] for a in parser._actions if a.option_strings)
+    hints = {f: difflib.get_close_matches(f, valid, n=1) for f in flags}
+    hint = "; ".join(f"{f}: did you mean {m[0]}?" for f, m in hints.items() if m)
+    raise ValueError(f"unknown option(s) {remaining}{' (' + hint + ')' if hint else ''}; options are never "
+                     f"abbreviated; valid options: {' '.join(valid)}")
+
+
+def parse_train_args(argv: Sequence[str], first: FirstPass | None = None) -> RunConfigs:
+    """Resolve `cory train` arguments into the run's configs (flags > YAML > preset > defaults): the first pass
+    (`first_pass`), then one parse into each config class, each built once; ``--help`` prints the options of the
+    chosen learner and task (see the module docstring). Options of another learner or task carried by the preset or
+    the YAML file go to `RunConfigs.unread` (the run warns that they do nothing); given as flags they are an error.
+
+    Raises:
+        ValueError: an unknown option (close matches named), another learner's or task's option given as a flag,
+            an option given under two of its names, ``--num_processes`` other than 1 (`run_train` launches), or a
+            value a config refuses.
+    """
     argv = list(argv)
-    parser, classes, defaults = build_train_parser(argv)
-    read = {f.name for c in classes for f in dataclasses.fields(c)}
+    parser, classes, defaults = build_train_parser(argv, first)
     check_one_name_per_option(parser, argv)
-    *configs, extra, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    *sections, extra, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    by_class = dict(zip(classes, sections))
     if extra.num_processes != 1:  # run_train takes it off before parsing; anywhere else it would be ignored
         raise ValueError(f"--num_processes {extra.num_processes} is handled by `cory train` (it launches the "
                          "processes); call trainers.cli.main(['train', ...]) or launch with accelerate / torchrun")
-    others, remaining = _other_options(remaining, read)
-    if remaining:
-        valid = sorted(a.option_strings[0] for a in parser._actions if a.option_strings)
-        flags = [r.split("=")[0] for r in remaining if r.startswith("--")]
-        hints = {f: difflib.get_close_matches(f, valid, n=1) for f in flags}
-        hint = "; ".join(f"{f}: did you mean {m[0]}?" for f, m in hints.items() if m)
-        raise ValueError(f"unknown option(s) {remaining}{' (' + hint + ')' if hint else ''}; options are never "
-                         f"abbreviated; valid options: {' '.join(valid)}")
-    flat = {k: v for config in configs for k, v in dataclasses.asdict(config).items()}
-    unread = {k: v for k, v in defaults.items() if k not in read} | others  # other learners' / tasks' options
-    return RunConfigs.from_flat({**unread, **flat}, strict=True)
+    run, env = by_class[CORYConfig], by_class[EnvConfig]
+    _refuse_unknown(parser, remaining, run.learner, env.task)
+    read = {f.name for section in sections for f in dataclasses.fields(section)}
+    unread = {k: v for k, v in defaults.items() if k not in read}  # other learners' / tasks' options (checked)
+    update = next(section for section in sections if isinstance(section, UpdateConfig))
+    task_options = next((section for cls, section in by_class.items()
+                         if cls not in (CORYConfig, ModelConfig, EnvConfig, SamplingConfig, type(update))), None)
+    return RunConfigs(run=run, update=update, env=env, model=by_class[ModelConfig], sampling=by_class[SamplingConfig],
+                      task_options=task_options, unread=unread)
 
 
 def run_train(argv: Sequence[str]) -> int:
@@ -270,10 +314,11 @@ def run_train(argv: Sequence[str]) -> int:
     from trainers.loop.cory import CORYTrainer
     from trainers.distributed import launched_world_size
 
-    num_processes, argv = split_num_processes(argv)
+    first = first_pass(argv)
+    num_processes, argv = first.num_processes, first.rest
     launched = launched_world_size()
     if num_processes > 1 and launched == 1:  # start the processes, each runs this command without the flag
-        configs = parse_train_args(argv)  # a mistake fails here, once, not in every process
+        configs = parse_train_args(argv, first)  # a mistake fails here, once, not in every process
         preflight(configs, num_processes)
         return run_launcher(launch_command(num_processes, ["-m", "trainers.cli", "train", *argv]))
     if num_processes > 1 and launched != num_processes:
@@ -281,7 +326,7 @@ def run_train(argv: Sequence[str]) -> int:
                          "when starting with accelerate launch / torchrun")
     if int(os.environ.get("RANK", "0")) > 0:  # the main process reports progress and warnings; the others errors
         logging.getLogger().setLevel(logging.ERROR)
-    configs = parse_train_args(argv)
+    configs = parse_train_args(argv, first)
     stage, history, before, after = "starting", [], None, None
     with stop_signals_interrupt():  # outside training's own handler a stop signal interrupts, then is reported
         try:

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from cory_env import BatchedCORYEnv, EnvConfig
+from cory_env.checks import check_number
 from cory_env.seating import Seating
 from cory_env.tasks import task_spec
 from trainers.learning import ppo_math
@@ -32,8 +33,7 @@ def distinct_n(texts: Sequence[str], n: int) -> float:
     Raises:
         ValueError: if n < 1.
     """
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+    check_number(n, "n", integer=True, low=1)
     grams = [tuple(words[i:i + n]) for words in (t.split() for t in texts) for i in range(len(words) - n + 1)]
     return len(set(grams)) / len(grams) if grams else 0.0
 
@@ -270,8 +270,7 @@ def evaluate_heldout(seats: dict, ref_model, env_config: EnvConfig, tokenizer, *
     Raises:
         ValueError: `episodes` < 1, or `collective` with a single seat or without an agent for every seat.
     """
-    if episodes < 1:
-        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    check_number(episodes, "episodes", integer=True, low=1)
     if collective and len(seats) < 2:
         raise ValueError(f"a collective evaluation needs two or more seats, got {sorted(seats)} (a single-seat "
                          "seating); use collective=False")

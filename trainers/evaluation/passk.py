@@ -30,6 +30,7 @@ import numpy as np
 
 from agents.sampling import SamplingConfig
 from cory_env import BatchedCORYEnv, EnvConfig
+from cory_env.checks import check_field, check_number
 from cory_env.prompts import PromptTemplate
 from cory_env.tasks.gsm8k_answers import answers_match, extract_answer, has_answer_format
 from trainers.evaluation.episodes import PIONEER_ALONE
@@ -60,20 +61,13 @@ def pass_at_k(n: int, c: int, k: int) -> float:
         A probability in [0, 1].
 
     Raises:
-        TypeError: if an argument is not an int.
-        ValueError: if k > n, c > n, or any argument is out of range.
+        ValueError: if an argument is not an int, k > n, c > n, or any argument is out of range.
 
     Source: Chen et al. 2021, arXiv:2107.03374, §2.1 and Figure 3.
     """
-    for name, value in (("n", n), ("c", c), ("k", k)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if n < 1 or k < 1 or c < 0:
-        raise ValueError(f"need n >= 1, k >= 1, c >= 0; got n={n}, c={c}, k={k}")
-    if k > n:
-        raise ValueError(f"k={k} exceeds the number of samples n={n}; draw at least k samples per problem")
-    if c > n:
-        raise ValueError(f"c={c} correct samples exceeds the number of samples n={n}")
+    check_number(n, "n", integer=True, low=1)
+    check_number(k, "k", integer=True, low=1, high=n, fix="draw at least k samples per problem")
+    check_number(c, "c", integer=True, low=0, high=n, fix="the correct samples are among the n samples")
     if n - c < k:
         return 1.0
     return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
@@ -92,8 +86,7 @@ def pass_at_k_first(correct: Sequence[bool], k: int) -> float:
     Raises:
         ValueError: if k < 1 or k > len(correct).
     """
-    if k < 1 or k > len(correct):
-        raise ValueError(f"k must be in [1, {len(correct)}] (the number of samples), got {k}")
+    check_number(k, "k", integer=True, low=1, high=len(correct), fix="at most the number of samples")
     return float(any(bool(x) for x in correct[:k]))
 
 
@@ -149,12 +142,10 @@ def _check_args(records: Sequence[dict], num_samples: int, ks: Sequence[int], pr
     if missing:
         raise ValueError(f"records {missing[:5]} have no 'gold' number; build them with cory_env.tasks.gsm8k."
                          "load_gsm8k (or make_gsm8k_task)")
-    for name, value in (("num_samples", num_samples), ("problems_per_batch", problems_per_batch)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if not ks or min(ks) < 1 or max(ks) > num_samples:
-        raise ValueError(f"ks={list(ks)} must lie in [1, num_samples={num_samples}]; draw num_samples >= max(ks) "
-                         "answers per problem")
+    check_number(num_samples, "num_samples", integer=True, low=1)
+    check_number(problems_per_batch, "problems_per_batch", integer=True, low=1)
+    check_field(bool(ks) and min(ks) >= 1 and max(ks) <= num_samples, "ks", list(ks),
+                f"use budgets in [1, num_samples={num_samples}]; draw num_samples >= max(ks) answers per problem")
 
 
 def evaluate_pass_at_k(

@@ -1,12 +1,18 @@
-"""The learners' own configs: `PPOConfig` (the update every learner shares, and PPO's value head, GAE and score
-scaling) and `GRPOConfig` (the group-relative learners' options: samples per query, normalisation, where the KL goes).
+"""The learners' configs, one class per learner on a shared base (TRL's layout: `trl/trainer/base_config.py` and one
+``*Config`` per trainer):
 
-Each registered learner declares which of them it reads (`trainers.learning.learners.LearnerSpec.config_class`) and
-which `PPOConfig` fields it ignores, so that `cory train` can warn about an option that does nothing and show only
-the flags the chosen learner reads. A field whose effect depends on another declares it beside the fields
-(``_unread_when``: ``field -> (configs, seating) -> reason or None``, checked when the field differs from its
-default; ``_unread_always``: checked at any value); `trainers.unread_options` reads them. Field names are unique across
-every config class of a run (`trainers.config.RunConfigs`): a run's settings stay one flat ``{field: value}`` dict.
+| class | holds | read by |
+|---|---|---|
+| `UpdateConfig` | what every policy update shares: learning rate, batch sizes, epochs, clip range, the KL controller (β, its estimator), gradient norm, entropy bonus, token averaging | every learner (a plug-in's own config subclasses it) |
+| `PPOConfig` | `UpdateConfig` + PPO's value head, GAE, score scaling, early stopping and ratio guard | ``ppo``, ``mappo`` |
+| `GRPOConfig` | `UpdateConfig` + samples per query, group normalisation, where the KL goes | ``grpo``, ``magrpo`` |
+
+A learner receives one instance of its class (`trainers.learning.registry.LearnerSpec.config_class`); every
+invariant of a class is checked in its ``__post_init__``. A field whose effect depends on another declares it beside
+the fields (``_unread_when``: ``field -> (configs, seating) -> reason or None``, checked when the field differs from
+its default; ``_unread_always``: checked at any value); `trainers.unread_options` reads them. Field names are unique
+across the config classes of a run (`trainers.config.RunConfigs`): a run's settings stay one flat ``{field: value}``
+dict, so ``--batch_size`` and a ``config.yaml`` read the same whichever learner runs.
 """
 
 from __future__ import annotations
@@ -14,24 +20,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from cory_env.checks import MAX_MAGNITUDE
+from cory_env.checks import MAX_MAGNITUDE, check_field, check_number
 from cory_env.config import check_finite_fields
+from cory_env.episode import check_groups
 from trainers.learning.kl_control import PROPORTIONAL_ERROR_CLIP
 from trainers.learning.ppo_math import KL_PENALTY_KINDS
 
-__all__ = ["GRPOConfig", "PPOConfig", "TOKEN_MEAN_OVER", "check_field", "check_kl_horizon"]
+__all__ = ["GRPOConfig", "PPOConfig", "TOKEN_MEAN_OVER", "UpdateConfig", "check_kl_horizon"]
 
 TOKEN_MEAN_OVER = ("optimizer_step", "mini_batch")
 """`PPOConfig.token_mean_over` values (`trainers.learning.update.step_loss_weights`)."""
 
 
-def check_field(cond: bool, name: str, value, fix: str) -> None:
-    """Raise ``ValueError("{name}={value!r} is invalid: {fix}")`` unless `cond` (the configs' one field check)."""
-    if not cond:
-        raise ValueError(f"{name}={value!r} is invalid: {fix}")
+def check_loss_weights(config, *names: str) -> None:
+    """Each of `names` a loss weight in [0, `MAX_MAGNITUDE`] (1e300 overflowed the loss to inf); `check_number`'s
+    message otherwise (β >= 0 reads as in the KL controllers and `compute_rewards`)."""
+    for name in names:
+        check_number(getattr(config, name), name, low=0)
+        check_number(getattr(config, name), name, high=MAX_MAGNITUDE, fix="a larger weight overflows the loss to inf")
 
 
-def check_kl_horizon(config: "PPOConfig", num_processes: int = 1) -> None:
+def check_kl_horizon(config: "UpdateConfig", num_processes: int = 1) -> None:
     """Refuse an adaptive KL controller whose one step can move β by 100 % or more: β ← β · (1 + e · n_steps /
     horizon) with e down to −0.2 turns β negative when 0.2 · n_steps ≥ horizon (n_steps = batch_size · processes).
 
@@ -49,28 +58,25 @@ def check_kl_horizon(config: "PPOConfig", num_processes: int = 1) -> None:
 
 
 @dataclass
-class PPOConfig:
-    """The update every learner shares (learning rate, batch sizes, epochs, clipping, the KL controller) and PPO's
-    own fields (value head, GAE, score scaling, early stopping, the ratio guard); TRL names, defaults = TRL 0.11.4
-    `PPOConfig` unless noted. Which fields a learner ignores is its `LearnerSpec.ignores`
-    (`trainers.learning.learners`)."""
+class UpdateConfig:
+    """What every learner's policy update shares (TRL names; defaults = TRL 0.11.4 `PPOConfig` unless noted): the
+    learning rate, the batch sizes, the epochs, the clip range, the KL controller and its estimator, the gradient
+    norm, the entropy bonus and the token averaging. A learner with no options of its own reads this class; a
+    learner with some subclasses it (`PPOConfig`, `GRPOConfig`, a plug-in's)."""
 
-    _argument_group_name = "update options (PPOConfig; every learner; value-head, GAE and score options: ppo and mappo)"
+    _argument_group_name = "update options (UpdateConfig; every learner)"  # `cory train --help` group
     #: When a field does nothing, declared beside it (read by `trainers.unread_options`): field -> rule
     #: ``(configs, seating) -> reason or None``; `_unread_when` rules are checked when the field differs from
     #: its default, `_unread_always` rules at any value.
     _unread_when = {
         **dict.fromkeys(("target", "horizon"), lambda c, seating: (
-            None if c.ppo.adap_kl_ctrl else "with adap_kl_ctrl=False (β stays init_kl_coef)")),
-        "target_kl": lambda c, seating: None if c.ppo.early_stopping else "without early_stopping=True",
-        "use_score_norm": lambda c, seating: (None if c.ppo.use_score_scaling
-                                              else "without use_score_scaling=True (as in TRL)"),
+            None if c.update.adap_kl_ctrl else "with adap_kl_ctrl=False (β stays init_kl_coef)")),
     }
     _unread_always = {
         "adap_kl_ctrl": lambda c, seating: (
             "with init_kl_coef=0: the adaptive controller scales β multiplicatively, so it stays 0 (target and "
             "horizon do nothing); set init_kl_coef > 0 or adap_kl_ctrl=False"
-            if c.ppo.adap_kl_ctrl and c.ppo.init_kl_coef == 0 else None),
+            if c.update.adap_kl_ctrl and c.update.init_kl_coef == 0 else None),
     }
 
     learning_rate: float = field(default=1.41e-5, metadata={"help": "Adam learning rate (TRL default 1.41e-5; paper IMDB 1.41e-5)."})
@@ -84,20 +90,9 @@ class PPOConfig:
     target: float = field(default=6.0, metadata={"help": "Adaptive KL controller target KL in nats per sequence (TRL default 6)."})
     horizon: float = field(default=10000.0, metadata={"help": "Adaptive KL controller horizon in samples (TRL default 10000)."})
     kl_penalty: str = field(default="kl", metadata={"help": "Per-token KL estimator: kl (k1 = logp - ref_logp), abs, mse, full (full-vocabulary KL; paper), k3. TRL default 'kl'."})
-    gamma: float = field(default=1.0, metadata={"help": "Discount factor for GAE, in [0, 1] (TRL default 1)."})
-    lam: float = field(default=0.95, metadata={"help": "GAE lambda, in [0, 1] (TRL default 0.95)."})
     cliprange: float = field(default=0.2, metadata={"help": "PPO policy ratio clip epsilon (TRL default 0.2)."})
-    cliprange_value: float = field(default=0.2, metadata={"help": "Value clip range around the old values (TRL default 0.2)."})
-    vf_coef: float = field(default=0.1, metadata={"help": "Value loss coefficient (TRL default 0.1)."})
     ent_coef: float = field(default=0.0, metadata={"help": "Entropy bonus: the loss subtracts ent_coef * mean per-token policy entropy (nats), against early collapse (TRL: none, 0; CleanRL PPO: 0.01)."})
     max_grad_norm: Optional[float] = field(default=None, metadata={"help": "Clip the gradient norm to this value; None = no clipping (TRL default; paper: none)."})
-    early_stopping: bool = field(default=False, metadata={"help": "Stop the PPO epochs early once approx_kl > 1.5 * target_kl (TRL)."})
-    target_kl: float = field(default=1.0, metadata={"help": "approx_kl threshold for early_stopping (TRL default 1)."})
-    ratio_threshold: float = field(default=10.0, metadata={"help": "Skip a mini-batch whose mean policy ratio exceeds this (TRL default 10); skipped ones are counted in ppo/skipped_batches."})
-    use_score_scaling: bool = field(default=False, metadata={"help": "Divide scores by their running std (TRL). Paper CORY IMDB: on."})
-    use_score_norm: bool = field(default=False, metadata={"help": "With use_score_scaling, also subtract the running mean (TRL). Paper CORY IMDB: on."})
-    score_clip: Optional[float] = field(default=None, metadata={"help": "Clip (scaled) scores to [-score_clip, score_clip]; None = off (TRL default)."})
-    whiten_rewards: bool = field(default=False, metadata={"help": "Whiten the shaped per-token rewards before GAE (TRL default False)."})
 
     def __post_init__(self) -> None:
         check_finite_fields(self)
@@ -117,23 +112,18 @@ class PPOConfig:
                 "choose batch_size as a multiple of their product"
             )
         check_field(self.token_mean_over in TOKEN_MEAN_OVER, "token_mean_over", self.token_mean_over,
-               f"use one of {TOKEN_MEAN_OVER}")
-        check_field(self.kl_penalty in KL_PENALTY_KINDS, "kl_penalty", self.kl_penalty, f"use one of {KL_PENALTY_KINDS}")
+                    f"use one of {TOKEN_MEAN_OVER}")
+        check_field(self.kl_penalty in KL_PENALTY_KINDS, "kl_penalty", self.kl_penalty,
+                    f"use one of {KL_PENALTY_KINDS}")
         check_field(self.learning_rate > 0, "learning_rate", self.learning_rate, "use a positive learning rate")
-        for name in ("init_kl_coef", "vf_coef", "ent_coef", "cliprange_value"):
-            check_field(getattr(self, name) >= 0, name, getattr(self, name), "use a value >= 0")
-        for name in ("init_kl_coef", "vf_coef", "ent_coef"):  # loss weights: 1e300 overflowed the loss to inf
-            check_field(getattr(self, name) <= MAX_MAGNITUDE, name, getattr(self, name),
-                        f"use a value <= {MAX_MAGNITUDE:g} (a larger weight overflows the loss to inf)")
+        check_loss_weights(self, "init_kl_coef", "ent_coef")
         check_field(self.cliprange > 0, "cliprange", self.cliprange,
-               "use a value > 0 (0 clips every ratio to 1: the policy gradient would vanish after the first step)")
-        for name in ("target", "horizon", "target_kl", "ratio_threshold"):
+                    "use a value > 0 (0 clips every ratio to 1: the policy gradient would vanish after the first "
+                    "step)")
+        for name in ("target", "horizon"):
             check_field(getattr(self, name) > 0, name, getattr(self, name), "use a value > 0")
-        for name in ("gamma", "lam"):
-            check_field(0.0 <= getattr(self, name) <= 1.0, name, getattr(self, name), "use a value in [0, 1]")
-        for name in ("max_grad_norm", "score_clip"):
-            value = getattr(self, name)
-            check_field(value is None or value > 0, name, value, "use a positive value, or None to disable")
+        check_field(self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm,
+                    "use a positive value, or None to disable")
         check_kl_horizon(self)
 
     def kl_step_bound(self, num_processes: int = 1) -> float:
@@ -148,16 +138,64 @@ class PPOConfig:
 
 
 @dataclass
-class GRPOConfig:
-    """The group-relative learners' own options (``--learner grpo``, ``--learner magrpo``); the update itself (learning
-    rate, batch sizes, epochs, clipping, the KL controller) is `PPOConfig`'s."""
+class PPOConfig(UpdateConfig):
+    """`UpdateConfig` + PPO's own options: the value head (GAE, value clipping and loss weight), score scaling,
+    reward whitening, early stopping and the ratio guard (``--learner ppo``, ``--learner mappo``)."""
+
+    _argument_group_name = "PPO options (PPOConfig; read by learners ppo and mappo)"  # `cory train --help` group
+    _unread_when = {
+        **UpdateConfig._unread_when,
+        "target_kl": lambda c, seating: None if c.update.early_stopping else "without early_stopping=True",
+        "use_score_norm": lambda c, seating: (None if c.update.use_score_scaling
+                                              else "without use_score_scaling=True (as in TRL)"),
+    }
+
+    gamma: float = field(default=1.0, metadata={"help": "Discount factor for GAE, in [0, 1] (TRL default 1)."})
+    lam: float = field(default=0.95, metadata={"help": "GAE lambda, in [0, 1] (TRL default 0.95)."})
+    cliprange_value: float = field(default=0.2, metadata={"help": "Value clip range around the old values (TRL default 0.2)."})
+    vf_coef: float = field(default=0.1, metadata={"help": "Value loss coefficient (TRL default 0.1)."})
+    early_stopping: bool = field(default=False, metadata={"help": "Stop the PPO epochs early once approx_kl > 1.5 * target_kl (TRL)."})
+    target_kl: float = field(default=1.0, metadata={"help": "approx_kl threshold for early_stopping (TRL default 1)."})
+    ratio_threshold: float = field(default=10.0, metadata={"help": "Skip a mini-batch whose mean policy ratio exceeds this (TRL default 10); skipped ones are counted in ppo/skipped_batches."})
+    use_score_scaling: bool = field(default=False, metadata={"help": "Divide scores by their running std (TRL). Paper CORY IMDB: on."})
+    use_score_norm: bool = field(default=False, metadata={"help": "With use_score_scaling, also subtract the running mean (TRL). Paper CORY IMDB: on."})
+    score_clip: Optional[float] = field(default=None, metadata={"help": "Clip (scaled) scores to [-score_clip, score_clip]; None = off (TRL default)."})
+    whiten_rewards: bool = field(default=False, metadata={"help": "Whiten the shaped per-token rewards before GAE (TRL default False)."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_loss_weights(self, "vf_coef")
+        check_field(self.cliprange_value >= 0, "cliprange_value", self.cliprange_value, "use a value >= 0")
+        for name in ("target_kl", "ratio_threshold"):
+            check_field(getattr(self, name) > 0, name, getattr(self, name), "use a value > 0")
+        for name in ("gamma", "lam"):
+            check_field(0.0 <= getattr(self, name) <= 1.0, name, getattr(self, name), "use a value in [0, 1]")
+        check_field(self.score_clip is None or self.score_clip > 0, "score_clip", self.score_clip,
+                    "use a positive value, or None to disable")
+
+@dataclass
+class GRPOConfig(UpdateConfig):
+    """`UpdateConfig` + the group-relative learners' own options (``--learner grpo``, ``--learner magrpo``): samples
+    per query, the group normalisation, where the KL goes."""
 
     _argument_group_name = "GRPO options (GRPOConfig; read by learners grpo and magrpo)"  # `cory train --help` group
+    _unread_when = {
+        **UpdateConfig._unread_when,
+        "kl_penalty": lambda c, seating: (
+            "with kl_in_loss=True (the KL is a k3 term in the loss); pass --kl_in_loss false to penalise the "
+            "advantage with kl_penalty's estimator" if c.update.kl_in_loss else None),
+    }
 
-    group_size: int = field(default=1, metadata={"help": "Samples per query k. The rollout repeats each query k times in consecutive rows (batch_size must be divisible by k); 1 = distinct queries (PPO). GRPO needs k >= 2 (DeepSeekMath: 64)."})
+    group_size: int = field(default=4, metadata={"help": "Samples per query k >= 2. The rollout repeats each query k times in consecutive rows (batch_size must be divisible by k); the group mean is the baseline (DeepSeekMath: 64; TRL num_generations: 8)."})
     scale_rewards: bool = field(default=True, metadata={"help": "Divide the group-centred rewards by the group's std (DeepSeekMath outcome supervision); False = only subtract the group mean (Dr. GRPO)."})
     kl_in_loss: bool = field(default=True, metadata={"help": "KL to the reference model as a k3 loss term beta * KL (DeepSeekMath eq. 3) (True), or as a sequence penalty beta * sum_t KL_t (estimator kl_penalty) subtracted from the advantage after the reward's group normalisation, centred on its group (False; beta then prices one nat in advantage units). beta = the KL controller's value (init_kl_coef)."})
 
     def __post_init__(self) -> None:
-        check_finite_fields(self)
-        check_field(self.group_size >= 1, "group_size", self.group_size, "use a positive integer (1 = no grouping)")
+        super().__post_init__()
+        check_field(self.group_size >= 2, "group_size", self.group_size,
+                    "GRPO needs at least 2 samples per query (its baseline is the group mean); pass --group_size 4 "
+                    "(batch_size must be a multiple of it)")
+        check_groups(self.batch_size, self.group_size, fix="the rollout plays each query group_size times in "
+                                                           "consecutive rows; choose batch_size as a multiple of it")
+        check_field(self.kl_in_loss or self.kl_penalty != "full", "kl_penalty", self.kl_penalty,
+                    "GRPO's advantage penalty (kl_in_loss=False) takes a per-token estimate: use kl, abs, mse or k3")

@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import torch
 
+from cory_env.checks import check_number
 from cory_env.episode import check_groups
-from trainers.learning.configs import GRPOConfig, PPOConfig
+from trainers.learning.configs import GRPOConfig
 from trainers.learning import ppo_math
 from trainers.learning.update import PolicyLearner, pooled_minibatch_loss
 from trainers.learning.experience import Rollout, score_rollout
+from trainers.learning.registry import LearnerSpec
 
 STD_EPS = 1e-4
 """Added to the group std before dividing (TRL `GRPOTrainer`'s constant); a zero-std group gets advantage 0."""
@@ -73,9 +75,8 @@ def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: bool = Tr
     """
     if rewards.dim() != 1:
         raise ValueError(f"rewards must be (B,), got shape {tuple(rewards.shape)}")
-    if group_size < 2:
-        raise ValueError(f"group_size must be >= 2 for group-relative advantages, got {group_size}; "
-                         "set GRPOConfig.group_size (--group_size) to the samples per query")
+    check_number(group_size, "group_size", integer=True, low=2,
+                 fix="group-relative advantages need 2 samples per query or more (GRPOConfig.group_size)")
     check_groups(rewards.shape[0], group_size)
     if penalty is not None and penalty.shape != rewards.shape:
         raise ValueError(f"penalty must be shaped like rewards {tuple(rewards.shape)}, got {tuple(penalty.shape)}")
@@ -114,10 +115,10 @@ def grpo_loss(
         ref_logprobs: float (B, T), log π_ref.
         advantages: float (B,), from `group_advantages`.
         mask: bool (B, T).
-        cliprange: ε (`PPOConfig.cliprange`).
+        cliprange: ε (`UpdateConfig.cliprange`).
         kl_coef: β; 0 drops the KL term (KL penalised in the reward instead).
         entropy: float (B, T), optional per-token entropy (nats): logged, and a bonus with `ent_coef` > 0.
-        ent_coef: entropy bonus coefficient (`PPOConfig.ent_coef`; 0 = none, DeepSeekMath).
+        ent_coef: entropy bonus coefficient (`UpdateConfig.ent_coef`; 0 = none, DeepSeekMath).
 
     Returns:
         (loss, stats): loss float (), differentiable; stats python floats policy_loss, kl_loss (k3, token mean,
@@ -151,10 +152,15 @@ def grpo_loss(
     return loss, stats
 
 
-def penalised_kl_kind(config: PPOConfig, options: GRPOConfig) -> str:
+def penalised_kl_kind(config: GRPOConfig) -> str:
     """The KL estimator GRPO penalises (and logs as `kl`): k3 when `GRPOConfig.kl_in_loss`, else
-    `PPOConfig.kl_penalty`."""
-    return "k3" if options.kl_in_loss else config.kl_penalty
+    `UpdateConfig.kl_penalty`."""
+    return "k3" if config.kl_in_loss else config.kl_penalty
+
+
+def group_of(config: GRPOConfig) -> int:
+    """Responses per query (`LearnerSpec.samples_per_query` of grpo and magrpo)."""
+    return config.group_size
 
 
 class GRPOLearner(PolicyLearner):
@@ -164,10 +170,9 @@ class GRPOLearner(PolicyLearner):
     Args:
         agent: an `agents.LLMAgent` with `evaluate(...)` and `trainable_parameters()` (its value head is unused).
         ref_model: the shared frozen `agents.ReferenceModel`.
-        config: `PPOConfig` (reads learning_rate, batch_size, mini_batch_size, gradient_accumulation_steps,
-            ppo_epochs, cliprange, ent_coef, init_kl_coef/adap_kl_ctrl/target/horizon, kl_penalty, max_grad_norm,
-            token_mean_over); sizes count this process's rows.
-        options: `GRPOConfig` (group_size, scale_rewards, kl_in_loss); None = its defaults (group_size 1, refused).
+        config: `GRPOConfig` (the shared update: learning_rate, batch sizes, ppo_epochs, cliprange, ent_coef, the
+            KL controller, kl_penalty, max_grad_norm, token_mean_over; and group_size, scale_rewards, kl_in_loss);
+            sizes count this process's rows.
         dist: the data-parallel group (default single process): gradients averaged, the loss a global token mean,
             the KL controller on the global KL (groups never span processes: rows of one query stay together).
 
@@ -179,30 +184,13 @@ class GRPOLearner(PolicyLearner):
     (fraction of groups whose scores are all equal: no task signal, whatever the KL penalty), response_len, epochs.
 
     Raises:
-        ValueError: if `options.group_size` < 2 or does not divide `batch_size`, or the reference model shares a
-            trainable parameter with the agent.
+        ValueError: the reference model shares a trainable parameter with the agent.
     """
 
     name = "grpo"
 
-    def __init__(self, agent, ref_model, config: PPOConfig, options: GRPOConfig | None = None, *,
-                 dist=None) -> None:
-        self.options = GRPOConfig() if options is None else options
+    def __init__(self, agent, ref_model, config: GRPOConfig, *, dist=None) -> None:
         super().__init__(agent, ref_model, config, dist=dist)
-
-    def check_config(self, config: PPOConfig) -> None:
-        GRPOLearner.check_options(config, self.options)
-
-    @staticmethod
-    def check_options(config: PPOConfig, options: GRPOConfig) -> None:
-        """Raise `ValueError` for settings GRPO cannot run: `group_size` < 2 (that it divides `batch_size` is the
-        learners' one group rule, `trainers.learning.learners.check_learner`), or ``kl_penalty="full"`` in the
-        reward."""
-        if options.group_size < 2:
-            raise ValueError(f"GRPO needs group_size >= 2 (samples per query), got {options.group_size}; "
-                             "pass --group_size 4 (batch_size must be a multiple of it)")
-        if config.kl_penalty == "full" and not options.kl_in_loss:
-            raise ValueError("kl_penalty='full' is not supported by GRPO's reward penalty; use kl, abs, mse or k3")
 
     # ------------------------------------------------------------------ the update
     def prepare(self, rollout: Rollout, critic: Rollout | None = None) -> dict[str, torch.Tensor]:
@@ -217,30 +205,36 @@ class GRPOLearner(PolicyLearner):
         """
         if critic is not None:
             raise ValueError("GRPO has no critic: it cannot read a critic input; use a PPO learner (mappo)")
-        opts, mask = self.options, rollout.response_mask
+        opts, mask = self.config, rollout.response_mask
         old, ref = score_rollout(self.agent, self.ref_model, rollout, need_values=False)
-        kl = ppo_math.kl_penalty(old.logprobs, ref.logprobs, penalised_kl_kind(self.config, opts), mask=mask)
+        kl = ppo_math.kl_penalty(old.logprobs, ref.logprobs, penalised_kl_kind(opts), mask=mask)
         rewards = rollout.scores.float()
-        penalty = None if opts.kl_in_loss else float(self.kl_ctl.value) * kl.sum(dim=-1)
+        penalty = None if opts.kl_in_loss else self.kl_coef * kl.sum(dim=-1)
         advantages = group_advantages(rewards, opts.group_size, scale=opts.scale_rewards, penalty=penalty)
         return {"logprobs": old.logprobs, "ref_logprobs": ref.logprobs, "kl": kl, "rewards": rewards,
                 "advantages": advantages}
 
     def _update_stats(self, rollout, data, stats, epochs, stopped) -> dict[str, float]:
-        grouped = data["rewards"].view(-1, self.options.group_size)  # the task (collective) rewards, no KL
+        grouped = data["rewards"].view(-1, self.config.group_size)  # the task (collective) rewards, no KL
         return {"reward_std": float(grouped.std(dim=-1).mean()),
                 "zero_std_groups": float((grouped.max(dim=-1).values == grouped.min(dim=-1).values).float().mean()),
                 "response_len": float(rollout.response_mask.sum(dim=-1).float().mean()),
                 "epochs": float(self.config.ppo_epochs)}
 
     def _minibatch_loss(self, rollout: Rollout, data: dict[str, torch.Tensor], idx: torch.Tensor):
-        beta = float(self.kl_ctl.value)  # β of this step: the controller moves only after the epochs
+        beta = self.kl_coef  # β of this step: the controller moves only after the epochs
         mb = rollout.select(idx)
         width = mb.response.shape[1]
         new = self.agent.evaluate(mb.query, mb.query_mask, mb.response, mb.response_mask, allowed=mb.allowed)
         loss, stats = grpo_loss(new.logprobs, data["logprobs"][idx, :width], data["ref_logprobs"][idx, :width],
                                 data["advantages"][idx], mb.response_mask, cliprange=self.config.cliprange,
-                                kl_coef=beta if self.options.kl_in_loss else 0.0, entropy=new.entropy,
+                                kl_coef=beta if self.config.kl_in_loss else 0.0, entropy=new.entropy,
                                 ent_coef=self.config.ent_coef)
         return pooled_minibatch_loss(self.dist, loss, stats, mb.response_mask, algo="GRPO",
                                      terms=("policy_loss", "kl_loss"), fix="lower learning_rate or set max_grad_norm")
+
+
+SPEC = LearnerSpec(GRPOLearner, config_class=GRPOConfig, value_head=False, samples_per_query=group_of,
+                   kl_kind=penalised_kl_kind, supports_sharding=True,
+                   summary="per seat: critic-free GRPO, group-relative advantages (DeepSeekMath)")
+"""``--learner grpo`` (`trainers.learning.registry.LEARNERS`)."""

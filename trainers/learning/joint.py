@@ -1,7 +1,7 @@
 """The joint-learner protocol: a MARL algorithm sees the whole iteration (every seat's rollout, which model sits where)
 and updates the models it owns.
 
-The per-seat `Learner` (`trainers.learning.learners`) sees one seat's rollout and updates one model: independent
+The per-seat `Learner` (`trainers.learning.registry`) sees one seat's rollout and updates one model: independent
 learning (IPPO). Algorithms that couple the seats need them together: a centralized critic reads the joint
 transcript (MAPPO, `trainers.learning.mappo`), a group baseline is taken over joint samples (MAGRPO,
 `trainers.learning.magrpo`), sequential-update methods order the models' updates. So the trainer hands every
@@ -27,7 +27,6 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 
 import torch
 
-from cory_env.episode import check_groups
 from trainers.learning.experience import Rollout
 
 __all__ = ["IndependentLearners", "JointBatch", "JointLearner", "check_joint_batch"]
@@ -82,7 +81,7 @@ def check_joint_batch(batch: JointBatch, owned: Mapping[str, Any], *, algo: str)
 
     Raises:
         ValueError: no seat; `models` and `rollouts` naming different seats; a seat whose model the learner does not
-            own (names it and the owned ones); rollouts of different batch sizes; B not a multiple of `group_size`.
+            own (names it and the owned ones); rollouts of different batch sizes.
     """
     if not batch.rollouts:
         raise ValueError(f"{algo}: the batch holds no seat")
@@ -92,12 +91,11 @@ def check_joint_batch(batch: JointBatch, owned: Mapping[str, Any], *, algo: str)
     foreign = {seat: name for seat, name in batch.models.items() if name not in owned}
     if foreign:
         raise ValueError(f"{algo} was asked to update {foreign} (seat: model), but owns only {sorted(owned)}; build "
-                         "the joint learner over every model of the run (trainers.learning.learners.make_joint_learner)")
+                         "the joint learner over every model of the run (trainers.learning.registry.make_joint_learner)")
     sizes = {seat: r.batch_size for seat, r in batch.rollouts.items()}
     if len(set(sizes.values())) != 1:
         raise ValueError(f"{algo}: the seats' rollouts have different batch sizes {sizes}; row i of every seat must "
                          "be the same episode")
-    check_groups(batch.batch_size, batch.group_size, fix=f"{algo} updates whole groups of one query's rows")
 
 
 class IndependentLearners:

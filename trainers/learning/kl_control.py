@@ -12,23 +12,14 @@ shapes the reward: `PPOConfig.kl_penalty`, as TRL 0.11.4) and the number of samp
 
 from __future__ import annotations
 
-import math
 from typing import Protocol, Union, runtime_checkable
+
+from cory_env.checks import check_number
 
 __all__ = ["AdaptiveKLController", "FixedKLController", "KLController", "make_kl_controller"]
 
 PROPORTIONAL_ERROR_CLIP = 0.2
 """Bound on |KL/target − 1| in the adaptive update (Ziegler et al. 2019; TRL)."""
-
-
-def _finite_float(name: str, value, *, positive: bool = False) -> float:
-    try:
-        out = float(value)
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}") from err
-    if not math.isfinite(out) or (out <= 0 if positive else out < 0):
-        raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
-    return out
 
 
 @runtime_checkable
@@ -58,7 +49,8 @@ class AdaptiveKLController:
         horizon: samples over which the error is corrected, > 0 (`PPOConfig.horizon`).
 
     Raises:
-        ValueError: on a negative β or a non-positive target / horizon.
+        ValueError: on a β that is not a number >= 0 or a target / horizon that is not a number > 0
+            (`cory_env.checks.check_number`).
 
     Source:
         Ziegler et al., "Fine-Tuning Language Models from Human Preferences", arXiv:1909.08593 (sec. 2.2);
@@ -66,9 +58,9 @@ class AdaptiveKLController:
     """
 
     def __init__(self, init_kl_coef: float, target: float, horizon: float) -> None:
-        self.value = _finite_float("init_kl_coef", init_kl_coef)
-        self.target = _finite_float("target", target, positive=True)
-        self.horizon = _finite_float("horizon", horizon, positive=True)
+        self.value = check_number(init_kl_coef, "init_kl_coef", low=0)
+        self.target = check_number(target, "target", above=0)
+        self.horizon = check_number(horizon, "horizon", above=0)
 
     def update(self, current_kl: float, n_steps: int) -> None:
         """Move β one step towards the target.
@@ -79,13 +71,10 @@ class AdaptiveKLController:
             n_steps: samples in the PPO step (TRL: batch_size × processes), ≥ 0.
 
         Raises:
-            ValueError: if `current_kl` is not finite or `n_steps` is negative.
+            ValueError: if `current_kl` is not a finite number or `n_steps` is negative.
         """
-        kl = float(current_kl)
-        if not math.isfinite(kl):
-            raise ValueError(f"current_kl must be finite, got {kl}; check the rollout's KL")
-        if n_steps < 0:
-            raise ValueError(f"n_steps must be >= 0, got {n_steps}; pass the number of samples in the step")
+        kl = check_number(float(current_kl), "current_kl", fix="check the rollout's KL")
+        check_number(n_steps, "n_steps", low=0, fix="pass the number of samples in the step")
         error = min(max(kl / self.target - 1.0, -PROPORTIONAL_ERROR_CLIP), PROPORTIONAL_ERROR_CLIP)
         self.value *= 1.0 + error * n_steps / self.horizon
 
@@ -115,14 +104,14 @@ class FixedKLController:
         kl_coef: β ≥ 0 (`PPOConfig.init_kl_coef` with `adap_kl_ctrl=False`).
 
     Raises:
-        ValueError: on a negative β.
+        ValueError: on a β that is not a number >= 0 (`cory_env.checks.check_number`).
 
     Source:
         TRL 0.11.4 `trl.trainer.utils.FixedKLController`.
     """
 
     def __init__(self, kl_coef: float) -> None:
-        self.value = _finite_float("kl_coef", kl_coef)
+        self.value = check_number(kl_coef, "kl_coef", low=0)
 
     def update(self, current_kl: float, n_steps: int) -> None:
         """Do nothing (β is fixed); same signature as `AdaptiveKLController.update`."""

@@ -26,10 +26,11 @@ from typing import Any, Mapping
 
 import torch
 
-from trainers.learning.configs import GRPOConfig, PPOConfig
+from trainers.learning.configs import GRPOConfig
 from trainers.learning.experience import Rollout
-from trainers.learning.grpo import GRPOLearner
+from trainers.learning.grpo import GRPOLearner, group_of, penalised_kl_kind
 from trainers.learning.joint import JointBatch, check_joint_batch
+from trainers.learning.registry import LearnerSpec
 
 __all__ = ["MAGRPO", "joint_reward"]
 
@@ -54,33 +55,29 @@ class MAGRPO:
     Args:
         agents: model name -> `agents.LLMAgent` (each gets a `GRPOLearner`; its value head is unused).
         ref_model: the shared frozen `agents.ReferenceModel`.
-        config: `PPOConfig` (the update: learning rate, batch sizes, epochs, cliprange, KL controller).
-        options: `GRPOConfig` (group_size k ≥ 2, scale_rewards, kl_in_loss); None = defaults (refused: k = 1).
+        config: `GRPOConfig` (the update: learning rate, batch sizes, epochs, cliprange, KL controller; group_size
+            k ≥ 2, scale_rewards, kl_in_loss).
         dist: the data-parallel group (groups never span processes; gradients and statistics pooled per model).
 
     `step(batch)` returns ``{seat: GRPO's statistics}``; ``score`` and ``reward_std`` there are the joint reward's.
 
     Raises:
-        ValueError: `options.group_size` < 2 or not dividing `batch_size` (`GRPOLearner.check_options`); a batch
-            whose `group_size` differs from it, or naming a model it does not own.
+        ValueError: a batch whose `group_size` differs from the config's, or naming a model it does not own.
     """
 
     name = "magrpo"
 
-    def __init__(self, agents: Mapping[str, Any], ref_model, config: PPOConfig, options: GRPOConfig | None = None,
-                 *, dist=None) -> None:
-        self.options = GRPOConfig() if options is None else options
-        GRPOLearner.check_options(config, self.options)
-        self.learners = {name: GRPOLearner(agent, ref_model, config, self.options, dist=dist)
-                         for name, agent in agents.items()}
+    def __init__(self, agents: Mapping[str, Any], ref_model, config: GRPOConfig, *, dist=None) -> None:
+        self.config = config
+        self.learners = {name: GRPOLearner(agent, ref_model, config, dist=dist) for name, agent in agents.items()}
 
     def joint_rollouts(self, batch: JointBatch) -> dict[str, Rollout]:
         """Every seat's rollout with its scores replaced by the joint reward (`joint_reward`), so that each seat's
         group-relative advantage is the shared Â^(g)."""
         check_joint_batch(batch, self.learners, algo="MAGRPO")
-        if batch.group_size != self.options.group_size:
+        if batch.group_size != self.config.group_size:
             raise ValueError(f"MAGRPO: the batch holds groups of {batch.group_size} rows, GRPOConfig.group_size is "
-                             f"{self.options.group_size}; roll out with group_size={self.options.group_size}")
+                             f"{self.config.group_size}; roll out with group_size={self.config.group_size}")
         joint = joint_reward(batch.rollouts)
         return {seat: dataclasses.replace(rollout, scores=joint.to(rollout.scores.device))
                 for seat, rollout in batch.rollouts.items()}
@@ -88,3 +85,9 @@ class MAGRPO:
     def step(self, batch: JointBatch) -> dict[str, dict[str, float]]:
         return {seat: self.learners[batch.models[seat]].step(rollout, generator=batch.generators.get(seat))
                 for seat, rollout in self.joint_rollouts(batch).items()}
+
+
+SPEC = LearnerSpec(MAGRPO, config_class=GRPOConfig, joint=True, joint_reward=True, value_head=False,
+                   samples_per_query=group_of, kl_kind=penalised_kl_kind, supports_sharding=True,
+                   summary="joint: one group-relative advantage of the joint reward shared by every seat (MAGRPO)")
+"""``--learner magrpo`` (`trainers.learning.registry.LEARNERS`)."""

@@ -26,6 +26,7 @@ from typing import Any, Mapping
 import torch
 
 from trainers.learning.configs import PPOConfig
+from trainers.learning.registry import LearnerSpec
 from trainers.learning.experience import Rollout, pad_sequences
 from trainers.learning.joint import JointBatch, check_joint_batch
 from trainers.learning.ppo import PPOLearner
@@ -106,3 +107,8 @@ class MAPPO:
         return {seat: self.learners[batch.models[seat]].step(rollout, generator=batch.generators.get(seat),
                                                               critic=critics[seat])
                 for seat, rollout in batch.rollouts.items()}
+
+
+SPEC = LearnerSpec(MAPPO, config_class=PPOConfig, joint=True, needs_partner=True, supports_sharding=True,
+                   summary="joint: PPO with a centralized critic on the joint transcript (MAPPO)")
+"""``--learner mappo`` (`trainers.learning.registry.LEARNERS`)."""

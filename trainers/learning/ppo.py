@@ -27,6 +27,8 @@ from trainers.learning import ppo_math
 from trainers.learning.score_scaling import RunningMoments, scale_scores
 from trainers.learning.update import PolicyLearner, pooled_minibatch_loss
 from trainers.learning.experience import Rollout, score_rollout
+from trainers.learning.configs import PPOConfig
+from trainers.learning.registry import LearnerSpec
 
 
 def critic_values(agent, critic: Rollout) -> torch.Tensor:
@@ -98,7 +100,7 @@ class PPOLearner(PolicyLearner):
         old, ref = score_rollout(self.agent, self.ref_model, rollout, return_logits=full, need_values=critic is None)
         values = old.values if critic is None else critic_values(self.agent, critic)
         rewards, non_score_reward, kl = ppo_math.compute_rewards(
-            scores, old.logprobs, ref.logprobs, mask, self.kl_ctl.value, cfg.kl_penalty,
+            scores, old.logprobs, ref.logprobs, mask, self.kl_coef, cfg.kl_penalty,
             logits=old.logits if full else None, ref_logits=ref.logits if full else None,
         )
         advantages, returns = ppo_math.gae_advantages(rewards, values, mask, cfg.gamma, cfg.lam,
@@ -154,3 +156,8 @@ class PPOLearner(PolicyLearner):
             self.dist, loss, stats, mb.response_mask, algo="PPO", terms=("policy_loss", "value_loss"),
             fix="lower learning_rate or enable max_grad_norm / score_clip; the last checkpoint is intact")
         return loss, stats
+
+
+SPEC = LearnerSpec(PPOLearner, config_class=PPOConfig, supports_sharding=True,
+                   summary="per seat: TRL 0.11 PPO with a value head (the paper's learner; IPPO under CORY)")
+"""``--learner ppo`` (`trainers.learning.registry.LEARNERS`)."""

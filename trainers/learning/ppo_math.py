@@ -37,6 +37,8 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
+from cory_env.checks import check_number
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -338,7 +340,8 @@ def compute_rewards(
         the last True of each row; non_score_reward = −β·kl; kl in nats per token (its row sum is the sequence KL).
 
     Raises:
-        ValueError: on shape mismatches, a row with no real token, an unknown `kind`, or a negative `kl_coef`.
+        ValueError: on shape mismatches, a row with no real token, an unknown `kind`, or a `kl_coef` that is not a
+            finite number >= 0.
 
     Source:
         TRL 0.11.4 `PPOTrainer.compute_rewards`.
@@ -350,9 +353,7 @@ def compute_rewards(
             f"scores shape {tuple(scores.shape)} does not match batch size {logprobs.shape[0]}; pass one score "
             "per response, shape (B,)"
         )
-    kl_coef = float(kl_coef)
-    if not kl_coef >= 0:
-        raise ValueError(f"kl_coef must be >= 0, got {kl_coef}; check the KL controller's value")
+    kl_coef = check_number(float(kl_coef), "kl_coef", low=0, fix="check the KL controller's value")
     _check_rows_nonempty(mask)
     kl = kl_penalty(logprobs, ref_logprobs, kind, logits=logits, ref_logits=ref_logits, mask=mask)
     non_score_reward = -kl_coef * kl

@@ -12,6 +12,8 @@ from typing import Callable, Optional
 
 import torch
 
+from cory_env.checks import check_number
+
 __all__ = ["SCORE_STD_FLOOR", "RunningMoments", "scale_scores"]
 
 logger = logging.getLogger(__name__)
@@ -149,8 +151,8 @@ def scale_scores(
     """
     if not scores.is_floating_point():
         raise TypeError(f"scores must be a float tensor, got {scores.dtype}; pass `scores.float()`")
-    if score_clip is not None and not score_clip > 0:
-        raise ValueError(f"score_clip must be > 0 or None, got {score_clip}")
+    if score_clip is not None:
+        check_number(score_clip, "score_clip", above=0, fix="or None to disable")
     out = scores
     if moments is not None and use_score_scaling:
         moments.update(scores, reduce_sum)

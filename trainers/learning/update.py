@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 import torch
 
-from trainers.learning.configs import TOKEN_MEAN_OVER, PPOConfig
+from trainers.learning.configs import TOKEN_MEAN_OVER, UpdateConfig
 from trainers.learning.kl_control import make_kl_controller
 from trainers.learning.ppo_math import masked_delta
 from trainers.distributed import DataParallel
@@ -121,7 +121,7 @@ def checked_trainable_parameters(agent, ref_model) -> list[torch.nn.Parameter]:
     return params
 
 
-def backward_batches(config: PPOConfig, generator: torch.Generator | None):
+def backward_batches(config: UpdateConfig, generator: torch.Generator | None):
     """One epoch of shuffled indices: yields, per optimiser step, the list of its mini-batch index tensors.
 
     Each optimiser step covers `mini_batch_size * gradient_accumulation_steps` rows of the `batch_size` (TRL 0.11's
@@ -134,7 +134,7 @@ def backward_batches(config: PPOConfig, generator: torch.Generator | None):
                for m in range(0, config.backward_batch_size, config.mini_batch_size)]
 
 
-def checked_rollout(rollout: Rollout, config: PPOConfig, device: torch.device) -> Rollout:
+def checked_rollout(rollout: Rollout, config: UpdateConfig, device: torch.device) -> Rollout:
     """`rollout` on the learner's `device`, refused unless it has exactly `config.batch_size` rows.
 
     Raises:
@@ -142,7 +142,7 @@ def checked_rollout(rollout: Rollout, config: PPOConfig, device: torch.device) -
     """
     if rollout.batch_size != config.batch_size:
         raise ValueError(
-            f"rollout has {rollout.batch_size} rows but PPOConfig.batch_size={config.batch_size}; "
+            f"rollout has {rollout.batch_size} rows but batch_size={config.batch_size}; "
             "roll out exactly batch_size episodes per update"
         )
     return rollout.to(device)
@@ -292,7 +292,7 @@ def step_loss_weights(row_tokens: torch.Tensor, minibatches: list[torch.Tensor],
     return weights.tolist()
 
 
-def run_epochs(config: PPOConfig, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter],
+def run_epochs(config: UpdateConfig, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter],
                dist: DataParallel | None, generator: torch.Generator | None, minibatch_loss, *,
                row_tokens: torch.Tensor | None = None, stop_after_epoch=None) -> tuple[list[dict[str, float]], int, bool]:
     """`config.ppo_epochs` passes over the rollout: shuffled mini-batches (`backward_batches`), their losses
@@ -303,7 +303,7 @@ def run_epochs(config: PPOConfig, optimizer: torch.optim.Optimizer, params: list
     the undivided step's token mean.
 
     Args:
-        config: `PPOConfig` (ppo_epochs, batch sizes, gradient accumulation, max_grad_norm, token_mean_over).
+        config: `UpdateConfig` (ppo_epochs, batch sizes, gradient accumulation, max_grad_norm, token_mean_over).
         optimizer, params: the learner's optimizer and the parameters it updates.
         dist: the data-parallel group (gradients averaged before each step), or None.
         generator: the mini-batch order's generator (seeded by the trainer).
@@ -356,33 +356,27 @@ class PolicyLearner:
        learner's own (`_update_stats`), averaged over processes.
 
     It owns what travels with a model at role exchange: the Adam state and the KL controller (`state_dict`,
-    `load_state_dict`, `reset_state`). Not required by the `Learner` protocol (`trainers.learning.learners`): a
+    `load_state_dict`, `reset_state`). Not required by the `Learner` protocol (`trainers.learning.registry`): a
     custom learner may start from it or from nothing.
 
     Args:
         agent: an `agents.LLMAgent` with `evaluate(...)` and `trainable_parameters()`.
         ref_model: the shared frozen `agents.ReferenceModel` (never optimised).
-        config: `PPOConfig` (sizes count this process's rows).
+        config: the learner's `UpdateConfig` (sizes count this process's rows).
         dist: the data-parallel group (`trainers.distributed.DataParallel`); default single process.
 
     Raises:
-        ValueError: settings the learner refuses (`check_config`), or a reference model that shares a trainable
-            parameter with the agent.
+        ValueError: a reference model that shares a trainable parameter with the agent.
     """
 
     name = "policy"
 
-    def __init__(self, agent, ref_model, config: PPOConfig, *, dist: DataParallel | None = None) -> None:
-        self.check_config(config)
+    def __init__(self, agent, ref_model, config: UpdateConfig, *, dist: DataParallel | None = None) -> None:
         self.agent, self.ref_model, self.config = agent, ref_model, config
         self.dist = DataParallel() if dist is None else dist
         self._reduce_sum = self.dist.sum if self.dist.enabled else None
         self._params = checked_trainable_parameters(agent, ref_model)
         self.reset_state()
-
-    @staticmethod
-    def check_config(config: PPOConfig) -> None:
-        """Raise `ValueError` for settings this learner cannot run (none here)."""
 
     # ------------------------------------------------------------------ state that travels with the model
     def reset_state(self) -> None:

@@ -33,7 +33,6 @@ from cory_env.seating import Seating
 from cory_env.tasks import task_tokenizer
 from trainers.config import DTYPES, CORYConfig, ModelConfig, RunConfigs
 from trainers.learning.joint import JointLearner
-from trainers.learning.learners import make_joint_learner
 from trainers.loop.role_exchange import Bundle, RoleExchange
 
 logger = logging.getLogger(__name__)
@@ -78,7 +77,7 @@ def load_run_tokenizer(configs: RunConfigs):
     else the tiny BPE tokenizer for ``"tiny"``, else the model's (`agents.loading.load_tokenizer`; a GGUF alias is
     converted into the cache on first use)."""
     if configs.model.model == TINY_MODEL:
-        return task_tokenizer(configs.env.task) or tiny_tokenizer()
+        return task_tokenizer(configs.task_spec) or tiny_tokenizer()
     return load_tokenizer(configs.model.model)
 
 
@@ -86,7 +85,7 @@ def load_run_model(configs: RunConfigs, tokenizer=None):
     """(model, tokenizer) of a run: `load_policy_model` with its model name, dtype and seed, and its task's own
     tokenizer for the tiny model; with `tokenizer` (`load_run_tokenizer`), only the model is loaded."""
     return load_policy_model(configs.model.model, seed=configs.run.seed, dtype=configs.model.dtype,
-                             task_tokenizer=task_tokenizer(configs.env.task), tokenizer=tokenizer)
+                             task_tokenizer=task_tokenizer(configs.task_spec), tokenizer=tokenizer)
 
 
 def enable_activation_checkpointing(model) -> None:
@@ -161,15 +160,6 @@ def build_agents(model, tokenizer, model_config: ModelConfig, sampling: Sampling
     if precision != "fp32":  # frozen weights (LoRA base, reference copy) cast to bf16/fp16 once, not per product
         cast_frozen_weights_once(ref.model)
     return agents, ref
-
-
-def build_learners(agents: dict[str, LLMAgent], ref: ReferenceModel, configs: RunConfigs,
-                   dist=None) -> JointLearner:
-    """The run's MARL algorithm over `agents` (`trainers.learning.learners.make_joint_learner`): the joint learner
-    ``configs.run.learner``, or its per-seat learner once per model as `IndependentLearners`; data-parallel over
-    `dist` when given, FSDP2-sharded models with `CORYConfig.sharded`."""
-    return make_joint_learner(configs.run.learner, agents, ref, configs.ppo, configs.learner_options, dist=dist,
-                              sharded=configs.run.sharded)
 
 
 def build_exchange(agents: dict[str, LLMAgent], algorithm: JointLearner, config: CORYConfig,

@@ -44,7 +44,7 @@ from trainers.distributed import DataParallel
 from trainers.learning.joint import JointBatch
 from trainers.learning.update import NonFiniteLossError
 from trainers.loop import checkpoint as ckpt
-from trainers.loop.build import (build_agents, build_exchange, build_learners, load_run_model, load_run_tokenizer,
+from trainers.loop.build import (build_agents, build_exchange, load_run_model, load_run_tokenizer,
                                  seed_everything)
 from trainers.loop.fingerprint import (check_fingerprints, data_fingerprint, model_fingerprint, reward_fingerprint,
                                        tokenizer_fingerprint)
@@ -77,13 +77,13 @@ class CORYTrainer:
 
     Args:
         configs: the run (`trainers.config.RunConfigs`: run, model, sampling, env, the update, the task's and the
-            learner's options), e.g. ``RunConfigs(run=CORYConfig(...), ppo=PPOConfig(...), env=EnvConfig(...))`` or
+            learner's options), e.g. ``RunConfigs(run=CORYConfig(...), update=PPOConfig(...), env=EnvConfig(...))`` or
             `RunConfigs.from_flat`.
         model, tokenizer: an already loaded policy model and tokenizer (else loaded from ``configs.model.model``).
         reward_fn: optional reward callable overriding ``configs.env.reward``; config.yaml records it as
             ``module:function`` when it is importable by that name (`cory_env.rewards.reward_name`).
         dist: the data-parallel group; default `DataParallel.from_launcher(configs.run.device)` (one process unless
-            started by ``accelerate launch`` / ``torchrun``). ``configs.ppo.batch_size`` counts this process's
+            started by ``accelerate launch`` / ``torchrun``). ``configs.update.batch_size`` counts this process's
             episodes.
 
     Everything is checked before any model loads, by the checks every path that starts a run shares
@@ -102,12 +102,10 @@ class CORYTrainer:
                  dist: DataParallel | None = None) -> None:
         if not isinstance(configs, RunConfigs):
             raise TypeError(f"CORYTrainer takes one RunConfigs (trainers.config), got {type(configs).__name__}; "
-                            "e.g. CORYTrainer(RunConfigs(run=..., ppo=..., env=...))")
+                            "e.g. CORYTrainer(RunConfigs(run=..., update=..., env=...))")
         self.configs = configs
         config = configs.run
-        self.config, self.ppo_config, self.env_config = config, configs.ppo, configs.env
-        self.model_config, self.sampling = configs.model, configs.sampling
-        self.learner_spec, self.learner_options = configs.learner_spec, configs.learner_options
+        self.config = config
         self.dist = DataParallel.from_launcher(config.device) if dist is None else dist
         if tokenizer is None:
             with self.dist.main_process_first():  # the first load may convert a GGUF file into the shared cache
@@ -131,7 +129,7 @@ class CORYTrainer:
                                                    num_models=self.seating.num_seats)
         if config.sharded:  # before the learners build their optimizers over the (then sharded) parameters
             shard_agents(self.agents, self.ref_model, self.dist)
-        self.algorithm = build_learners(self.agents, self.ref_model, configs, self.dist)  # the MARL algorithm
+        self.algorithm = configs.learner_spec.build(self.agents, self.ref_model, configs.update, dist=self.dist)
         self.guard = UpdateGuard(self.algorithm, self.agents, learner=config.learner, dist=self.dist,
                                  output_dir=self.output_dir)  # no NaN/inf reaches the weights or a checkpoint
         self.exchange = build_exchange(self.agents, self.algorithm, config, self.seating)
@@ -207,7 +205,7 @@ class CORYTrainer:
         """What a checkpoint records beside the weights: the config, the inputs' fingerprints, each model's β (the
         default η of `cory eval`) and where the learner, the task and the reward came from (a plug-in's
         ``module:attr`` or entry point: what ``--resume`` and `cory eval` must import again)."""
-        model = self.model_config
+        model = self.configs.model
         return {"config": recorded_config(self.config_dict), "model": model.model, "inputs": self.inputs,
                 "vocab_size": self.vocab_size,
                 "reference": {"model": model.model, "layout": "lora-shared" if model.use_lora else "copy"},
@@ -228,10 +226,7 @@ class CORYTrainer:
         if state.get("vocab_size") != self.vocab_size:
             raise ckpt.CheckpointError(
                 f"{path} was written for vocabulary size {state.get('vocab_size')}, this model has {self.vocab_size}")
-        unchecked = check_fingerprints(state.get("inputs"), self.inputs, str(path))
-        if unchecked and self.dist.is_main:
-            logger.warning("%s records no fingerprint of %s (written before they existed): a resume cannot tell "
-                           "whether those inputs changed", path, ", ".join(unchecked))
+        check_fingerprints(state["inputs"], self.inputs, str(path))
         ckpt.load_checkpoint(path, bundles=self.exchange.bundles, exchange=self.exchange)
         self.start_iteration = int(state["iteration"]) + 1
         if self.dist.is_main:
@@ -276,8 +271,7 @@ class CORYTrainer:
         acting: dict = {}  # each seat's acting log-probabilities and values: the learners' old scores when exact
         with gathered_for_generation({s: b.agent for s, b in seats.items()}) as acting_agents:  # FSDP2: see there
             transcript = run_episodes(self.env, acting_agents, seed=derive_seed(seed, it, 2), generator=sampler,
-                                      group_size=group, stream_offset=rank * (self.ppo_config.batch_size // group),
-                                      acting=acting)
+                                      stream_offset=rank * (self.configs.update.batch_size // group), acting=acting)
         t1 = time.perf_counter()
         pad_id = self.tokenizer.pad_token_id
         metrics: dict[str, float] = {}
@@ -365,7 +359,7 @@ class CORYTrainer:
         with gathered_for_generation(seats) as seats:  # FSDP2: every process evaluates the same episodes
             return evaluate_heldout(seats, self.ref_model, self._env_source, self.tokenizer,
                                     reward_fn=self._reward_fn, task_options=self.configs.task_options,
-                                    kl_penalty=self.learner_spec.kl_estimator(self.ppo_config, self.learner_options),
+                                    kl_penalty=self.configs.learner_spec.kl_estimator(self.configs.update),
                                     episodes=episodes,
                                     seed=seed, collective=collective, eta=eta, env=self._heldout_envs.get(key))
 
@@ -457,8 +451,8 @@ class CORYTrainer:
                 break
         last_saved = self.start_iteration - 1
         saved_at = time.monotonic()
-        progress = Progress(self.start_iteration, cfg.num_iterations, self.seating.label, enabled=main,
-                            every_s=cfg.log_every_seconds)
+        progress = Progress(self.start_iteration, cfg.num_iterations, self.seating.label, seats=self.seating.names,
+                            enabled=main, every_s=cfg.log_every_seconds)
         try:
             with logging_redirect_tqdm():  # log lines above the live bar, not glued onto it
                 for it in range(self.start_iteration, cfg.num_iterations):

@@ -9,8 +9,8 @@ key ``inputs``) and `check_fingerprints` refuses a resume whose inputs changed, 
 Hashes are BLAKE2b (16-byte digests, hex). The weights are hashed as loaded (before LoRA or the copies for two
 agents), names, dtypes and shapes included: about 1 s for SmolLM2-135M on this machine class. A reward is hashed by
 what it computes, not by its text: its code as Python parses it (docstrings, comments and layout left out), the
-values of the module constants it reads, and the functions it wraps; a checkpoint written when the whole source text
-was hashed still matches (`Fingerprint.previous`).
+values of the module constants it reads, and the functions it wraps. A checkpoint that records no fingerprint of an
+input is refused like a changed one.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 
 from trainers.loop.checkpoint import CheckpointError
 
-__all__ = ["INPUTS", "Fingerprint", "check_fingerprints", "data_fingerprint", "model_fingerprint", "reward_fingerprint",
+__all__ = ["INPUTS", "check_fingerprints", "data_fingerprint", "model_fingerprint", "reward_fingerprint",
            "tokenizer_fingerprint"]
 
 #: What a fingerprint covers, with what a change means to a resume (the keys of `fingerprints`).
@@ -39,26 +39,6 @@ INPUTS = {
 
 #: Values of module constants a reward's code may read, hashed by `repr` (anything else is hashed by name only).
 _CONSTANTS = (bool, int, float, complex, str, bytes, type(None))
-
-
-class Fingerprint(str):
-    """A fingerprint (hex) that also matches what earlier versions of this module recorded for the same input.
-
-    Attributes:
-        previous: the hashes of earlier versions (`check_fingerprints` accepts a checkpoint that recorded one);
-            a checkpoint written now records the string itself.
-    """
-
-    previous: tuple[str, ...]
-
-    def __new__(cls, value: str, previous: tuple[str, ...] = ()) -> "Fingerprint":
-        out = super().__new__(cls, value)
-        out.previous = tuple(previous)
-        return out
-
-    def matches(self, saved: str) -> bool:
-        """True when `saved` (a checkpoint's fingerprint) is this one or one of its `previous` forms."""
-        return saved == self or saved in self.previous
 
 
 def _hasher() -> "hashlib._Hash":
@@ -99,40 +79,21 @@ def data_fingerprint(records: list[dict]) -> str:
     return h.hexdigest()
 
 
-def reward_fingerprint(reward_fn: Callable, name: str) -> Fingerprint:
+def reward_fingerprint(reward_fn: Callable, name: str) -> str:
     """Hash of the reward's recorded `name` and, when Python can read its source, of what it computes (`_computes`):
     its code as Python parses it, so that a docstring, a comment or the layout may change; the module constants it
     reads by name (``ANSWER_LEN``); and the same of the functions its closure or (for a callable object, hashed
     through its class) its attributes hold, e.g. the 2-argument reward function a normalised one wraps
     (`cory_env.rewards.make_reward_fn`). Objects it holds (a lexicon, a classifier) are not hashed.
 
-    Returns:
-        The fingerprint; its `Fingerprint.previous` holds what checkpoints recorded before: the hash of the name and
-        the whole source text (of the function, or of a callable object's class), and for a wrapped reward the hash
-        of the name and the line of the wrapper that earlier versions used for every 2-argument reward.
+    Built-ins, C extensions and code typed at a prompt (no readable source) are hashed by name alone.
     """
-    target = reward_fn if inspect.isfunction(reward_fn) or inspect.ismethod(reward_fn) else type(reward_fn)
-    text = _hasher()
-    text.update(name.encode())
-    text.update((_source(target) or "").encode())
     parts = _computes(reward_fn, depth=3)
-    if not parts:  # built-ins, C extensions, code typed at a prompt: the name alone
-        return Fingerprint(text.hexdigest())
     h = _hasher()
     h.update(f"code|{name}".encode())
     for part in parts:
         h.update(b"\0" + part.encode())
-    previous = [text.hexdigest()]
-    if _held_callables(reward_fn):
-        pair = _hasher()
-        pair.update(name.encode() + _PAIR_WRAPPER.encode())
-        previous.append(pair.hexdigest())
-    return Fingerprint(h.hexdigest(), previous=tuple(previous))
-
-
-#: The source line earlier versions wrapped every 2-argument reward in (`cory_env.rewards.make_reward_fn`), which
-#: their reward fingerprint hashed in place of the reward's own code.
-_PAIR_WRAPPER = "        return lambda queries, responses, records: spec(queries, responses)\n"
+    return h.hexdigest()
 
 
 def _source(obj: Any) -> str | None:
@@ -162,13 +123,6 @@ def _computes(obj: Any, depth: int) -> list[str]:
             if inspect.isfunction(value) or inspect.ismethod(value):
                 parts += _computes(value, depth - 1)
     return parts
-
-
-def _held_callables(obj: Any) -> bool:
-    """True when `obj` is a callable object (not a function) holding a function: a wrapper of another reward."""
-    if inspect.isfunction(obj) or inspect.ismethod(obj) or not hasattr(obj, "__dict__"):
-        return False
-    return any(inspect.isfunction(value) or inspect.ismethod(value) for value in vars(obj).values())
 
 
 def _has_contents(cell) -> bool:
@@ -208,30 +162,22 @@ def _constants(fn: Callable, source: str) -> dict[str, str]:
     return {name: repr(value) for name, value in sorted(values.items()) if type(value) in _CONSTANTS}
 
 
-def check_fingerprints(saved: Mapping[str, Any] | None, current: Mapping[str, str], where: str) -> list[str]:
+def check_fingerprints(saved: Mapping[str, Any], current: Mapping[str, str], where: str) -> None:
     """Raise `ValueError` naming every input whose fingerprint differs between a checkpoint and this run.
 
     Args:
-        saved: the checkpoint's ``inputs`` (None or missing keys: written before fingerprints existed; not checked).
+        saved: the checkpoint's ``inputs``.
         current: this run's fingerprints by `INPUTS` key (a subset is compared on its own, e.g. `cory eval`'s model
             and tokenizer).
         where: the checkpoint, for the message.
-
-    Returns:
-        The inputs of `current` that could not be checked (absent from `saved`).
 
     Raises:
         trainers.loop.checkpoint.CheckpointError: (a `ValueError`) one or more inputs changed, each named with what
             it covers.
     """
-    saved = dict(saved or {})
-    changed = [key for key in INPUTS if key in saved and key in current and not _matches(current[key], saved[key])]
+    changed = [key for key in INPUTS if key in current and saved.get(key) != current[key]]
     if changed:
-        details = "; ".join(f"{key} ({INPUTS[key]}): {saved[key][:12]}.. -> {current[key][:12]}.." for key in changed)
+        details = "; ".join(f"{key} ({INPUTS[key]}): {str(saved.get(key))[:12]}.. -> {current[key][:12]}.."
+                            for key in changed)
         raise CheckpointError(f"cannot resume {where}: its inputs changed since the run started: {details}. The same "
                          "names now hold other contents; restore them, or start a new --output_dir")
-    return [key for key in INPUTS if key in current and key not in saved]
-
-
-def _matches(current: str, saved: str) -> bool:
-    return current.matches(saved) if isinstance(current, Fingerprint) else saved == current

@@ -44,7 +44,7 @@ class UpdateGuard:
     """Runs the MARL algorithm's update with the checks of the module docstring.
 
     Args:
-        algorithm: the run's `JointLearner` (`trainers.loop.build.build_learners`).
+        algorithm: the run's `JointLearner` (`trainers.learning.registry.LearnerSpec.build`).
         agents: model name -> agent: every model whose trainable parameters the update may change.
         learner: the learner's name in messages (`CORYConfig.learner`).
         dist: the data-parallel group.

@@ -9,7 +9,8 @@ line and exit 2 whichever path runs, and nothing is written before it passes:
 3. the task's data source once (`cory_env.tasks.TaskSpec.resolve`: the IMDB hub probe), then the `Task`, built
    once with the run's tokenizer and reward, the `Seating`, built once on it (`cory_env.seating.config_seating`),
    and the training env over both (every prompt fits the context window);
-4. the learner against the seating and its options (`trainers.learning.learners.check_learner`: the group rule);
+4. the learner against the seating, the process count and its config (`LearnerSpec.check_run`, once: `build`
+   does not check again);
    the held-out side of the queries when the run evaluates on one (an empty side is refused here), or a warning that
    its evaluation is not held out (`cory_env.tasks.TaskSpec.heldout_split`);
 5. the run folder: ``--resume`` / ``--overwrite``, writability, and a resume's config against the checkpoint's, its
@@ -32,7 +33,6 @@ from cory_env.rewards import reward_name
 from trainers.config import RunConfigs
 from trainers.distributed import check_device
 from trainers.learning.configs import check_kl_horizon
-from trainers.learning.learners import check_learner
 from trainers.loop.run_dir import check_output_dir
 from trainers.loop.sharding import check_sharding
 from trainers.unread_options import unread_options
@@ -50,7 +50,7 @@ class RunPlan:
             every env of the run (training, evaluations) reads the same source.
         task: the training `Task` (the ``train`` side of the held-out slice), with the run's reward.
         seating: the run's `Seating` on that task.
-        env: the training env: ``configs.ppo.batch_size`` rows of the task played by the seating.
+        env: the training env: ``configs.update.batch_size`` rows of the task played by the seating.
         group_size: responses per query the learner needs (`LearnerSpec.group_size`).
         flat: the flat config the run records (``config.yaml``; a callable reward recorded by name).
         has_run: the output folder holds a run (which ``--resume`` continues or ``--overwrite`` replaces).
@@ -86,7 +86,7 @@ def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
     """
     run = configs.run
     check_device(run.device, num_processes)
-    check_kl_horizon(configs.ppo, num_processes)  # n_steps = batch_size · processes
+    check_kl_horizon(configs.update, num_processes)  # n_steps = batch_size · processes
     check_sharding(run.sharding, world_size=num_processes, use_lora=configs.model.use_lora)
     spec = configs.task_spec
     env_config = spec.resolve(configs.env) if spec.resolve is not None else configs.env
@@ -94,11 +94,12 @@ def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
     if reward_fn is not None:
         task = dataclasses.replace(task, reward_fn=reward_fn)
     seating = config_seating(env_config, task)
-    env = BatchedCORYEnv(env_config, tokenizer, batch_size=configs.ppo.batch_size, task=task, seating=seating)
     learner = configs.learner_spec
-    options = learner.options(configs.learner_options)
-    check_learner(run.learner, configs.ppo, options, sharded=run.sharded, seats=seating.num_seats,
-                  num_processes=num_processes, reward_matrix=seating.reward_matrix)
+    group_size = learner.group_size(configs.update)
+    env = BatchedCORYEnv(env_config, tokenizer, batch_size=configs.update.batch_size, task=task, seating=seating,
+                         group_size=group_size)
+    learner.check_run(configs.update, name=run.learner, seats=seating.num_seats, num_processes=num_processes,
+                      sharded=run.sharded, reward_matrix=seating.reward_matrix)
     split, not_held_out = spec.heldout_split(env_config)
     notes = []
     if run.eval_episodes > 0 and split == "test":  # an empty held-out side is refused here, not at the first evaluation
@@ -110,5 +111,5 @@ def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
         flat["reward"] = reward_name(reward_fn)
     has_run = check_output_dir(run, num_processes, flat, task=task)
     return RunPlan(configs=configs, env_config=env_config, task=task, seating=seating, env=env,
-                   group_size=learner.group_size(options), flat=flat, has_run=has_run,
+                   group_size=group_size, flat=flat, has_run=has_run,
                    warnings=[*unread_options(configs, seating), *notes])

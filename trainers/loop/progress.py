@@ -18,14 +18,19 @@ from typing import Mapping
 
 from tqdm.auto import tqdm
 
-__all__ = ["PROGRESS_METRICS", "Progress"]
+__all__ = ["Progress", "progress_metrics"]
 
 logger = logging.getLogger(__name__)
 
-#: The metrics the bar and the lines show, with their labels (metrics absent from a run, such as the observer's in
-#: the single-agent baseline, are left out).
-PROGRESS_METRICS = {"pioneer/task_reward": "pioneer reward", "observer/task_reward": "observer reward",
-                    "pioneer/kl": "pioneer KL", "cory/collective_reward": "collective reward"}
+def progress_metrics(seats: tuple[str, ...]) -> dict[str, str]:
+    """The metrics the bar and the lines show, with their labels, for a seating's `seats` (in acting order): each
+    seat's task reward, the first seat's KL, the collective reward (a metric absent from a run is left out).
+
+    >>> list(progress_metrics(("pioneer", "observer")).values())
+    ['pioneer reward', 'observer reward', 'pioneer KL', 'collective reward']
+    """
+    return {**{f"{seat}/task_reward": f"{seat} reward" for seat in seats}, f"{seats[0]}/kl": f"{seats[0]} KL",
+            "cory/collective_reward": "collective reward"}
 
 
 def _duration(seconds: float) -> str:
@@ -42,12 +47,15 @@ class Progress:
     Args:
         start, total: the first iteration this call trains, and the run's `num_iterations`.
         label: the bar's label (the seating).
+        seats: the seating's seat names, in acting order (`progress_metrics`).
         enabled: this process reports (the main one); False shows nothing.
         every_s: off a terminal, the most seconds between two progress lines (0: a line after every iteration).
     """
 
-    def __init__(self, start: int, total: int, label: str, *, enabled: bool, every_s: float) -> None:
+    def __init__(self, start: int, total: int, label: str, *, seats: tuple[str, ...], enabled: bool,
+                 every_s: float) -> None:
         self.start, self.total, self.every_s = start, total, every_s
+        self.shown = progress_metrics(seats)
         self.bar = tqdm(total=total, initial=start, desc=label, dynamic_ncols=True,
                         disable=None if enabled else True)  # None: a bar on a terminal only
         self.lines = enabled and self.bar.disable  # off a terminal: lines instead
@@ -57,14 +65,14 @@ class Progress:
         """The progress line after iteration `it` (0-based) with `metrics`."""
         done, elapsed = it + 1, time.monotonic() - self.t0
         eta = elapsed / (done - self.start) * (self.total - done)
-        values = ", ".join(f"{label} {metrics[key]:.3f}" for key, label in PROGRESS_METRICS.items() if key in metrics)
+        values = ", ".join(f"{label} {metrics[key]:.3f}" for key, label in self.shown.items() if key in metrics)
         return (f"iteration {done}/{self.total} ({100 * done // self.total}%), {_duration(elapsed)} elapsed, "
                 f"ETA {_duration(eta)}: {values}")
 
     def update(self, it: int, metrics: Mapping[str, float]) -> None:
         """Iteration `it` ended with `metrics`: move the bar, or log a line when one is due (the first and the last
         iteration, and `every_s` seconds after the last line)."""
-        self.bar.set_postfix({label: f"{metrics[key]:.3f}" for key, label in PROGRESS_METRICS.items()
+        self.bar.set_postfix({label: f"{metrics[key]:.3f}" for key, label in self.shown.items()
                               if key in metrics}, refresh=False)
         self.bar.update(1)
         now = time.monotonic()

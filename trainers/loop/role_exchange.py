@@ -16,6 +16,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from cory_env.checks import check_number
+
 logger = logging.getLogger(__name__)
 
 
@@ -43,8 +45,7 @@ class RoleExchange:
 
     def __init__(self, bundles: Sequence[Bundle], seats: Sequence[str], *, period: int,
                  reset_on_exchange: bool = False) -> None:
-        if period < 0:
-            raise ValueError(f"role_exchange_period must be >= 0, got {period}; use 0 to disable role exchange")
+        check_number(period, "role_exchange_period", integer=True, low=0, fix="0 disables role exchange")
         bundles, seats = list(bundles), tuple(seats)
         if len(bundles) != len(seats) or not seats:
             raise ValueError(f"{len(bundles)} bundle(s) for the seats {list(seats)}: give one bundle per seat")

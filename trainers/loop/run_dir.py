@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from cory_env.seating import seating_of
-from trainers.config import CORYConfig, RunConfigs, flat_field_types, migrate_flat
+from trainers.config import CORYConfig, RunConfigs, flat_field_types
 from trainers.loop import checkpoint as ckpt
 from trainers.loop.metrics import METRICS_FILE, SAMPLES_FILE, TENSORBOARD_DIR
 
@@ -87,9 +87,9 @@ def _is_cory_config(path: Path) -> bool:
     named = {kind: [data[key]] if isinstance(data.get(key), str) else []
              for kind, key in (("learners", "learner"), ("tasks", "task"))}
     try:
-        return set(migrate_flat(data)) <= set(flat_field_types(**named))
+        return set(data) <= set(flat_field_types(**named))
     except ValueError:  # a learner or task that no longer imports: the file is still a run's config
-        return set(migrate_flat(data)) <= set(flat_field_types()) | set(named) | {"learner", "task"}
+        return set(data) <= set(flat_field_types()) | set(named) | {"learner", "task"}
 
 
 def is_run(output_dir: str | os.PathLike) -> bool:

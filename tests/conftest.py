@@ -9,6 +9,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # pyproject's addopts start one pytest-xdist worker per CPU: one torch thread each (and in the processes a test
+    # starts), else every worker's threads spin-wait for cores the other workers hold
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("CORY_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import os
 import subprocess
@@ -23,6 +24,19 @@ def cory(*args, check=True):
     if check and proc.returncode != 0:
         raise AssertionError(f"cory {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc
+
+
+def cory_here(capsys, *args, check=True) -> tuple[int, str, str]:
+    """`cory ARGS` in this process (`trainers.cli.main`): (exit status, stdout, stderr). The same command without a
+    new interpreter's seconds of imports; `cory` stays where the test needs a process of its own (``python -m``, the
+    log lines a process prints on stderr, a later process reproducing a run)."""
+    from trainers.cli import main
+
+    status = main(list(args))
+    out, err = capsys.readouterr()
+    if check and status != 0:
+        raise AssertionError(f"cory {' '.join(args)} failed ({status}):\n{err[-3000:]}")
+    return status, out, err
 
 
 def test_train_eval_plot_round_trip(tmp_path):
@@ -56,23 +70,27 @@ def test_train_eval_plot_round_trip(tmp_path):
 @pytest.mark.parametrize("flags, option", [(["--lora_alpha", "0", "--use_lora", "true"], "lora_alpha"),
                                            (["--learning_rate", "inf"], "learning_rate"),
                                            (["--config", "INF_YAML"], "learning_rate")])
-def test_a_bad_number_is_one_line_before_any_folder_exists(tmp_path, flags, option):
+def test_a_bad_number_is_one_line_before_any_folder_exists(tmp_path, capsys, caplog, flags, option):
     """--lora_alpha 0 trained 4 iterations with KL exactly 0; --learning_rate inf died at
     iteration 0 and left a folder that blocked a re-run."""
     (tmp_path / "inf.yaml").write_text("learning_rate: .inf\n")
     flags = [str(tmp_path / "inf.yaml") if f == "INF_YAML" else f for f in flags]
     run = tmp_path / "run"
-    proc = cory("train", "--preset", "tiny", "--output_dir", str(run), *flags, check=False)
-    assert proc.returncode == 2 and not run.exists()
-    assert len(proc.stderr.strip().splitlines()) == 1 and f"{option}=" in proc.stderr
+    caplog.set_level(logging.INFO)  # a `cory` process prints its log records (INFO and up) on stderr
+    status, _, err = cory_here(capsys, "train", "--preset", "tiny", "--output_dir", str(run), *flags, check=False)
+    assert status == 2 and not run.exists()
+    assert len(err.strip().splitlines()) == 1 and f"{option}=" in err and not caplog.records
 
 
-def test_existing_run_refused_then_resumed(tmp_path):
+def test_existing_run_refused_then_resumed(tmp_path, capsys):
     run = tmp_path / "run"
-    cory("train", "--preset", "tiny", "--output_dir", str(run), "--num_iterations", "1", "--torch_threads", "1")
-    proc = cory("train", "--preset", "tiny", "--output_dir", str(run), "--num_iterations", "1", check=False)
-    assert proc.returncode == 2 and "--resume" in proc.stderr and "--overwrite" in proc.stderr
-    cory("train", "--config", str(run / "config.yaml"), "--num_iterations", "2", "--resume", "--torch_threads", "1")
+    cory_here(capsys, "train", "--preset", "tiny", "--output_dir", str(run), "--num_iterations", "1",
+              "--torch_threads", "1")
+    status, _, err = cory_here(capsys, "train", "--preset", "tiny", "--output_dir", str(run), "--num_iterations", "1",
+                               check=False)
+    assert status == 2 and "--resume" in err and "--overwrite" in err
+    cory_here(capsys, "train", "--config", str(run / "config.yaml"), "--num_iterations", "2", "--resume",
+              "--torch_threads", "1")
     rows = (run / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(r)["iteration"] for r in rows] == [0, 1]
 
@@ -116,10 +134,10 @@ def test_parse_train_args_refuses_num_processes_it_cannot_honour():
     assert parse_train_args(["--preset", "tiny", "--num_processes", "1"]).model.model == "tiny"
 
 
-def test_num_processes_inside_a_launch_of_another_size_is_refused():
-    proc = subprocess.run([sys.executable, "-m", "trainers.cli", "train", "--preset", "tiny", "--num_processes", "2"],
-                          capture_output=True, text=True, env={**ENV, "WORLD_SIZE": "3"}, timeout=300)
-    assert proc.returncode == 2 and "inside a launch of 3 processes" in proc.stderr
+def test_num_processes_inside_a_launch_of_another_size_is_refused(capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    status, _, err = cory_here(capsys, "train", "--preset", "tiny", "--num_processes", "2", check=False)
+    assert status == 2 and "inside a launch of 3 processes" in err
 
 
 def test_num_processes_is_split_off_and_launches_accelerate():
@@ -149,14 +167,14 @@ def test_yaml_with_wrong_type_or_key(tmp_path):
     assert load_yaml_config(bad) == {"learning_rate": 0.001}  # YAML 1.1 reads 1e-3 as text
 
 
-def test_cli_errors_are_one_line_and_exit_2(tmp_path):
-    proc = cory("train", "--preset", "nope", check=False)
-    assert proc.returncode == 2 and "valid presets" in proc.stderr and "Traceback" not in proc.stderr
-    proc = cory("frobnicate", check=False)
-    assert proc.returncode == 2 and "valid commands" in proc.stderr
-    proc = cory("train", "--preset", "tiny", "--data_path", str(tmp_path / "missing.csv"),
-                "--output_dir", str(tmp_path / "r"), check=False)
-    assert proc.returncode == 2 and "missing.csv" in proc.stderr
+def test_cli_errors_are_one_line_and_exit_2(tmp_path, capsys):
+    status, _, err = cory_here(capsys, "train", "--preset", "nope", check=False)
+    assert status == 2 and "valid presets" in err and "Traceback" not in err
+    status, _, err = cory_here(capsys, "frobnicate", check=False)
+    assert status == 2 and "valid commands" in err
+    status, _, err = cory_here(capsys, "train", "--preset", "tiny", "--data_path", str(tmp_path / "missing.csv"),
+                               "--output_dir", str(tmp_path / "r"), check=False)
+    assert status == 2 and "missing.csv" in err
 
 
 def test_bench_two_arms_two_seeds(tmp_path):
@@ -169,14 +187,14 @@ def test_bench_two_arms_two_seeds(tmp_path):
     assert "task reward" in proc.stdout
 
 
-def test_eval_uses_the_runs_held_out_reviews(tmp_path):
+def test_eval_uses_the_runs_held_out_reviews(tmp_path, capsys):
     """A run trained with --heldout_fraction evaluates on the held-out side; the two sides share no review."""
     from cory_env import EnvConfig, make_task
 
     run = tmp_path / "held"
-    cory("train", "--preset", "tiny", "--output_dir", str(run), "--num_iterations", "1", "--heldout_fraction", "0.3",
-         "--torch_threads", "1", "--tensorboard", "false")
-    cory("eval", str(run), "--episodes", "2", "--out", str(tmp_path / "eval.json"))
+    cory_here(capsys, "train", "--preset", "tiny", "--output_dir", str(run), "--num_iterations", "1",
+              "--heldout_fraction", "0.3", "--torch_threads", "1", "--tensorboard", "false")
+    cory_here(capsys, "eval", str(run), "--episodes", "2", "--out", str(tmp_path / "eval.json"))
     result = json.loads((tmp_path / "eval.json").read_text())
     assert (result["query_split"], result["heldout_fraction"]) == ("test", 0.3)
     sides = {}
@@ -186,13 +204,22 @@ def test_eval_uses_the_runs_held_out_reviews(tmp_path):
     assert sides["train"] and sides["test"] and not sides["train"] & sides["test"]
 
 
-def test_options_are_never_abbreviated_and_help_groups_them():
+def _help(capsys, monkeypatch, *args) -> str:
+    """What `cory ARGS --help` prints (exit 0), at the 80 columns a `cory` process writing into a pipe wraps to."""
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit) as exited:
+        cory_here(capsys, *args, "--help")
+    assert exited.value.code in (0, None)
+    return capsys.readouterr().out
+
+
+def test_options_are_never_abbreviated_and_help_groups_them(capsys, monkeypatch):
     """argparse took --num_iteration for --num_iterations; --help was one flat list of 378 lines."""
     with pytest.raises(ValueError, match=r"--num_iteration: did you mean --num_iterations\?"):
         parse_train_args(["--preset", "tiny", "--num_iteration", "2"])
     with pytest.raises(ValueError, match="unknown option"):
         parse_train_args(["--pres", "tiny"])
-    help_text = cory("train", "--help").stdout
+    help_text = _help(capsys, monkeypatch, "train")
     groups = ["run options (CORYConfig)", "model options (ModelConfig)", "env options read by task 'imdb' (EnvConfig)",
               "IMDB task options (--task imdb)", "update options read by learner 'ppo' (PPOConfig)",
               "sampling options (SamplingConfig)"]
@@ -202,16 +229,16 @@ def test_options_are_never_abbreviated_and_help_groups_them():
     assert where[3] < flag(help_text, "min_review_chars").start() < where[4] < flag(help_text, "gamma").start()
     assert flag(help_text, "group_size") is None  # what the default run (ppo) does not read is not shown
     # the chosen learner and task decide the groups and the options shown (their specs)
-    grpo = cory("train", "--learner", "grpo", "--task", "gsm8k", "--help").stdout
+    grpo = _help(capsys, monkeypatch, "train", "--learner", "grpo", "--task", "gsm8k")
     assert "update options read by learner 'grpo' (GRPOConfig)" in grpo
     assert flag(grpo, "group_size") and flag(grpo, "learning_rate") and flag(grpo, "data_path")
     for unread in ("gamma", "vf_coef", "whiten_rewards", "min_review_chars", "reward", "heldout_fraction"):
         assert flag(grpo, unread) is None, unread
 
 
-def test_plot_of_a_missing_run_leaves_no_folder(tmp_path):
-    proc = cory("plot", str(tmp_path / "missing"), check=False)
-    assert proc.returncode == 2 and "metrics.jsonl" in proc.stderr
+def test_plot_of_a_missing_run_leaves_no_folder(tmp_path, capsys):
+    status, _, err = cory_here(capsys, "plot", str(tmp_path / "missing"), check=False)
+    assert status == 2 and "metrics.jsonl" in err
     assert not (tmp_path / "missing").exists()
 
 
@@ -247,15 +274,15 @@ def test_eval_numbers_and_abbreviations_are_refused_before_any_model_loads(tmp_p
     assert message in capsys.readouterr().err
 
 
-def test_cory_eval_reproduces_the_runs_own_evaluation_by_default(tmp_path):
+def test_cory_eval_reproduces_the_runs_own_evaluation_by_default(tmp_path, capsys):
     """`cory eval RUN` with no option is the run's own held-out evaluation: the same before and after as the
     training run printed (same queries, seed, episodes and sampling), and the same line."""
     run = tmp_path / "own"
-    train = cory("train", "--preset", "tiny", "--output_dir", str(run), "--num_iterations", "2",
-                 "--heldout_fraction", "0.2", "--eval_episodes", "8", "--torch_threads", "1")
-    evaluated = cory("eval", str(run), "--torch_threads", "1")
+    _, trained, _ = cory_here(capsys, "train", "--preset", "tiny", "--output_dir", str(run), "--num_iterations", "2",
+                              "--heldout_fraction", "0.2", "--eval_episodes", "8", "--torch_threads", "1")
+    evaluated = cory("eval", str(run), "--torch_threads", "1")  # a later process, as a user runs it
     line = lambda text: next(l for l in text.splitlines() if "held-out task reward" in l)  # noqa: E731,E741
-    assert line(evaluated.stdout) == line(train.stdout)
+    assert line(evaluated.stdout) == line(trained)
     ran = json.loads((run / "eval.json").read_text())
     (written,) = run.glob("eval-llm*-iter-000001.json")
     again = json.loads(written.read_text())

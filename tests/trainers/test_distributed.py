@@ -259,7 +259,7 @@ def test_two_processes_match_one_process_with_the_whole_batch(tmp_path, layout):
     assert (run / "config.yaml").is_file()
 
 
-def test_cli_num_processes_trains_and_resumes_with_the_same_count(tmp_path):
+def test_cli_num_processes_trains_and_resumes_with_the_same_count(tmp_path, capsys):
     run = tmp_path / "cli"
     base = [sys.executable, "-m", "trainers.cli", "train", *COMMON, "--batch_size", "2", "--mini_batch_size", "1",
             "--output_dir", str(run), "--num_processes", "2"]
@@ -280,10 +280,11 @@ def test_cli_num_processes_trains_and_resumes_with_the_same_count(tmp_path):
     for key in keys:
         assert resumed_row[key] == pytest.approx(whole_row[key], rel=1e-5, abs=1e-6, nan_ok=True), key
     # a one-process resume of this run is refused with the fix in the message
-    bad = subprocess.run([sys.executable, "-m", "trainers.cli", "train", *COMMON, "--batch_size", "2",
-                          "--mini_batch_size", "1", "--output_dir", str(run), "--resume", "--num_iterations", "5"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 2 and "--num_processes 2" in bad.stderr
+    from trainers.cli import main
+
+    assert main(["train", *COMMON, "--batch_size", "2", "--mini_batch_size", "1", "--output_dir", str(run), "--resume",
+                 "--num_iterations", "5"]) == 2
+    assert "--num_processes 2" in capsys.readouterr().err
 
 
 def test_a_nan_loss_on_one_process_stops_every_process_and_keeps_the_checkpoint(tmp_path):
@@ -303,20 +304,22 @@ def test_a_nan_loss_on_one_process_stops_every_process_and_keeps_the_checkpoint(
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--learner", "grpo"], "GRPO needs group_size >= 2"),
+    (["--learner", "grpo", "--group_size", "1"], "GRPO needs at least 2 samples per query"),
     (["--learner", "nosuch"], "unknown learner 'nosuch'"),
     (["--device", "cuda:1"], "would put all 2 processes on one device|needs CUDA"),
     (["--learner", "mappo", "--seating", "ppo"], "learner 'mappo' needs at least two seats"),
     (["--task", "tiny_vocab", "--seating", "chain:3", "--context_len", "9", "--truncate_query", "false"],
      "context_len=9 is too small"),
 ])
-def test_launcher_mistakes_are_one_line_before_any_process_starts(tmp_path, extra, message):
-    proc = subprocess.run([sys.executable, "-m", "trainers.cli", "train", "--preset", "tiny", "--num_processes", "2",
-                           "--output_dir", str(tmp_path / "r"), *extra], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert re.search(message, proc.stderr)
-    assert "accelerate" not in proc.stderr.lower()  # nothing was launched
+def test_launcher_mistakes_are_one_line_before_any_process_starts(tmp_path, capfd, extra, message):
+    from trainers.cli import main
+
+    # in this process; a process it launched would write into the file descriptors capfd reads
+    status = main(["train", "--preset", "tiny", "--num_processes", "2", "--output_dir", str(tmp_path / "r"), *extra])
+    err = capfd.readouterr().err
+    assert status == 2 and "Traceback" not in err, err[-2000:]
+    assert re.search(message, err)
+    assert "accelerate" not in err.lower()  # nothing was launched
     assert not (tmp_path / "r").exists()
 
 
@@ -341,13 +344,15 @@ def test_a_grpo_run_trains_through_the_launcher(tmp_path):
     assert len((tmp_path / "g" / "metrics.jsonl").read_text().splitlines()) == 1
 
 
-def test_existing_run_is_refused_before_launching(tmp_path):
+def test_existing_run_is_refused_before_launching(tmp_path, capfd):
+    from trainers.cli import main
+
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / ".cory-run").write_text("")  # a run's marker: a bare config.yaml is no run of cory's
     (tmp_path / "r" / "config.yaml").write_text("seed: 0\n")
-    proc = subprocess.run([sys.executable, "-m", "trainers.cli", "train", "--preset", "tiny", "--num_processes", "2",
-                           "--output_dir", str(tmp_path / "r")], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "already holds a run" in proc.stderr and "Traceback" not in proc.stderr
+    status = main(["train", "--preset", "tiny", "--num_processes", "2", "--output_dir", str(tmp_path / "r")])
+    err = capfd.readouterr().err
+    assert status == 2 and "already holds a run" in err and "Traceback" not in err
 
 
 def test_sigint_to_the_cory_process_stops_every_worker_with_a_checkpoint(tmp_path):

@@ -221,10 +221,11 @@ def check_option_names(classes) -> None:
     """
     seen = {name: f"`cory train`'s own --{name}" for name in CLI_OPTIONS}
     for cls in classes:
-        for f in dataclasses.fields(cls):  # a field named like a switch of its own class: `option_names` hides it
-            if f.name.startswith("no_") and f.name.removeprefix("no_") in {g.name for g in dataclasses.fields(cls)}:
-                raise ValueError(f"option {f.name!r} is a field of {cls.__name__} and the --{f.name} switch of its "
-                                 f"field {f.name.removeprefix('no_')!r}: every option of a run needs its own name; "
+        own = {f.name for f in dataclasses.fields(cls)}
+        for name in sorted(own):  # a field named like a switch of its own class: `option_names` hides it
+            if name.startswith("no_") and name.removeprefix("no_") in own:
+                raise ValueError(f"option {name!r} is a field of {cls.__name__} and the --{name} switch of its "
+                                 f"field {name.removeprefix('no_')!r}: every option of a run needs its own name; "
                                  "rename the plug-in's field")
         for name, what in option_names(cls).items():
             if name in seen:

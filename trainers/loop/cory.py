@@ -111,7 +111,7 @@ class CORYTrainer:
             with self.dist.main_process_first():  # the first load may convert a GGUF file into the shared cache
                 tokenizer = load_run_tokenizer(configs)
         plan = plan_run(configs, tokenizer, num_processes=self.dist.world_size, reward_fn=reward_fn)
-        self.seating, self.group_size = plan.seating, plan.group_size  # responses per query
+        self.seating = plan.seating
         self._env_source = plan.env_config  # every env of the run (training, evaluations) reads the same source
         self.output_dir = Path(config.output_dir)
         self.dist.barrier()  # every process has checked the folder before the main one changes it
@@ -265,7 +265,7 @@ class CORYTrainer:
         torch.manual_seed(derive_seed(seed, it, 0, rank))  # dropout and anything else on the global RNG
         sampler = torch.Generator(device=self.dist.device).manual_seed(derive_seed(seed, it, 1, rank))
         seats = self.exchange.seats
-        group = self.group_size
+        group = self.env.group_size  # responses per query
         t0 = time.perf_counter()
         # rank r plays rows r·B .. of a one-process batch of N·B (row i's query is drawn from stream i // group)
         acting: dict = {}  # each seat's acting log-probabilities and values: the learners' old scores when exact

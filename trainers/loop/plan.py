@@ -50,8 +50,8 @@ class RunPlan:
             every env of the run (training, evaluations) reads the same source.
         task: the training `Task` (the ``train`` side of the held-out slice), with the run's reward.
         seating: the run's `Seating` on that task.
-        env: the training env: ``configs.update.batch_size`` rows of the task played by the seating.
-        group_size: responses per query the learner needs (`LearnerSpec.group_size`).
+        env: the training env: ``configs.update.batch_size`` rows of the task played by the seating, in groups of
+            the responses per query the learner needs (``env.group_size``, `LearnerSpec.group_size`).
         flat: the flat config the run records (``config.yaml``; a callable reward recorded by name).
         has_run: the output folder holds a run (which ``--resume`` continues or ``--overwrite`` replaces).
         warnings: one message per option the run does not read (`trainers.unread_options`), and one when its
@@ -63,7 +63,6 @@ class RunPlan:
     task: Task
     seating: Seating
     env: BatchedCORYEnv
-    group_size: int
     flat: dict[str, Any]
     has_run: bool
     warnings: list[str]
@@ -95,9 +94,8 @@ def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
         task = dataclasses.replace(task, reward_fn=reward_fn)
     seating = config_seating(env_config, task)
     learner = configs.learner_spec
-    group_size = learner.group_size(configs.update)
     env = BatchedCORYEnv(env_config, tokenizer, batch_size=configs.update.batch_size, task=task, seating=seating,
-                         group_size=group_size)
+                         group_size=learner.group_size(configs.update))
     learner.check_run(configs.update, name=run.learner, seats=seating.num_seats, num_processes=num_processes,
                       sharded=run.sharded, reward_matrix=seating.reward_matrix)
     split, not_held_out = spec.heldout_split(env_config)
@@ -111,5 +109,5 @@ def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
         flat["reward"] = reward_name(reward_fn)
     has_run = check_output_dir(run, num_processes, flat, task=task)
     return RunPlan(configs=configs, env_config=env_config, task=task, seating=seating, env=env,
-                   group_size=group_size, flat=flat, has_run=has_run,
+                   flat=flat, has_run=has_run,
                    warnings=[*unread_options(configs, seating), *notes])

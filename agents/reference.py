@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -92,8 +92,9 @@ def build_shared_lora(
     Args:
         model: the base causal LM; its weights are frozen (``requires_grad=False``) and shared.
         adapter_names: one name per agent (default the paper's plot labels "llm1", "llm2"); distinct.
-        lora_config: a ``peft.LoraConfig``; default r=16, alpha=32, dropout 0.0 on the attention q/v
-            projections (``target_modules=None`` lets peft pick them for known architectures).
+        lora_config: a ``peft.LoraConfig``, or adapter name -> its own ``LoraConfig`` (adapters of different ranks
+            on one base); default r=16, alpha=32, dropout 0.0 on the attention q/v projections
+            (``target_modules=None`` lets peft pick them for known architectures).
 
     Returns:
         The ``PeftModel``; every adapter is trainable and initialised like peft does (B = 0, so each adapter
@@ -110,9 +111,10 @@ def build_shared_lora(
         raise ValueError(f"adapter_names must be distinct and non-empty, got {names}")
     if lora_config is None:
         lora_config = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, task_type="CAUSAL_LM")
-    peft_model = get_peft_model(model, lora_config, adapter_name=names[0])
+    configs = lora_config if isinstance(lora_config, Mapping) else dict.fromkeys(names, lora_config)
+    peft_model = get_peft_model(model, configs[names[0]], adapter_name=names[0])
     for name in names[1:]:
-        peft_model.add_adapter(name, copy.deepcopy(lora_config))
+        peft_model.add_adapter(name, copy.deepcopy(configs[name]))
     for n, p in peft_model.named_parameters():
         p.requires_grad_(any(is_adapter_parameter(n, name) for name in names))
     activate_adapter(peft_model, names[0])

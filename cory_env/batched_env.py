@@ -31,7 +31,8 @@ class BatchedCORYEnv:
 
     Args:
         config: an `EnvConfig`; keyword fields override it (or build one when it is None).
-        tokenizer: tokenizer object or name (required).
+        tokenizer: tokenizer object or name (required); or seat -> tokenizer when the seats' models use different
+            tokenizers (`EpisodeBatch`, docs/seats.md; `set_tokenizers` moves them at role exchange).
         batch_size: B.
         reward_fn: reward name or callable overriding the task's.
         task: a task name or `Task` object (default: ``config.task``).
@@ -57,16 +58,46 @@ class BatchedCORYEnv:
         self.group_size = check_groups(batch_size, group_size, fix="pass a group_size that divides batch_size")
         #: The `Seating` played.
         self.seating = self._episode.seating
-        self.tokenizer = self._episode.tokenizer
-        self.pad_token_id = self._episode.pad_id
         self.possible_agents = list(self._episode.seats)
         self.batch_size = batch_size
-        self.vocab_size = self._episode.vocab_size
         self.context_len = self.config.context_len
-        self.action_mask = np.broadcast_to(self._episode.action_mask, (batch_size, self.vocab_size))
+        self._seat_tokenizers()
         self._zeros = readonly_view(np.zeros(batch_size, dtype=np.float64))
         self._false = readonly_view(np.zeros(batch_size, dtype=bool))
         self._true = readonly_view(np.ones(batch_size, dtype=bool))
+
+    def _seat_tokenizers(self) -> None:
+        ep, B = self._episode, self.batch_size
+        #: Seat -> its tokenizer (one object for every seat unless the seats' models use different ones).
+        self.tokenizers = dict(ep.tokenizers)
+        #: Seat -> its action-space size V_seat.
+        self.vocab_sizes = dict(ep.vocab_sizes)
+        self.tokenizer, self.pad_token_id, self.vocab_size = ep.tokenizer, ep.pad_id, ep.vocab_size  # the first seat's
+        #: Seat -> its int8 (B, V_seat) read-only action mask.
+        self.action_masks = {s: np.broadcast_to(ep.action_masks[s], (B, ep.vocab_sizes[s])) for s in ep.seats}
+        self.action_mask = self.action_masks[ep.seats[0]]
+
+    def set_tokenizers(self, tokenizer) -> None:
+        """Seat the tokenizers (one for all seats, or seat -> tokenizer), between episodes: role exchange moves a
+        model's tokenizer with it (`EpisodeBatch.set_tokenizers`; nothing happens when they are already seated).
+
+        Raises:
+            RuntimeError: during an episode. ValueError: a mapping that does not name every seat once.
+        """
+        self._episode.set_tokenizers(tokenizer)
+        if any(self.tokenizers[s] is not t for s, t in self._episode.tokenizers.items()):
+            self._seat_tokenizers()
+
+    @property
+    def max_new_tokens(self) -> int:
+        """The longest response any seat may write, in tokens (the task's, or a seat's own from
+        `EnvConfig.seat_generation`)."""
+        return self._episode.max_new_tokens
+
+    @property
+    def heterogeneous(self) -> bool:
+        """True when some seats use different tokenizers (docs/seats.md)."""
+        return self._episode.heterogeneous
 
     @property
     def task(self):
@@ -92,14 +123,14 @@ class BatchedCORYEnv:
         """A seat's windows (default: the acting seat, or the last seat once done).
 
         Returns:
-            ``input_ids`` int64 (B, L) and ``attention_mask`` int64 (B, L) read-only views, ``action_mask`` int8
-            (B, V) read-only broadcast view.
+            ``input_ids`` int64 (B, L) and ``attention_mask`` int64 (B, L) read-only views in the seat's own tokens,
+            ``action_mask`` int8 (B, V_seat) read-only broadcast view.
         """
         seat = seat or self.agent_selection or self.possible_agents[-1]
         if seat not in self.possible_agents:
             raise ValueError(f"unknown seat {seat!r}; seats are {self.possible_agents}")
         ids, mask = self._episode.window(seat)
-        return {"input_ids": ids, "attention_mask": mask, "action_mask": self.action_mask}
+        return {"input_ids": ids, "attention_mask": mask, "action_mask": self.action_masks[seat]}
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         """Start B episodes (row i draws from stream ``(seed, i)``, `EpisodeBatch.reset`); ``options={"queries": [text

@@ -11,11 +11,12 @@ import typing
 from dataclasses import dataclass, field, fields, replace
 
 from cory_env.checks import check_field, check_flag, check_number
+from cory_env.overrides import convert_value, parse_overrides
 
 from cory_env.prompts import OBSERVER_REQUIRED, parse_template
 from cory_env.seating import canonical_seating_spec
 
-__all__ = ["ONE_SEAT", "EnvConfig", "RenderModeError", "check_finite_fields", "check_render_mode", "resolve_config"]
+__all__ = ["ENV_GENERATION_KEYS", "ONE_SEAT", "SEAT_GENERATION_TYPES", "EnvConfig", "RenderModeError", "check_finite_fields", "check_render_mode", "resolve_config"]
 
 
 #: Why a knowledge-transfer or partner option does nothing with a single seat (`EnvConfig._unread_when`, read by
@@ -33,6 +34,13 @@ def observer_template_reason(seating) -> str | None:
                 "blank_template / pioneer_template")
     return None
 
+
+#: What `EnvConfig.seat_generation` may set per seat -> its type: the sampling settings (`agents.SamplingConfig`'s
+#: fields: the agent in the seat samples with them) and the env's own `ENV_GENERATION_KEYS`.
+SEAT_GENERATION_TYPES = {"temperature": float, "top_k": int, "top_p": float, "repetition_penalty": float,
+                         "min_new_tokens": int, "max_new_tokens": int, "stop_strings": list[str]}
+#: The per-seat settings the env applies itself (response lengths and stop strings); the rest are sampling settings.
+ENV_GENERATION_KEYS = ("min_new_tokens", "max_new_tokens", "stop_strings")
 
 QUERY_SPLITS = ("train", "test")
 """Valid `EnvConfig.query_split` values."""
@@ -106,6 +114,21 @@ class EnvConfig:
         metadata={"help": "Upper end of the per-episode response length, in tokens (official code: "
                           "LengthSampler(4, 16), i.e. 15). Must be >= 1."},
     )
+    stop_strings: typing.Optional[list[str]] = field(
+        default=None,
+        metadata={"help": "Strings that end a response (every seat, unless seat_generation sets the seat's own): "
+                          "the response ends at the token whose text completes one, kept as its last token (as "
+                          "transformers' generate stop_strings); None: only EOS and the length end it."},
+    )
+    seat_generation: typing.Optional[list[str]] = field(
+        default=None,
+        metadata={"help": "Per-seat generation settings over the defaults (the sampling options, min/max_new_tokens, "
+                          "stop_strings): SEAT.FIELD=VALUE entries, e.g. observer.temperature=0.7 "
+                          "observer.max_new_tokens=24 pioneer.stop_strings=.,! (a comma list); in YAML a mapping "
+                          "{observer: {temperature: 0.7}}. Fields: temperature, top_k, top_p, repetition_penalty, "
+                          "min_new_tokens, max_new_tokens, stop_strings. Recorded as {seat: {field: value}}; "
+                          "docs/seats.md."},
+    )
     context_len: int = field(
         default=128,
         metadata={"help": "L: length of the left-padded observation window, in tokens. Every prompt must leave "
@@ -166,6 +189,19 @@ class EnvConfig:
                      fix="a response has at least one token")
         check_number(self.max_new_tokens, "max_new_tokens", integer=True, low=self.min_new_tokens,
                      fix=f"at least min_new_tokens={self.min_new_tokens}; raise max_new_tokens or lower min_new_tokens")
+        if self.stop_strings is not None:
+            stops = convert_value(self.stop_strings, list[str], "stop_strings")
+            object.__setattr__(self, "stop_strings", check_stop_strings(stops, "stop_strings"))
+        seats = parse_overrides(self.seat_generation, SEAT_GENERATION_TYPES, name="seat_generation")
+        for seat, settings in (seats or {}).items():
+            low = settings.get("min_new_tokens", self.min_new_tokens)
+            check_number(low, f"seat_generation {seat}.min_new_tokens", integer=True, low=1,
+                         fix="a response has at least one token")
+            check_number(settings.get("max_new_tokens", self.max_new_tokens), f"seat_generation {seat}.max_new_tokens",
+                         integer=True, low=low, fix=f"at least the seat's min_new_tokens={low}")
+            if "stop_strings" in settings:
+                check_stop_strings(settings["stop_strings"], f"seat_generation {seat}.stop_strings")
+        object.__setattr__(self, "seat_generation", seats)
         check_number(self.context_len, "context_len", integer=True, low=2,
                      fix="a window of at least prompt + max_new_tokens tokens")
         check_number(self.partner_reward_coef, "partner_reward_coef", bounded=True)
@@ -175,6 +211,17 @@ class EnvConfig:
             parse_template(self.observer_template, required=OBSERVER_REQUIRED, name="observer_template")
         if self.pioneer_template is not None:
             parse_template(self.pioneer_template, required=("query",), name="pioneer_template")
+
+
+def check_stop_strings(stops, name: str) -> list[str]:
+    """`stops` as a list of non-empty strings.
+
+    Raises:
+        ValueError: naming `name`, for an empty string or a non-string entry.
+    """
+    check_field(isinstance(stops, list) and all(isinstance(s, str) and s for s in stops), name, stops,
+                "give non-empty strings, e.g. ['.', '!']")
+    return list(stops)
 
 
 class RenderModeError(ValueError, TypeError):

@@ -27,13 +27,13 @@ with its own task reward.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from cory_env.checks import check_number
-from cory_env.config import EnvConfig
+from cory_env.config import ENV_GENERATION_KEYS, EnvConfig
 from cory_env.rewards import score_texts
 from cory_env.seating import Seating, seating_of
 from cory_env.tasks import Task, env_arguments, make_task, task_tokenizer
@@ -46,21 +46,25 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class SeatTranscript:
-    """One seat's side of B finished episodes (see `EpisodeTranscript`)."""
+    """One seat's side of B finished episodes (see `EpisodeTranscript`): its token ids are those of the seat's own
+    tokenizer (``pad_id`` its pad id; ``allowed`` its bool (V_seat,) allowed actions, None: every token)."""
 
     prompt_ids: list[list[int]]
     response_ids: list[list[int]]
     response_text: list[str]
     task_reward: np.ndarray
     reward: np.ndarray
+    pad_id: int | None = None
+    allowed: np.ndarray | None = None
 
 
 @dataclass
 class EpisodeTranscript:
     """B finished episodes: queries, records and, per seat (in acting order), prompts, responses (EOS kept when
     emitted), texts, task rewards (float64 (B,)) and rewards (float64 (B,): R = M · r, the collective reward);
-    ``allowed`` is the task's bool (V,) set of allowed actions (None: every token), which a learner needs to score
-    actions under the distribution they were sampled from."""
+    ``allowed`` is the first seat's bool (V,) set of allowed actions (None: every token), which a learner needs to
+    score actions under the distribution they were sampled from (each seat's own: `SeatTranscript.allowed`; they
+    differ only when the seats use different tokenizers). ``query_ids`` are the first seat's tokens."""
 
     query_ids: list[list[int]]
     query_text: list[str]
@@ -108,42 +112,123 @@ class EpisodeBatch:
 
     Args:
         task: the `Task` (records, reward function, templates, lengths, action mask, default seating).
-        tokenizer: prepared tokenizer (`prepare_tokenizer`); V = ``len(tokenizer)``.
+        tokenizer: prepared tokenizer (`prepare_tokenizer`), V = ``len(tokenizer)``; or a mapping seat -> its
+            tokenizer when the seats' models use different ones (docs/seats.md): each seat then acts in its own
+            vocabulary (V_seat), its prompt is built with its own tokenizer, and what it reads of the query and of
+            earlier seats crosses as text (decoded by the writer's tokenizer, encoded by the reader's; seats that
+            share a tokenizer splice token ids as before). `set_tokenizers` moves them between episodes.
         batch_size: B.
         context_len: L, observation window length in tokens.
         seating: the `Seating` (seats, what each sees, reward matrix); None: the task's default seating
             (`cory_env.seating.seating_of`: CORY's two seats unless the task declares others).
         truncate_query: truncate too-long queries from the left with a warning (True) or raise (False).
+        seat_generation: per-seat settings ``{seat: {field: value}}`` (`EnvConfig.seat_generation`); the env reads
+            ``min_new_tokens`` / ``max_new_tokens`` (the seat's own response-length range instead of the task's)
+            and ``stop_strings``; the sampling fields are the agents'.
+        stop_strings: strings that end every seat's response (a seat's own ``stop_strings`` replace them): the
+            response ends at the token whose text completes one (kept), as `generate`'s ``stop_strings``.
 
     Raises:
         ValueError: if B < 1, a seat has no valid template on the task (`Seating.template_of`) or an empty one, L
-            cannot hold a template + the shortest query + the responses it reads + max_new_tokens, or the task's
-            action mask is not (V,).
+            cannot hold a template + the shortest query + the responses it reads + max_new_tokens, the task's
+            action mask is not (V,) (or exists for one tokenizer only while the seats use several), a tokenizer
+            mapping misses a seat or names another, or `seat_generation` names a seat the seating does not have.
     """
 
     def __init__(self, task: Task, tokenizer, *, batch_size: int = 1, context_len: int = 128,
-                 seating: Seating | None = None, truncate_query: bool = True) -> None:
+                 seating: Seating | None = None, truncate_query: bool = True,
+                 seat_generation: Mapping[str, Mapping] | None = None,
+                 stop_strings: Sequence[str] | None = None) -> None:
         check_number(batch_size, "batch_size", integer=True, low=1)
-        self.task, self.tokenizer = task, tokenizer
+        self.task = task
         self.batch_size, self.context_len = batch_size, context_len
-        self.vocab_size = len(tokenizer)
-        self.eos_id, self.pad_id = int(tokenizer.eos_token_id), int(tokenizer.pad_token_id)
-        self.max_new_tokens = task.max_new_tokens
         self.truncate_query = truncate_query
         self.seating = seating_of(seating, task=task)
         #: Seats that act in this batch, in order.
         self.seats = self.seating.names
-        self.prompts = self.seating.prompt_templates(task, tokenizer)
+        seat_generation = dict(seat_generation or {})
+        unknown = sorted(set(seat_generation) - set(self.seats))
+        if unknown:
+            raise ValueError(f"seat_generation names the seat(s) {unknown}, which the seating "
+                             f"{self.seating.label!r} does not have; name one of {list(self.seats)}")
+        #: Seat -> (min_new_tokens, max_new_tokens) of its responses: the task's, or the seat's own.
+        self.lengths = {s: (seat_generation.get(s, {}).get("min_new_tokens", task.min_new_tokens),
+                            seat_generation.get(s, {}).get("max_new_tokens", task.max_new_tokens))
+                        for s in self.seats}
+        for seat, (low, high) in self.lengths.items():
+            check_number(high, f"seat_generation {seat}.max_new_tokens", integer=True, low=low,
+                         fix=f"at least the seat's min_new_tokens={low}")
+        self._own_lengths = [s for s in self.seats if self.lengths[s] != (task.min_new_tokens, task.max_new_tokens)]
+        #: Seat -> the strings that end its responses (empty: none).
+        self.stop_strings = {s: tuple(seat_generation.get(s, {}).get("stop_strings", stop_strings or ()))
+                             for s in self.seats}
+        #: The longest response any seat may write (the buffers' width beyond L).
+        self.max_new_tokens = max(high for _, high in self.lengths.values())
+        self.tokenizers: dict[str, object] = {}
+        self.set_tokenizers(tokenizer)
+        self._rngs: list[np.random.Generator] | None = None
+        self._k: dict[str, int] = {}  # seat -> tokens written by every active row (set at reset)
+        self.phase: str | None = None
+
+    def set_tokenizers(self, tokenizer) -> None:
+        """Seat the tokenizers: one for every seat, or a mapping seat -> tokenizer (role exchange moves a model's
+        tokenizer with it). Rebuilds the prompts, the action masks and the query budget; call it between episodes
+        (before `reset`, or once done). Giving the tokenizers already seated does nothing.
+
+        Raises:
+            RuntimeError: during an episode.
+            ValueError: a mapping that misses a seat or names another; what the constructor refuses.
+        """
+        if isinstance(tokenizer, Mapping):
+            if set(tokenizer) != set(self.seats):
+                raise ValueError(f"the tokenizer mapping names the seats {sorted(tokenizer)}, the seating has "
+                                 f"{list(self.seats)}; give one tokenizer per seat")
+            tokenizers = {s: tokenizer[s] for s in self.seats}
+        else:
+            tokenizers = dict.fromkeys(self.seats, tokenizer)
+        if all(tokenizers[s] is self.tokenizers.get(s) for s in self.seats):
+            return
+        if getattr(self, "phase", None) not in (None, "done"):
+            raise RuntimeError(f"set_tokenizers() during an episode (seat {self.phase!r} is acting); call it "
+                               "before reset() or once the episode is done")
+        self.tokenizers = tokenizers
+        first = self.seats[0]
+        #: The first seat's tokenizer: the query's tokens (`query_ids`) and texts are its.
+        self.tokenizer = tokenizers[first]
+        #: True when some seats use different tokenizers (what they read crosses as text).
+        self.heterogeneous = len({id(t) for t in tokenizers.values()}) > 1
+        self.vocab_sizes = {s: len(t) for s, t in tokenizers.items()}
+        self.eos_ids = {s: int(t.eos_token_id) for s, t in tokenizers.items()}
+        self.pad_ids = {s: int(t.pad_token_id) for s, t in tokenizers.items()}
+        self.vocab_size, self.eos_id, self.pad_id = self.vocab_sizes[first], self.eos_ids[first], self.pad_ids[first]
+        by_tokenizer: dict[int, dict] = {}  # one set of templates per distinct tokenizer
+        self.prompts = {}
+        for seat, tok in tokenizers.items():
+            if id(tok) not in by_tokenizer:
+                by_tokenizer[id(tok)] = self.seating.prompt_templates(self.task, tok)
+            self.prompts[seat] = by_tokenizer[id(tok)][seat]
         for seat, prompt in self.prompts.items():
             if not (prompt.literal_len or prompt.query_count or prompt.response_slots):
                 raise ValueError(f"seat {seat!r}: its prompt {prompt.template!r} ({prompt.name}) holds no token; a "
                                  "prompt needs at least one token of text")
-        self.action_mask, self.allowed = self._action_mask(task.action_mask)
-        self.query_budget = self._query_budget(self._check_records())
-        self._rngs: list[np.random.Generator] | None = None
+        masks = {id(tok): self._action_mask(self._task_mask(tok), len(tok)) for tok in tokenizers.values()}
+        self.action_masks = {s: masks[id(t)][0] for s, t in tokenizers.items()}
+        self.alloweds = {s: masks[id(t)][1] for s, t in tokenizers.items()}
+        self.action_mask, self.allowed = self.action_masks[first], self.alloweds[first]
         self._record_ids: dict[int, tuple[list[int], list[int] | None]] = {}  # ids, clean cut lengths
-        self._k: dict[str, int] = {}  # seat -> tokens written by every active row (set at reset)
-        self.phase: str | None = None
+        self.query_budget = self._query_budget(self._check_records())
+
+    def _task_mask(self, tokenizer):
+        """The task's action mask for `tokenizer`: `Task.action_mask` when every seat uses one tokenizer, else the
+        task's `Task.action_mask_for` (a task without a mask has none for any tokenizer)."""
+        task = self.task
+        if not self.heterogeneous or task.action_mask is None:
+            return task.action_mask
+        if task.action_mask_for is None:
+            raise ValueError(f"task {task.name!r} restricts the actions with a mask made for one tokenizer, and the "
+                             "seats use different tokenizers; give the Task an action_mask_for (tokenizer -> mask), "
+                             "or seat models that share a tokenizer")
+        return task.action_mask_for(tokenizer)
 
     # ----- construction helpers -------------------------------------------------------------------------------
     @classmethod
@@ -175,9 +260,13 @@ class EpisodeBatch:
         config, task_options = env_arguments(config, task, task_options, **kwargs)
         if tokenizer is None and task is None:
             tokenizer = task_tokenizer(config.task)
-        tokenizer = as_tokenizer(tokenizer)
+        if isinstance(tokenizer, Mapping):  # a tokenizer per seat (docs/seats.md); the task is built with the first's
+            tokenizer = {seat: as_tokenizer(tok) for seat, tok in tokenizer.items()}
+            task_tok = next(iter(tokenizer.values()))
+        else:
+            tokenizer = task_tok = as_tokenizer(tokenizer)
         if task is None:
-            task = make_task(config.task, config, tokenizer, task_options)  # its builder reads the templates
+            task = make_task(config.task, config, task_tok, task_options)  # its builder reads the templates
         else:  # a Task object: the config's templates, when set, are the prompts to play
             templates = {"pioneer_template": config.pioneer_template, "observer_template": config.observer_template}
             task = replace(task, **{k: v for k, v in templates.items() if v is not None})
@@ -187,22 +276,29 @@ class EpisodeBatch:
             seating = seating_of(config.seating, task=task, knowledge_transfer=config.knowledge_transfer,
                                  partner_reward_coef=config.partner_reward_coef)
         episode = cls(task, tokenizer, batch_size=batch_size, context_len=config.context_len, seating=seating,
-                      truncate_query=config.truncate_query)
+                      truncate_query=config.truncate_query, seat_generation=config.seat_generation,
+                      stop_strings=config.stop_strings)
         episode.config = config
         return episode
 
     def _query_budget(self, shortest: int) -> int:
-        """Most query tokens for which every seat's prompt + max_new_tokens fits in L; refused when not even the
-        `shortest` query the task can draw fits whole (a context in which every query would be cut)."""
-        L, T = self.context_len, self.max_new_tokens
-        room = [(L - T - p.literal_len - p.response_slots * T, p.query_count) for p in self.prompts.values()]
+        """Most query tokens for which every seat's prompt + its max_new_tokens fits in L; refused when not even the
+        `shortest` query the task can draw fits whole (a context in which every query would be cut). A seat reading
+        earlier seats makes room for the longest of their responses."""
+        L = self.context_len
+        room = []
+        for seat in self.seating.seats:
+            p, T = self.prompts[seat.name], self.lengths[seat.name][1]
+            read_T = max((self.lengths[r][1] for r in seat.reads), default=T)
+            room.append((L - T - p.literal_len - p.response_slots * read_T, p.query_count, p, T, read_T))
         # a prompt without {query} (a private query, `cory_env.tasks.relay`) only has to fit itself
-        budget = min(free // count if count else (L if free >= 0 else -1) for free, count in room)
+        budget = min(free // count if count else (L if free >= 0 else -1) for free, count, *_ in room)
         if budget < shortest:
-            need = max(p.prompt_len(shortest, T) for p in self.prompts.values()) + T
+            need = max(p.literal_len + p.query_count * shortest + p.response_slots * read_T + T
+                       for _, _, p, T, read_T in room)
             raise ValueError(f"context_len={L} is too small: the longest prompt (template + {shortest}-token query "
-                             f"+ the responses it reads) plus max_new_tokens={T} needs {need} tokens; raise "
-                             f"context_len to >= {need} or lower max_new_tokens")
+                             f"+ the responses it reads) plus max_new_tokens={self.max_new_tokens} needs {need} "
+                             f"tokens; raise context_len to >= {need} or lower max_new_tokens")
         return budget
 
     def _check_records(self) -> int:
@@ -228,9 +324,8 @@ class EpisodeBatch:
             return self.task.query_tokens[0]
         return 1 if self.truncate_query else min(lengths, default=1)
 
-    def _action_mask(self, mask) -> tuple[np.ndarray, np.ndarray | None]:
+    def _action_mask(self, mask, V: int) -> tuple[np.ndarray, np.ndarray | None]:
         """(read-only int8 (V,) mask, bool (V,) allowed ids or None when every id is allowed)."""
-        V = self.vocab_size
         out = np.ones(V, dtype=np.int8) if mask is None else np.array(mask, dtype=np.int8)  # Task checked: 1-D
         if out.shape != (V,):
             raise ValueError(f"task {self.task.name!r}: action_mask has shape {np.shape(mask)}, expected (V,) = "
@@ -271,10 +366,13 @@ class EpisodeBatch:
             raise ValueError(f"got {len(queries)} queries for batch_size={B}; give exactly one per row")
         task, qt = self.task, self.task.query_tokens
         query_ids, records, max_new = [], [], np.empty(B, dtype=np.int64)
+        own_new = {seat: np.empty(B, dtype=np.int64) for seat in self._own_lengths}
         for i, rng in enumerate(self._rngs):
             index = int(rng.integers(len(task.records)))
             q_len = int(rng.integers(qt[0], qt[1] + 1)) if qt else None
             max_new[i] = rng.integers(task.min_new_tokens, task.max_new_tokens + 1)
+            for seat in self._own_lengths:  # a seat's own length range: drawn after the shared draws
+                own_new[seat][i] = rng.integers(self.lengths[seat][0], self.lengths[seat][1] + 1)
             if queries is None:
                 ids, record = self._record_query(index, q_len), task.records[index]
             else:
@@ -282,13 +380,15 @@ class EpisodeBatch:
                 record = {"query": queries[i] if isinstance(queries[i], str) else None}
             query_ids.append(self._fit_query(ids))
             records.append(record)
-        self.query_ids, self.records, self._max_new = query_ids, records, max_new
+        self.query_ids, self.records = query_ids, records
+        self._max_new = {seat: own_new.get(seat, max_new) for seat in self.seats}  # seat -> (B,) response lengths
+        self._seat_queries: dict[str, list[list[int]]] = {}  # seats of another tokenizer: the query re-encoded
         self.query_text = self.tokenizer.batch_decode(query_ids, skip_special_tokens=True)
         for rec, text in zip(records, self.query_text):
             if rec["query"] is None:
                 rec["query"] = text
         W = self.context_len + self.max_new_tokens
-        self._ids = {s: np.full((B, W), self.pad_id, dtype=np.int64) for s in self.seats}
+        self._ids = {s: np.full((B, W), self.pad_ids[s], dtype=np.int64) for s in self.seats}
         self._mask = {s: np.zeros((B, W), dtype=np.int64) for s in self.seats}
         self._views = {s: (readonly_view(self._ids[s]), readonly_view(self._mask[s])) for s in self.seats}
         self._k = dict.fromkeys(self.seats, 0)
@@ -380,17 +480,19 @@ class EpisodeBatch:
             actions = self._checked(actions, seat)
         # Lock-step: every active row has written exactly k tokens, so lengths need no per-row counter.
         k = self._k[seat] + 1
-        col, active = self.context_len + k - 1, self._active
+        col, active, eos = self.context_len + k - 1, self._active, self.eos_ids[seat]
         if self._n_active == self.batch_size:
             self._ids[seat][:, col] = actions
             self._mask[seat][:, col] = 1
-            ended = actions == self.eos_id
+            ended = actions == eos
         else:
-            self._ids[seat][:, col] = np.where(active, actions, self.pad_id)
+            self._ids[seat][:, col] = np.where(active, actions, self.pad_ids[seat])
             self._mask[seat][:, col] = active
-            ended = (actions == self.eos_id) & active
+            ended = (actions == eos) & active
         if k >= self._shortest:
-            ended |= active & (self._max_new <= k)
+            ended |= active & (self._max_new[seat] <= k)
+        if self.stop_strings[seat]:
+            ended |= self._stopped(seat, k, active & ~ended)
         self._k[seat] = k
         n_ended = np.count_nonzero(ended)
         if n_ended:
@@ -402,20 +504,30 @@ class EpisodeBatch:
                 return True
         return False
 
+    def _stopped(self, seat: str, k: int, rows: np.ndarray) -> np.ndarray:
+        """bool (B,): the `rows` whose response (k tokens) now holds one of the seat's stop strings in the text of
+        its last tokens (a stop string is completed by the newest token, as `generate`'s ``stop_strings``)."""
+        out = np.zeros(self.batch_size, dtype=bool)
+        L, tok, stops = self.context_len, self.tokenizers[seat], self.stop_strings[seat]
+        for i in np.flatnonzero(rows):  # a row whose text held a stop string before ended then
+            text = tok.decode(self._ids[seat][i, L:L + k].tolist(), skip_special_tokens=True)
+            out[i] = any(stop in text for stop in stops)
+        return out
+
     def _checked(self, actions, seat: str) -> np.ndarray:
         a = np.asarray(actions)
         if a.dtype.kind not in "iu":
             raise TypeError(f"seat {seat!r}: actions must be integer token ids, got dtype {a.dtype}")
         if a.shape != (self.batch_size,):
             raise ValueError(f"seat {seat!r}: actions must have shape (B,) = ({self.batch_size},), got {a.shape}")
-        V = self.vocab_size
+        V, allowed = self.vocab_sizes[seat], self.alloweds[seat]
         bad = np.flatnonzero(self._active & ((a < 0) | (a >= V)))  # a finished row's action is ignored
         if bad.size:
             i = int(bad[0])
             raise ValueError(f"seat {seat!r}: action {int(a[i])} in row {i} is outside the vocabulary "
                              f"[0, {V}); sample token ids from Discrete({V})")
-        if self.allowed is not None:
-            bad = np.flatnonzero(self._active & ~self.allowed[np.clip(a, 0, V - 1)])
+        if allowed is not None:
+            bad = np.flatnonzero(self._active & ~allowed[np.clip(a, 0, V - 1)])
             if bad.size:
                 i = int(bad[0])
                 raise ValueError(f"seat {seat!r}: action {int(a[i])} in row {i} is banned by the task's "
@@ -425,6 +537,15 @@ class EpisodeBatch:
     def _start_phase(self, seat: str, prompts: list[list[int]]) -> None:
         L = self.context_len
         ids, mask = self._ids[seat], self._mask[seat]
+        if self.heterogeneous:  # the budget counted the first seat's tokens; another tokenizer may need more
+            room = L - self.lengths[seat][1]
+            longest = max(len(p) for p in prompts)
+            if longest > room:
+                raise ValueError(f"seat {seat!r}: its prompt, with the query and the answers it reads encoded by its "
+                                 f"own tokenizer, has {longest} tokens, and with max_new_tokens="
+                                 f"{self.lengths[seat][1]} does not fit context_len={L}; raise context_len to >= "
+                                 f"{longest + self.lengths[seat][1]} (or shorten the queries: query_tokens, "
+                                 "max_new_tokens)")
         for i, prompt in enumerate(prompts):
             ids[i, L - len(prompt):L] = prompt
             mask[i, L - len(prompt):L] = 1
@@ -432,23 +553,44 @@ class EpisodeBatch:
         self._active = np.ones(self.batch_size, dtype=bool)
         self._n_active = self.batch_size
         self._resp_len = np.zeros(self.batch_size, dtype=np.int64)
-        self._shortest = int(self._max_new.min())
+        self._shortest = int(self._max_new[seat].min())
         self.phase = seat
+
+    def _seat_query(self, seat: str) -> list[list[int]]:
+        """The queries in `seat`'s tokens: the first seat's ids when it shares that tokenizer, else the query texts
+        encoded by its own."""
+        tok = self.tokenizers[seat]
+        if tok is self.tokenizer:
+            return self.query_ids
+        if seat not in self._seat_queries:
+            self._seat_queries[seat] = [tok.encode(t, add_special_tokens=False) for t in self.query_text]
+        return self._seat_queries[seat]
+
+    def _read(self, writer: str, reader: str, i: int) -> list[int]:
+        """Row i's answer of seat `writer` (without EOS) as seat `reader` reads it: the same ids when both share a
+        tokenizer, else its text (the writer's decode) encoded by the reader's tokenizer (the text channel)."""
+        answer = self._answers[writer][i]
+        if self.tokenizers[writer] is self.tokenizers[reader]:
+            return answer
+        text = self.tokenizers[writer].decode(answer, skip_special_tokens=True)
+        return self.tokenizers[reader].encode(text, add_special_tokens=False)
 
     def _end_phase(self, seat: str) -> None:
         k = self.seats.index(seat)
-        self._answers[seat] = [r[:-1] if r and r[-1] == self.eos_id else r for r in self.response_ids(seat)]
+        eos = self.eos_ids[seat]
+        self._answers[seat] = [r[:-1] if r and r[-1] == eos else r for r in self.response_ids(seat)]
         if k + 1 < len(self.seats):  # the next seat's prompt: what it sees of the query and the earlier answers
             nxt = self.seats[k + 1]
             reads, template = self.seating.seats[k + 1].reads, self.prompts[nxt]
-            prompts = [template.build(q, [t for s in reads for t in self._answers[s][i]],
-                                      seat_responses={s: self._answers[s][i] for s in reads})
-                       for i, q in enumerate(self.query_ids)]
+            prompts = []
+            for i, q in enumerate(self._seat_query(nxt)):
+                read = {s: self._read(s, nxt, i) for s in reads}
+                prompts.append(template.build(q, [t for s in reads for t in read[s]], seat_responses=read))
             self._start_phase(nxt, prompts)
             return
         seats, B = self.seats, self.batch_size
         self.response = {s: self.response_ids(s) for s in seats}
-        self.response_text = {s: self.tokenizer.batch_decode(self.response[s], skip_special_tokens=True)
+        self.response_text = {s: self.tokenizers[s].batch_decode(self.response[s], skip_special_tokens=True)
                               for s in seats}
         records = list(self.records)
         for j in range(1, len(seats)):  # later seats' rows also carry the earlier answers (partner-aware rewards)
@@ -507,7 +649,8 @@ class EpisodeBatch:
             raise RuntimeError(f"transcript() needs a finished episode; the current phase is {self.phase!r}")
         seats = {s: SeatTranscript(prompt_ids=self.prompt_ids[s], response_ids=self.response[s],
                                    response_text=self.response_text[s], task_reward=self.task_reward[s].copy(),
-                                   reward=self.reward[s].copy()) for s in self.seats}
+                                   reward=self.reward[s].copy(), pad_id=self.pad_ids[s], allowed=self.alloweds[s])
+                 for s in self.seats}
         return EpisodeTranscript(query_ids=self.query_ids, query_text=list(self.query_text),
                                  records=self.records, seats=seats, allowed=self.allowed)
 

@@ -9,8 +9,9 @@ answers a query q token by token; then the **observer** answers the same q after
 |---|---|
 | Import | ``from cory_env import env, raw_env`` |
 | Agents | ``possible_agents = ["pioneer", "observer"]`` (seats; models move between them at role exchange); any seating: its seat names (`cory_env.seating`) |
-| Action space | ``Discrete(V)``, V = ``len(tokenizer)``: the next token id |
-| Observation space | ``Dict`` of ``input_ids`` (L,) int64, ``attention_mask`` (L,) int64, ``action_mask`` (V,) int8 |
+| Action space | ``Discrete(V)``, V = ``len(tokenizer)``: the next token id; with a tokenizer per seat, each seat's own V_seat |
+| Observation space | ``Dict`` of ``input_ids`` (L,) int64, ``attention_mask`` (L,) int64, ``action_mask`` (V,) int8 (per seat: V_seat) |
+| Tokenizer per seat | one for all seats, or ``tokenizer={seat: tokenizer}`` (each seat acts and observes in its own tokens; what it reads crosses as text: docs/seats.md); ``env.unwrapped.tokenizers`` says which |
 | Reward | 0 on every step; at the end both seats get r_i + c * r_j (c = ``partner_reward_coef``, default 1); N seats: R = M · r |
 | Arguments | ``config`` (`EnvConfig`) or its fields, ``tokenizer``, ``reward_fn``, ``task``, ``seating``, ``render_mode`` |
 
@@ -50,7 +51,9 @@ See `cory_env.config.EnvConfig` for every field. Also:
 
 * ``tokenizer``: a Hugging Face tokenizer, or a name as ``--model`` takes it (the offline alias
   ``"smollm2-135m-instruct"``, a ``.gguf`` file, a local folder or a hub id; `cory_env.hub.load_tokenizer`). One
-  without a pad token gets pad = EOS and left padding.
+  without a pad token gets pad = EOS and left padding. A mapping ``{seat: tokenizer}`` gives each seat its own (its
+  model's): the seat's spaces, observations and actions are in its tokens, and `set_tokenizers` changes them
+  between episodes (role exchange moves a model with its tokenizer).
 * ``reward_fn``: a reward name (``"vader"``, ``"distilbert-imdb"``) or a callable ``(queries, responses)`` or
   ``(queries, responses, records)`` returning one float per pair; overrides the task's reward.
 * ``task``: a task name or a `cory_env.tasks.Task` object.
@@ -126,23 +129,39 @@ class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
         self.config = self._episode.config
         #: The `Seating` played.
         self.seating = self._episode.seating
-        self.tokenizer = self._episode.tokenizer
-        V, L = self._episode.vocab_size, self.config.context_len
         self.possible_agents = list(self.seating.names)
         self.agents: list[str] = []
         self.agent_selection = None
         self.rewards, self._cumulative_rewards, self.terminations, self.truncations, self.infos = {}, {}, {}, {}, {}
-        self._action_spaces = {s: spaces.Discrete(V) for s in self.possible_agents}
-        self._observation_spaces = {
-            s: spaces.Dict({
-                "input_ids": spaces.Box(0, V - 1, shape=(L,), dtype=np.int64),
-                "attention_mask": spaces.Box(0, 1, shape=(L,), dtype=np.int64),
-                "action_mask": spaces.Box(0, 1, shape=(V,), dtype=np.int8),
-            }) for s in self.possible_agents
-        }
+        self._seat_spaces()
         self._selector = AgentSelector(self.possible_agents)
         self._action = np.zeros(1, dtype=np.int64)
-        self._vocab_size = V
+
+    def _seat_spaces(self) -> None:
+        ep, L = self._episode, self.config.context_len
+        self.tokenizer = ep.tokenizer  # the first seat's
+        #: Seat -> its tokenizer (docs/seats.md).
+        self.tokenizers = dict(ep.tokenizers)
+        self._action_spaces = {s: spaces.Discrete(ep.vocab_sizes[s]) for s in self.possible_agents}
+        self._observation_spaces = {
+            s: spaces.Dict({
+                "input_ids": spaces.Box(0, ep.vocab_sizes[s] - 1, shape=(L,), dtype=np.int64),
+                "attention_mask": spaces.Box(0, 1, shape=(L,), dtype=np.int64),
+                "action_mask": spaces.Box(0, 1, shape=(ep.vocab_sizes[s],), dtype=np.int8),
+            }) for s in self.possible_agents
+        }
+
+    def set_tokenizers(self, tokenizer) -> None:
+        """Seat the tokenizers between episodes (one for all, or seat -> tokenizer; `EpisodeBatch.set_tokenizers`):
+        the seats' spaces follow.
+
+        Raises:
+            RuntimeError: during an episode. ValueError: a mapping that does not name every seat once.
+        """
+        if self.agents and not all(self.terminations.get(a) for a in self.agents):
+            raise RuntimeError("set_tokenizers() during an episode; call it before reset()")
+        self._episode.set_tokenizers(tokenizer)
+        self._seat_spaces()
 
     def observation_space(self, agent: str) -> spaces.Dict:
         return self._observation_spaces[agent]
@@ -157,7 +176,7 @@ class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
         if self._episode.phase is None:
             raise RuntimeError("observe() before reset(); call reset(seed=...) first")
         ids, mask = self._episode.window(agent)
-        return {"input_ids": ids[0], "attention_mask": mask[0], "action_mask": self._episode.action_mask}
+        return {"input_ids": ids[0], "attention_mask": mask[0], "action_mask": self._episode.action_masks[agent]}
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
         """Start an episode; ``options={"query": text or token ids}`` plays that query, ``options={"stream_offset":
@@ -210,7 +229,7 @@ class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
             return "(no episode: call reset())"
         lines = [f"query: {ep.query_text[0]!r}"]
         for seat in self.possible_agents:
-            text = self.tokenizer.decode(ep.response_ids(seat)[0], skip_special_tokens=True)
+            text = self.tokenizers[seat].decode(ep.response_ids(seat)[0], skip_special_tokens=True)
             lines.append(f"{seat}: {text!r}")
         return "\n".join(lines)
 
@@ -222,17 +241,18 @@ class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
         return self._episode.transcript()
 
     def _checked(self, agent: str, action) -> int:
+        V = self._episode.vocab_sizes[agent]
         if type(action) is not int:
             if isinstance(action, np.integer) or (isinstance(action, np.ndarray) and action.shape in ((), (1,))
                                                   and action.dtype.kind in "iu"):
                 action = int(action.reshape(-1)[0]) if isinstance(action, np.ndarray) else int(action)
             else:
-                raise TypeError(f"seat {agent!r}: action must be an integer token id in [0, {self._vocab_size}), "
+                raise TypeError(f"seat {agent!r}: action must be an integer token id in [0, {V}), "
                                 f"got {action!r} ({type(action).__name__})")
-        if not 0 <= action < self._vocab_size:
-            raise ValueError(f"seat {agent!r}: action {action} is outside the vocabulary [0, {self._vocab_size}); "
-                             f"sample token ids from Discrete({self._vocab_size})")
-        allowed = self._episode.allowed
+        if not 0 <= action < V:
+            raise ValueError(f"seat {agent!r}: action {action} is outside the vocabulary [0, {V}); "
+                             f"sample token ids from Discrete({V})")
+        allowed = self._episode.alloweds[agent]
         if allowed is not None and not allowed[action]:
             raise ValueError(f"seat {agent!r}: action {action} is banned by the task's action_mask; sample from "
                              "observation['action_mask']")

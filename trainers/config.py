@@ -28,6 +28,7 @@ from agents.precision import PRECISIONS
 from agents.sampling import SamplingConfig
 from cory_env import EnvConfig
 from cory_env.checks import check_field
+from cory_env.overrides import override_types, parse_overrides
 from cory_env.config import ONE_SEAT, check_finite_fields
 from cory_env.rewards import REWARDS
 from cory_env.tasks import TASKS, task_spec
@@ -90,9 +91,11 @@ class ModelConfig:
     value_head_dropout: float = field(default=0.1, metadata={"help": "Dropout on the hidden state before each value head (TRL summary_dropout_prob, 0.1); only with disable_dropout=False."})
     disable_dropout: bool = field(default=True, metadata={"help": "Switch off every dropout in the policies and value heads (LoRA dropout, value-head dropout, the model's own), so the rollout's scores and the update's forward are one function of the weights and the PPO ratio is exactly 1 on fresh data (TRL's disable_dropout, default True). False: the update runs with dropout while the rollout is scored without (the ratio and value clipping then see dropout noise)."})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute activations in the backward pass (transformers' activation checkpointing, every decoder layer): less memory for long observer prompts, about one extra forward of time."})
+    models: Optional[list[str]] = field(default=None, metadata={"help": "A model per model slot (llm1 ... llmN, one per seat at the start; docs/seats.md): SLOT=MODEL sets a slot's model, SLOT.FIELD=VALUE any other model option of that slot (dtype, precision, use_lora, lora_r, lora_alpha, lora_dropout, lora_target_modules, value_head_dropout, disable_dropout, gradient_checkpointing), e.g. --models llm2=tiny llm2.use_lora=false; in YAML a mapping {llm2: {model: tiny}}. Slots not named take the options above. Each model keeps its own tokenizer, frozen reference (its base) and learner; slots that share a base and layout share one frozen base under LoRA. Recorded as {slot: {field: value}}."})
 
     def __post_init__(self) -> None:
         check_finite_fields(self)
+        self.models = parse_overrides(self.models, MODEL_SLOT_TYPES, name="models", default_key="model")
         check_field(self.dtype in DTYPES, "dtype", self.dtype, f"use one of {tuple(DTYPES)}")
         check_field(self.precision in PRECISIONS, "precision", self.precision, f"use one of {PRECISIONS}")
         check_field(self.lora_r >= 1, "lora_r", self.lora_r, "use a rank >= 1")
@@ -106,6 +109,10 @@ class ModelConfig:
     def lora_modules(self) -> list[str]:
         """`lora_target_modules` as a list of module names."""
         return [m.strip() for m in self.lora_target_modules.split(",") if m.strip()]
+
+
+#: What `ModelConfig.models` may set per model slot -> its type: every model option but `models` itself.
+MODEL_SLOT_TYPES = override_types(ModelConfig, [f.name for f in dataclasses.fields(ModelConfig) if f.name != "models"])
 
 
 @dataclass

@@ -95,10 +95,15 @@ def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: tor
     return env.transcript()
 
 
-def rollout_from_transcript(transcript, seat: str, pad_id: int, acting: ActingScores | None = None) -> Rollout:
+def rollout_from_transcript(transcript, seat: str, pad_id: int | None = None,
+                            acting: ActingScores | None = None) -> Rollout:
     """Pack `transcript.seats[seat]` into a `Rollout` (prompt left padded, response right padded), with the seat's
-    acting log-probabilities and values when `acting` is given and exact (0 on padding)."""
+    acting log-probabilities and values when `acting` is given and exact (0 on padding). The ids are the seat's own
+    tokenizer's, and so are its allowed actions and, when `pad_id` is None, its pad id (`SeatTranscript`)."""
     seat_t = transcript.seats[seat]
+    own = seat_t.pad_id is not None  # written by the env: the seat's own pad id and allowed actions
+    pad_id = seat_t.pad_id if pad_id is None else pad_id
+    allowed = seat_t.allowed if own else transcript.allowed
     query, query_mask = pad_sequences(seat_t.prompt_ids, pad_id, side="left")
     response, response_mask = pad_sequences(seat_t.response_ids, pad_id, side="right")
     logprobs = values = None
@@ -114,7 +119,7 @@ def rollout_from_transcript(transcript, seat: str, pad_id: int, acting: ActingSc
         response_mask=response_mask,
         scores=torch.as_tensor(np.asarray(seat_t.reward, dtype=np.float32)),
         task_reward=torch.as_tensor(np.asarray(seat_t.task_reward, dtype=np.float32)),
-        allowed=None if transcript.allowed is None else torch.as_tensor(np.asarray(transcript.allowed, dtype=bool)),
+        allowed=None if allowed is None else torch.as_tensor(np.asarray(allowed, dtype=bool)),
         logprobs=logprobs,
         values=values,
     )

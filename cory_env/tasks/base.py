@@ -47,6 +47,9 @@ class Task:
             [min, max] (IMDB: (2, 7)); None keeps the whole query.
         min_new_tokens, max_new_tokens: per-episode response length range in tokens (shared by both seats).
         action_mask: optional int8 (V,) array, 1 = token allowed, applied to every step of every seat.
+        action_mask_for: optional ``tokenizer -> int8 (V,) array or None``: the task's mask for another tokenizer
+            (a seat whose model brings its own tokenizer, docs/seats.md); None: a task with an `action_mask` is
+            refused for seats of different tokenizers.
 
     Raises:
         ValueError: (at construction) for empty records, any record without a non-empty "query" text, a template
@@ -69,6 +72,7 @@ class Task:
     min_new_tokens: int = 4
     max_new_tokens: int = 15
     action_mask: np.ndarray | None = None
+    action_mask_for: Callable[[Any], np.ndarray | None] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

@@ -52,6 +52,7 @@ __all__ = [
     "SYMBOLS",
     "VOCAB",
     "make_tiny_vocab_task",
+    "seat_symbol_mask",
     "symbol_action_mask",
     "symbol_task",
     "tiny_vocab_records",
@@ -101,6 +102,31 @@ def symbol_action_mask(tokenizer) -> np.ndarray | None:
     mask = np.zeros(len(VOCAB), dtype=np.int8)
     mask[[VOCAB[s] for s in SYMBOLS]] = 1
     mask[VOCAB["<eos>"]] = 1
+    return mask
+
+
+def seat_symbol_mask(tokenizer) -> np.ndarray | None:
+    """The symbol mask of a seat whose model brings another tokenizer than the task's (`Task.action_mask_for`,
+    docs/seats.md): the task's own tokenizer's ids (`symbol_action_mask`), else every token whose text, stripped of
+    spaces, is one symbol (``"a"`` and ``" a"`` of a byte-level BPE) plus EOS, when every symbol has such a token;
+    else None (every token allowed).
+
+    Returns:
+        int8 (V,) with V = ``len(tokenizer)``, or None.
+    """
+    own = symbol_action_mask(tokenizer)
+    if own is not None:
+        return own
+    mask = np.zeros(len(tokenizer), dtype=np.int8)
+    covered = set()
+    for token, index in tokenizer.get_vocab().items():
+        text = tokenizer.convert_tokens_to_string([token]).strip()
+        if text in SYMBOLS and index < len(mask):
+            mask[index] = 1
+            covered.add(text)
+    if covered != set(SYMBOLS):
+        return None
+    mask[tokenizer.eos_token_id] = 1
     return mask
 
 
@@ -183,6 +209,7 @@ def symbol_task(name: str, reward_fn, config, tokenizer, *, private_query: bool 
         min_new_tokens=ANSWER_LEN,
         max_new_tokens=ANSWER_LEN,
         action_mask=symbol_action_mask(tokenizer),
+        action_mask_for=seat_symbol_mask,
     )
 
 

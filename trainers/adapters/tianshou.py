@@ -58,11 +58,20 @@ class TianshouObsWrapper(BaseWrapper):
     only (see there).
 
     Args:
-        env: a CORY AEC env (`cory_env.env(...)` or `raw_env`), of any seating.
+        env: a CORY AEC env (`cory_env.env(...)` or `raw_env`), of any seating, its seats of one tokenizer.
+
+    Raises:
+        ValueError: seats of different tokenizers (docs/seats.md): Tianshou's ``PettingZooEnv`` gives every agent one
+            observation and action space.
     """
 
     def __init__(self, env) -> None:
         super().__init__(env)
+        sizes = {seat: env.action_space(seat).n for seat in env.possible_agents}
+        if len(set(sizes.values())) > 1:
+            raise ValueError(f"the seats of this env act in different vocabularies {sizes} (a tokenizer per seat, "
+                             "docs/seats.md), and Tianshou's PettingZooEnv gives every agent one observation and "
+                             "action space; give every seat one tokenizer, or train with cory's own trainer")
         inner = env.observation_space(env.possible_agents[0])
         L = inner["input_ids"].shape[0]
         V = inner["action_mask"].shape[0]

@@ -100,10 +100,12 @@ class TokenMLP(torch.nn.Module):
         return self.mlp(self.embed(ids).flatten(start_dim=-2))
 
 
-def token_sizes(env) -> tuple[int, int]:
-    """(V, L) of a TorchRL env over the CORY AEC env (`make_env`, `make_batched_env`): the vocabulary of the first
-    seat's action spec and the window of its ``input_ids`` observation, what `make_actor_critic` takes."""
-    seat = seats_of(env)[0]
+def token_sizes(env, seat: str | None = None) -> tuple[int, int]:
+    """(V, L) of a TorchRL env over the CORY AEC env (`make_env`, `make_batched_env`): the vocabulary of `seat`'s
+    action spec (default the first seat's) and the window of its ``input_ids`` observation, what `make_actor_critic`
+    takes. TorchRL keeps one spec per seat (a group each), so seats of different tokenizers (docs/seats.md) get
+    networks of their own sizes: ask per seat."""
+    seat = seats_of(env)[0] if seat is None else seat
     return int(env.action_spec[seat, "action"].space.n), int(env.observation_spec[seat, "observation",
                                                                                   "input_ids"].shape[-1])
 
@@ -294,7 +296,7 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, ep
     steps = size.max_episode_steps
     learners, actors = [], []
     for seat in seats:
-        actor, critic = make_actor_critic(seat, *token_sizes(env))
+        actor, critic = make_actor_critic(seat, *token_sizes(env, seat))
         actors.append(actor)
         learners.append(SeatPPO(seat, actor, critic, lr=lr, epochs=epochs, minibatch_size=minibatch_size,
                                 entropy_coeff=entropy_coeff))

@@ -52,6 +52,11 @@ ARMS: dict[str, list[str]] = {
     "chain3-mappo": ["--seating", "chain:3", "--learner", "mappo"],
     "chain3-grpo": ["--seating", "chain:3", "--learner", "grpo", "--group_size", "4"],
     "chain3-magrpo": ["--seating", "chain:3", "--learner", "magrpo", "--group_size", "4", "--scale_rewards", "false"],
+    # a model per slot (docs/seats.md): llm2 another architecture (GPT-2 beside the rung's Llama) over another
+    # tokenizer (the tiny byte-level BPE beside the task's 20 tokens), or another architecture alone
+    "cory-hetero": ["--seating", "cory", "--models", "llm2=tiny-gpt2-bpe"],
+    "cory-hetero-arch": ["--seating", "cory", "--models", "llm2=tiny-gpt2"],
+    "chain3-hetero": ["--seating", "chain:3", "--models", "llm2=tiny-gpt2-bpe"],
 }
 
 

@@ -44,7 +44,7 @@ from transformers import HfArgumentParser
 from agents import LLMAgent, SamplingConfig
 from cory_env import EnvConfig, make_reward_fn
 from cory_env.checks import check_number, check_path
-from cory_env.tasks import task_spec
+from cory_env.tasks import task_spec, task_tokenizer
 from cory_env.seating import PIONEER
 from trainers.config import RunConfigs
 from trainers.cli.outputs import check_output_file, write_output
@@ -52,8 +52,11 @@ from trainers.cli.train import before_after_line
 from trainers.evaluation.episodes import evaluate_heldout, gain_summary, heldout_env, heldout_sem_warning
 from trainers.evaluation.passk import PAPER_EVAL_SAMPLING, evaluate_pass_at_k
 from trainers.loop import checkpoint as ckpt
-from trainers.loop.build import build_agents, load_policy_model, load_run_model
-from trainers.loop.fingerprint import check_fingerprints, data_fingerprint, model_fingerprint, tokenizer_fingerprint
+from trainers.loop.build import (build_agents, build_slot_agents, is_heterogeneous, load_policy_model, load_run_model,
+                                 load_run_tokenizer, slot_configs)
+from trainers.loop.fingerprint import (check_fingerprints, data_fingerprint, model_fingerprint, models_fingerprint,
+                                       tokenizer_fingerprint)
+from trainers.loop.plan import sampling_of_seat
 
 logger = logging.getLogger(__name__)
 
@@ -245,23 +248,39 @@ def load_checkpoint_agent(checkpoint: str | Path, model_name: str | None = None,
     configs = RunConfigs.from_flat(state["config"])
     seats = state["exchange"]["seats"]  # seat -> model
     name = model_name or seats[PIONEER]  # every built-in seating's first seat
-    model, tokenizer = load_run_model(configs)  # the run's model name, dtype and seed
-    # the trained weights go onto this base: refuse another base behind the same name
-    check_fingerprints(state["inputs"], {"model": model_fingerprint(model),
-                                             "tokenizer": tokenizer_fingerprint(tokenizer)}, str(path))
-    # with_base: one agent more than the run had, never loaded: the model before training (a fresh LoRA adapter is
-    # the base model; a full copy is its weights)
-    agents, ref = build_agents(model, tokenizer, configs.model, configs.sampling,
-                               num_models=len(seats) + int(with_base))
-    names = list(agents)  # llm1 … llmN in seat-building order, then the untrained one when with_base
-    trained, base = names[:len(seats)], (agents[names[-1]] if with_base else None)
+    trained = list(seats.values())
     if name not in trained:
         raise ValueError(f"--model_name {name!r} is not in this checkpoint; choose one of {sorted(trained)}")
+    slots = slot_configs(configs, len(seats))
+    if is_heterogeneous(slots):  # a model per slot: each rebuilt with its own base, tokenizer and layout
+        extra = f"llm{len(slots) + 1}"  # with_base: one more agent of the evaluated slot's layout, never loaded
+        built = build_slot_agents({**slots, **({extra: slots[name]} if with_base else {})},
+                                  load_run_tokenizer(configs), configs.sampling, seed=configs.run.seed,
+                                  device="cpu", task_tok=task_tokenizer(configs.task_spec))
+        check_fingerprints(state["inputs"], {
+            "model": models_fingerprint({n: built.fingerprints[n] for n in slots}),
+            "tokenizer": models_fingerprint({n: tokenizer_fingerprint(built.tokenizers[n]) for n in slots})},
+            str(path))
+        agents, ref, base = built.agents, built.refs[name], (built.agents[extra] if with_base else None)
+    else:
+        model, tokenizer = load_run_model(configs)  # the run's model name, dtype and seed
+        # the trained weights go onto this base: refuse another base behind the same name
+        check_fingerprints(state["inputs"], {"model": model_fingerprint(model),
+                                             "tokenizer": tokenizer_fingerprint(tokenizer)}, str(path))
+        # with_base: one agent more than the run had, never loaded: the model before training (a fresh LoRA adapter
+        # is the base model; a full copy is its weights)
+        agents, ref = build_agents(model, tokenizer, configs.model, configs.sampling,
+                                   num_models=len(seats) + int(with_base))
+        base = agents[list(agents)[-1]] if with_base else None
     ckpt.load_agent(path, name, agents[name])
+    pioneer = sampling_of_seat(configs.sampling, configs.env, PIONEER)  # the pioneer seat's own settings
+    for agent in (agents[name], base):
+        if agent is not None and agent.sampling != pioneer:
+            agent.sampling = pioneer
     kind = configs.learner_spec.kl_estimator(configs.update)
     beta = state["kl_coef"][name]
-    return EvalTarget(agents[name], ref, name, path, configs, f"{configs.model.model} ({path}, {name})", kind,
-                   float(beta), base, state.get("inputs"))
+    return EvalTarget(agents[name], ref, name, path, configs, f"{slots[name].model} ({path}, {name})", kind,
+                      float(beta), base, state.get("inputs"))
 
 
 def evaluate_pioneer(loaded: EvalTarget, args) -> Path:

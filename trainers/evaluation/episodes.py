@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import torch
 
 from cory_env import BatchedCORYEnv, EnvConfig
 from cory_env.checks import check_number
-from cory_env.seating import Seating
+from cory_env.seating import PIONEER, Seating
 from cory_env.tasks import task_spec
 from trainers.learning import ppo_math
 from trainers.rollout import rollout_from_transcript, run_episodes, sampling_generator
@@ -227,14 +227,20 @@ def heldout_env(env_config: EnvConfig, tokenizer, *, episodes: int, collective: 
     """The env `evaluate_heldout` plays: the held-out query split (``query_split="test"``) when the task has one and
     `env_config` sets `heldout_fraction` > 0 (`cory_env.tasks.TaskSpec.heldout_split`), else the training queries;
     batches of min(`episodes`, 64) rows; the run's seating when `collective` (`seating`, the run's `Seating` object,
-    else the config's spec), else the pioneer alone (``seating="ppo"``). `task_options`: the run's task options (`RunConfigs.task_options`). Build it once and pass
-    it to every evaluation of a run."""
+    else the config's spec), else the pioneer alone (``seating="ppo"``, with the pioneer seat's own generation
+    settings). `task_options`: the run's task options (`RunConfigs.task_options`). `tokenizer`: one, or seat ->
+    tokenizer (the models' own, docs/seats.md). Build it once and pass it to every evaluation of a run."""
     split, _ = task_spec(env_config.task).heldout_split(env_config)
     if collective and seating is not None:
         return BatchedCORYEnv(replace(env_config, query_split=split), tokenizer, batch_size=min(episodes, 64),
                               reward_fn=reward_fn, task_options=task_options, seating=seating)
     spec = env_config.seating if collective else PIONEER_ALONE
-    return BatchedCORYEnv(replace(env_config, query_split=split, seating=spec), tokenizer,
+    own = env_config.seat_generation
+    if not collective and own:  # the pioneer alone samples with the pioneer seat's own settings
+        own = {seat: settings for seat, settings in own.items() if seat == PIONEER} or None
+    if not collective and isinstance(tokenizer, Mapping):
+        tokenizer = tokenizer[PIONEER]
+    return BatchedCORYEnv(replace(env_config, query_split=split, seating=spec, seat_generation=own), tokenizer,
                           batch_size=min(episodes, 64), reward_fn=reward_fn, task_options=task_options)
 
 

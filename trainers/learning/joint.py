@@ -43,12 +43,16 @@ class JointBatch:
         generators: seat -> the torch generator of that seat's mini-batch order (seeded by the trainer from
             (seed, iteration, seat)); a missing seat gets None (unseeded).
         group_size: k; rows [g·k, (g+1)·k) of every seat answer the same query (1 = every row its own query).
+        tokenizers: seat -> the tokenizer of the model sitting there, when the seats' models use different ones
+            (docs/seats.md): each seat's rollout is in its own tokens; a learner that reads another seat's tokens
+            (a centralized critic) crosses them as text. Empty when every seat shares one tokenizer.
     """
 
     rollouts: dict[str, Rollout]
     models: dict[str, str]
     generators: dict[str, torch.Generator | None] = field(default_factory=dict)
     group_size: int = 1
+    tokenizers: dict[str, Any] = field(default_factory=dict)
 
     @property
     def seats(self) -> tuple[str, ...]:

@@ -30,7 +30,7 @@ from trainers.learning.configs import GRPOConfig
 from trainers.learning.experience import Rollout
 from trainers.learning.grpo import GRPOLearner, group_of, penalised_kl_kind
 from trainers.learning.joint import JointBatch, check_joint_batch
-from trainers.learning.registry import LearnerSpec
+from trainers.learning.registry import LearnerSpec, reference_of
 
 __all__ = ["MAGRPO", "joint_reward"]
 
@@ -54,7 +54,8 @@ class MAGRPO:
 
     Args:
         agents: model name -> `agents.LLMAgent` (each gets a `GRPOLearner`; its value head is unused).
-        ref_model: the shared frozen `agents.ReferenceModel`.
+        ref_model: the shared frozen `agents.ReferenceModel`, or model name -> its own (models of different bases:
+            `trainers.learning.registry.reference_of`).
         config: `GRPOConfig` (the update: learning rate, batch sizes, epochs, cliprange, KL controller; group_size
             k ≥ 2, scale_rewards, kl_in_loss).
         dist: the data-parallel group (groups never span processes; gradients and statistics pooled per model).
@@ -69,7 +70,8 @@ class MAGRPO:
 
     def __init__(self, agents: Mapping[str, Any], ref_model, config: GRPOConfig, *, dist=None) -> None:
         self.config = config
-        self.learners = {name: GRPOLearner(agent, ref_model, config, dist=dist) for name, agent in agents.items()}
+        self.learners = {name: GRPOLearner(agent, reference_of(ref_model, name), config, dist=dist)
+                         for name, agent in agents.items()}
 
     def joint_rollouts(self, batch: JointBatch) -> dict[str, Rollout]:
         """Every seat's rollout with its scores replaced by the joint reward (`joint_reward`), so that each seat's

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 import torch
 
 from trainers.learning.configs import PPOConfig
-from trainers.learning.registry import LearnerSpec
+from trainers.learning.registry import LearnerSpec, reference_of
 from trainers.learning.experience import Rollout, pad_sequences
 from trainers.learning.joint import JointBatch, check_joint_batch
 from trainers.learning.ppo import PPOLearner
@@ -38,7 +38,8 @@ def _rows(ids: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
     return [row[m].tolist() for row, m in zip(ids, mask)]
 
 
-def joint_critic_inputs(rollouts: Mapping[str, Rollout]) -> dict[str, Rollout | None]:
+def joint_critic_inputs(rollouts: Mapping[str, Rollout],
+                        tokenizers: Mapping[str, Any] | None = None) -> dict[str, Rollout | None]:
     """The centralized critic's input of every seat: its responses after the joint transcript that precedes them.
 
     For seats s_0, s_1, ... in acting order, seat k's critic prompt is row by row
@@ -47,6 +48,9 @@ def joint_critic_inputs(rollouts: Mapping[str, Rollout]) -> dict[str, Rollout | 
 
     Args:
         rollouts: seat -> `Rollout` in acting order, B rows each (row i of every seat is the same episode).
+        tokenizers: seat -> its tokenizer, when the seats use different ones (`JointBatch.tokenizers`): every
+            part written in another seat's tokens reaches seat k's critic as text (that seat's decode, seat k's
+            encode), as knowledge transfer does (docs/seats.md); None or empty: one vocabulary, ids spliced.
 
     Returns:
         seat -> a `Rollout` (query/query_mask: the joint prompt, int64/bool (B, Q'); the other fields the seat's
@@ -65,12 +69,21 @@ def joint_critic_inputs(rollouts: Mapping[str, Rollout]) -> dict[str, Rollout | 
         raise ValueError(f"the seats' rollouts have different batch sizes {sizes}")
     first = rollouts[seats[0]]
     pad_id = int(first.query[~first.query_mask][0]) if not bool(first.query_mask.all()) else 0
-    joint = _rows(first.query, first.query_mask)  # B token lists: the transcript so far
+    toks = dict(tokenizers or {})
+    if len({id(t) for t in toks.values()}) <= 1:
+        toks = {}
+    parts = [(seats[0], _rows(first.query, first.query_mask))]  # (writer, B token lists): the transcript so far
     out: dict[str, Rollout | None] = {seats[0]: None}
     for before, seat in zip(seats, seats[1:]):
         prev = rollouts[before]
-        joint = [j + r for j, r in zip(joint, _rows(prev.response, prev.response_mask))]
-        query, query_mask = pad_sequences(joint, pad_id, side="left")
+        parts.append((before, _rows(prev.response, prev.response_mask)))
+        joint = [[] for _ in range(first.batch_size)]
+        for writer, rows in parts:
+            if toks and toks[writer] is not toks[seat]:  # the text channel: the writer's decode, the reader's encode
+                rows = [toks[seat].encode(toks[writer].decode(r, skip_special_tokens=True), add_special_tokens=False)
+                        for r in rows]
+            joint = [j + r for j, r in zip(joint, rows)]
+        query, query_mask = pad_sequences(joint, pad_id if not toks else 0, side="left")
         own = rollouts[seat]
         out[seat] = Rollout(query=query.to(own.query.device), query_mask=query_mask.to(own.query.device),
                             response=own.response, response_mask=own.response_mask, scores=own.scores,
@@ -83,7 +96,8 @@ class MAPPO:
 
     Args:
         agents: model name -> `agents.LLMAgent` (two or more; each gets a `PPOLearner`).
-        ref_model: the shared frozen `agents.ReferenceModel`.
+        ref_model: the shared frozen `agents.ReferenceModel`, or model name -> its own (models of different bases:
+            `trainers.learning.registry.reference_of`).
         config: `PPOConfig` (every field as for ``--learner ppo``).
         dist: the data-parallel group; statistics and gradients are pooled by each `PPOLearner` as for PPO.
 
@@ -99,11 +113,12 @@ class MAPPO:
         if len(agents) < 2:
             raise ValueError(f"MAPPO needs at least two models (a centralized critic over the seats), got "
                              f"{sorted(agents)}; train the single-agent baseline with --learner ppo")
-        self.learners = {name: PPOLearner(agent, ref_model, config, dist=dist) for name, agent in agents.items()}
+        self.learners = {name: PPOLearner(agent, reference_of(ref_model, name), config, dist=dist)
+                         for name, agent in agents.items()}
 
     def step(self, batch: JointBatch) -> dict[str, dict[str, float]]:
         check_joint_batch(batch, self.learners, algo="MAPPO")
-        critics = joint_critic_inputs(batch.rollouts)
+        critics = joint_critic_inputs(batch.rollouts, batch.tokenizers)
         return {seat: self.learners[batch.models[seat]].step(rollout, generator=batch.generators.get(seat),
                                                               critic=critics[seat])
                 for seat, rollout in batch.rollouts.items()}

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 import torch
 
@@ -195,6 +195,10 @@ class LearnerSpec:
         """The run's MARL algorithm over `agents` (model name -> agent): the joint learner, or the per-seat learner
         built once per model and run as `IndependentLearners`; ``dist`` passed to a factory that takes it.
 
+        `ref_model` is the shared frozen reference, or model name -> each model's own (a model per slot of
+        different bases, docs/seats.md): a per-seat factory then gets its model's, a joint factory the mapping
+        (`reference_of` picks a model's).
+
         Raises:
             PluginContractError: the factory's result lacks the `Learner` / `JointLearner` methods, or a joint
                 learner owns no learner for some model it was built for.
@@ -203,7 +207,8 @@ class LearnerSpec:
         if not self.joint:
             learners = {}
             for model, agent in agents.items():  # a loop, not a comprehension: one frame from here to the class
-                learners[model] = _contract(self.factory(agent, ref_model, args, **kwargs), Learner)
+                learners[model] = _contract(self.factory(agent, reference_of(ref_model, model), args, **kwargs),
+                                            Learner)
             return IndependentLearners(learners)
         joint = _contract(self.factory(agents, ref_model, args, **kwargs), JointLearner)
         missing = sorted(set(agents) - set(joint.learners))
@@ -283,6 +288,20 @@ def accepts_dist(factory: Callable[..., Any]) -> bool:
     except (TypeError, ValueError):  # a builtin without a signature
         return False
     return "dist" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def reference_of(ref_model, name: str):
+    """Model `name`'s frozen reference: `ref_model` itself when it is one shared `agents.ReferenceModel`, else
+    ``ref_model[name]`` (a mapping model name -> reference: models of different bases, docs/seats.md).
+
+    Raises:
+        KeyError: a mapping without `name` (the models it has named).
+    """
+    if isinstance(ref_model, Mapping):
+        if name not in ref_model:
+            raise KeyError(f"no reference model for {name!r}; the mapping has {sorted(ref_model)}")
+        return ref_model[name]
+    return ref_model
 
 
 def make_joint_learner(name: str, agents: dict[str, Any], ref_model, args: UpdateConfig | None = None, *,

@@ -39,15 +39,16 @@ import yaml
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from cory_env.registry import PluginContractError
+from cory_env.tasks import task_tokenizer
 from trainers.config import RunConfigs, plugin_origins
 from trainers.distributed import DataParallel
 from trainers.learning.joint import JointBatch
 from trainers.learning.update import NonFiniteLossError
 from trainers.loop import checkpoint as ckpt
-from trainers.loop.build import (build_agents, build_exchange, load_run_model, load_run_tokenizer,
-                                 seed_everything)
-from trainers.loop.fingerprint import (check_fingerprints, data_fingerprint, model_fingerprint, reward_fingerprint,
-                                       tokenizer_fingerprint)
+from trainers.loop.build import (build_agents, build_exchange, build_slot_agents, check_model_context,
+                                 load_run_model, load_run_tokenizer, seed_everything)
+from trainers.loop.fingerprint import (check_fingerprints, data_fingerprint, model_fingerprint, models_fingerprint,
+                                       reward_fingerprint, tokenizer_fingerprint)
 from trainers.loop.guards import UpdateGuard
 from trainers.loop.metrics import METRICS_FILE, SAMPLES_FILE, MetricsLogger, truncate_jsonl
 from trainers.loop.plan import plan_run
@@ -109,7 +110,7 @@ class CORYTrainer:
         self.dist = DataParallel.from_launcher(config.device) if dist is None else dist
         if tokenizer is None:
             with self.dist.main_process_first():  # the first load may convert a GGUF file into the shared cache
-                tokenizer = load_run_tokenizer(configs)
+                tokenizer = load_run_tokenizer(configs)  # model name -> tokenizer with a model per slot
         plan = plan_run(configs, tokenizer, num_processes=self.dist.world_size, reward_fn=reward_fn)
         self.seating = plan.seating
         self._env_source = plan.env_config  # every env of the run (training, evaluations) reads the same source
@@ -118,15 +119,36 @@ class CORYTrainer:
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
         seed_everything(config.seed, config.deterministic)
-        if model is None:
+        #: Model name -> its `ModelConfig` (`trainers.loop.build.slot_configs`); one config for all by default.
+        self.slots = plan.slots
+        #: Seat -> the `SamplingConfig` of whichever model sits there (`plan_run`: the seat's own settings).
+        self.seat_sampling = plan.seat_sampling
+        #: True when the slots hold different models (docs/seats.md).
+        self.heterogeneous = plan.heterogeneous
+        if plan.heterogeneous:  # a model per slot: each its own base, tokenizer and frozen reference
+            if model is not None:
+                raise ValueError("CORYTrainer(model=...) gives one model for every slot, but this run names a model "
+                                 "per slot (ModelConfig.models); leave model=None (each slot loads its own)")
             with self.dist.main_process_first():
-                model, tokenizer = load_run_model(configs, tokenizer)
-        model.to(self.dist.device)
-        self._model_fingerprint = model_fingerprint(model)  # as loaded: the reference model is built from it
-        self.tokenizer = tokenizer
-        self.vocab_size = len(tokenizer)
-        self.agents, self.ref_model = build_agents(model, tokenizer, configs.model, configs.sampling,
-                                                   num_models=self.seating.num_seats)
+                built = build_slot_agents(self.slots, tokenizer, configs.sampling, seed=config.seed,
+                                          device=self.dist.device, task_tok=task_tokenizer(configs.task_spec))
+            self.agents, self.refs, self.tokenizers = built.agents, built.refs, built.tokenizers
+            self.tokenizer, self.ref_model = next(iter(self.tokenizers.values())), self.refs
+            self._model_fingerprint = models_fingerprint(built.fingerprints)
+            self.vocab_size = {name: len(tok) for name, tok in self.tokenizers.items()}
+        else:
+            if model is None:
+                with self.dist.main_process_first():
+                    model, tokenizer = load_run_model(configs, tokenizer)
+            model.to(self.dist.device)
+            self._model_fingerprint = model_fingerprint(model)  # as loaded: the reference model is built from it
+            self.tokenizer = tokenizer
+            self.vocab_size = len(tokenizer)
+            self.agents, self.ref_model = build_agents(model, tokenizer, configs.model, configs.sampling,
+                                                       num_models=self.seating.num_seats)
+            self.refs = dict.fromkeys(self.agents, self.ref_model)
+            self.tokenizers = dict.fromkeys(self.agents, tokenizer)
+        check_model_context(self.agents, plan.env.context_len + plan.env.max_new_tokens)
         if config.sharded:  # before the learners build their optimizers over the (then sharded) parameters
             shard_agents(self.agents, self.ref_model, self.dist)
         self.algorithm = configs.learner_spec.build(self.agents, self.ref_model, configs.update, dist=self.dist)
@@ -134,18 +156,23 @@ class CORYTrainer:
                                  output_dir=self.output_dir)  # no NaN/inf reaches the weights or a checkpoint
         self.exchange = build_exchange(self.agents, self.algorithm, config, self.seating)
         self.env = plan.env
-        self._heldout_envs: dict[tuple[int, bool], Any] = {}  # (episodes, collective) -> env, built once
+        self._heldout_envs: dict[tuple, Any] = {}  # (episodes, collective, tokenizers) -> env, built once
         self._reward_fn = reward_fn
         self._replaced: Path | None = None  # the run --overwrite moved aside, until this run's first checkpoint
         self.replaced_restored = False  # True once `restore_replaced` put it back
         self.start_iteration = 0
         self.config_dict = plan.flat
         task = self.env.task
-        self.inputs = {"model": self._model_fingerprint, "tokenizer": tokenizer_fingerprint(tokenizer),
+        self.inputs = {"model": self._model_fingerprint,
+                       "tokenizer": models_fingerprint({n: tokenizer_fingerprint(t) for n, t in self.tokenizers.items()}),
                        "data": data_fingerprint(task.records),
                        "reward": reward_fingerprint(task.reward_fn, self.config_dict["reward"])}
         if self.dist.is_main:
             logger.info("seating: %s", self.seating.describe())
+            if plan.heterogeneous:
+                logger.info("models: %s", ", ".join(f"{name}={c.model} ({'LoRA r=%d' % c.lora_r if c.use_lora else 'full'}"
+                                                    f", {c.dtype}, vocabulary {len(self.tokenizers[name])})"
+                                                    for name, c in self.slots.items()))
             for message in plan.warnings:
                 logger.warning("%s", message)
         # model, tokenizer, data, reward and configs are all checked: only now is the run folder changed
@@ -206,9 +233,15 @@ class CORYTrainer:
         default η of `cory eval`) and where the learner, the task and the reward came from (a plug-in's
         ``module:attr`` or entry point: what ``--resume`` and `cory eval` must import again)."""
         model = self.configs.model
-        return {"config": recorded_config(self.config_dict), "model": model.model, "inputs": self.inputs,
-                "vocab_size": self.vocab_size,
-                "reference": {"model": model.model, "layout": "lora-shared" if model.use_lora else "copy"},
+        state = {"config": recorded_config(self.config_dict), "model": model.model, "inputs": self.inputs,
+                 "vocab_size": self.vocab_size,
+                 "reference": {"model": model.model, "layout": "lora-shared" if model.use_lora else "copy"}}
+        if self.heterogeneous:  # a model per slot: each named, with its tokenizer
+            state["models"] = {name: {"model": c.model, "dtype": c.dtype, "use_lora": c.use_lora,
+                                      "vocab_size": len(self.tokenizers[name]),
+                                      "tokenizer": tokenizer_fingerprint(self.tokenizers[name])}
+                               for name, c in self.slots.items()}
+        return {**state,
                 "num_processes": self.dist.world_size,
                 "kl_coef": {name: float(b.learner.kl_coef) for name, b in self.exchange.bundles.items()},
                 "plugins": plugin_origins(self.configs)}
@@ -266,6 +299,7 @@ class CORYTrainer:
         sampler = torch.Generator(device=self.dist.device).manual_seed(derive_seed(seed, it, 1, rank))
         seats = self.exchange.seats
         group = self.env.group_size  # responses per query
+        self._seat_models(seats)
         t0 = time.perf_counter()
         # rank r plays rows r·B .. of a one-process batch of N·B (row i's query is drawn from stream i // group)
         acting: dict = {}  # each seat's acting log-probabilities and values: the learners' old scores when exact
@@ -273,16 +307,15 @@ class CORYTrainer:
             transcript = run_episodes(self.env, acting_agents, seed=derive_seed(seed, it, 2), generator=sampler,
                                       stream_offset=rank * (self.configs.update.batch_size // group), acting=acting)
         t1 = time.perf_counter()
-        pad_id = self.tokenizer.pad_token_id
         metrics: dict[str, float] = {}
         self._updating = True  # from here on the weights may change: a failure can no longer keep iteration it - 1
         batch = JointBatch(
-            rollouts={seat: rollout_from_transcript(transcript, seat, pad_id, acting=acting.get(seat))
-                      for seat in seats},
+            rollouts={seat: rollout_from_transcript(transcript, seat, acting=acting.get(seat)) for seat in seats},
             models={seat: bundle.name for seat, bundle in seats.items()},
             generators={seat: torch.Generator().manual_seed(derive_seed(seed, it, 3 + k))
                         for k, seat in enumerate(seats)},
-            group_size=group)
+            group_size=group,
+            tokenizers={seat: b.agent.tokenizer for seat, b in seats.items()} if self.env.heterogeneous else {})
         betas = {seat: self.algorithm.learners[bundle.name].kl_coef for seat, bundle in seats.items()}  # this step's
         for seat, stats in self.guard.step(batch).items():  # algorithm.step, checked for NaN/inf
             bundle = seats[seat]
@@ -308,6 +341,15 @@ class CORYTrainer:
         metrics["sys/rss_gb"] = psutil.Process().memory_info().rss / 2**30
         metrics["sys/peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
         return self.dist.mean_stats(metrics), self._samples(transcript)
+
+    def _seat_models(self, seats) -> None:
+        """Before a rollout: every model samples with the settings of the seat it sits in (`seat_sampling`), and
+        the env's seats use the tokenizers of the models sitting there (role exchange moved them)."""
+        for seat, bundle in seats.items():
+            if bundle.agent.sampling != self.seat_sampling[seat]:
+                bundle.agent.sampling = self.seat_sampling[seat]
+        if len({id(t) for t in self.tokenizers.values()}) > 1:
+            self.env.set_tokenizers({seat: bundle.agent.tokenizer for seat, bundle in seats.items()})
 
     def evaluate(self, *, episodes: int, seed: int, collective: bool = False, model: str | None = None) -> dict:
         """Evaluate the models in their current seats on held-out queries, sampling as in training (no update).
@@ -346,9 +388,18 @@ class CORYTrainer:
                                  "alone (collective=False)")
             evaluated = self.exchange.bundles[model]
             seats = {first: evaluated.agent}
-        key = (episodes, collective)
+        if collective:
+            tokenizer = {seat: agent.tokenizer for seat, agent in seats.items()}
+            if len({id(t) for t in tokenizer.values()}) == 1:
+                tokenizer = self.tokenizer
+        else:
+            tokenizer = evaluated.agent.tokenizer  # the evaluated model's own
+            if evaluated.agent.sampling != self.seat_sampling[first]:  # sampling as in the pioneer seat
+                evaluated.agent.sampling = self.seat_sampling[first]
+        key = (episodes, collective, id(tokenizer) if not isinstance(tokenizer, dict)
+               else tuple(id(t) for t in tokenizer.values()))
         if key not in self._heldout_envs and episodes >= 1:
-            self._heldout_envs[key] = heldout_env(self._env_source, self.tokenizer, episodes=episodes,
+            self._heldout_envs[key] = heldout_env(self._env_source, tokenizer, episodes=episodes,
                                                   collective=collective, reward_fn=self._reward_fn,
                                                   task_options=self.configs.task_options,
                                                   seating=self.seating if collective else None)
@@ -357,7 +408,7 @@ class CORYTrainer:
                 logger.warning("%s", no_sem)
         eta = self.config.eta if self.config.eta is not None else evaluated.learner.kl_coef
         with gathered_for_generation(seats) as seats:  # FSDP2: every process evaluates the same episodes
-            return evaluate_heldout(seats, self.ref_model, self._env_source, self.tokenizer,
+            return evaluate_heldout(seats, self.refs[evaluated.name], self._env_source, tokenizer,
                                     reward_fn=self._reward_fn, task_options=self.configs.task_options,
                                     kl_penalty=self.configs.learner_spec.kl_estimator(self.configs.update),
                                     episodes=episodes,

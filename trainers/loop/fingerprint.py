@@ -162,6 +162,18 @@ def _constants(fn: Callable, source: str) -> dict[str, str]:
     return {name: repr(value) for name, value in sorted(values.items()) if type(value) in _CONSTANTS}
 
 
+def models_fingerprint(fingerprints: Mapping[str, str]) -> str:
+    """One fingerprint of the run's models (or tokenizers): the one value when every model has the same (one model
+    copied into every slot, as every run before a model per slot), else the hash (`_hasher`) of the sorted
+    ``name: fingerprint`` pairs (a model per slot, docs/seats.md)."""
+    values = set(fingerprints.values())
+    if len(values) == 1:
+        return values.pop()
+    digest = _hasher()
+    digest.update(json.dumps(dict(sorted(fingerprints.items()))).encode("utf-8"))
+    return digest.hexdigest()
+
+
 def check_fingerprints(saved: Mapping[str, Any], current: Mapping[str, str], where: str) -> None:
     """Raise `ValueError` naming every input whose fingerprint differs between a checkpoint and this run.
 

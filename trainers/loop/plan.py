@@ -26,18 +26,23 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from collections.abc import Mapping
+
+from agents.sampling import SamplingConfig
 from cory_env import BatchedCORYEnv, EnvConfig
+from cory_env.config import ENV_GENERATION_KEYS
 from cory_env.seating import Seating, config_seating
 from cory_env.tasks import Task
 from cory_env.rewards import reward_name
 from trainers.config import RunConfigs
 from trainers.distributed import check_device
 from trainers.learning.configs import check_kl_horizon
+from trainers.loop.build import is_heterogeneous, slot_configs
 from trainers.loop.run_dir import check_output_dir
 from trainers.loop.sharding import check_sharding
 from trainers.unread_options import unread_options
 
-__all__ = ["RunPlan", "plan_run"]
+__all__ = ["RunPlan", "plan_run", "sampling_of_seat", "seat_sampling"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,9 @@ class RunPlan:
         has_run: the output folder holds a run (which ``--resume`` continues or ``--overwrite`` replaces).
         warnings: one message per option the run does not read (`trainers.unread_options`), and one when its
             held-out evaluation reads training queries (`cory_env.tasks.TaskSpec.heldout_split`).
+        slots: model name (``llm1`` …) -> its `ModelConfig` (`trainers.loop.build.slot_configs`).
+        heterogeneous: the slots hold different model options (a model per slot, docs/seats.md).
+        seat_sampling: seat -> the sampling of the model sitting there (`seat_sampling`).
     """
 
     configs: RunConfigs
@@ -66,6 +74,9 @@ class RunPlan:
     flat: dict[str, Any]
     has_run: bool
     warnings: list[str]
+    slots: dict[str, Any] = dataclasses.field(default_factory=dict)
+    heterogeneous: bool = False
+    seat_sampling: dict[str, SamplingConfig] = dataclasses.field(default_factory=dict)
 
 
 def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
@@ -75,7 +86,8 @@ def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
     Args:
         configs: the run's configs (`RunConfigs`: the learner and the task are already resolved).
         tokenizer: the run's tokenizer (`trainers.loop.build.load_run_tokenizer`); the task may use it (an action
-            mask, a chat template).
+            mask, a chat template). With a model per slot, model name -> tokenizer: the task is built with the first
+            slot's, and each seat of the env starts with the tokenizer of the slot sitting there.
         num_processes: the processes the run trains on (the launcher's ``--num_processes``, or the launched world).
         reward_fn: a reward callable overriding the task's (`CORYTrainer`'s ``reward_fn``); recorded by name.
 
@@ -89,10 +101,22 @@ def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
     check_sharding(run.sharding, world_size=num_processes, use_lora=configs.model.use_lora)
     spec = configs.task_spec
     env_config = spec.resolve(configs.env) if spec.resolve is not None else configs.env
+    by_model = tokenizer if isinstance(tokenizer, Mapping) else None
+    own = configs.model.models or {}
+    if by_model is not None:  # the first slot's tokenizer builds the task (its action mask, chat template)
+        tokenizer = by_model[own.get("llm1", {}).get("model", configs.model.model)]
     task = spec.build(env_config, tokenizer, configs.task_options)
     if reward_fn is not None:
         task = dataclasses.replace(task, reward_fn=reward_fn)
     seating = config_seating(env_config, task)
+    slots = slot_configs(configs, seating.num_seats)
+    heterogeneous = is_heterogeneous(slots)
+    if heterogeneous and run.sharded:
+        raise ValueError("sharding=fsdp shards one model layout over the processes; a model per slot "
+                         "(--models) runs with sharding=none (full replicas per process)")
+    if by_model is not None:
+        tokenizer = {seat: by_model[slots[name].model] for seat, name in zip(seating.names, slots)}
+    samplings = seat_sampling(configs.sampling, env_config, seating)
     learner = configs.learner_spec
     env = BatchedCORYEnv(env_config, tokenizer, batch_size=configs.update.batch_size, task=task, seating=seating,
                          group_size=learner.group_size(configs.update))
@@ -110,4 +134,35 @@ def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
     has_run = check_output_dir(run, num_processes, flat, task=task)
     return RunPlan(configs=configs, env_config=env_config, task=task, seating=seating, env=env,
                    flat=flat, has_run=has_run,
-                   warnings=[*unread_options(configs, seating), *notes])
+                   warnings=[*unread_options(configs, seating), *notes], slots=slots, heterogeneous=heterogeneous,
+                   seat_sampling=samplings)
+
+
+def seat_sampling(sampling: SamplingConfig, env_config: EnvConfig, seating: Seating) -> dict[str, SamplingConfig]:
+    """Seat -> the `SamplingConfig` of the model sitting there: `sampling` with the seat's own sampling settings
+    (`EnvConfig.seat_generation`) over it.
+
+    Raises:
+        ValueError: a seat the seating does not have, or a seat's value `SamplingConfig` refuses (the seat named).
+    """
+    own = env_config.seat_generation or {}
+    unknown = sorted(set(own) - set(seating.names))
+    if unknown:
+        raise ValueError(f"seat_generation names the seat(s) {unknown}, which the seating {seating.label!r} does not "
+                         f"have; name one of {list(seating.names)}")
+    return {seat: sampling_of_seat(sampling, env_config, seat) for seat in seating.names}
+
+
+def sampling_of_seat(sampling: SamplingConfig, env_config: EnvConfig, seat: str) -> SamplingConfig:
+    """`sampling` with `seat`'s own sampling settings (`EnvConfig.seat_generation`) over it; `sampling` itself when
+    the seat has none.
+
+    Raises:
+        ValueError: a value `SamplingConfig` refuses (the seat named).
+    """
+    own = (env_config.seat_generation or {}).get(seat, {})
+    settings = {k: v for k, v in own.items() if k not in ENV_GENERATION_KEYS}
+    try:
+        return dataclasses.replace(sampling, **settings) if settings else sampling
+    except ValueError as err:
+        raise ValueError(f"seat_generation {seat}: {err}") from None

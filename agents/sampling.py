@@ -49,7 +49,9 @@ class SamplingConfig:
 
     temperature: float = field(
         default=1.0,
-        metadata={"help": "Softmax temperature (>= 0.001); 1.0 samples from the policy itself (paper: 1.0)."},
+        metadata={"help": "Softmax temperature (>= 0.001); 1.0 samples from the policy itself (paper: 1.0). These "
+                  "sampling options are every seat's default; a seat's own: --seat_generation SEAT.FIELD=VALUE (e.g. "
+                  "observer.temperature=0.7; also top_k, top_p, repetition_penalty, min/max_new_tokens, stop_strings)."},
     )
     top_k: int = field(
         default=0,

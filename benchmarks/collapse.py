@@ -19,7 +19,7 @@ until the best gain reaches ``MIN_GAIN``), and a run has *diverged* at its first
     python benchmarks/collapse.py benchmarks/results/imdb_runs/{ppo,cory}-4x-s*.json \
         --out benchmarks/results/collapse_imdb.json
 
-Per arm (the ``-Nx`` suffix dropped) and cell, IQM [95 % CI] over seeds (`benchmarks.stats`); at equal KL each
+Per arm (the ``-Nx`` suffix dropped) and cell, IQM [95 % CI] over seeds (`trainers.evaluation.stats`); at equal KL each
 seed's value is read where its (k1 KL) trajectory first reaches the level (`benchmarks.ladder_report.reward_at_kl`),
 and a seed that never reaches it is left out (the count is in brackets). Also the first samples at the last point.
 """
@@ -40,7 +40,7 @@ if str(ROOT) not in sys.path:
 from benchmarks.ladder_report import reward_at_kl  # noqa: E402
 from benchmarks.outputs import add_out_option, checked_out, write_json  # noqa: E402
 from benchmarks.paths import recorded_command  # noqa: E402
-from benchmarks.stats import arm_summary  # noqa: E402
+from trainers.evaluation.stats import arm_summary  # noqa: E402
 
 METRICS = ("distinct_2", "seq_rep_2", "top_opening")
 MIN_GAIN = 0.1  # held-out reward (VADER compound, in [-1, 1]) a run must have gained before it can diverge
@@ -117,7 +117,8 @@ def divergence(curve: Sequence[dict], kept: float = KEPT, min_gain: float = MIN_
 
 
 def _cell(per_seed: dict) -> dict | None:
-    """IQM [95 % CI] of one cell's per-seed values (`benchmarks.stats.arm_summary`), the values kept by seed."""
+    """IQM [95 % CI] of one cell's per-seed values (`trainers.evaluation.stats.arm_summary`), the values kept by
+    seed."""
     return {**arm_summary(list(per_seed.values())), "per_seed": per_seed} if per_seed else None
 
 
@@ -165,11 +166,12 @@ def summarise(runs: Sequence[dict], episodes: Sequence[int] = EPISODES, levels: 
 
 
 def improvements(summary: dict, a: str = "cory", b: str = "ppo", metric: str = "distinct_2") -> dict:
-    """P(arm `a`'s `metric` > arm `b`'s) with its bootstrap interval (`benchmarks.stats.improvement_summary`) in
+    """P(arm `a`'s `metric` > arm `b`'s) with its bootstrap interval
+    (`trainers.evaluation.stats.improvement_summary`) in
     every cell of `summary` (at each episodes count and each KL level), over each arm's seeds there: independent
     runs, so the seed sets may differ (a seed that never reached the KL level is left out of its arm); a cell where
     an arm has no seed is an n/a with the reason."""
-    from benchmarks.stats import improvement_summary
+    from trainers.evaluation.stats import improvement_summary
 
     out = {}
     for where in ("at_episodes", "at_kl"):

@@ -15,7 +15,8 @@ Reward–KL trade-off (docs/paper.md §3): `reward_at_kl` interpolates one seed'
 trajectory at a KL level (first crossing; None where the trajectory never reaches it); `equal_kl` gives the mean ±
 std over the seeds that reach each level; `combined_rewards` gives r − η·KL over training for several η.
 
-Robust statistics over seeds (`benchmarks.stats`, Agarwal et al. 2021): every per-arm summary (``equal_time``, each
+Robust statistics over seeds (`trainers.evaluation.stats`, Agarwal et al. 2021): every per-arm summary
+(``equal_time``, each
 ``equal_kl`` level) carries ``"stats"``: ``{"iqm", "ci": [low, high], "n", "mean"}`` (``"ci": None`` with a
 ``"why"`` for one seed), printed as ``IQM [low, high]``; `equal_kl` also gives P(A > B) with its interval at each
 KL level (``"improvement"``) for the pairs of `benchmarks.ladder_stats.comparison_pairs`, which also holds the
@@ -30,7 +31,7 @@ from typing import Callable, Sequence
 
 from benchmarks.ladder_stats import arm_stats, format_interval, improvements_of
 from benchmarks.outputs import write_figure
-from benchmarks.stats import arm_summary
+from trainers.evaluation.stats import arm_summary
 
 __all__ = ["COMBINED_ETAS", "KL_LEVELS", "combined_rewards", "combined_table", "equal_kl", "equal_time", "first_reach",
            "kl_table", "mean_std", "plot", "plot_tradeoff", "point_record", "reward_at_cpu", "reward_at_kl", "table"]
@@ -42,6 +43,10 @@ KL_LEVELS = (1.0, 2.0, 4.0, 6.0)
 COMBINED_ETAS = (0.05, 0.1, 0.4)
 #: Evaluation fields a point record keeps.
 POINT_KEYS = ("kl", "kl_k1", "distinct_1", "distinct_2", "response_len")
+#: Prefixes of the per-seat keys a point keeps too when the run measured them (``influence/observer``, ...:
+#: `trainers.evaluation.influence`, ``--flags --eval_influence true``).
+SEAT_POINT_PREFIXES = ("influence/", "influence_empty/", "copy_rate/", "reward_real/", "reward_other/",
+                       "reward_empty/")
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -180,7 +185,8 @@ def combined_rewards(result: dict, etas: Sequence[float] = COMBINED_ETAS, key: s
 # ---------------------------------------------------------------------------------------------------- tables
 def table(result: dict) -> str:
     """Markdown table of a ladder result (KL and distinct-n columns when the rung reports them). "IQM [95 % CI]" is
-    the interquartile mean of the final held-out reward over seeds and its bootstrap interval (`benchmarks.stats`),
+    the interquartile mean of the final held-out reward over seeds and its bootstrap interval
+    (`trainers.evaluation.stats`),
     "gain IQM" the same of the gain over the base model where the rung's floors are on gains. "CPU s / run" counts
     training and the evaluations of one run (— for an arm read from a longer run, ``derived_from``); "training CPU
     s", where the runs record it, counts training alone."""

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from benchmarks.ladder_report import POINT_KEYS
+from benchmarks.ladder_report import POINT_KEYS, SEAT_POINT_PREFIXES
 from benchmarks.paths import ROOT, recorded_flags
 from benchmarks.rungs import EXTERNAL_ARMS, RUNGS, Rung, arm_configs, arm_spec
 
@@ -61,6 +61,7 @@ class TrainingClock:
                  for k in ("samples", "responses") if keep_texts and k in evaluation}
         out = {"episodes": episodes, "train_cpu_s": round(self.train_s, 2), "reward": evaluation["reward"],
                **{k: evaluation[k] for k in POINT_KEYS if k in evaluation},
+               **{k: v for k, v in evaluation.items() if k.startswith(SEAT_POINT_PREFIXES)},
                **({"models": evaluation["models"]} if "models" in evaluation else {}), **texts, "eval": evaluation}
         if episodes:
             kl = f", KL {evaluation['kl_k1']:.2f}" if "kl_k1" in evaluation else ""
@@ -133,17 +134,21 @@ def run_own_arm(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str
     def evaluate_models() -> dict:
         """The held-out evaluation of this point: for a multi-seat arm scored by its pioneer alone, `llm1` in the
         pioneer seat (one model across role exchanges, so a curve is one model's trajectory) with the other models'
-        evaluations kept under ``models``; else the arm's own pioneer (or every seat, `collective`)."""
+        evaluations kept under ``models``; else the arm's own pioneer (or every seat, `collective`). With ``--flags
+        --eval_influence true`` also each later seat's influence and copy rate (`CORYTrainer.influence`: keys
+        ``influence/observer``, ...) on the same queries."""
         kwargs = {"episodes": rung.eval_episodes, "seed": EVAL_SEED_BASE + seed, "collective": collective}
+        influence = trainer.influence(episodes=rung.eval_episodes, seed=kwargs["seed"]) \
+            if trainer.config.eval_influence else {}
         if trainer.seating.num_seats == 1 or collective:
-            return trainer.evaluate(**kwargs)
+            return {**trainer.evaluate(**kwargs), **influence}
         first, *others = trainer.agents  # llm1 … llmN
         out = trainer.evaluate(**kwargs, model=first)
         out["models"] = {}
         for name in others:
             other = trainer.evaluate(**kwargs, model=name)
             out["models"][name] = {k: other[k] for k in ("reward", *POINT_KEYS) if k in other}
-        return out
+        return {**out, **influence}
 
     evaluate = clock.excluded(evaluate_models)
     resumed_at = [*progress["resumed_at"], progress["curve"][-1]["episodes"]] if progress else []

@@ -1,8 +1,8 @@
 """The learning ladder's comparisons between arms: which pairs are compared, P(A > B) with its interval on a ladder
-result, the ``IQM [low, high]`` text of a summary, and the table of P(A > B) (`benchmarks.stats` does the numerics;
-`benchmarks.ladder_report` the other summaries and tables).
+result, the ``IQM [low, high]`` text of a summary, and the table of P(A > B) (`trainers.evaluation.stats` does the
+numerics; `benchmarks.ladder_report` the other summaries and tables).
 
-A pair is keyed ``"A>B"`` in the JSON; its value is `benchmarks.stats.improvement_summary`'s ``{"p", "ci", "n",
+A pair is keyed ``"A>B"`` in the JSON; its value is `trainers.evaluation.stats.improvement_summary`'s ``{"p", "ci", "n",
 "seeds"}`` over the two arms' independent runs, whatever their seed sets (``"ci": None`` with a ``"why"`` when an arm
 has one run).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from benchmarks.stats import arm_summary, improvement_summary
+from trainers.evaluation.stats import arm_summary, improvement_summary
 
 __all__ = ["REFERENCE_ARMS", "arm_stats", "comparison_pairs", "format_interval", "improvement_table", "improvements",
            "improvements_of"]
@@ -44,7 +44,7 @@ def improvements_of(row: dict) -> dict:
             ``result["arms"]`` with the final rewards).
 
     Returns:
-        ``{"A>B": {"p", "ci", "n", "seeds"}}`` (`benchmarks.stats.improvement_summary`).
+        ``{"A>B": {"p", "ci", "n", "seeds"}}`` (`trainers.evaluation.stats.improvement_summary`).
     """
     return {f"{a}>{b}": improvement_summary(dict(zip(row[a]["seeds"], row[a]["per_seed"])),
                                             dict(zip(row[b]["seeds"], row[b]["per_seed"])), names=(a, b))
@@ -58,14 +58,14 @@ def improvements(result: dict) -> dict:
 
 
 def arm_stats(entry: dict) -> dict:
-    """The ``"stats"`` (`benchmarks.stats.arm_summary`) of a per-arm summary with ``"per_seed"``; computed for a
-    result written before summaries carried it."""
+    """The ``"stats"`` (`trainers.evaluation.stats.arm_summary`) of a per-arm summary with ``"per_seed"``; computed
+    for a result written before summaries carried it."""
     return entry.get("stats") or arm_summary(entry["per_seed"])
 
 
 def format_interval(stats: dict, key: str = "iqm") -> str:
-    """``value [low, high]`` of a `benchmarks.stats` summary (`key` ``"iqm"``, or ``"p"`` for P(A > B)), 3 decimals;
-    the reason where there is no interval or no value.
+    """``value [low, high]`` of a `trainers.evaluation.stats` summary (`key` ``"iqm"``, or ``"p"`` for P(A > B)), 3
+    decimals; the reason where there is no interval or no value.
 
     >>> format_interval({"iqm": 0.345, "ci": [0.291, 0.439]})
     '0.345 [0.291, 0.439]'

@@ -31,8 +31,8 @@ The JSON (``--out``, default ``benchmarks/results/learning_<rung>.json``) holds 
 s with the evaluations' share left out, held-out reward, and on the pioneer-alone rungs KL to the reference with
 the penalised and the k1 estimator, distinct-1/2, response length: `benchmarks.ladder_report`); figures of the
 held-out reward against training episodes (``.png``) and against KL with the combined reward
-(``_tradeoff.png``), mean ± std over seeds, are written beside it. Over seeds (`benchmarks.stats`, Agarwal et al.
-2021): each arm's ``stats`` holds the interquartile mean and 95 % percentile-bootstrap interval of the final
+(``_tradeoff.png``), mean ± std over seeds, are written beside it. Over seeds (`trainers.evaluation.stats`, Agarwal
+et al. 2021): each arm's ``stats`` holds the interquartile mean and 95 % percentile-bootstrap interval of the final
 reward (and of the gain over the base model on a rung whose floors are on gains), ``{"iqm", "ci", "n", "mean"}``;
 each ``equal_kl`` level the same per arm; ``improvement`` (and ``equal_kl["improvement"]`` per level) P(A > B) with
 its interval for every arm against ``ppo``, ``cory`` and ``chain3`` where present (`benchmarks.ladder_stats`).

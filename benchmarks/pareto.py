@@ -12,8 +12,8 @@ its base arm read at the rung's budget (`benchmarks.ladder_summary.truncated_run
 on both (a lower or equal KL with a higher reward), over every arm, β and seed. A point's **gap** is how much reward
 it lacks at its KL: the best reward among points with KL at most its own, minus its reward (0 on the frontier; a
 vertical distance, in reward units). Per arm: the IQM [95 % CI] of the gaps over (β, seed) and P(CORY's gap < PPO's)
-over all pairs of their runs (`benchmarks.stats`; both arms swept over the same β values, else n/a), and per (arm, β)
-the IQM of KL and reward. Writes ``--out`` (JSON) and a figure beside it (``.png``).
+over all pairs of their runs (`trainers.evaluation.stats`; both arms swept over the same β values, else n/a), and per
+(arm, β) the IQM of KL and reward. Writes ``--out`` (JSON) and a figure beside it (``.png``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.outputs import add_out_option, checked_out, write_figure, write_json  # noqa: E402
 from benchmarks.paths import recorded_command  # noqa: E402
-from benchmarks.stats import arm_summary, improvement_summary  # noqa: E402
+from trainers.evaluation.stats import arm_summary, improvement_summary  # noqa: E402
 
 
 def beta_of(flags: Sequence[str], default: float | None = None) -> float | None:

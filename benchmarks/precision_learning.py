@@ -14,7 +14,8 @@ shared flags and the run's own flags (``fp32`` when none). Runs of other arms (e
 files) are left out. Each (arm, precision) becomes one arm of a ladder result named ``ARM [PRECISION]``, summarised
 by the ladder's own code (`benchmarks.ladder_summary.summarise` / `report`: the JSON, the curves figure, the
 tables), with ``precision_improvement``: per arm, P(bf16-mixed > fp32) of the final reward and of the reward at each KL level
-(`benchmarks.stats.improvement_summary`, over independent runs: the seed sets may differ). Runs of one precision
+(`trainers.evaluation.stats.improvement_summary`, over independent runs: the seed sets may differ). Runs of one
+precision
 made on different CPUs may be mixed: an fp32 run repeated on an AVX512/AMX CPU matched the AVX2 CPU's run reward for
 reward (KL within 8e-6; docs/results/performance.md).
 """
@@ -33,7 +34,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.outputs import add_out_option, checked_out  # noqa: E402
 from benchmarks.paths import recorded_command  # noqa: E402
-from benchmarks.stats import improvement_summary  # noqa: E402
+from trainers.evaluation.stats import improvement_summary  # noqa: E402
 
 FP32, BF16 = "fp32", "bf16-mixed"
 

@@ -210,8 +210,8 @@ def arm_configs(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str
 
     own = [*arm_flags(arm_spec(arm)[0]), *flags]
     flags = resolved_flags([*rung_flags_read(RUNGS[rung_name].flags, own), *own])
-    configs = parse_train_args(
-        [*flags, "--seed", str(seed), "--output_dir", run_dir,
+    configs = parse_train_args(  # influence is measured when asked: --flags --eval_influence true
+        ["--eval_influence", "false", *flags, "--seed", str(seed), "--output_dir", run_dir,
          "--resume" if resume else "--overwrite", "true", "--tensorboard", "false", "--log_samples", "0",
          "--torch_threads", "1", "--checkpoint_every_minutes", "0", "--num_iterations", "1"])
     iterations = max(1, episodes // configs.update.batch_size)

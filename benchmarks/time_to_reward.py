@@ -28,8 +28,8 @@ Against CoMLRL (``--against comlrl``, fp32; `AGAINST`): this project's MAGRPO on
 `benchmarks/comlrl_magrpo.py` lists what is shared and what differs), into
 ``benchmarks/results/time_to_reward_comlrl/`` and ``benchmarks/results/time_to_reward_comlrl.json``.
 
-Statistics over seeds: the interquartile mean (IQM) with a 95 % bootstrap interval (`benchmarks.stats`), and the
-ratio ours ÷ TRL per seed and of the IQMs. Targets (issue 39): floor ≤ 1.0, target ≤ 0.8, moonshot ≤ 0.5.
+Statistics over seeds: the interquartile mean (IQM) with a 95 % bootstrap interval (`trainers.evaluation.stats`), and
+the ratio ours ÷ TRL per seed and of the IQMs. Targets (issue 39): floor ≤ 1.0, target ≤ 0.8, moonshot ≤ 0.5.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from benchmarks.ladder_report import first_reach, point_record  # noqa: E402
 from benchmarks.rungs import arm_configs  # noqa: E402
 from benchmarks.outputs import add_out_option, checked_out, result_path, write_json  # noqa: E402
 from benchmarks.paths import recorded_command  # noqa: E402
-from benchmarks.stats import arm_summary  # noqa: E402
+from trainers.evaluation.stats import arm_summary  # noqa: E402
 
 OURS, TRL, COMLRL = "grpo", "trl-grpo", "comlrl-magrpo"
 #: The other side's arm -> (library, trainer) as the table names them.

@@ -135,14 +135,16 @@ class BatchedCORYEnv:
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         """Start B episodes (row i draws from stream ``(seed, i)``, `EpisodeBatch.reset`); ``options={"queries": [text
         or ids] * B}`` plays those; with `group_size` k (the constructor's) row i draws stream ``(seed, i // k)``, so
-        k consecutive rows share a query; ``options={"stream_offset": o}`` adds o to every row's stream.
+        k consecutive rows share a query; ``options={"stream_offset": o}`` adds o to every row's stream;
+        ``options={"responses": {seat: [ids] * B}}`` gives those seats' responses (they do not act: counterfactual
+        episodes, `EpisodeBatch.reset`).
 
         Returns:
             (the first seat's observation, info) with ``info["query_text"]`` the B query texts.
         """
         options = options or {}
         self._episode.reset(seed=seed, queries=options.get("queries"), group_size=self.group_size,
-                            stream_offset=options.get("stream_offset", 0))
+                            stream_offset=options.get("stream_offset", 0), responses=options.get("responses"))
         return self.observe(), {"query_text": list(self._episode.query_text)}
 
     def step(self, actions) -> tuple[dict, dict, dict, dict, dict]:

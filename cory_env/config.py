@@ -16,7 +16,8 @@ from cory_env.overrides import convert_value, parse_overrides
 from cory_env.prompts import OBSERVER_REQUIRED, parse_template
 from cory_env.seating import canonical_seating_spec
 
-__all__ = ["ENV_GENERATION_KEYS", "ONE_SEAT", "SEAT_GENERATION_TYPES", "EnvConfig", "RenderModeError", "check_finite_fields", "check_render_mode", "resolve_config"]
+__all__ = ["ENV_GENERATION_KEYS", "ONE_SEAT", "SEAT_GENERATION_TYPES", "EnvConfig", "RenderModeError",
+           "check_finite_fields", "check_render_mode", "resolve_config"]
 
 
 #: Why a knowledge-transfer or partner option does nothing with a single seat (`EnvConfig._unread_when`, read by

@@ -6,7 +6,9 @@ the knowledge-transfer template from the query q and a1 (token ids spliced, a1 w
 observers write a2; then every seat gets its reward (R = M · r: the collective reward) and the episode is done. With
 N seats the phases continue the same way, seat k's prompt showing what its `Seat` sees (the query, the responses of
 the seats it reads). A response ends at EOS (kept as its last token) or at the episode's response length, drawn from
-[min_new_tokens, max_new_tokens] and shared by every seat.
+[min_new_tokens, max_new_tokens] and shared by every seat (a seat with its own range, `EnvConfig.seat_generation`, draws
+its own after the shared draws). Seats may use different tokenizers (a model per slot): each acts in its own
+vocabulary and reads the others as text (`EpisodeBatch`, docs/seats.md).
 
 Each seat has a write-once buffer (B, L + T_max): its prompt is right-aligned at column L, token k of the
 response goes to column L + k, and its observation window after k tokens is columns [k, k + L). Rows whose
@@ -35,11 +37,11 @@ import numpy as np
 from cory_env.checks import check_number
 from cory_env.config import ENV_GENERATION_KEYS, EnvConfig
 from cory_env.rewards import score_texts
-from cory_env.seating import Seating, seating_of
+from cory_env.seating import PIONEER, Seating, seating_of
 from cory_env.tasks import Task, env_arguments, make_task, task_tokenizer
 from cory_env.hub import as_tokenizer
 
-__all__ = ["EpisodeBatch", "EpisodeTranscript", "SeatTranscript", "check_groups", "readonly_view"]
+__all__ = ["EpisodeBatch", "EpisodeTranscript", "SeatTranscript", "check_groups", "partner_records", "readonly_view"]
 
 logger = logging.getLogger(__name__)
 
@@ -168,6 +170,7 @@ class EpisodeBatch:
         self.set_tokenizers(tokenizer)
         self._rngs: list[np.random.Generator] | None = None
         self._k: dict[str, int] = {}  # seat -> tokens written by every active row (set at reset)
+        self._given: dict[str, list[list[int]]] = {}  # seat -> given responses of this episode (`reset`)
         self.phase: str | None = None
 
     def set_tokenizers(self, tokenizer) -> None:
@@ -262,7 +265,7 @@ class EpisodeBatch:
             tokenizer = task_tokenizer(config.task)
         if isinstance(tokenizer, Mapping):  # a tokenizer per seat (docs/seats.md); the task is built with the first's
             tokenizer = {seat: as_tokenizer(tok) for seat, tok in tokenizer.items()}
-            task_tok = next(iter(tokenizer.values()))
+            task_tok = tokenizer.get(PIONEER, next(iter(tokenizer.values())))  # the first seat's, by convention
         else:
             tokenizer = task_tok = as_tokenizer(tokenizer)
         if task is None:
@@ -335,7 +338,8 @@ class EpisodeBatch:
 
     # ----- reset ----------------------------------------------------------------------------------------------
     def reset(self, seed: int | None = None, queries: Sequence[str | Sequence[int]] | None = None,
-              group_size: int = 1, stream_offset: int = 0) -> None:
+              group_size: int = 1, stream_offset: int = 0,
+              responses: Mapping[str, Sequence[Sequence[int]]] | None = None) -> None:
         """Start B new episodes.
 
         Args:
@@ -348,6 +352,10 @@ class EpisodeBatch:
                 response length (group sampling for GRPO). B must be a multiple of k.
             stream_offset: o >= 0, the stream of the first row (group): a batch with offset o plays the rows
                 o·k, o·k + 1, ... of a larger batch with the same seed (data-parallel ranks, evaluation batches).
+            responses: seat -> B given responses (token ids of that seat's tokenizer, EOS kept when it ends one):
+                those seats do not act; their responses are written as if sampled, and the later seats read them
+                (counterfactual episodes: the observer given another query's answer or none,
+                `trainers.evaluation.influence`). Each response is cut to the seat's response length.
 
         Raises:
             TypeError: for a non-int seed or a query that is neither text nor token ids.
@@ -364,6 +372,7 @@ class EpisodeBatch:
             self._rngs = [np.random.default_rng() for _ in range(B)]
         if queries is not None and len(queries) != B:
             raise ValueError(f"got {len(queries)} queries for batch_size={B}; give exactly one per row")
+        self._given = self._checked_responses(responses or {})
         task, qt = self.task, self.task.query_tokens
         query_ids, records, max_new = [], [], np.empty(B, dtype=np.int64)
         own_new = {seat: np.empty(B, dtype=np.int64) for seat in self._own_lengths}
@@ -396,6 +405,40 @@ class EpisodeBatch:
         self._answers: dict[str, list[list[int]]] = {}  # each ended seat's responses without their EOS
         first = self.seats[0]  # reads no seat (`Seating`)
         self._start_phase(first, [self.prompts[first].build(q) for q in query_ids])
+
+    def _checked_responses(self, responses: Mapping[str, Sequence[Sequence[int]]]) -> dict[str, list[list[int]]]:
+        """`reset`'s given responses as lists, checked: known seats, B rows, ids in the seat's vocabulary."""
+        out = {}
+        for seat, rows in responses.items():
+            if seat not in self.seats:
+                raise ValueError(f"responses given for seat {seat!r}, which the seating does not have; seats are "
+                                 f"{list(self.seats)}")
+            rows = [[int(t) for t in row] for row in rows]
+            if len(rows) != self.batch_size:
+                raise ValueError(f"seat {seat!r}: {len(rows)} given responses for batch_size={self.batch_size}; give "
+                                 "one per row")
+            V = self.vocab_sizes[seat]
+            bad = [t for row in rows for t in row if not 0 <= t < V]
+            if bad:
+                raise ValueError(f"seat {seat!r}: given response token ids {bad[:5]} are outside its vocabulary "
+                                 f"[0, {V})")
+            out[seat] = rows
+        return out
+
+    def _play_given(self, seat: str) -> None:
+        """Write `seat`'s given responses (`reset`'s ``responses``) as if sampled: row i's response, cut at its first
+        EOS and at the row's response length, and end the phase."""
+        L, given, eos = self.context_len, self._given[seat], self.eos_ids[seat]
+        for i, row in enumerate(given):
+            row = row[:row.index(eos) + 1] if eos in row else row
+            row = row[:int(self._max_new[seat][i])]
+            self._ids[seat][i, L:L + len(row)] = row
+            self._mask[seat][i, L:L + len(row)] = 1
+            self._resp_len[i] = len(row)
+        self._k[seat] = int(self._resp_len.max())
+        self._active[:] = False
+        self._n_active = 0
+        self._end_phase(seat)
 
     def _record_query(self, index: int, q_len: int | None) -> list[int]:
         """Record `index`'s query ids: its first `q_len` tokens (all when None), moved to the nearest character
@@ -555,6 +598,8 @@ class EpisodeBatch:
         self._resp_len = np.zeros(self.batch_size, dtype=np.int64)
         self._shortest = int(self._max_new[seat].min())
         self.phase = seat
+        if seat in self._given:
+            self._play_given(seat)
 
     def _seat_query(self, seat: str) -> list[list[int]]:
         """The queries in `seat`'s tokens: the first seat's ids when it shares that tokenizer, else the query texts
@@ -594,9 +639,7 @@ class EpisodeBatch:
                               for s in seats}
         records = list(self.records)
         for j in range(1, len(seats)):  # later seats' rows also carry the earlier answers (partner-aware rewards)
-            earlier = [self.response_text[s] for s in seats[:j]]
-            records += [{**r, "partner_response": earlier[-1][i], "partner_responses": [e[i] for e in earlier]}
-                        for i, r in enumerate(self.records)]
+            records += partner_records(self.records, [self.response_text[s] for s in seats[:j]])
         scores = score_texts(self.task.reward_fn, self.task.name, self.query_text * len(seats),
                              [text for s in seats for text in self.response_text[s]], records)
         self.task_reward = {s: scores[i * B:(i + 1) * B] for i, s in enumerate(seats)}
@@ -653,6 +696,18 @@ class EpisodeBatch:
                  for s in self.seats}
         return EpisodeTranscript(query_ids=self.query_ids, query_text=list(self.query_text),
                                  records=self.records, seats=seats, allowed=self.allowed)
+
+
+def partner_records(records: Sequence[dict], earlier: Sequence[Sequence[str]]) -> list[dict]:
+    """The records a later seat's rows are scored with: each row's record with the earlier seats' answers, the last
+    one as ``partner_response`` and all in seat order as ``partner_responses`` (partner-aware rewards: `relay`).
+
+    Args:
+        records: B records of the episodes.
+        earlier: per earlier seat (in seat order), its B response texts.
+    """
+    return [{**r, "partner_response": earlier[-1][i], "partner_responses": [e[i] for e in earlier]}
+            for i, r in enumerate(records)]
 
 
 def readonly_view(a: np.ndarray) -> np.ndarray:

@@ -26,6 +26,7 @@ from typing import Any
 __all__ = ["convert_value", "override_types", "parse_overrides"]
 
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
+_KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
 
 def override_types(config_cls: type, names: Sequence[str] | None = None) -> dict[str, Any]:
@@ -53,20 +54,13 @@ def convert_value(value: Any, kind: Any, where: str) -> Any:
             return value
         if isinstance(value, str) and value.lower() in _TRUE + _FALSE:
             return value.lower() in _TRUE
-    elif kind is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+    elif kind in (int, float):
+        numeric = (int, float) if kind is float else int  # an int is a float's value, a float no int's
+        if isinstance(value, numeric) and not isinstance(value, bool):
+            return kind(value)
         if isinstance(value, str):
             try:
-                return int(value)
-            except ValueError:
-                pass
-    elif kind is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
+                return kind(value)
             except ValueError:
                 pass
     elif kind is str:
@@ -79,7 +73,8 @@ def convert_value(value: Any, kind: Any, where: str) -> Any:
             return list(value)
     else:
         return value
-    raise ValueError(f"{where}={value!r} is invalid: use a {getattr(kind, '__name__', kind)}")
+    raise ValueError(f"{where}={value!r} is invalid: use "
+                     f"{_KINDS.get(kind, 'a list of strings (or one comma-separated string)')}")
 
 
 def parse_overrides(value: Any, types: Mapping[str, Any], *, name: str, default_key: str | None = None,

@@ -67,7 +67,8 @@ def run_blocks(path: Path, blocks: list[str], namespace: dict | None = None) -> 
 def test_every_page_with_python_blocks_is_run_or_says_why_not():
     pages = sorted(p for p in [REPO_ROOT / "README.md", *DOCS.rglob("*.md")] if "_build" not in p.parts)
     with_code = {str(p.relative_to(REPO_ROOT)) for p in pages if python_blocks(p)}
-    run_here = {"README.md", "docs/environment.md", "docs/training.md", "docs/libraries.md"}
+    run_here = {"README.md", "docs/environment.md", "docs/training.md", "docs/libraries.md", "docs/seats.md",
+                "docs/partners.md"}
     unrun = sorted(with_code - run_here - set(NOT_RUN))
     assert not unrun, f"python blocks nobody runs (run them in tests/test_docs.py or say why in NOT_RUN): {unrun}"
     assert run_here <= with_code
@@ -84,6 +85,23 @@ def test_the_environment_page_runs(tmp_path, monkeypatch):
     assert len(blocks) == 2 and "env.agent_iter()" in blocks[0]
     namespace = run_blocks(page, blocks)
     assert namespace["chain"].possible_agents == ["pioneer", "observer_1", "observer_2"]
+
+
+def test_the_seats_page_runs(tmp_path, monkeypatch):
+    """docs/seats.md: the env with a tokenizer per seat, then a GPT-2 and a Llama of different tokenizers trained
+    together, in one namespace, in order."""
+    monkeypatch.chdir(tmp_path)
+    namespace = run_blocks(DOCS / "seats.md", python_blocks(DOCS / "seats.md"))
+    assert namespace["aec"].action_space("observer").n == 384
+    assert [row["cory/llm1_seat"] for row in namespace["history"]] == [0.0, 1.0]
+    assert namespace["trainer"].env.tokenizers["pioneer"] is namespace["trainer"].agents["llm2"].tokenizer
+
+
+def test_the_partners_page_runs(tmp_path, monkeypatch):
+    """docs/partners.md: influence on the two hand-made observers (one ignores the pioneer, one copies it)."""
+    monkeypatch.chdir(tmp_path)
+    namespace = run_blocks(DOCS / "partners.md", python_blocks(DOCS / "partners.md"))
+    assert namespace["lazy"]["influence"] == 0.0 and namespace["copier"]["copy_rate"] == 1.0
 
 
 def _training_example() -> str:

@@ -58,7 +58,7 @@ def test_the_pages_include_the_readme_examples_by_their_markers():
 
 
 def _cell(summary: dict) -> str:
-    """How the ladder prints an IQM with its interval (`benchmarks.stats.arm_summary`)."""
+    """How the ladder prints an IQM with its interval (`trainers.evaluation.stats.arm_summary`)."""
     return f"{summary['iqm']:.3f} [{summary['ci'][0]:.3f}, {summary['ci'][1]:.3f}] ({summary['n']})"
 
 

@@ -133,6 +133,9 @@ class CORYConfig:
                                                 "checkpoint is written"),
         "eval_every": lambda c, seating: (None if c.run.eval_episodes else "with eval_episodes=0: set eval_episodes "
                                           "(the held-out queries of each evaluation), e.g. 128"),
+        "eval_influence": lambda c, seating: ("with eval_episodes=0: no held-out evaluation runs"
+                                              if not c.run.eval_episodes else ONE_SEAT if seating.num_seats == 1
+                                              else None),
     }
     _unread_always = {"role_exchange_period": exchange_reason}
 
@@ -141,6 +144,9 @@ class CORYConfig:
     num_iterations: int = field(default=10, metadata={"help": "CORY iterations (rollout + one update per seat). Paper IMDB: about 102."})
     seed: int = field(default=0, metadata={"help": "Seed for queries, sampling, mini-batch order and dropout."})
     role_exchange_period: int = field(default=5, metadata={"help": "T_REx: iterations between role exchanges (official code: swap_freq=5): the models rotate one seat forward (two seats: they swap). 0 disables (ablation w/o REx)."})
+    population: int = field(default=0, metadata={"help": "Models trained together (llm1 ... llmN, N >= the seats; docs/partners.md): 0 = one per seat (CORY). With more models than seats a matchmaking scheme other than role-exchange seats them each iteration."})
+    matchmaking: str = field(default="role-exchange", metadata={"help": "Which model sits in which seat each iteration (trainers.loop.matchmaking.SCHEMES): role-exchange (CORY: as many models as seats, rotating every role_exchange_period), rotation (N >= seats, the window moves every role_exchange_period), uniform (N >= seats, a random ordered draw each iteration), an importable 'module:attr' of a SchemeSpec, or an installed plug-in's name (entry-point group cory.matchmaking)."})
+    matchmaking_options: Optional[list[str]] = field(default=None, metadata={"help": "The scheme's own options, KEY=VALUE (e.g. stream=1 for uniform); in YAML a mapping."})
     reset_on_exchange: bool = field(default=False, metadata={"help": "Replicate the official code: fresh Adam state, KL controller and score statistics at every role exchange."})
     eta: Optional[float] = field(default=None, metadata={"help": "eta in the logged combined reward = task reward - eta * KL; None = the seat's current KL coefficient."})
     checkpoint_every: int = field(default=0, metadata={"help": "Save a checkpoint every N iterations (always at the end); 0 = only at the end (and by time, checkpoint_every_minutes)."})
@@ -150,6 +156,7 @@ class CORYConfig:
     overwrite: bool = field(default=False, metadata={"help": "Delete an existing run in output_dir and start afresh."})
     log_samples: int = field(default=4, metadata={"help": "Sample texts written to samples.jsonl per iteration."})
     eval_episodes: int = field(default=0, metadata={"help": "cory train: before and after training, evaluate the pioneer alone on this many held-out queries (the held-out slice when heldout_fraction > 0), print both and write eval.json; 0 = off."})
+    eval_influence: bool = field(default=True, metadata={"help": "At every held-out evaluation of a run of two or more seats, also measure each later seat's influence (its task reward given the earlier seats' real answers minus given another query's answers, and minus given none) and copy rate (share of its word bigrams found in the previous seat's answer) on the same queries (trainers.evaluation.influence; docs/partners.md): logged as eval/influence/observer, eval/copy_rate/observer, ..."})
     eval_every: int = field(default=0, metadata={"help": "Also evaluate the pioneer alone on eval_episodes held-out queries after every N iterations (the same queries each time), logged as eval/reward, eval/kl, ... with that iteration's metrics; 0 = off."})
     log_every_seconds: float = field(default=30.0, metadata={"help": "Off a terminal (a log file, nohup, a batch scheduler), log a one-line progress record (iteration, elapsed, ETA, the pioneer's and the observer's rewards, KL, the collective reward) at least this often, and after the first and the last iteration; 0 = after every iteration. On a terminal the progress bar shows them instead."})
     tensorboard: bool = field(default=True, metadata={"help": "Write TensorBoard events to output_dir."})
@@ -162,6 +169,10 @@ class CORYConfig:
         check_finite_fields(self)
         check_field(self.num_iterations >= 1, "num_iterations", self.num_iterations, "use a positive integer")
         check_field(self.seed >= 0, "seed", self.seed, "use an integer >= 0 (numpy's SeedSequence takes no negative seed)")
+        check_field(self.population >= 0, "population", self.population,
+                    "use 0 (one model per seat) or the number of models, at least the seats")
+        check_field(isinstance(self.matchmaking, str) and bool(self.matchmaking), "matchmaking", self.matchmaking,
+                    "name a scheme: role-exchange, rotation, uniform, a module:attr or a plug-in")
         check_field(self.role_exchange_period >= 0, "role_exchange_period", self.role_exchange_period, "use >= 0 (0 disables role exchange)")
         check_field(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "use >= 0 (0 = only at the end)")
         check_field(self.checkpoint_every_minutes >= 0, "checkpoint_every_minutes", self.checkpoint_every_minutes,

@@ -40,7 +40,8 @@ def sampling_generator(seed: int, agent: object) -> torch.Generator:
 
 def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: torch.Generator | None = None,
                  queries: Sequence[str] | None = None, stream_offset: int = 0,
-                 acting: dict[str, ActingScores] | None = None):
+                 acting: dict[str, ActingScores] | None = None,
+                 responses: Mapping[str, Sequence[Sequence[int]]] | None = None):
     """Play one batch of episodes to the end: the one rollout loop (training, evaluation, pass@k).
 
     Args:
@@ -56,6 +57,8 @@ def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: tor
             batch with the same seed (a data-parallel rank's share, the b-th evaluation batch).
         acting: a dict to fill with each seat's `ActingScores` (from the agents' ``last_logprobs`` /
             ``last_values`` after every step; column k of row i is its k-th response token); None records nothing.
+        responses: seat -> B given responses (token ids): those seats do not act (``env.reset`` option
+            ``"responses"``; `agents` need not hold them).
 
     Returns:
         The env's `EpisodeTranscript`.
@@ -68,6 +71,8 @@ def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: tor
         options["queries"] = list(queries)
     if stream_offset:
         options["stream_offset"] = stream_offset
+    if responses:
+        options["responses"] = dict(responses)
     obs, _ = env.reset(seed=seed, options=options or None)
     for agent in agents.values():
         agent.reset_cache()

@@ -132,3 +132,12 @@ def test_stop_strings_end_a_seats_response_at_the_token_that_completes_one(word)
 def test_seat_generation_for_a_seat_the_seating_lacks_is_refused(tiny_tok):
     with pytest.raises(ValueError, match=r"names the seat\(s\) \['referee'\]"):
         BatchedCORYEnv(EnvConfig(task="imdb", seat_generation={"referee": {"max_new_tokens": 8}}), tiny_tok)
+
+
+def test_a_prompt_too_long_in_the_seats_own_tokens_is_refused_naming_the_seat(word, bpe):
+    # L = 8 fits every prompt counted in the first seat's tokens; "k p" (2 word tokens) is 3 BPE tokens
+    env = BatchedCORYEnv(None, {"pioneer": word, "observer": bpe}, batch_size=1, task="relay", context_len=8)
+    env.reset(seed=0)
+    env.step(np.array([VOCAB["k"]]))
+    with pytest.raises(ValueError, match=r"seat 'observer': its prompt, .* has 7 tokens, .* raise context_len to >= 9"):
+        env.step(np.array([VOCAB["p"]]))

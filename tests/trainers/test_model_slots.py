@@ -89,7 +89,8 @@ def test_a_pair_under_lora_resumes_exactly(tiny_run):
     straight = CORYTrainer(tiny_run("straight", **LORA, num_iterations=4, role_exchange_period=2,
                                     seat_generation=["observer.temperature=0.8"]))
     straight.train()
-    cut = tiny_run("cut", **LORA, num_iterations=2, role_exchange_period=2, seat_generation=["observer.temperature=0.8"])
+    cut = tiny_run("cut", **LORA, num_iterations=2, role_exchange_period=2,
+                   seat_generation=["observer.temperature=0.8"])
     CORYTrainer(cut).train()
     resumed = CORYTrainer(tiny_run("cut", **LORA, num_iterations=4, role_exchange_period=2, resume=True,
                                    seat_generation=["observer.temperature=0.8"]))

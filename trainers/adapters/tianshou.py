@@ -67,7 +67,7 @@ class TianshouObsWrapper(BaseWrapper):
 
     def __init__(self, env) -> None:
         super().__init__(env)
-        sizes = {seat: env.action_space(seat).n for seat in env.possible_agents}
+        sizes = {seat: int(env.action_space(seat).n) for seat in env.possible_agents}
         if len(set(sizes.values())) > 1:
             raise ValueError(f"the seats of this env act in different vocabularies {sizes} (a tokenizer per seat, "
                              "docs/seats.md), and Tianshou's PettingZooEnv gives every agent one observation and "

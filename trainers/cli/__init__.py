@@ -6,6 +6,7 @@
 | (``cory train --num_processes N``) | `trainers.cli.launch` | start N data-parallel processes (accelerate launch) |
 | ``cory eval`` | `trainers.cli.eval` | the pioneer alone: a checkpoint on IMDB, or pass@k on GSM8K |
 | ``cory export`` | `trainers.cli.export` | one trained model of a checkpoint as a folder ``from_pretrained`` loads |
+| ``cory crossplay`` | `trainers.cli.crossplay` | every model of some runs with every other: self-play, cross-play |
 | ``cory plot`` | `trainers.cli.plot` | PNG curves and a Pareto scatter of run directories |
 | ``cory bench`` | `trainers.cli.bench` | arms x seeds with identical settings, one table |
 
@@ -23,14 +24,15 @@ from typing import Sequence
 
 #: command -> "module:function" taking the command's arguments and returning the exit status.
 COMMANDS = {"train": "trainers.cli.train:run_train", "eval": "trainers.cli.eval:run_eval",
-            "export": "trainers.cli.export:run_export",
+            "export": "trainers.cli.export:run_export", "crossplay": "trainers.cli.crossplay:run_crossplay",
             "plot": "trainers.cli.plot:run_plot", "bench": "trainers.cli.bench:run_bench"}
 
-USAGE = ("usage: cory {train,eval,export,plot,bench} [options]\n\n"
+USAGE = ("usage: cory {train,eval,export,crossplay,plot,bench} [options]\n\n"
          "  train   train with CORY (default), the PPO baseline (--algo ppo) or N seats (--seating chain:N); "
          "cory train --help\n"
          "  eval    the pioneer alone: a checkpoint on IMDB, or pass@k on GSM8K (--task gsm8k); cory eval --help\n"
          "  export  one trained model of a checkpoint as a from_pretrained folder; cory export --help\n"
+         "  crossplay  every model of some runs with every other (self-play, cross-play); cory crossplay --help\n"
          "  plot    plot run directories; cory plot --help\n"
          "  bench   arms x seeds with identical settings, one table; cory bench --help\n")
 

@@ -57,6 +57,9 @@ ARMS: dict[str, list[str]] = {
     "cory-hetero": ["--seating", "cory", "--models", "llm2=tiny-gpt2-bpe"],
     "cory-hetero-arch": ["--seating", "cory", "--models", "llm2=tiny-gpt2"],
     "chain3-hetero": ["--seating", "chain:3", "--models", "llm2=tiny-gpt2-bpe"],
+    # a partner population (docs/partners.md): 3 models on CORY's two seats, a uniform random pairing each iteration
+    # (give it 1.5x a pair's episodes for as many episodes per model)
+    "pop3": ["--seating", "cory", "--population", "3", "--matchmaking", "uniform"],
 }
 
 

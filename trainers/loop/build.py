@@ -317,10 +317,15 @@ def check_model_context(agents: Mapping[str, LLMAgent], window: int) -> None:
 
 
 def build_exchange(agents: dict[str, LLMAgent], algorithm: JointLearner, config: CORYConfig,
-                   seating: Seating) -> RoleExchange:
-    """One bundle per model (its agent and its learner from `algorithm.learners`), `llm1` … `llmN` in the seats in
-    order."""
+                   seating: Seating, scheme=None, rows: int = 0):
+    """One bundle per model (its agent and its learner from `algorithm.learners`): CORY's `RoleExchange` (`llm1` …
+    `llmN` in the seats in order) when `scheme` is None, else a `trainers.loop.matchmaking.Population` seating them
+    by `scheme` (counting `rows` episodes per seated model and iteration)."""
+    from trainers.loop.matchmaking import Population
+
     bundles = [Bundle(name, agent, algorithm.learners[name]) for name, agent in agents.items()]
+    if scheme is not None:
+        return Population(bundles, seating.names, scheme, rows=rows, reset_on_exchange=config.reset_on_exchange)
     return RoleExchange(bundles, seating.names, period=config.role_exchange_period,
                         reset_on_exchange=config.reset_on_exchange)
 

@@ -38,6 +38,7 @@ import torch
 import yaml
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from cory_env.checks import check_number
 from cory_env.registry import PluginContractError
 from cory_env.tasks import task_tokenizer
 from trainers.config import RunConfigs, plugin_origins
@@ -145,7 +146,7 @@ class CORYTrainer:
             self.tokenizer = tokenizer
             self.vocab_size = len(tokenizer)
             self.agents, self.ref_model = build_agents(model, tokenizer, configs.model, configs.sampling,
-                                                       num_models=self.seating.num_seats)
+                                                       num_models=len(self.slots))
             self.refs = dict.fromkeys(self.agents, self.ref_model)
             self.tokenizers = dict.fromkeys(self.agents, tokenizer)
         check_model_context(self.agents, plan.env.context_len + plan.env.max_new_tokens)
@@ -154,7 +155,8 @@ class CORYTrainer:
         self.algorithm = configs.learner_spec.build(self.agents, self.ref_model, configs.update, dist=self.dist)
         self.guard = UpdateGuard(self.algorithm, self.agents, learner=config.learner, dist=self.dist,
                                  output_dir=self.output_dir)  # no NaN/inf reaches the weights or a checkpoint
-        self.exchange = build_exchange(self.agents, self.algorithm, config, self.seating)
+        self.exchange = build_exchange(self.agents, self.algorithm, config, self.seating, plan.scheme,
+                                       rows=configs.update.batch_size)
         self.env = plan.env
         self._heldout_envs: dict[tuple, Any] = {}  # (episodes, collective, tokenizers) -> env, built once
         self._reward_fn = reward_fn
@@ -163,16 +165,17 @@ class CORYTrainer:
         self.start_iteration = 0
         self.config_dict = plan.flat
         task = self.env.task
-        self.inputs = {"model": self._model_fingerprint,
-                       "tokenizer": models_fingerprint({n: tokenizer_fingerprint(t) for n, t in self.tokenizers.items()}),
+        once = {id(tok): tokenizer_fingerprint(tok) for tok in self.tokenizers.values()}  # each tokenizer once
+        tokenizers = {name: once[id(tok)] for name, tok in self.tokenizers.items()}
+        self.inputs = {"model": self._model_fingerprint, "tokenizer": models_fingerprint(tokenizers),
                        "data": data_fingerprint(task.records),
                        "reward": reward_fingerprint(task.reward_fn, self.config_dict["reward"])}
         if self.dist.is_main:
             logger.info("seating: %s", self.seating.describe())
             if plan.heterogeneous:
-                logger.info("models: %s", ", ".join(f"{name}={c.model} ({'LoRA r=%d' % c.lora_r if c.use_lora else 'full'}"
-                                                    f", {c.dtype}, vocabulary {len(self.tokenizers[name])})"
-                                                    for name, c in self.slots.items()))
+                logger.info("models: %s", ", ".join(
+                    f"{name}={c.model} ({f'LoRA r={c.lora_r}' if c.use_lora else 'full'}, {c.dtype}, vocabulary "
+                    f"{len(self.tokenizers[name])})" for name, c in self.slots.items()))
             for message in plan.warnings:
                 logger.warning("%s", message)
         # model, tokenizer, data, reward and configs are all checked: only now is the run folder changed
@@ -335,7 +338,11 @@ class CORYTrainer:
         metrics["cory/pioneer_is_llm1"] = float(seats[first].name == "llm1")  # during this iteration
         for k, bundle in enumerate(seats.values()):  # the model <-> seat map of this iteration (seat index)
             metrics[f"cory/{bundle.name}_seat"] = float(k)
+        for name in self.exchange.bundles.keys() - {b.name for b in seats.values()}:  # a population's idle models
+            metrics[f"cory/{name}_seat"] = -1.0
         metrics["cory/role_exchange"] = float(self.exchange.after_iteration(it))
+        for name, episodes in getattr(self.exchange, "episodes", {}).items():  # a population: episodes per model
+            metrics[f"{name}/episodes"] = float(episodes)
         metrics["time/rollout_s"] = t1 - t0
         metrics["time/update_s"] = t2 - t1
         metrics["sys/rss_gb"] = psutil.Process().memory_info().rss / 2**30
@@ -377,7 +384,7 @@ class CORYTrainer:
             ValueError: `episodes` < 1, `collective` without an observer seat, or `model` with `collective` or
                 not one of the run's models.
         """
-        from trainers.evaluation.episodes import evaluate_heldout, heldout_env, heldout_sem_warning
+        from trainers.evaluation.episodes import evaluate_heldout
 
         seats = {seat: bundle.agent for seat, bundle in self.exchange.seats.items()}
         first = self.seating.first
@@ -396,6 +403,19 @@ class CORYTrainer:
             tokenizer = evaluated.agent.tokenizer  # the evaluated model's own
             if evaluated.agent.sampling != self.seat_sampling[first]:  # sampling as in the pioneer seat
                 evaluated.agent.sampling = self.seat_sampling[first]
+        key = self._heldout_env(episodes, collective, tokenizer)
+        eta = self.config.eta if self.config.eta is not None else evaluated.learner.kl_coef
+        with gathered_for_generation(seats) as seats:  # FSDP2: every process evaluates the same episodes
+            return evaluate_heldout(seats, self.refs[evaluated.name], self._env_source, tokenizer,
+                                    reward_fn=self._reward_fn, task_options=self.configs.task_options,
+                                    kl_penalty=self.configs.learner_spec.kl_estimator(self.configs.update),
+                                    episodes=episodes,
+                                    seed=seed, collective=collective, eta=eta, env=self._heldout_envs.get(key))
+
+    def _heldout_env(self, episodes: int, collective: bool, tokenizer) -> tuple:
+        """The key of the held-out env of this size, seating and tokenizers in `_heldout_envs`, built there once."""
+        from trainers.evaluation.episodes import heldout_env, heldout_sem_warning
+
         key = (episodes, collective, id(tokenizer) if not isinstance(tokenizer, dict)
                else tuple(id(t) for t in tokenizer.values()))
         if key not in self._heldout_envs and episodes >= 1:
@@ -406,13 +426,32 @@ class CORYTrainer:
             no_sem = None if collective else heldout_sem_warning(self._heldout_envs[key], episodes)
             if no_sem and self.dist.is_main:  # said once, at the first evaluation of this size
                 logger.warning("%s", no_sem)
-        eta = self.config.eta if self.config.eta is not None else evaluated.learner.kl_coef
-        with gathered_for_generation(seats) as seats:  # FSDP2: every process evaluates the same episodes
-            return evaluate_heldout(seats, self.refs[evaluated.name], self._env_source, tokenizer,
-                                    reward_fn=self._reward_fn, task_options=self.configs.task_options,
-                                    kl_penalty=self.configs.learner_spec.kl_estimator(self.configs.update),
-                                    episodes=episodes,
-                                    seed=seed, collective=collective, eta=eta, env=self._heldout_envs.get(key))
+        return key
+
+    def influence(self, *, episodes: int, seed: int) -> dict[str, float]:
+        """Influence and copy rate of every seat after the first (`trainers.evaluation.influence`: 0 for a seat that
+        reads nothing), the models in their current seats, on `episodes` held-out queries (rounded up to whole
+        batches): flat ``{"influence/<seat>", "influence_empty/<seat>", "copy_rate/<seat>", "reward_real/<seat>",
+        "reward_other/<seat>", "reward_empty/<seat>"}``; empty with a single seat or `episodes` < 2.
+
+        Raises:
+            ValueError: `episodes` < 1.
+        """
+        from trainers.evaluation.influence import influence
+
+        check_number(episodes, "episodes", integer=True, low=1)
+        seats = {seat: bundle.agent for seat, bundle in self.exchange.seats.items()}
+        if episodes < 2 or self.seating.num_seats < 2:
+            return {}
+        self._seat_models(self.exchange.seats)
+        tokenizer = {seat: agent.tokenizer for seat, agent in seats.items()}
+        if len({id(t) for t in tokenizer.values()}) == 1:
+            tokenizer = self.tokenizer
+        env = self._heldout_envs[self._heldout_env(episodes, True, tokenizer)]
+        with gathered_for_generation(seats) as seats:
+            out = influence(env, seats, num_batches=-(-episodes // env.batch_size), seed=seed)
+        return {f"{key}/{seat}": value for seat, values in out.items() if isinstance(values, dict)
+                for key, value in values.items()}
 
     def _samples(self, transcript) -> list[dict]:
         out = []
@@ -451,8 +490,12 @@ class CORYTrainer:
 
     def heldout_evaluation(self) -> dict:
         """The run's own held-out evaluation: the pioneer alone on `CORYConfig.eval_episodes` queries with the seed
-        `EVAL_SEED` (the same queries and sampling streams every time, so two points differ only by training)."""
-        return self.evaluate(episodes=self.config.eval_episodes, seed=EVAL_SEED)
+        `EVAL_SEED` (the same queries and sampling streams every time, so two points differ only by training); with
+        `CORYConfig.eval_influence`, each later seat's influence and copy rate on the same queries (`influence`)."""
+        out = self.evaluate(episodes=self.config.eval_episodes, seed=EVAL_SEED)
+        if self.config.eval_influence:
+            out.update(self.influence(episodes=self.config.eval_episodes, seed=EVAL_SEED))
+        return out
 
     def _evaluate_now(self, done: int, eval_at: Collection[int],
                       evaluate: Callable[[CORYTrainer, int], dict] | None) -> dict | None:

@@ -64,6 +64,8 @@ class RunPlan:
         slots: model name (``llm1`` …) -> its `ModelConfig` (`trainers.loop.build.slot_configs`).
         heterogeneous: the slots hold different model options (a model per slot, docs/seats.md).
         seat_sampling: seat -> the sampling of the model sitting there (`seat_sampling`).
+        scheme: the matchmaking `trainers.loop.matchmaking.Scheme` of a population (``--population``, a scheme
+            other than role exchange), None for CORY's role exchange (`trainers.loop.role_exchange.RoleExchange`).
     """
 
     configs: RunConfigs
@@ -77,6 +79,7 @@ class RunPlan:
     slots: dict[str, Any] = dataclasses.field(default_factory=dict)
     heterogeneous: bool = False
     seat_sampling: dict[str, SamplingConfig] = dataclasses.field(default_factory=dict)
+    scheme: Any = None
 
 
 def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
@@ -109,13 +112,15 @@ def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
     if reward_fn is not None:
         task = dataclasses.replace(task, reward_fn=reward_fn)
     seating = config_seating(env_config, task)
-    slots = slot_configs(configs, seating.num_seats)
+    scheme, num_models = plan_population(configs, seating)
+    slots = slot_configs(configs, num_models)
     heterogeneous = is_heterogeneous(slots)
     if heterogeneous and run.sharded:
         raise ValueError("sharding=fsdp shards one model layout over the processes; a model per slot "
                          "(--models) runs with sharding=none (full replicas per process)")
-    if by_model is not None:
-        tokenizer = {seat: by_model[slots[name].model] for seat, name in zip(seating.names, slots)}
+    if by_model is not None:  # the models seated in the first iteration
+        first = scheme.assign(0) if scheme is not None else dict(zip(seating.names, slots))
+        tokenizer = {seat: by_model[slots[first[seat]].model] for seat in seating.names}
     samplings = seat_sampling(configs.sampling, env_config, seating)
     learner = configs.learner_spec
     env = BatchedCORYEnv(env_config, tokenizer, batch_size=configs.update.batch_size, task=task, seating=seating,
@@ -135,7 +140,26 @@ def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
     return RunPlan(configs=configs, env_config=env_config, task=task, seating=seating, env=env,
                    flat=flat, has_run=has_run,
                    warnings=[*unread_options(configs, seating), *notes], slots=slots, heterogeneous=heterogeneous,
-                   seat_sampling=samplings)
+                   seat_sampling=samplings, scheme=scheme)
+
+
+def plan_population(configs: RunConfigs, seating: Seating):
+    """(the population's matchmaking scheme or None, the number of models N): None for CORY's role exchange with
+    one model per seat (the default), else the scheme `CORYConfig.matchmaking` names, built with its options.
+
+    Raises:
+        ValueError: an unknown scheme, options it refuses, or a population its scheme cannot seat.
+    """
+    from trainers.loop.build import model_names
+    from trainers.loop.matchmaking import SCHEMES, check_population, scheme_options
+
+    run = configs.run
+    spec = SCHEMES.get(run.matchmaking)
+    n = check_population(spec, run.matchmaking, run.population, seating.num_seats)
+    options = scheme_options(spec, run.matchmaking_options, name=run.matchmaking)
+    if run.matchmaking == "role-exchange" and n == seating.num_seats:
+        return None, n
+    return spec.factory(options, model_names(n), seating.names, run.seed, run.role_exchange_period), n
 
 
 def seat_sampling(sampling: SamplingConfig, env_config: EnvConfig, seating: Seating) -> dict[str, SamplingConfig]:

@@ -167,3 +167,13 @@ def test_train_and_evaluate_on_another_window_and_a_chain_of_four(caplog):
                                         batch_size=16, repeat=1, num_envs=2, **kwargs)
             assert result["episodes"] >= 4 and len(result["curve"]) == 2
     assert not [r.getMessage() for r in caplog.records if "truncated" in r.getMessage()]
+
+
+def test_seats_of_different_vocabularies_are_refused():
+    from agents.tiny import tiny_tokenizer
+    from cory_env.tasks.tiny_vocab import tiny_vocab_tokenizer
+
+    aec = cory_env.env(task="relay", tokenizer={"pioneer": tiny_vocab_tokenizer(), "observer": tiny_tokenizer()},
+                       context_len=12)
+    with pytest.raises(ValueError, match=r"act in different vocabularies \{'pioneer': 20, 'observer': 384\}"):
+        TianshouObsWrapper(aec)

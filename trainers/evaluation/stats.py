@@ -1,5 +1,5 @@
-"""Robust statistics over seeds for the learning ladder: interquartile mean, percentile-bootstrap confidence
-intervals and the probability of improvement, as Agarwal et al. recommend for few-run RL results.
+"""Robust statistics over seeds (the learning ladder, `cory crossplay`): interquartile mean, percentile-bootstrap
+confidence intervals and the probability of improvement, as Agarwal et al. recommend for few-run RL results.
 
 Source: R. Agarwal, M. Schwarzer, P. S. Castro, A. Courville, M. G. Bellemare, "Deep Reinforcement Learning at the
 Edge of the Statistical Precipice", NeurIPS 2021 (arXiv:2108.13264), and its library ``rliable``, whose definitions

@@ -1,4 +1,4 @@
-"""The ladder's robust statistics on hand-computed cases (`benchmarks/stats.py`): IQM, percentile-bootstrap
+"""The ladder's robust statistics on hand-computed cases (`trainers/evaluation/stats.py`): IQM, percentile-bootstrap
 intervals, the probability of improvement, and the n/a and error policy for one seed, differing seeds, no data."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from benchmarks.stats import (arm_summary, bootstrap_ci, improvement_summary, iqm, probability_of_improvement,
+from trainers.evaluation.stats import (arm_summary, bootstrap_ci, improvement_summary, iqm, probability_of_improvement,
                               probability_of_improvement_ci)
 
 

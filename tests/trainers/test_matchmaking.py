@@ -1,0 +1,102 @@
+"""Partner populations (trainers.loop.matchmaking): the schemes' schedules on hand cases, a population run that
+seats, counts and resumes exactly, a plug-in scheme by ``module:attr``, and the refusals."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from trainers.cli import main
+from trainers.loop.cory import CORYTrainer
+from trainers.loop.matchmaking import SCHEMES, Rotating, SchemeSpec, Uniform, check_population, scheme_options
+from trainers.loop.metrics import read_jsonl
+
+MODELS, SEATS = ("llm1", "llm2", "llm3"), ("pioneer", "observer")
+RELAY = {"task": "relay", "context_len": 12, "batch_size": 8, "mini_batch_size": 4}
+
+
+def test_rotation_moves_a_window_over_the_population_every_period():
+    scheme = Rotating(MODELS, SEATS, period=2)
+    seen = [tuple(scheme.assign(t).values()) for t in range(6)]
+    assert seen == [("llm1", "llm2"), ("llm1", "llm2"), ("llm2", "llm3"), ("llm2", "llm3"), ("llm3", "llm1"),
+                    ("llm3", "llm1")]
+    assert Rotating(MODELS[:2], SEATS, period=1).assign(1) == {"pioneer": "llm2", "observer": "llm1"}  # CORY's swap
+
+
+def test_uniform_pairing_is_a_seeded_draw_of_distinct_models_that_covers_every_pair():
+    scheme = Uniform(MODELS, SEATS, seed=0)
+    draws = [scheme.assign(t) for t in range(60)]
+    assert all(len(set(d.values())) == 2 for d in draws)
+    assert {tuple(d.values()) for d in draws} == {(a, b) for a in MODELS for b in MODELS if a != b}
+    assert draws == [Uniform(MODELS, SEATS, seed=0).assign(t) for t in range(60)]  # a function of (seed, t)
+    assert draws != [Uniform(MODELS, SEATS, seed=1).assign(t) for t in range(60)]
+
+
+def test_a_uniform_population_counts_episodes_per_model_and_resumes_exactly(tiny_run):
+    flags = dict(**RELAY, population=3, matchmaking="uniform")
+    straight = CORYTrainer(tiny_run("straight", num_iterations=4, **flags))
+    rows = straight.train()
+    seats = [{m: r[f"cory/{m}_seat"] for m in MODELS} for r in rows]
+    assert all(sorted(s.values()) == [-1.0, 0.0, 1.0] for s in seats)  # two seated, one sitting out
+    played = {m: sum(s[m] >= 0 for s in seats) * 8 for m in MODELS}
+    assert {m: rows[-1][f"{m}/episodes"] for m in MODELS} == played
+    CORYTrainer(tiny_run("cut", num_iterations=2, **flags)).train()
+    resumed = CORYTrainer(tiny_run("cut", num_iterations=4, resume=True, **flags))
+    resumed.train()
+    strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith(("time/", "sys/"))} for r in rs]  # noqa: E731
+    assert strip(read_jsonl(straight.output_dir / "metrics.jsonl")) == \
+        strip(read_jsonl(resumed.output_dir / "metrics.jsonl"))
+
+
+def test_a_model_trains_only_on_the_iterations_it_played(tiny_run):
+    import torch
+
+    trainer = CORYTrainer(tiny_run("idle", num_iterations=1, **RELAY, population=3, matchmaking="rotation"))
+    before = {m: [p.detach().clone() for p in a.trainable_parameters()] for m, a in trainer.agents.items()}
+    trainer.train()  # iteration 0: llm1 and llm2 play, llm3 sits out
+    changed = {m: any(not torch.equal(a, b) for a, b in zip(before[m], trainer.agents[m].trainable_parameters()))
+               for m in MODELS}
+    assert changed == {"llm1": True, "llm2": True, "llm3": False}
+
+
+def test_a_plugin_scheme_by_module_attr(tiny_run, monkeypatch):
+    module = types.ModuleType("my_schemes")
+
+    class Fixed:  # llm3 always the pioneer, llm1 always the observer
+        def assign(self, iteration):
+            return {"pioneer": "llm3", "observer": "llm1"}
+
+    module.FIXED = SchemeSpec(lambda options, models, seats, seed, period: Fixed())
+    monkeypatch.setitem(sys.modules, "my_schemes", module)
+    rows = CORYTrainer(tiny_run("plugin", num_iterations=2, **RELAY, population=3,
+                                matchmaking="my_schemes:FIXED")).train()
+    assert [(r["cory/llm3_seat"], r["cory/llm1_seat"], r["cory/llm2_seat"]) for r in rows] == [(0.0, 1.0, -1.0)] * 2
+
+
+def test_scheme_options_belong_to_the_scheme():
+    assert scheme_options(SCHEMES.get("uniform"), ["stream=3"], name="uniform").stream == 3
+    with pytest.raises(ValueError, match="'nope' is not a setting here; valid: stream"):
+        scheme_options(SCHEMES.get("uniform"), ["nope=1"], name="uniform")
+    with pytest.raises(ValueError, match="takes no options"):
+        scheme_options(SCHEMES.get("rotation"), ["stream=1"], name="rotation")
+    with pytest.raises(ValueError, match="seats as many models as seats"):
+        check_population(SCHEMES.get("role-exchange"), "role-exchange", 3, 2)
+
+
+TINY = ["--preset", "tiny", "--task", "relay", "--context_len", "12", "--num_iterations", "1"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--population", "3"], "matchmaking scheme 'role-exchange' seats as many models as seats (2), got population=3"),
+    (["--population", "1", "--matchmaking", "uniform"], "population=1 is invalid"),
+    (["--matchmaking", "nosuch"], "nosuch"),
+    (["--population", "3", "--matchmaking", "uniform", "--matchmaking_options", "x=1"], "'x' is not a setting here"),
+    (["--population", "3", "--matchmaking", "uniform", "--models", "llm4=tiny"], "models names the slot(s) ['llm4']"),
+])
+def test_bad_population_input_is_one_line_and_exit_2_before_any_folder(tmp_path, capsys, args, message):
+    out = tmp_path / "run"
+    assert main(["train", *TINY, *args, "--output_dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and not out.exists()

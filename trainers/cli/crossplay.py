@@ -1,0 +1,252 @@
+"""``cory crossplay``: every trained model with partners it trained with and partners it never met.
+
+    cory crossplay runs/pair-s0 runs/pair-s1 runs/pop-s0 runs/pop-s1 --episodes 128 \\
+        --groups pair=runs/pair-s0,runs/pair-s1 pop=runs/pop-s0,runs/pop-s1 --out crossplay.json
+
+Every model of every run (its latest checkpoint; ``llm1`` … ``llmN``, a population's included) sits in the pioneer
+seat with every other model in the observer seat (every ordered pair of distinct models; N seats: each model takes
+the first seat with every ordered choice for the others is not done: two-seat seatings only) on the task's
+held-out queries (the first run's held-out split, `trainers.evaluation.episodes.heldout_env`), the same queries and
+sampling seeds for every pair. Per pair: the collective reward, each seat's task reward and KL to its own model's
+reference (k1, nats per response), and the observer's influence and copy rate (`trainers.evaluation.influence`).
+
+A pair is **self-play** when both models come from one run (they trained together), **cross-play** otherwise
+(Melting Pot's held-out co-players). Per group of runs (``--groups NAME=RUN,RUN``; default: one group of all runs):
+self-play (each run's mean over its self-play pairs; IQM [95 % CI] over runs), cross-play (each model's mean over
+partners from other runs; IQM [CI] over models), the gap self − cross, and P(A > B) between groups on cross-play
+(`benchmarks`' statistics: `trainers.evaluation.stats`). Writes a JSON (the matrix, the pairs with their partner,
+the groups) and a heatmap PNG beside it.
+
+Runs of another task, seating or knowledge transfer than the first are refused in one line (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from cory_env.checks import check_number
+from trainers.loop import checkpoint as ckpt
+
+__all__ = ["crossplay", "group_summary", "run_crossplay"]
+
+#: The config fields two runs must share to be played together.
+SAME = ("task", "seating", "knowledge_transfer", "partner_reward_coef", "observer_template", "pioneer_template")
+
+
+def _models(run: Path) -> tuple[Path, dict, list[str]]:
+    """(latest checkpoint, its trainer state, the run's model names)."""
+    path = ckpt.latest_checkpoint(run) if not (run / "trainer_state.json").exists() else run
+    if path is None:
+        raise FileNotFoundError(f"{run} holds no checkpoint; give a run directory that trained (or a checkpoint)")
+    state = ckpt.read_trainer_state(path)
+    return path, state, sorted(state["kl_coef"])
+
+
+def check_compatible(states: dict[str, dict]) -> None:
+    """Refuse runs that differ from the first in what the game is (`SAME`), or that have more than two seats.
+
+    Raises:
+        ValueError: naming both runs, the field and both values.
+    """
+    first_run, first = next(iter(states.items()))
+    for run, state in states.items():
+        for key in SAME:
+            a, b = first["config"].get(key), state["config"].get(key)
+            if a != b:
+                raise ValueError(f"{run} is another game than {first_run}: {key}={b!r} there, {a!r} here; cross-play "
+                                 "plays models of one task and seating")
+        if len(state["exchange"]["seats"]) != 2:
+            raise ValueError(f"{run} has {len(state['exchange']['seats'])} seats; cross-play plays two-seat seatings "
+                             "(pioneer and observer)")
+
+
+def seat_kl(agent, ref_model, transcript, seat: str) -> np.ndarray:
+    """float (B,): the k1 KL (Σ_t log π − log π_ref over the response, nats) of `seat`'s responses in `transcript`
+    under the agent that wrote them and its own reference."""
+    from trainers.learning.experience import score_rollout
+    from trainers.rollout import rollout_from_transcript
+
+    rollout = rollout_from_transcript(transcript, seat)
+    with torch.no_grad():
+        old, ref = score_rollout(agent, ref_model, rollout, need_values=False)
+    mask = rollout.response_mask.float()
+    return ((old.logprobs - ref.logprobs) * mask).sum(dim=-1).numpy()
+
+
+def crossplay(models: dict[str, object], refs: dict[str, object], env_for, *, episodes: int, seed: int) -> list[dict]:
+    """Play every ordered pair of distinct models.
+
+    Args:
+        models: label -> agent; refs: label -> its reference model.
+        env_for: ``(pioneer agent, observer agent) -> BatchedCORYEnv`` (their tokenizers).
+        episodes, seed: per pair (the same queries and sampling seeds for every pair).
+
+    Returns:
+        One record per pair: ``pioneer``, ``observer`` (labels), collective_reward, pioneer/observer task reward and
+        KL, influence and copy_rate of the observer, num_queries.
+    """
+    from trainers.evaluation.episodes import evaluation_batches
+    from trainers.evaluation.influence import influence
+
+    out = []
+    for a, b in ((a, b) for a in models for b in models if a != b):
+        seats = {"pioneer": models[a], "observer": models[b]}
+        env = env_for(models[a], models[b])
+        batches = -(-episodes // env.batch_size)
+        collective, task, kl = [], {"pioneer": [], "observer": []}, {"pioneer": [], "observer": []}
+        for transcript in evaluation_batches(env, seats, num_batches=batches, seed=seed):
+            collective.extend(np.asarray(transcript.seats["pioneer"].reward, dtype=float).tolist())
+            for seat, label in (("pioneer", a), ("observer", b)):
+                task[seat].extend(np.asarray(transcript.seats[seat].task_reward, dtype=float).tolist())
+                kl[seat].extend(seat_kl(seats[seat], refs[label], transcript, seat).tolist())
+        moved = influence(env, seats, num_batches=batches, seed=seed)["observer"] if env.batch_size > 1 else {}
+        out.append({"pioneer": a, "observer": b, "collective_reward": float(np.mean(collective)),
+                    **{f"{s}_task_reward": float(np.mean(v)) for s, v in task.items()},
+                    **{f"{s}_kl": float(np.mean(v)) for s, v in kl.items()},
+                    **{k: moved[k] for k in ("influence", "copy_rate") if k in moved},
+                    "num_queries": len(collective)})
+    return out
+
+
+def group_summary(pairs: list[dict], run_of: dict[str, str], groups: dict[str, list[str]]) -> dict:
+    """Per group: self-play (per run: the mean collective reward of its self-play pairs), cross-play (per model of
+    the group: the mean over its pairs, either seat, with a partner from another run), each as IQM [CI] with the
+    values, and the gap; then P(A > B) between groups on the cross-play values.
+
+    Args:
+        pairs: `crossplay`'s records; run_of: model label -> its run; groups: group -> its runs.
+    """
+    from trainers.evaluation.stats import arm_summary, probability_of_improvement
+
+    out: dict = {}
+    for group, runs in groups.items():
+        self_play = [float(np.mean([p["collective_reward"] for p in pairs
+                                    if run_of[p["pioneer"]] == run == run_of[p["observer"]]])) for run in runs]
+        members = [m for m, r in run_of.items() if r in runs]
+        cross = [float(np.mean([p["collective_reward"] for p in pairs if m in (p["pioneer"], p["observer"])
+                                and run_of[p["pioneer"]] != run_of[p["observer"]]]))
+                 for m in members if any(run_of[x] != run_of[m] for x in run_of)]
+        s, c = arm_summary(self_play), arm_summary(cross) if cross else None
+        out[group] = {"runs": runs, "self_play": {**s, "values": self_play},
+                      "cross_play": {**c, "values": cross} if c else None,
+                      "gap": s["iqm"] - c["iqm"] if c else None}
+    names = list(out)
+    out["p_improvement_cross_play"] = {
+        f"{a} > {b}": probability_of_improvement(out[a]["cross_play"]["values"], out[b]["cross_play"]["values"])
+        for a in names for b in names if a != b and out[a]["cross_play"] and out[b]["cross_play"]}
+    return out
+
+
+def heatmap(pairs: list[dict], labels: list[str], path: Path) -> Path:
+    """The matrix of collective reward (rows: pioneer, columns: observer) as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    matrix = np.full((len(labels), len(labels)), np.nan)
+    for p in pairs:
+        matrix[labels.index(p["pioneer"]), labels.index(p["observer"])] = p["collective_reward"]
+    fig, ax = plt.subplots(figsize=(1.2 + 0.6 * len(labels), 1.0 + 0.6 * len(labels)))
+    im = ax.imshow(matrix, cmap="viridis")
+    ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=7)
+    ax.set_yticks(range(len(labels)), labels, fontsize=7)
+    ax.set_xlabel("observer")
+    ax.set_ylabel("pioneer")
+    for i in range(len(labels)):
+        for j in range(len(labels)):
+            if np.isfinite(matrix[i, j]):
+                ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=6, color="w")
+    fig.colorbar(im, ax=ax, label="collective reward")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def parse_groups(items: Sequence[str] | None, runs: list[str]) -> dict[str, list[str]]:
+    """``NAME=RUN,RUN`` items -> group -> runs (default: one group ``all``).
+
+    Raises:
+        ValueError: an item without ``=``, a run not given as a positional run, a run in two groups.
+    """
+    if not items:
+        return {"all": list(runs)}
+    out: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--groups entry {item!r} is invalid: write NAME=RUN,RUN")
+        name, members = item.split("=", 1)
+        members = [m for m in members.split(",") if m]
+        for m in members:
+            if m not in runs:
+                raise ValueError(f"--groups {name}: {m!r} is not one of the runs given {runs}")
+            if m in seen:
+                raise ValueError(f"--groups: {m!r} is in two groups; give each run one group")
+            seen.add(m)
+        out[name] = members
+    return out
+
+
+def run_crossplay(argv: Sequence[str]) -> int:
+    from trainers.cli.eval import load_checkpoint_agent
+    from trainers.cli.outputs import check_output_file
+    from trainers.evaluation.episodes import heldout_env
+    from trainers.loop.cory import EVAL_SEED
+
+    parser = argparse.ArgumentParser(prog="cory crossplay", description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="run directories (their latest checkpoints) or checkpoint folders")
+    parser.add_argument("--episodes", type=int, default=64, help="held-out queries per pair")
+    parser.add_argument("--seed", type=int, default=EVAL_SEED, help="query and sampling seed (every pair the same)")
+    parser.add_argument("--groups", nargs="+", default=None, help="NAME=RUN,RUN ...: groups of runs to compare")
+    parser.add_argument("--out", default="crossplay.json", help="the JSON to write (a heatmap PNG beside it)")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    args = parser.parse_args(list(argv))
+    check_number(args.episodes, "--episodes", integer=True, low=2, fix="at least 2 (influence needs another query)")
+    check_number(args.seed, "--seed", integer=True, low=0)
+    groups = parse_groups(args.groups, args.runs)
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise FileExistsError(f"{out} exists; pass --overwrite to replace it, or another --out")
+    found = {run: _models(Path(run)) for run in args.runs}
+    check_compatible({run: state for run, (_, state, _) in found.items()})
+    models, refs, run_of = {}, {}, {}
+    for run, (path, _, names) in found.items():
+        for name in names:
+            target = load_checkpoint_agent(path, name)
+            label = f"{Path(run).name}:{name}"
+            models[label], refs[label], run_of[label] = target.agent, target.ref_model, run
+            configs = target.configs
+    env_cfg = configs.task_spec.resolve(configs.env) if configs.task_spec.resolve else configs.env
+    envs: dict = {}
+
+    def env_for(pioneer, observer):
+        key = (id(pioneer.tokenizer), id(observer.tokenizer))
+        if key not in envs:
+            tokenizer = pioneer.tokenizer if key[0] == key[1] else {"pioneer": pioneer.tokenizer,
+                                                                    "observer": observer.tokenizer}
+            envs[key] = heldout_env(dataclasses.replace(env_cfg, seat_generation=None), tokenizer,
+                                    episodes=args.episodes, collective=True, task_options=configs.task_options)
+        return envs[key]
+
+    pairs = crossplay(models, refs, env_for, episodes=args.episodes, seed=args.seed)
+    result = {"runs": args.runs, "episodes": args.episodes, "seed": args.seed, "models": list(models),
+              "run_of": run_of, "pairs": pairs, "groups": group_summary(pairs, run_of, groups)}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    heatmap(pairs, list(models), out.with_suffix(".png"))
+    for group, g in result["groups"].items():
+        if group != "p_improvement_cross_play":
+            cross = f"{g['cross_play']['iqm']:.3f}" if g["cross_play"] else "n/a"
+            print(f"{group}: self-play {g['self_play']['iqm']:.3f}, cross-play {cross}")
+    print(f"wrote {out} and {out.with_suffix('.png')}", flush=True)
+    return 0

@@ -73,8 +73,8 @@ def summarise(rung_name: str, runs: list[dict], skipped: dict[str, str], argv: S
                      before=before, before_std=before_std, gain_per_seed=gains,
                      episodes=rs[0]["episodes"], cpu_s=mean_std(r["cpu_s"] for r in rs)[0], metric=rs[0]["metric"],
                      curves=[r["curve"] for r in rs])
-        entry["stats"] = {"final": arm_summary(entry["per_seed"])}  # IQM [95 % CI] over seeds
-        (trainers.evaluation.stats) if rung.floor_on_gain:
+        entry["stats"] = {"final": arm_summary(entry["per_seed"])}  # IQM [95 % CI] over seeds (evaluation.stats)
+        if rung.floor_on_gain:
             entry["stats"]["gain"] = arm_summary(gains)
         if all(r.get("train_cpu_s") is not None for r in rs):
             entry["train_cpu_s"] = mean_std(r["train_cpu_s"] for r in rs)[0]

@@ -16,7 +16,7 @@ TINY = ["--model", "tiny", "--num_iterations", "1", "--batch_size", "4", "--mini
         "--min_new_tokens", "2", "--max_new_tokens", "4", "--context_len", "64", "--tensorboard", "false"]
 #: Fields where -1 is a valid value (a competitive partner coefficient): given another out-of-range value.
 BAD = {"partner_reward_coef": "1e9", "output_dir": None, "data_path": "/nonexistent/queries.csv",
-       "model": "/nonexistent/model"}
+       "model": "/nonexistent/model", "stop_strings": ""}
 
 
 def _bad_value(cls: type, f: dataclasses.Field) -> str | None:

@@ -134,6 +134,8 @@ def slot_configs(configs: RunConfigs, num_models: int) -> dict[str, ModelConfig]
     """
     names = model_names(num_models)
     own = configs.model.models or {}
+    if not own:  # one model for every slot: the run's own config, built once
+        return dict.fromkeys(names, configs.model)
     unknown = sorted(set(own) - set(names))
     if unknown:
         raise ValueError(f"models names the slot(s) {unknown}, which this run does not have: its seating has "

@@ -580,14 +580,15 @@ class EpisodeBatch:
     def _start_phase(self, seat: str, prompts: list[list[int]]) -> None:
         L = self.context_len
         ids, mask = self._ids[seat], self._mask[seat]
-        if self.heterogeneous:  # the budget counted the first seat's tokens; another tokenizer may need more
+        if self.heterogeneous:  # the budget counted the first seat's tokens; what another reads may need more
             room = L - self.lengths[seat][1]
             longest = max(len(p) for p in prompts)
             if longest > room:
                 raise ValueError(f"seat {seat!r}: its prompt, with the query and the answers it reads encoded by its "
                                  f"own tokenizer, has {longest} tokens, and with max_new_tokens="
-                                 f"{self.lengths[seat][1]} does not fit context_len={L}; raise context_len to >= "
-                                 f"{longest + self.lengths[seat][1]} (or shorten the queries: query_tokens, "
+                                 f"{self.lengths[seat][1]} does not fit context_len={L}"
+                                 f"{'' if self.truncate_query else ' (truncate_query=False)'}; raise context_len to "
+                                 f">= {longest + self.lengths[seat][1]} (or shorten the answers it reads: "
                                  "max_new_tokens)")
         for i, prompt in enumerate(prompts):
             ids[i, L - len(prompt):L] = prompt
@@ -627,10 +628,19 @@ class EpisodeBatch:
         if k + 1 < len(self.seats):  # the next seat's prompt: what it sees of the query and the earlier answers
             nxt = self.seats[k + 1]
             reads, template = self.seating.seats[k + 1].reads, self.prompts[nxt]
-            prompts = []
+            prompts, room, cut = [], self.context_len - self.lengths[nxt][1], 0
             for i, q in enumerate(self._seat_query(nxt)):
                 read = {s: self._read(s, nxt, i) for s in reads}
-                prompts.append(template.build(q, [t for s in reads for t in read[s]], seat_responses=read))
+                answers = [t for s in reads for t in read[s]]
+                prompt = template.build(q, answers, seat_responses=read)
+                if self.heterogeneous and len(prompt) > room and self.truncate_query and template.query_count and q:
+                    # another tokenizer's query may be longer than the budget counted: keep its last tokens
+                    keep = max(0, len(q) - -(-(len(prompt) - room) // template.query_count))
+                    prompt, cut = template.build(q[len(q) - keep:], answers, seat_responses=read), cut + 1
+                prompts.append(prompt)
+            if cut:
+                logger.warning("seat %r: %d of %d queries, encoded by its own tokenizer, cut from the left to fit "
+                               "context_len=%d", nxt, cut, len(prompts), self.context_len)
             self._start_phase(nxt, prompts)
             return
         seats, B = self.seats, self.batch_size

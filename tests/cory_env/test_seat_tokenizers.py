@@ -141,3 +141,15 @@ def test_a_prompt_too_long_in_the_seats_own_tokens_is_refused_naming_the_seat(wo
     env.step(np.array([VOCAB["k"]]))
     with pytest.raises(ValueError, match=r"seat 'observer': its prompt, .* has 7 tokens, .* raise context_len to >= 9"):
         env.step(np.array([VOCAB["p"]]))
+
+
+def test_a_query_longer_in_a_readers_own_tokens_is_cut_from_the_left_with_a_warning(word, bpe, caplog):
+    # "i j k p": 4 word tokens, 8 byte-level ones; L = 12 fits it in the first seat's tokens, not in the observer's
+    env = BatchedCORYEnv(None, {"pioneer": word, "observer": bpe}, batch_size=1, task="tiny_vocab", context_len=12)
+    env.reset(seed=0, options={"queries": ["i j k p"]})
+    with caplog.at_level("WARNING"):
+        env.step(np.array([VOCAB["a"]]))
+        env.step(np.array([VOCAB["b"]]))
+    prompt = env._episode.prompt_ids["observer"][0]
+    assert len(prompt) + 2 <= 12 and bpe.decode(prompt).endswith("p : a b ?")  # the query's last tokens kept
+    assert "1 of 1 queries, encoded by its own tokenizer, cut from the left" in caplog.text

@@ -189,3 +189,14 @@ def test_mappos_critic_reads_the_earlier_seats_as_text_in_the_seats_own_tokens(t
     same = joint_critic_inputs({"pioneer": pioneer, "observer": observer})  # one vocabulary: ids spliced as given
     assert same["observer"].query[0][same["observer"].query_mask[0]].tolist() == word.encode("a b c d ?") + \
         word.encode("a b")
+
+
+def test_rotation_over_three_seats_moves_each_model_with_its_tokenizer(tiny_run):
+    trainer = CORYTrainer(tiny_run("chain", task="chain_relay", seating="chain:3", context_len=16, batch_size=4,
+                                   mini_batch_size=2, num_iterations=3, models=["llm2=tiny-bpe"]))
+    tokenizers = {name: agent.tokenizer for name, agent in trainer.agents.items()}
+    for it in range(3):
+        trainer.iteration(it)  # rotation after each: llm2 visits every seat
+        trainer._seat_models(trainer.exchange.seats)
+        assert trainer.env.tokenizers == {seat: tokenizers[b.name] for seat, b in trainer.exchange.seats.items()}
+        assert trainer.env.vocab_sizes[trainer.exchange.seat_of("llm2")] == 384

@@ -41,6 +41,9 @@ class BatchedCORYEnv:
             default seating). `possible_agents`, rewards, infos and the transcript hold its seats.
         task_options: the task's options (`cory_env.tasks.TaskSpec.options`: an instance or a dict; None: its
             defaults).
+        group_size: k, rows per query (GRPO's samples per query).
+        task_tokenizer: the tokenizer a given `Task` object was built with (its action mask's; default the first
+            seat's).
         **kwargs: `EnvConfig` fields, and fields of the task's options (``min_review_chars=100`` for IMDB).
 
     Raises:
@@ -49,10 +52,10 @@ class BatchedCORYEnv:
 
     def __init__(self, config: EnvConfig | None = None, tokenizer=None, batch_size: int = 1, reward_fn=None,
                  task=None, seating: Seating | str | None = None, task_options=None, *, group_size: int = 1,
-                 **kwargs) -> None:
+                 task_tokenizer=None, **kwargs) -> None:
         self._episode = EpisodeBatch.from_config(config, tokenizer, batch_size=batch_size, task=task,
                                                  reward_fn=reward_fn, seating=seating, task_options=task_options,
-                                                 **kwargs)
+                                                 task_tokenizer=task_tokenizer, **kwargs)
         self.config = self._episode.config
         #: k: rows [g·k, (g+1)·k) play one query (GRPO's samples per query); 1 = every row its own.
         self.group_size = check_groups(batch_size, group_size, fix="pass a group_size that divides batch_size")

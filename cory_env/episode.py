@@ -129,6 +129,8 @@ class EpisodeBatch:
             and ``stop_strings``; the sampling fields are the agents'.
         stop_strings: strings that end every seat's response (a seat's own ``stop_strings`` replace them): the
             response ends at the token whose text completes one (kept), as `generate`'s ``stop_strings``.
+        task_tokenizer: the tokenizer the task was built with (its `Task.action_mask` is for it); default the first
+            seat's at construction.
 
     Raises:
         ValueError: if B < 1, a seat has no valid template on the task (`Seating.template_of`) or an empty one, L
@@ -140,7 +142,7 @@ class EpisodeBatch:
     def __init__(self, task: Task, tokenizer, *, batch_size: int = 1, context_len: int = 128,
                  seating: Seating | None = None, truncate_query: bool = True,
                  seat_generation: Mapping[str, Mapping] | None = None,
-                 stop_strings: Sequence[str] | None = None) -> None:
+                 stop_strings: Sequence[str] | None = None, task_tokenizer=None) -> None:
         check_number(batch_size, "batch_size", integer=True, low=1)
         self.task = task
         self.batch_size, self.context_len = batch_size, context_len
@@ -167,6 +169,10 @@ class EpisodeBatch:
         #: The longest response any seat may write (the buffers' width beyond L).
         self.max_new_tokens = max(high for _, high in self.lengths.values())
         self.tokenizers: dict[str, object] = {}
+        #: The tokenizer the task was built with (`Task.action_mask` is for it; other tokenizers: `action_mask_for`).
+        self.task_tokenizer = task_tokenizer if task_tokenizer is not None else (
+            tokenizer[self.seats[0]] if isinstance(tokenizer, Mapping) and self.seats[0] in tokenizer else
+            next(iter(tokenizer.values())) if isinstance(tokenizer, Mapping) else tokenizer)
         self.set_tokenizers(tokenizer)
         self._rngs: list[np.random.Generator] | None = None
         self._k: dict[str, int] = {}  # seat -> tokens written by every active row (set at reset)
@@ -222,21 +228,22 @@ class EpisodeBatch:
         self.query_budget = self._query_budget(self._check_records())
 
     def _task_mask(self, tokenizer):
-        """The task's action mask for `tokenizer`: `Task.action_mask` when every seat uses one tokenizer, else the
-        task's `Task.action_mask_for` (a task without a mask has none for any tokenizer)."""
+        """The task's action mask for `tokenizer`: `Task.action_mask` for the tokenizer the task was built with
+        (`task_tokenizer`), else the task's `Task.action_mask_for` (a task without a mask has none for any
+        tokenizer)."""
         task = self.task
-        if not self.heterogeneous or task.action_mask is None:
+        if tokenizer is self.task_tokenizer or task.action_mask is None:
             return task.action_mask
         if task.action_mask_for is None:
-            raise ValueError(f"task {task.name!r} restricts the actions with a mask made for one tokenizer, and the "
-                             "seats use different tokenizers; give the Task an action_mask_for (tokenizer -> mask), "
-                             "or seat models that share a tokenizer")
+            raise ValueError(f"task {task.name!r} restricts the actions with a mask made for one tokenizer, and a seat "
+                             "uses another; give the Task an action_mask_for (tokenizer -> mask), or seat models that "
+                             "share the task's tokenizer")
         return task.action_mask_for(tokenizer)
 
     # ----- construction helpers -------------------------------------------------------------------------------
     @classmethod
     def from_config(cls, config: EnvConfig | None, tokenizer, *, batch_size: int = 1, task: Task | str | None = None,
-                    reward_fn=None, seating: Seating | str | None = None, task_options=None,
+                    reward_fn=None, seating: Seating | str | None = None, task_options=None, task_tokenizer=None,
                     **kwargs) -> EpisodeBatch:
         """Build from an env view's constructor arguments, the one place they are read (every view, the trainer's
         env and the evaluations' call it): keyword `EnvConfig` fields override `config` and keyword task options go
@@ -270,6 +277,7 @@ class EpisodeBatch:
             tokenizer = task_tok = as_tokenizer(tokenizer)
         if task is None:
             task = make_task(config.task, config, task_tok, task_options)  # its builder reads the templates
+            task_tokenizer = task_tok
         else:  # a Task object: the config's templates, when set, are the prompts to play
             templates = {"pioneer_template": config.pioneer_template, "observer_template": config.observer_template}
             task = replace(task, **{k: v for k, v in templates.items() if v is not None})
@@ -280,7 +288,7 @@ class EpisodeBatch:
                                  partner_reward_coef=config.partner_reward_coef)
         episode = cls(task, tokenizer, batch_size=batch_size, context_len=config.context_len, seating=seating,
                       truncate_query=config.truncate_query, seat_generation=config.seat_generation,
-                      stop_strings=config.stop_strings)
+                      stop_strings=config.stop_strings, task_tokenizer=task_tokenizer)
         episode.config = config
         return episode
 
@@ -355,7 +363,7 @@ class EpisodeBatch:
             responses: seat -> B given responses (token ids of that seat's tokenizer, EOS kept when it ends one):
                 those seats do not act; their responses are written as if sampled, and the later seats read them
                 (counterfactual episodes: the observer given another query's answer or none,
-                `trainers.evaluation.influence`). Each response is cut to the seat's response length.
+                `trainers.evaluation.influence`). Each response is cut to the seat's longest response.
 
         Raises:
             TypeError: for a non-int seed or a query that is neither text nor token ids.
@@ -427,11 +435,12 @@ class EpisodeBatch:
 
     def _play_given(self, seat: str) -> None:
         """Write `seat`'s given responses (`reset`'s ``responses``) as if sampled: row i's response, cut at its first
-        EOS and at the row's response length, and end the phase."""
-        L, given, eos = self.context_len, self._given[seat], self.eos_ids[seat]
+        EOS and at the seat's longest response (`lengths`; not at the row's drawn length: another row's answer is
+        given whole), and end the phase."""
+        L, given, eos, longest = self.context_len, self._given[seat], self.eos_ids[seat], self.lengths[seat][1]
         for i, row in enumerate(given):
             row = row[:row.index(eos) + 1] if eos in row else row
-            row = row[:int(self._max_new[seat][i])]
+            row = row[:longest]
             self._ids[seat][i, L:L + len(row)] = row
             self._mask[seat][i, L:L + len(row)] = 1
             self._resp_len[i] = len(row)

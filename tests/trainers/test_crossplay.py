@@ -61,3 +61,11 @@ def test_runs_of_another_game_are_refused(tiny_run, tmp_path, capsys):
         runs.append(str(trainer.output_dir))
     assert main(["crossplay", *runs, "--out", str(tmp_path / "x.json")]) == 2
     assert "is another game than" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
+
+
+def test_runs_of_one_folder_name_under_different_parents_keep_apart():
+    from trainers.cli.crossplay import run_labels
+
+    assert run_labels(["runs/pair/s0", "runs/pop/s0"]) == {"runs/pair/s0": "pair/s0", "runs/pop/s0": "pop/s0"}
+    with pytest.raises(ValueError, match="given twice"):
+        run_labels(["runs/a", "runs/./a"])

@@ -81,3 +81,11 @@ def test_given_responses_replace_a_seat_and_the_next_reads_them(relay_env):
 def test_copy_rate_counts_word_ngrams_found_in_the_partners_answer():
     assert copy_rate(["the film was good", ""], ["the film was bad", "x"]).tolist() == [2 / 3, 0.0]
     assert copy_rate(["a"], ["b a"]).tolist() == [1.0]  # shorter than n: unigrams
+
+
+def test_another_rows_answer_is_given_whole_not_cut_to_the_receiving_rows_length():
+    tok = tiny_vocab_tokenizer()
+    env = BatchedCORYEnv(None, tok, batch_size=4, task="imdb", context_len=64, min_new_tokens=1, max_new_tokens=6)
+    given = [tok.encode("a b c d e f")] * 4  # six tokens each, longer than rows that drew shorter lengths
+    env.reset(seed=0, options={"responses": {"pioneer": given}})
+    assert [len(r) for r in env._episode.response_ids("pioneer")] == [6, 6, 6, 6]

@@ -200,3 +200,58 @@ def test_rotation_over_three_seats_moves_each_model_with_its_tokenizer(tiny_run)
         trainer._seat_models(trainer.exchange.seats)
         assert trainer.env.tokenizers == {seat: tokenizers[b.name] for seat, b in trainer.exchange.seats.items()}
         assert trainer.env.vocab_sizes[trainer.exchange.seat_of("llm2")] == 384
+
+
+def test_before_and_after_evaluate_one_model_whoever_sits_in_the_pioneer_seat(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", *TINY, "--model", "tiny-gpt2", "--models", "llm2=tiny-bpe", "--eval_episodes", "4",
+                 "--role_exchange_period", "1", "--output_dir", str(out)]) == 0
+    result = json.loads((out / "eval.json").read_text())
+    assert result["model"] == "llm1"  # llm2 sits in the pioneer seat now; the evaluations follow llm1 throughout
+    assert "llm1 in the pioneer seat" in capsys.readouterr().out
+
+
+# ---- what a review found (each the right behaviour, kept) -----------------------------------------------------------
+
+
+def test_a_population_seats_two_models_that_share_a_tokenizer_other_than_the_tasks(tiny_run):
+    # uniform, seed 0: iteration 1 seats llm2 and llm3, both over the byte-level BPE, in a task built with llm1's
+    trainer = CORYTrainer(tiny_run("pop", **{**PAIR, "models": ["llm2=tiny-bpe", "llm3=tiny-bpe"]}, population=3,
+                                   matchmaking="uniform", num_iterations=2))
+    rows = trainer.train()
+    assert (rows[1]["cory/llm2_seat"], rows[1]["cory/llm3_seat"]) == (0.0, 1.0)
+    assert trainer.tokenizers["llm2"] is trainer.tokenizers["llm3"]  # one object: their seats splice ids
+    trainer.exchange.after_iteration(2)  # seat iteration 3's pair (llm1, llm2) ... then evaluate whoever sits there
+    out = trainer.evaluate(episodes=4, seed=0, collective=True)
+    assert out["num_queries"] == 4 and "observer_task_reward" in out
+
+
+def test_slots_that_differ_only_in_options_train(tiny_run):
+    trainer = CORYTrainer(tiny_run("opts", task="relay", context_len=12, use_lora=True, models=["llm2.lora_r=8"]))
+    trainer.train()
+    assert trainer.heterogeneous and trainer.agents["llm2"].model.peft_config["llm2"].r == 8
+
+
+def test_models_of_one_tokenizer_share_it_and_splice_ids(tiny_run):
+    trainer = CORYTrainer(tiny_run("arch", task="relay", context_len=12, models=["llm2=tiny-gpt2"]))
+    assert trainer.tokenizers["llm1"] is trainer.tokenizers["llm2"] and not trainer.env.heterogeneous
+
+
+def test_a_collective_evaluation_samples_each_seat_with_its_own_settings_after_an_exchange(tiny_run):
+    trainer = CORYTrainer(tiny_run("ev", **PAIR, num_iterations=1, seat_generation=["observer.temperature=0.7"]))
+    trainer.train()  # llm1 now sits in the observer seat
+    trainer.evaluate(episodes=4, seed=0, collective=True)
+    assert trainer.exchange.seats["observer"].agent.sampling.temperature == 0.7
+    assert trainer.exchange.seats["pioneer"].agent.sampling.temperature == 1.0
+
+
+def test_eval_and_export_reach_every_model_of_a_population(tiny_run, tmp_path):
+    trainer = CORYTrainer(tiny_run("popeval", task="relay", context_len=12, population=3, matchmaking="rotation",
+                                   num_iterations=1))
+    trainer.train()  # the checkpoint seats llm2 and llm3; llm1 sits out
+    assert main(["eval", str(trainer.output_dir), "--model_name", "llm1", "--episodes", "4"]) == 0
+    assert main(["export", str(trainer.output_dir), "--model_name", "llm3", "--out", str(tmp_path / "e")]) == 0
+
+
+def test_a_context_as_long_as_the_models_is_accepted(tiny_run):
+    CORYTrainer(tiny_run("ctx", task="relay", context_len=1024))  # the window holds prompt and answer together

@@ -4,18 +4,20 @@
         --groups pair=runs/pair-s0,runs/pair-s1 pop=runs/pop-s0,runs/pop-s1 --out crossplay.json
 
 Every model of every run (its latest checkpoint; ``llm1`` … ``llmN``, a population's included) sits in the pioneer
-seat with every other model in the observer seat (every ordered pair of distinct models; N seats: each model takes
-the first seat with every ordered choice for the others is not done: two-seat seatings only) on the task's
-held-out queries (the first run's held-out split, `trainers.evaluation.episodes.heldout_env`), the same queries and
-sampling seeds for every pair. Per pair: the collective reward, each seat's task reward and KL to its own model's
-reference (k1, nats per response), and the observer's influence and copy rate (`trainers.evaluation.influence`).
+seat with every other model in the observer seat: every ordered pair of distinct models, on two-seat seatings. The
+episodes are the first run's task on its held-out split (`trainers.evaluation.episodes.heldout_env`), the same
+queries and sampling seeds for every pair; both models sample with the run's shared sampling settings and lengths
+(per-seat generation settings are not applied here). Per pair: the collective reward, each seat's task reward and
+KL to its own model's reference (k1, nats per response), and the observer's influence and copy rate
+(`trainers.evaluation.influence`).
 
 A pair is **self-play** when both models come from one run (they trained together), **cross-play** otherwise
 (Melting Pot's held-out co-players). Per group of runs (``--groups NAME=RUN,RUN``; default: one group of all runs):
 self-play (each run's mean over its self-play pairs; IQM [95 % CI] over runs), cross-play (each model's mean over
-partners from other runs; IQM [CI] over models), the gap self − cross, and P(A > B) between groups on cross-play
-(`benchmarks`' statistics: `trainers.evaluation.stats`). Writes a JSON (the matrix, the pairs with their partner,
-the groups) and a heatmap PNG beside it.
+its pairs, either seat, with a partner from another run; IQM [CI] over models), the gap self − cross, and P(A > B)
+between groups on cross-play (`trainers.evaluation.stats`). Writes a JSON (the matrix, the pairs with their
+partner, the groups) and a heatmap PNG beside it. A model is labelled by its run's path (relative to the runs'
+common folder) and its name.
 
 Runs of another task, seating or knowledge transfer than the first are refused in one line (exit 2).
 """
@@ -172,6 +174,21 @@ def heatmap(pairs: list[dict], labels: list[str], path: Path) -> Path:
     return path
 
 
+def run_labels(runs: Sequence[str]) -> dict[str, str]:
+    """Run -> its label: its path relative to the runs' common folder (``pair/s0``, ``pop/s0``).
+
+    Raises:
+        ValueError: two runs of one path.
+    """
+    import os
+
+    paths = [os.path.abspath(r) for r in runs]
+    if len(set(paths)) != len(paths):
+        raise ValueError(f"a run is given twice in {list(runs)}; give each run once")
+    common = os.path.commonpath(paths) if len(paths) > 1 else os.path.dirname(paths[0])
+    return {run: os.path.relpath(path, common) for run, path in zip(runs, paths)}
+
+
 def parse_groups(items: Sequence[str] | None, runs: list[str]) -> dict[str, list[str]]:
     """``NAME=RUN,RUN`` items -> group -> runs (default: one group ``all``).
 
@@ -202,6 +219,7 @@ def run_crossplay(argv: Sequence[str]) -> int:
     from trainers.cli.outputs import check_output_file
     from trainers.evaluation.episodes import heldout_env
     from trainers.loop.cory import EVAL_SEED
+    from trainers.loop.fingerprint import tokenizer_fingerprint
 
     parser = argparse.ArgumentParser(prog="cory crossplay", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="run directories (their latest checkpoints) or checkpoint folders")
@@ -219,13 +237,16 @@ def run_crossplay(argv: Sequence[str]) -> int:
         raise FileExistsError(f"{out} exists; pass --overwrite to replace it, or another --out")
     found = {run: _models(Path(run)) for run in args.runs}
     check_compatible({run: state for run, (_, state, _) in found.items()})
-    models, refs, run_of = {}, {}, {}
+    models, refs, run_of, configs, canonical = {}, {}, {}, None, {}
+    labels = run_labels(args.runs)
     for run, (path, _, names) in found.items():
         for name in names:
             target = load_checkpoint_agent(path, name)
-            label = f"{Path(run).name}:{name}"
+            label = f"{labels[run]}:{name}"
+            fingerprint = tokenizer_fingerprint(target.agent.tokenizer)  # one object per tokenizer: ids spliced
+            target.agent.tokenizer = canonical.setdefault(fingerprint, target.agent.tokenizer)
             models[label], refs[label], run_of[label] = target.agent, target.ref_model, run
-            configs = target.configs
+            configs = configs or target.configs  # the first run's task and held-out split
     env_cfg = configs.task_spec.resolve(configs.env) if configs.task_spec.resolve else configs.env
     envs: dict = {}
 

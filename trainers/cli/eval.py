@@ -53,7 +53,7 @@ from trainers.evaluation.episodes import evaluate_heldout, gain_summary, heldout
 from trainers.evaluation.passk import PAPER_EVAL_SAMPLING, evaluate_pass_at_k
 from trainers.loop import checkpoint as ckpt
 from trainers.loop.build import (build_agents, build_slot_agents, is_heterogeneous, load_policy_model, load_run_model,
-                                 load_run_tokenizer, slot_configs)
+                                 load_run_tokenizer, slot_configs, tokenizers_by_model)
 from trainers.loop.fingerprint import (check_fingerprints, data_fingerprint, model_fingerprint, models_fingerprint,
                                        tokenizer_fingerprint)
 from trainers.loop.plan import sampling_of_seat
@@ -248,15 +248,15 @@ def load_checkpoint_agent(checkpoint: str | Path, model_name: str | None = None,
     configs = RunConfigs.from_flat(state["config"])
     seats = state["exchange"]["seats"]  # seat -> model
     name = model_name or seats[PIONEER]  # every built-in seating's first seat
-    trained = list(seats.values())
+    trained = sorted(state["kl_coef"])  # every model of the run (a population's too, seated or not)
     if name not in trained:
-        raise ValueError(f"--model_name {name!r} is not in this checkpoint; choose one of {sorted(trained)}")
-    slots = slot_configs(configs, len(seats))
+        raise ValueError(f"--model_name {name!r} is not in this checkpoint; choose one of {trained}")
+    slots = slot_configs(configs, len(trained))
     if is_heterogeneous(slots):  # a model per slot: each rebuilt with its own base, tokenizer and layout
         extra = f"llm{len(slots) + 1}"  # with_base: one more agent of the evaluated slot's layout, never loaded
         built = build_slot_agents({**slots, **({extra: slots[name]} if with_base else {})},
-                                  load_run_tokenizer(configs), configs.sampling, seed=configs.run.seed,
-                                  device="cpu", task_tok=task_tokenizer(configs.task_spec))
+                                  tokenizers_by_model(configs, load_run_tokenizer(configs)), configs.sampling,
+                                  seed=configs.run.seed, device="cpu", task_tok=task_tokenizer(configs.task_spec))
         check_fingerprints(state["inputs"], {
             "model": models_fingerprint({n: built.fingerprints[n] for n in slots}),
             "tokenizer": models_fingerprint({n: tokenizer_fingerprint(built.tokenizers[n]) for n in slots})},
@@ -270,7 +270,7 @@ def load_checkpoint_agent(checkpoint: str | Path, model_name: str | None = None,
         # with_base: one agent more than the run had, never loaded: the model before training (a fresh LoRA adapter
         # is the base model; a full copy is its weights)
         agents, ref = build_agents(model, tokenizer, configs.model, configs.sampling,
-                                   num_models=len(seats) + int(with_base))
+                                   num_models=len(trained) + int(with_base))
         base = agents[list(agents)[-1]] if with_base else None
     ckpt.load_agent(path, name, agents[name])
     pioneer = sampling_of_seat(configs.sampling, configs.env, PIONEER)  # the pioneer seat's own settings

@@ -457,7 +457,7 @@ def report_before_after(trainer, before: dict, after: dict) -> None:
     from trainers.loop.run_dir import EVAL_FILE
 
     gain = gain_summary(before, after)
-    model = trainer.exchange.seats[trainer.seating.first].name
+    model = trainer.evaluated_model or trainer.exchange.seats[trainer.seating.first].name
     data = {"data_path": trainer.env.config.data_path, "fingerprint": trainer.inputs.get("data")}
     result = {"before": before, "after": after, "model": model, "data": data, **gain}
     write_output(trainer.output_dir / EVAL_FILE, json.dumps(result, indent=2))

@@ -6,7 +6,8 @@ the same sampling noise for seat k, the earlier seats' answers are **given** (`c
 ``responses``) in three conditions:
 
 * ``real``: the answers the earlier seats wrote to this query;
-* ``other``: the answers they wrote to **another** query of the batch (row i gets row i + 1's: a derangement);
+* ``other``: the answers they wrote to **another** row of the batch (row i gets row i + 1's; another query unless
+  the two rows drew the same record);
 * ``empty``: no answer at all (every earlier response empty).
 
 Seat k's answer in each condition is scored with the task reward against the **real** episode (the real partner

@@ -104,10 +104,24 @@ def load_model_tokenizer(name: str, task_spec):
 def load_run_tokenizer(configs: RunConfigs):
     """The run's tokenizer, before its model: `load_model_tokenizer` of ``configs.model.model``; with a model per
     slot (`ModelConfig.models`), model name -> tokenizer for every model the run names (`run_model_names`)."""
+    from trainers.loop.fingerprint import tokenizer_fingerprint
+
     names = run_model_names(configs)
     if len(names) == 1:
         return load_model_tokenizer(configs.model.model, configs.task_spec)
-    return {name: load_model_tokenizer(name, configs.task_spec) for name in names}
+    out, seen = {}, {}
+    for name in names:  # models of one tokenizer share the object: their seats splice ids, no text channel
+        tok = load_model_tokenizer(name, configs.task_spec)
+        out[name] = seen.setdefault(tokenizer_fingerprint(tok), tok)
+    return out
+
+
+def tokenizers_by_model(configs: RunConfigs, tokenizer) -> dict:
+    """Model name -> tokenizer for every model the run names (`run_model_names`): `tokenizer` as
+    `load_run_tokenizer` returns it (one object for a run of one model name, else a mapping)."""
+    if isinstance(tokenizer, Mapping):
+        return dict(tokenizer)
+    return dict.fromkeys(run_model_names(configs), tokenizer)
 
 
 def run_model_names(configs: RunConfigs) -> list[str]:
@@ -304,7 +318,7 @@ def build_agents(model, tokenizer, model_config: ModelConfig, sampling: Sampling
 
 def check_model_context(agents: Mapping[str, LLMAgent], window: int) -> None:
     """Refuse a model whose context (``max_position_embeddings`` / ``n_positions`` of its config) is shorter than
-    the env's window plus the longest response, `window` tokens: its seat's prompt and answer would not fit it.
+    the env's window, `window` tokens (``context_len``: a seat's prompt and answer together): they would not fit it.
 
     Raises:
         ValueError: naming the model, its context and the fix.
@@ -313,9 +327,9 @@ def check_model_context(agents: Mapping[str, LLMAgent], window: int) -> None:
         config = getattr(agent.model, "config", None)
         limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
         if limit is not None and int(limit) < window:
-            raise ValueError(f"model {name} holds {int(limit)} positions, but a seat's window (context_len + "
-                             f"max_new_tokens) is {window} tokens; lower context_len to <= {int(limit)} minus the "
-                             "longest response, or seat a model with a longer context")
+            raise ValueError(f"model {name} holds {int(limit)} positions, but a seat's window (context_len) is "
+                             f"{window} tokens; lower context_len to <= {int(limit)}, or seat a model with a longer "
+                             "context")
 
 
 def build_exchange(agents: dict[str, LLMAgent], algorithm: JointLearner, config: CORYConfig,

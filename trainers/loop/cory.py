@@ -47,7 +47,7 @@ from trainers.learning.joint import JointBatch
 from trainers.learning.update import NonFiniteLossError
 from trainers.loop import checkpoint as ckpt
 from trainers.loop.build import (build_agents, build_exchange, build_slot_agents, check_model_context,
-                                 load_run_model, load_run_tokenizer, seed_everything)
+                                 load_run_model, load_run_tokenizer, seed_everything, tokenizers_by_model)
 from trainers.loop.fingerprint import (check_fingerprints, data_fingerprint, model_fingerprint, models_fingerprint,
                                        reward_fingerprint, tokenizer_fingerprint)
 from trainers.loop.guards import UpdateGuard
@@ -131,7 +131,8 @@ class CORYTrainer:
                 raise ValueError("CORYTrainer(model=...) gives one model for every slot, but this run names a model "
                                  "per slot (ModelConfig.models); leave model=None (each slot loads its own)")
             with self.dist.main_process_first():
-                built = build_slot_agents(self.slots, tokenizer, configs.sampling, seed=config.seed,
+                built = build_slot_agents(self.slots, tokenizers_by_model(configs, tokenizer), configs.sampling,
+                                          seed=config.seed,
                                           device=self.dist.device, task_tok=task_tokenizer(configs.task_spec))
             self.agents, self.refs, self.tokenizers = built.agents, built.refs, built.tokenizers
             self.tokenizer, self.ref_model = next(iter(self.tokenizers.values())), self.refs
@@ -149,14 +150,14 @@ class CORYTrainer:
                                                        num_models=len(self.slots))
             self.refs = dict.fromkeys(self.agents, self.ref_model)
             self.tokenizers = dict.fromkeys(self.agents, tokenizer)
-        check_model_context(self.agents, plan.env.context_len + plan.env.max_new_tokens)
+        check_model_context(self.agents, plan.env.context_len)
         if config.sharded:  # before the learners build their optimizers over the (then sharded) parameters
             shard_agents(self.agents, self.ref_model, self.dist)
         self.algorithm = configs.learner_spec.build(self.agents, self.ref_model, configs.update, dist=self.dist)
         self.guard = UpdateGuard(self.algorithm, self.agents, learner=config.learner, dist=self.dist,
                                  output_dir=self.output_dir)  # no NaN/inf reaches the weights or a checkpoint
         self.exchange = build_exchange(self.agents, self.algorithm, config, self.seating, plan.scheme,
-                                       rows=configs.update.batch_size)
+                                       rows=configs.update.batch_size * self.dist.world_size)
         self.env = plan.env
         self._heldout_envs: dict[tuple, Any] = {}  # (episodes, collective, tokenizers) -> env, built once
         self._reward_fn = reward_fn
@@ -235,10 +236,10 @@ class CORYTrainer:
         """What a checkpoint records beside the weights: the config, the inputs' fingerprints, each model's β (the
         default η of `cory eval`) and where the learner, the task and the reward came from (a plug-in's
         ``module:attr`` or entry point: what ``--resume`` and `cory eval` must import again)."""
-        model = self.configs.model
-        state = {"config": recorded_config(self.config_dict), "model": model.model, "inputs": self.inputs,
+        first = next(iter(self.slots.values()))  # llm1's: with a model per slot each is under "models"
+        state = {"config": recorded_config(self.config_dict), "model": first.model, "inputs": self.inputs,
                  "vocab_size": self.vocab_size,
-                 "reference": {"model": model.model, "layout": "lora-shared" if model.use_lora else "copy"}}
+                 "reference": {"model": first.model, "layout": "lora-shared" if first.use_lora else "copy"}}
         if self.heterogeneous:  # a model per slot: each named, with its tokenizer
             state["models"] = {name: {"model": c.model, "dtype": c.dtype, "use_lora": c.use_lora,
                                       "vocab_size": len(self.tokenizers[name]),
@@ -386,6 +387,7 @@ class CORYTrainer:
         """
         from trainers.evaluation.episodes import evaluate_heldout
 
+        self._seat_models(self.exchange.seats)  # each seated model samples with its seat's settings
         seats = {seat: bundle.agent for seat, bundle in self.exchange.seats.items()}
         first = self.seating.first
         evaluated = self.exchange.seats[first]  # whose KL controller prices the combined reward
@@ -398,7 +400,7 @@ class CORYTrainer:
         if collective:
             tokenizer = {seat: agent.tokenizer for seat, agent in seats.items()}
             if len({id(t) for t in tokenizer.values()}) == 1:
-                tokenizer = self.tokenizer
+                tokenizer = next(iter(tokenizer.values()))
         else:
             tokenizer = evaluated.agent.tokenizer  # the evaluated model's own
             if evaluated.agent.sampling != self.seat_sampling[first]:  # sampling as in the pioneer seat
@@ -446,7 +448,7 @@ class CORYTrainer:
         self._seat_models(self.exchange.seats)
         tokenizer = {seat: agent.tokenizer for seat, agent in seats.items()}
         if len({id(t) for t in tokenizer.values()}) == 1:
-            tokenizer = self.tokenizer
+            tokenizer = next(iter(tokenizer.values()))
         env = self._heldout_envs[self._heldout_env(episodes, True, tokenizer)]
         with gathered_for_generation(seats) as seats:
             out = influence(env, seats, num_batches=-(-episodes // env.batch_size), seed=seed)
@@ -488,11 +490,19 @@ class CORYTrainer:
                      "fixed)", iteration + 1, path)
         return iteration
 
+    @property
+    def evaluated_model(self) -> str | None:
+        """The model the run's held-out evaluations put in the pioneer seat: with a model per slot, always the first
+        slot's (``llm1``: before and after training, and every point of a curve, evaluate one model, not whichever
+        sits there); else None, the model in the pioneer seat (the models share a base)."""
+        return next(iter(self.agents)) if self.heterogeneous else None
+
     def heldout_evaluation(self) -> dict:
-        """The run's own held-out evaluation: the pioneer alone on `CORYConfig.eval_episodes` queries with the seed
-        `EVAL_SEED` (the same queries and sampling streams every time, so two points differ only by training); with
+        """The run's own held-out evaluation: the pioneer alone (`evaluated_model`) on `CORYConfig.eval_episodes`
+        queries with the seed `EVAL_SEED` (the same queries and sampling streams every time, so two points differ only
+        by training); with
         `CORYConfig.eval_influence`, each later seat's influence and copy rate on the same queries (`influence`)."""
-        out = self.evaluate(episodes=self.config.eval_episodes, seed=EVAL_SEED)
+        out = self.evaluate(episodes=self.config.eval_episodes, seed=EVAL_SEED, model=self.evaluated_model)
         if self.config.eval_influence:
             out.update(self.influence(episodes=self.config.eval_episodes, seed=EVAL_SEED))
         return out

@@ -151,7 +151,8 @@ class Population:
         seats: the seat names in acting order.
         scheme: the `Scheme`.
         rows: episodes per seat and iteration (the batch): what each seated model is counted per iteration.
-        reset_on_exchange: reset a model's learner state whenever its seat changes (as `RoleExchange` does).
+        reset_on_exchange: reset a model's learner state whenever its seat changes (`RoleExchange` resets every
+            model at an exchange; the same for two models on two seats).
 
     Raises:
         ValueError: fewer bundles than seats, two bundles of one name, or a scheme whose assignment is not every

@@ -108,6 +108,7 @@ def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
     own = configs.model.models or {}
     if by_model is not None:  # the first slot's tokenizer builds the task (its action mask, chat template)
         tokenizer = by_model[own.get("llm1", {}).get("model", configs.model.model)]
+    task_tok = tokenizer
     task = spec.build(env_config, tokenizer, configs.task_options)
     if reward_fn is not None:
         task = dataclasses.replace(task, reward_fn=reward_fn)
@@ -124,7 +125,7 @@ def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
     samplings = seat_sampling(configs.sampling, env_config, seating)
     learner = configs.learner_spec
     env = BatchedCORYEnv(env_config, tokenizer, batch_size=configs.update.batch_size, task=task, seating=seating,
-                         group_size=learner.group_size(configs.update))
+                         group_size=learner.group_size(configs.update), task_tokenizer=task_tok)
     learner.check_run(configs.update, name=run.learner, seats=seating.num_seats, num_processes=num_processes,
                       sharded=run.sharded, reward_matrix=seating.reward_matrix)
     split, not_held_out = spec.heldout_split(env_config)

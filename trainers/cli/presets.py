@@ -42,6 +42,7 @@ PRESETS: dict[str, dict] = {
         "use_lora": True, "lora_r": 16, "lora_alpha": 32, "learning_rate": 1e-3,
         "min_new_tokens": 8, "max_new_tokens": 12, "context_len": 96, "init_kl_coef": 0.05, "adap_kl_ctrl": False,
         "heldout_fraction": 0.2, "eval_episodes": 128, "torch_threads": 2,
+        "eval_influence": False,  # the observer's influence would add ~3 min to its two evaluations; docs/partners.md
     },
     # GSM8K on CPU with SmolLM2-135M-Instruct and LoRA: 256-token answers (the paper's evaluation length), a
     # window of 800 tokens that holds the chat-template observer prompt (question + the pioneer's 256-token

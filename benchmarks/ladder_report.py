@@ -15,12 +15,11 @@ Reward–KL trade-off (docs/paper.md §3): `reward_at_kl` interpolates one seed'
 trajectory at a KL level (first crossing; None where the trajectory never reaches it); `equal_kl` gives the mean ±
 std over the seeds that reach each level; `combined_rewards` gives r − η·KL over training for several η.
 
-Robust statistics over seeds (`trainers.evaluation.stats`, Agarwal et al. 2021): every per-arm summary
-(``equal_time``, each
-``equal_kl`` level) carries ``"stats"``: ``{"iqm", "ci": [low, high], "n", "mean"}`` (``"ci": None`` with a
-``"why"`` for one seed), printed as ``IQM [low, high]``; `equal_kl` also gives P(A > B) with its interval at each
-KL level (``"improvement"``) for the pairs of `benchmarks.ladder_stats.comparison_pairs`, which also holds the
-comparison at equal episodes and its table.
+Robust statistics over seeds (`trainers.evaluation.stats`, Agarwal et al. 2021): every per-arm summary (``equal_time``,
+each ``equal_kl`` level) carries ``"stats"``: ``{"iqm", "ci": [low, high], "n", "mean"}`` (``"ci": None`` with a
+``"why"`` for one seed), printed as ``IQM [low, high]``; `equal_kl` also gives P(A > B) with its interval at each KL
+level (``"improvement"``) for the pairs of `benchmarks.ladder_stats.comparison_pairs`, which also holds the comparison
+at equal episodes and its table.
 """
 
 from __future__ import annotations

@@ -12,12 +12,11 @@ over seeds, and P(bf16-mixed > fp32) over all pairs of their runs (issue 39; mea
 Each input is a ladder JSON (`benchmarks/learning.py`); a run's precision is the last ``--precision`` in the file's
 shared flags and the run's own flags (``fp32`` when none). Runs of other arms (e.g. TRL's, in the time-to-reward
 files) are left out. Each (arm, precision) becomes one arm of a ladder result named ``ARM [PRECISION]``, summarised
-by the ladder's own code (`benchmarks.ladder_summary.summarise` / `report`: the JSON, the curves figure, the
-tables), with ``precision_improvement``: per arm, P(bf16-mixed > fp32) of the final reward and of the reward at each KL level
+by the ladder's own code (`benchmarks.ladder_summary.summarise` / `report`: the JSON, the curves figure, the tables),
+with ``precision_improvement``: per arm, P(bf16-mixed > fp32) of the final reward and of the reward at each KL level
 (`trainers.evaluation.stats.improvement_summary`, over independent runs: the seed sets may differ). Runs of one
-precision
-made on different CPUs may be mixed: an fp32 run repeated on an AVX512/AMX CPU matched the AVX2 CPU's run reward for
-reward (KL within 8e-6; docs/results/performance.md).
+precision made on different CPUs may be mixed: an fp32 run repeated on an AVX512/AMX CPU matched the AVX2 CPU's run
+reward for reward (KL within 8e-6; docs/results/performance.md).
 """
 
 from __future__ import annotations

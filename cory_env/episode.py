@@ -38,7 +38,8 @@ from cory_env.checks import check_number
 from cory_env.config import ENV_GENERATION_KEYS, EnvConfig
 from cory_env.rewards import score_texts
 from cory_env.seating import PIONEER, Seating, seating_of
-from cory_env.tasks import Task, env_arguments, make_task, task_tokenizer
+from cory_env.tasks import Task, env_arguments, make_task
+from cory_env.tasks import task_tokenizer as own_tokenizer
 from cory_env.hub import as_tokenizer
 
 __all__ = ["EpisodeBatch", "EpisodeTranscript", "SeatTranscript", "check_groups", "partner_records", "readonly_view"]
@@ -269,7 +270,7 @@ class EpisodeBatch:
             raise TypeError(f"task must be a task name or a Task, got {type(task).__name__}")
         config, task_options = env_arguments(config, task, task_options, **kwargs)
         if tokenizer is None and task is None:
-            tokenizer = task_tokenizer(config.task)
+            tokenizer = own_tokenizer(config.task)
         if isinstance(tokenizer, Mapping):  # a tokenizer per seat (docs/seats.md); the task is built with the first's
             tokenizer = {seat: as_tokenizer(tok) for seat, tok in tokenizer.items()}
             task_tok = tokenizer.get(PIONEER, next(iter(tokenizer.values())))  # the first seat's, by convention

@@ -100,3 +100,40 @@ def test_bad_population_input_is_one_line_and_exit_2_before_any_folder(tmp_path,
     assert main(["train", *TINY, *args, "--output_dir", str(out)]) == 2
     err = capsys.readouterr().err
     assert message in err and not out.exists()
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_self_play_against_frozen_snapshots_seats_them_never_updates_them_and_resumes_exactly(tiny_run, lora):
+    import torch
+
+    flags = dict(**RELAY, population=2, matchmaking="snapshots", use_lora=lora,
+                 matchmaking_options=["every=2", "keep=1", "p_snapshot=1.0"])
+    straight = CORYTrainer(tiny_run(f"snap{lora}", num_iterations=6, **flags))
+    rows = straight.train()
+    assert [r.get("cory/observer_frozen", 0.0) for r in rows] == [0.0, 0.0, 1.0, 1.0, 1.0, 1.0]  # from iteration 2
+    pop = straight.exchange
+    assert sorted(pop.frozen) == ["llm1_snap6", "llm2_snap6"]  # keep=1: the latest only
+    snap, source = pop.bundles["llm1_snap6"], pop.bundles["llm1"]
+    assert snap.learner is None and snap.agent is not source.agent
+    assert all(torch.equal(a, b) for a, b in zip(snap.agent.trainable_parameters(), source.agent.trainable_parameters()))
+    # a snapshot seated in iterations 2-5 never changed: the one taken after iteration 1 equals llm1 then
+    cut = tiny_run(f"cut{lora}", num_iterations=3, **flags)
+    CORYTrainer(cut).train()  # its checkpoint (iteration 2) holds the snapshots taken after iteration 1
+    resumed = CORYTrainer(tiny_run(f"cut{lora}", num_iterations=6, resume=True, **flags))
+    resumed.train()
+    strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith(("time/", "sys/"))} for r in rs]  # noqa: E731
+    assert strip(read_jsonl(straight.output_dir / "metrics.jsonl")) == \
+        strip(read_jsonl(resumed.output_dir / "metrics.jsonl"))
+
+
+def test_the_snapshot_pool_keeps_the_latest_and_the_first_seat_learns():
+    from trainers.loop.matchmaking import Snapshots
+
+    scheme = Snapshots(("llm1", "llm2"), SEATS, seed=0, every=2, keep=2, p_snapshot=1.0)
+    assert scheme.pool(1) == [] and scheme.pool(5) == ["llm1_snap2", "llm2_snap2", "llm1_snap4", "llm2_snap4"]
+    assert scheme.created(3) == {"llm1_snap4": "llm1", "llm2_snap4": "llm2"} and scheme.retired(5) == [
+        "llm1_snap2", "llm2_snap2"]
+    for t in range(20):
+        seated = scheme.assign(t)
+        assert seated["pioneer"] in ("llm1", "llm2")
+        assert seated["observer"] in (scheme.pool(t) or ("llm1", "llm2"))

@@ -332,6 +332,32 @@ def check_model_context(agents: Mapping[str, LLMAgent], window: int) -> None:
                              "context")
 
 
+def freeze_bundle(bundle: Bundle, name: str) -> Bundle:
+    """A frozen copy of `bundle` named `name` (a snapshot partner: learner None, never updated): for a LoRA agent a new
+    adapter `name` in its shared ``PeftModel`` holding a copy of the source adapter's weights (the base stays shared),
+    else a deep copy of the model; a copy of the value head; the same tokenizer, sampling and precision."""
+    agent = bundle.agent
+    if agent.adapter_name is not None:
+        from agents.reference import is_adapter_parameter, preserved_requires_grad
+
+        shared = agent.model
+        with preserved_requires_grad(shared):
+            shared.add_adapter(name, copy.deepcopy(shared.peft_config[agent.adapter_name]))
+        params = dict(shared.named_parameters())
+        with torch.no_grad():
+            for n, p in params.items():
+                if is_adapter_parameter(n, agent.adapter_name):
+                    target = ".".join(name if part == agent.adapter_name else part for part in n.split("."))
+                    params[target].copy_(p)
+        frozen = LLMAgent(shared, agent.tokenizer, value_head=copy.deepcopy(agent.value_head),
+                          sampling=agent.sampling, adapter_name=name, precision=agent.precision)
+    else:
+        frozen = LLMAgent(copy.deepcopy(agent.model), agent.tokenizer, value_head=copy.deepcopy(agent.value_head),
+                          sampling=agent.sampling, precision=agent.precision)
+    frozen.eval()
+    return Bundle(name, frozen, None)
+
+
 def build_exchange(agents: dict[str, LLMAgent], algorithm: JointLearner, config: CORYConfig,
                    seating: Seating, scheme=None, rows: int = 0):
     """One bundle per model (its agent and its learner from `algorithm.learners`): CORY's `RoleExchange` (`llm1` …
@@ -341,7 +367,8 @@ def build_exchange(agents: dict[str, LLMAgent], algorithm: JointLearner, config:
 
     bundles = [Bundle(name, agent, algorithm.learners[name]) for name, agent in agents.items()]
     if scheme is not None:
-        return Population(bundles, seating.names, scheme, rows=rows, reset_on_exchange=config.reset_on_exchange)
+        return Population(bundles, seating.names, scheme, rows=rows, reset_on_exchange=config.reset_on_exchange,
+                          freeze=freeze_bundle)
     return RoleExchange(bundles, seating.names, period=config.role_exchange_period,
                         reset_on_exchange=config.reset_on_exchange)
 

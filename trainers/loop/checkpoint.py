@@ -170,7 +170,7 @@ def bundle_states(bundles: dict, *, keep: bool = True) -> Iterator[tuple[str, di
     """
     for name, bundle in bundles.items():
         tensors = trainable_state(bundle.agent)
-        learner_state = full_state(bundle.learner.state_dict())
+        learner_state = {} if bundle.learner is None else full_state(bundle.learner.state_dict())  # a snapshot
         yield (name, tensors, learner_state) if keep else (name, {}, {})
 
 
@@ -232,9 +232,10 @@ def save_checkpoint(output_dir: str | os.PathLike, iteration: int, *, states: It
             sub = tmp / name
             sub.mkdir()
             save_file(tensors, str(sub / "trainable.safetensors"))
-            learner_state = dict(learner_state)
-            torch.save(learner_state.pop("optimizer"), sub / "learner.pt")
-            _write_json(sub / "learner.json", learner_state)
+            if learner_state:  # a frozen snapshot has no learner: its weights only
+                learner_state = dict(learner_state)
+                torch.save(learner_state.pop("optimizer"), sub / "learner.pt")
+                _write_json(sub / "learner.json", learner_state)
         torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
         _write_json(tmp / STATE_FILE, {"iteration": iteration, "exchange": exchange_state, **run_state})
         _fsync_tree(tmp)
@@ -393,6 +394,9 @@ def load_bundle(checkpoint: str | os.PathLike, bundle) -> None:
         CheckpointError: a missing, damaged, unsafe or mismatched file (named).
     """
     agent_state, where = _read_agent_state(checkpoint, bundle.name)  # read everything before changing anything
+    if bundle.learner is None:  # a frozen snapshot (`trainers.loop.matchmaking`): its weights only
+        load_trainable_state(bundle.agent, agent_state, where=where)
+        return
     learner_state = read_learner_state(checkpoint, bundle.name)
     load_trainable_state(bundle.agent, agent_state, where=where)
     optimizer = getattr(bundle.learner, "optimizer", None)
@@ -415,12 +419,12 @@ def load_checkpoint(checkpoint: str | os.PathLike, *, bundles: dict, exchange) -
     rng = _safe_torch_load(Path(checkpoint) / "rng.pt")
     if not (isinstance(rng, dict) and isinstance(rng.get("torch"), torch.Tensor) and rng["torch"].dtype == torch.uint8):
         raise CheckpointError(f"{Path(checkpoint) / 'rng.pt'} does not hold a torch RNG state")
-    for bundle in bundles.values():
-        load_bundle(checkpoint, bundle)
-    try:
+    try:  # first: a population rebuilds the checkpoint's frozen snapshots, whose weights load below
         exchange.load_state_dict(state["exchange"])
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{checkpoint}: the seat assignment {state['exchange']!r} does not fit this run "
                               f"({type(exc).__name__}: {exc})") from exc
+    for bundle in {**bundles, **exchange.bundles}.values():
+        load_bundle(checkpoint, bundle)
     torch.set_rng_state(rng["torch"])
     return state

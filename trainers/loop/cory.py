@@ -247,7 +247,8 @@ class CORYTrainer:
                                for name, c in self.slots.items()}
         return {**state,
                 "num_processes": self.dist.world_size,
-                "kl_coef": {name: float(b.learner.kl_coef) for name, b in self.exchange.bundles.items()},
+                "kl_coef": {name: float(b.learner.kl_coef) for name, b in self.exchange.bundles.items()
+                            if b.learner is not None},
                 "plugins": plugin_origins(self.configs)}
 
     def _resume(self) -> None:
@@ -313,14 +314,15 @@ class CORYTrainer:
         t1 = time.perf_counter()
         metrics: dict[str, float] = {}
         self._updating = True  # from here on the weights may change: a failure can no longer keep iteration it - 1
+        learning = {seat: b for seat, b in seats.items() if b.learner is not None}  # a frozen snapshot never learns
         batch = JointBatch(
-            rollouts={seat: rollout_from_transcript(transcript, seat, acting=acting.get(seat)) for seat in seats},
-            models={seat: bundle.name for seat, bundle in seats.items()},
+            rollouts={seat: rollout_from_transcript(transcript, seat, acting=acting.get(seat)) for seat in learning},
+            models={seat: bundle.name for seat, bundle in learning.items()},
             generators={seat: torch.Generator().manual_seed(derive_seed(seed, it, 3 + k))
-                        for k, seat in enumerate(seats)},
+                        for k, seat in enumerate(seats) if seat in learning},
             group_size=group,
-            tokenizers={seat: b.agent.tokenizer for seat, b in seats.items()} if self.env.heterogeneous else {})
-        betas = {seat: self.algorithm.learners[bundle.name].kl_coef for seat, bundle in seats.items()}  # this step's
+            tokenizers={seat: b.agent.tokenizer for seat, b in learning.items()} if self.env.heterogeneous else {})
+        betas = {seat: self.algorithm.learners[bundle.name].kl_coef for seat, bundle in learning.items()}  # this step's
         for seat, stats in self.guard.step(batch).items():  # algorithm.step, checked for NaN/inf
             bundle = seats[seat]
             missing = [key for key in ("task_reward", "kl") if key not in stats]
@@ -333,13 +335,17 @@ class CORYTrainer:
             for key, value in stats.items():
                 metrics[f"{seat}/{key}"] = value
                 metrics[f"{bundle.name}/{key}"] = value
+        for seat in seats.keys() - learning.keys():  # a snapshot's seat: its task reward, and that it is frozen
+            metrics[f"{seat}/task_reward"] = float(np.mean(transcript.seats[seat].task_reward))
+            metrics[f"cory/{seat}_frozen"] = 1.0
         t2 = time.perf_counter()
         first = self.seating.first
         metrics["cory/collective_reward"] = float(np.mean(transcript.seats[first].reward))
         metrics["cory/pioneer_is_llm1"] = float(seats[first].name == "llm1")  # during this iteration
         for k, bundle in enumerate(seats.values()):  # the model <-> seat map of this iteration (seat index)
-            metrics[f"cory/{bundle.name}_seat"] = float(k)
-        for name in self.exchange.bundles.keys() - {b.name for b in seats.values()}:  # a population's idle models
+            if bundle.learner is not None:
+                metrics[f"cory/{bundle.name}_seat"] = float(k)
+        for name in self.agents.keys() - {b.name for b in seats.values()}:  # a population's idle models
             metrics[f"cory/{name}_seat"] = -1.0
         metrics["cory/role_exchange"] = float(self.exchange.after_iteration(it))
         for name, episodes in getattr(self.exchange, "episodes", {}).items():  # a population: episodes per model

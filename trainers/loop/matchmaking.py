@@ -9,6 +9,7 @@ CORY's role exchange is the smallest population: as many models as seats, rotati
 | ``role-exchange`` | N = seats; seat k holds model (k + r) mod N with r = t // T_REx (the default: CORY) |
 | ``rotation`` | N >= seats; the same window over N models: seat k holds model (k + r) mod N, r = t // period |
 | ``uniform`` | N >= seats; an ordered draw of distinct models, seeded by (seed, t): uniform random pairing |
+| ``snapshots`` | self-play against lagged frozen snapshots: after every K iterations a frozen copy of every model joins the pool (the `keep` latest per model); the first seat holds a learning model, each later seat a snapshot with probability `p_snapshot` (else another learning model); snapshots never learn |
 
 A scheme is a plug-in like a learner or a task: a `SchemeSpec` in `SCHEMES` (a registered name, an importable
 ``module:attr``, or an installed package's entry point in group ``cory.matchmaking``), whose `factory` builds the
@@ -16,7 +17,9 @@ scheme from its own options dataclass (`SchemeSpec.options`; given as ``--matchm
 scheme is a function of the iteration (``assign(t)``), so a resumed run seats the same models as an uninterrupted
 one. Each model keeps its own learner state and trains only on the seats it played (the learners update the models
 of `JointBatch.models`); its episodes are counted per model (`Population.episodes`), so budgets can be matched per
-model.
+model. A scheme may also create frozen partners (`Scheme.created`, `Scheme.retired`: the ``snapshots`` scheme): the
+`Population` copies the source model (`trainers.loop.build.freeze_agent`), seats it like any model, never updates it,
+and checkpoints and restores it.
 """
 
 from __future__ import annotations
@@ -101,12 +104,76 @@ class Uniform:
         return {seat: self.models[int(i)] for seat, i in zip(self.seats, order)}
 
 
+@dataclass(frozen=True)
+class SnapshotOptions:
+    """Options of the ``snapshots`` scheme."""
+
+    every: int = dataclasses.field(default=10, metadata={"help": "K: a frozen snapshot of every learning model "
+                                                                 "joins the pool after every K iterations."})
+    keep: int = dataclasses.field(default=3, metadata={"help": "Snapshots kept per learning model (the oldest "
+                                                               "leaves the pool)."})
+    p_snapshot: float = dataclasses.field(default=0.5, metadata={"help": "Probability that a later seat holds a "
+                                                                          "snapshot, once one exists."})
+
+    def __post_init__(self) -> None:
+        check_number(self.every, "every", integer=True, low=1)
+        check_number(self.keep, "keep", integer=True, low=1)
+        check_number(self.p_snapshot, "p_snapshot", low=0, high=1)
+
+
+@dataclass(frozen=True)
+class Snapshots:
+    """Self-play against lagged frozen snapshots (see the module table). Snapshot of model m taken after iteration
+    k·K - 1 is named ``f"{m}_snap{k·K}"``; during iteration t the pool holds those of the `keep` latest k <= t // K.
+    ``assign(t)`` draws from ``numpy.random.default_rng([seed, 5, t])``: a learning model for the first seat, then per
+    later seat a snapshot (probability `p_snapshot`, when one is free) or a learning model not seated yet."""
+
+    models: tuple[str, ...]
+    seats: tuple[str, ...]
+    seed: int
+    every: int = 10
+    keep: int = 3
+    p_snapshot: float = 0.5
+
+    def pool(self, iteration: int) -> list[str]:
+        """The snapshots present during `iteration`."""
+        last = iteration // self.every
+        return [f"{m}_snap{k * self.every}" for k in range(max(1, last - self.keep + 1), last + 1) for m in self.models]
+
+    def assign(self, iteration: int) -> dict[str, str]:
+        rng = np.random.default_rng([self.seed, 5, iteration])
+        learners, snaps = list(self.models), self.pool(iteration)
+        out = {self.seats[0]: learners.pop(int(rng.integers(len(learners))))}
+        for seat in self.seats[1:]:
+            if snaps and (not learners or rng.random() < self.p_snapshot):
+                out[seat] = snaps.pop(int(rng.integers(len(snaps))))
+            else:
+                out[seat] = learners.pop(int(rng.integers(len(learners))))
+        return out
+
+    def created(self, iteration: int) -> dict[str, str]:
+        """Snapshot name -> its source model, taken after `iteration`."""
+        done = iteration + 1
+        return {f"{m}_snap{done}": m for m in self.models} if done % self.every == 0 else {}
+
+    def retired(self, iteration: int) -> list[str]:
+        """The snapshots that leave the pool after `iteration`."""
+        done = iteration + 1
+        old = done // self.every - self.keep
+        return [f"{m}_snap{old * self.every}" for m in self.models] if done % self.every == 0 and old >= 1 else []
+
+
 def _rotating(options, models, seats, seed, period) -> Rotating:  # noqa: ARG001 - the factory signature
     return Rotating(tuple(models), tuple(seats), period)
 
 
 def _uniform(options, models, seats, seed, period) -> Uniform:  # noqa: ARG001
     return Uniform(tuple(models), tuple(seats), seed, (options or UniformOptions()).stream)
+
+
+def _snapshots(options, models, seats, seed, period) -> Snapshots:  # noqa: ARG001
+    o = options or SnapshotOptions()
+    return Snapshots(tuple(models), tuple(seats), seed, o.every, o.keep, o.p_snapshot)
 
 
 ROLE_EXCHANGE = SchemeSpec(_rotating, min_models="seats",
@@ -116,9 +183,13 @@ ROTATION = SchemeSpec(_rotating, summary="N >= seats models; the seats' window m
 UNIFORM = SchemeSpec(_uniform, options=UniformOptions, summary="N >= seats models; a uniform random ordered draw of "
                                                                "distinct models each iteration")
 
+SNAPSHOTS = SchemeSpec(_snapshots, options=SnapshotOptions,
+                       summary="self-play against lagged frozen snapshots of the population (they never learn)")
+
 SCHEMES: Registry[SchemeSpec] = Registry("matchmaking scheme", SchemeSpec, "cory.matchmaking",
                                          option="--matchmaking")
-for _name, _attr in (("role-exchange", "ROLE_EXCHANGE"), ("rotation", "ROTATION"), ("uniform", "UNIFORM")):
+for _name, _attr in (("role-exchange", "ROLE_EXCHANGE"), ("rotation", "ROTATION"), ("uniform", "UNIFORM"),
+                     ("snapshots", "SNAPSHOTS")):
     SCHEMES.register(_name, f"trainers.loop.matchmaking:{_attr}")
 
 
@@ -151,6 +222,8 @@ class Population:
         seats: the seat names in acting order.
         scheme: the `Scheme`.
         rows: episodes per seat and iteration (the batch): what each seated model is counted per iteration.
+        freeze: ``freeze(bundle, name) -> bundle``: a frozen copy of a bundle named `name` (learner None), for a
+            scheme that creates snapshots (`trainers.loop.build.freeze_bundle`).
         reset_on_exchange: reset a model's learner state whenever its seat changes (`RoleExchange` resets every
             model at an exchange; the same for two models on two seats).
 
@@ -160,9 +233,12 @@ class Population:
     """
 
     def __init__(self, bundles: Sequence[Any], seats: Sequence[str], scheme: Scheme, *, rows: int = 0,
-                 reset_on_exchange: bool = False) -> None:
+                 reset_on_exchange: bool = False, freeze: Callable[[Any, str], Any] | None = None) -> None:
         bundles, self.seat_names = list(bundles), tuple(seats)
         names = [b.name for b in bundles]
+        self.freeze = freeze
+        #: Snapshot name -> the model it was copied from (frozen partners present now).
+        self.frozen: dict[str, str] = {}
         if len(set(names)) != len(names) or len(bundles) < len(self.seat_names):
             raise ValueError(f"a population needs at least {len(self.seat_names)} differently named models for the "
                              f"seats {list(self.seat_names)}, got {names}")
@@ -187,7 +263,7 @@ class Population:
 
     @property
     def bundles(self) -> dict[str, Any]:
-        """Model name -> bundle (every model of the population, seated or not)."""
+        """Model name -> bundle (every model of the population, seated or not; frozen snapshots with learner None)."""
         return dict(self._by_name)
 
     def seat_of(self, name: str) -> str | None:
@@ -200,8 +276,10 @@ class Population:
         """Count the iteration's episodes (`rows`) for each seated model, then seat iteration + 1's models; True if
         any seat changed."""
         for bundle in self.seats.values():
-            self.episodes[bundle.name] += self.rows
+            if bundle.name in self.episodes:
+                self.episodes[bundle.name] += self.rows
         before = {seat: b.name for seat, b in self.seats.items()}
+        self._snapshot(iteration)
         self.iteration = iteration + 1
         self.seats = self._seated(self.iteration)
         changed = before != {seat: b.name for seat, b in self.seats.items()}
@@ -213,9 +291,24 @@ class Population:
                         bundle.learner.reset_state()
         return changed
 
+    def _snapshot(self, iteration: int) -> None:
+        """Add the scheme's snapshots taken after `iteration` (frozen copies) and drop those it retires."""
+        created = getattr(self.scheme, "created", None)
+        if created is None:
+            return
+        for name in self.scheme.retired(iteration):
+            self._by_name.pop(name, None)
+            self.frozen.pop(name, None)
+        for name, source in created(iteration).items():
+            if self.freeze is None:
+                raise ValueError(f"matchmaking scheme {type(self.scheme).__name__} creates snapshots, and this "
+                                 "population was built without a freeze function")
+            self._by_name[name] = self.freeze(self._by_name[source], name)
+            self.frozen[name] = source
+
     def state_dict(self) -> dict[str, Any]:
         return {"seats": {seat: b.name for seat, b in self.seats.items()}, "num_exchanges": self.num_exchanges,
-                "iteration": self.iteration, "episodes": dict(self.episodes)}
+                "iteration": self.iteration, "episodes": dict(self.episodes), "frozen": dict(self.frozen)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a `state_dict` of the same population and scheme.
@@ -223,9 +316,18 @@ class Population:
         Raises:
             ValueError: other seats or models, or a scheme that seats others at that iteration.
         """
-        if set(state.get("episodes", {})) != set(self._by_name):
+        if set(state.get("episodes", {})) != set(self.episodes):
             raise ValueError(f"the checkpoint's population {sorted(state.get('episodes', {}))} is not this run's "
-                             f"{sorted(self._by_name)}; resume with the run's --population")
+                             f"{sorted(self.episodes)}; resume with the run's --population")
+        for name in list(self.frozen):  # the checkpoint's snapshots, as frozen copies whose weights load next
+            self._by_name.pop(name)
+        self.frozen = {}
+        for name, source in state.get("frozen", {}).items():
+            if self.freeze is None or source not in self._by_name:
+                raise ValueError(f"the checkpoint holds the snapshot {name!r} of {source!r}, which this run cannot "
+                                 "rebuild; resume with the run's --matchmaking and --population")
+            self._by_name[name] = self.freeze(self._by_name[source], name)
+            self.frozen[name] = source
         self.iteration = int(state["iteration"])
         self.seats = self._seated(self.iteration)
         if {seat: b.name for seat, b in self.seats.items()} != state["seats"]:

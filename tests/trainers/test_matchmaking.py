@@ -137,3 +137,13 @@ def test_the_snapshot_pool_keeps_the_latest_and_the_first_seat_learns():
         seated = scheme.assign(t)
         assert seated["pioneer"] in ("llm1", "llm2")
         assert seated["observer"] in (scheme.pool(t) or ("llm1", "llm2"))
+
+
+def test_cory_train_with_snapshots_labels_a_frozen_seat_and_evaluates_a_learning_model(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", *TINY, "--num_iterations", "4", "--population", "2", "--matchmaking", "snapshots",
+                 "--matchmaking_options", "every=2", "keep=1", "p_snapshot=1.0", "--eval_episodes", "4",
+                 "--output_dir", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert '"observer (a frozen snapshot)"' in printed and "in the pioneer seat" in printed
+    assert main(["eval", str(out), "--model_name", "llm2", "--episodes", "4"]) == 0

@@ -421,10 +421,11 @@ def training_summary(trainer, last: dict) -> dict:
     """The run's last training batch, each number labelled with the model it belongs to (the pioneer seat of the
     last iteration may hold another model than the pioneer after the last role exchange, whose held-out evaluation
     follows)."""
-    seats = {seat: next(m for m in trainer.exchange.bundles if last[f"cory/{m}_seat"] == float(k))
-             for k, seat in enumerate(trainer.seating.names)}
+    seats = {seat: next((m for m in trainer.agents if last.get(f"cory/{m}_seat") == float(k)), "a frozen snapshot")
+             for k, seat in enumerate(trainer.seating.names)}  # a snapshot partner logs only its task reward
     batch = {f"{seat} ({model})": {key: round(last[f"{seat}/{key}"], 4) for key in ("task_reward", "kl",
-                                                                               "combined_reward")}
+                                                                               "combined_reward")
+                                   if f"{seat}/{key}" in last}
              for seat, model in seats.items()}
     return {"output_dir": str(trainer.output_dir), "last_iteration": last["iteration"],
             "last_training_batch": batch, "collective_reward": round(last["cory/collective_reward"], 4),

@@ -218,7 +218,7 @@ def run_crossplay(argv: Sequence[str]) -> int:
     from trainers.cli.eval import load_checkpoint_agent
     from trainers.cli.outputs import check_output_file
     from trainers.evaluation.episodes import heldout_env
-    from trainers.loop.cory import EVAL_SEED
+    from trainers.loop.cory import EVAL_SEED, seated_tokenizer
     from trainers.loop.fingerprint import tokenizer_fingerprint
 
     parser = argparse.ArgumentParser(prog="cory crossplay", description=__doc__.split("\n\n")[0])
@@ -253,8 +253,7 @@ def run_crossplay(argv: Sequence[str]) -> int:
     def env_for(pioneer, observer):
         key = (id(pioneer.tokenizer), id(observer.tokenizer))
         if key not in envs:
-            tokenizer = pioneer.tokenizer if key[0] == key[1] else {"pioneer": pioneer.tokenizer,
-                                                                    "observer": observer.tokenizer}
+            tokenizer = seated_tokenizer({"pioneer": pioneer, "observer": observer})
             envs[key] = heldout_env(dataclasses.replace(env_cfg, seat_generation=None), tokenizer,
                                     episodes=args.episodes, collective=True, task_options=configs.task_options)
         return envs[key]

@@ -68,6 +68,14 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 EVAL_SEED = 2_000_003
 
 
+def seated_tokenizer(agents: dict):
+    """The tokenizer of seated agents (seat -> agent) as an env takes it: the one object when they share it, else
+    seat -> tokenizer."""
+    tokenizers = {seat: agent.tokenizer for seat, agent in agents.items()}
+    first = next(iter(tokenizers.values()))
+    return first if all(t is first for t in tokenizers.values()) else tokenizers
+
+
 def derive_seed(seed: int, iteration: int, stream: int, rank: int = 0) -> int:
     """A 32-bit seed for one (run seed, iteration, stream[, data-parallel rank > 0]) tuple (numpy SeedSequence)."""
     entropy = [seed, iteration, stream] + ([rank] if rank else [])
@@ -167,8 +175,8 @@ class CORYTrainer:
         self.config_dict = plan.flat
         task = self.env.task
         once = {id(tok): tokenizer_fingerprint(tok) for tok in self.tokenizers.values()}  # each tokenizer once
-        tokenizers = {name: once[id(tok)] for name, tok in self.tokenizers.items()}
-        self.inputs = {"model": self._model_fingerprint, "tokenizer": models_fingerprint(tokenizers),
+        self._tokenizer_prints = {name: once[id(tok)] for name, tok in self.tokenizers.items()}
+        self.inputs = {"model": self._model_fingerprint, "tokenizer": models_fingerprint(self._tokenizer_prints),
                        "data": data_fingerprint(task.records),
                        "reward": reward_fingerprint(task.reward_fn, self.config_dict["reward"])}
         if self.dist.is_main:
@@ -243,7 +251,7 @@ class CORYTrainer:
         if self.heterogeneous:  # a model per slot: each named, with its tokenizer
             state["models"] = {name: {"model": c.model, "dtype": c.dtype, "use_lora": c.use_lora,
                                       "vocab_size": len(self.tokenizers[name]),
-                                      "tokenizer": tokenizer_fingerprint(self.tokenizers[name])}
+                                      "tokenizer": self._tokenizer_prints[name]}
                                for name, c in self.slots.items()}
         return {**state,
                 "num_processes": self.dist.world_size,
@@ -404,9 +412,7 @@ class CORYTrainer:
             evaluated = self.exchange.bundles[model]
             seats = {first: evaluated.agent}
         if collective:
-            tokenizer = {seat: agent.tokenizer for seat, agent in seats.items()}
-            if len({id(t) for t in tokenizer.values()}) == 1:
-                tokenizer = next(iter(tokenizer.values()))
+            tokenizer = seated_tokenizer(seats)
         else:
             tokenizer = evaluated.agent.tokenizer  # the evaluated model's own
             if evaluated.agent.sampling != self.seat_sampling[first]:  # sampling as in the pioneer seat
@@ -452,9 +458,7 @@ class CORYTrainer:
         if episodes < 2 or self.seating.num_seats < 2:
             return {}
         self._seat_models(self.exchange.seats)
-        tokenizer = {seat: agent.tokenizer for seat, agent in seats.items()}
-        if len({id(t) for t in tokenizer.values()}) == 1:
-            tokenizer = next(iter(tokenizer.values()))
+        tokenizer = seated_tokenizer(seats)
         env = self._heldout_envs[self._heldout_env(episodes, True, tokenizer)]
         with gathered_for_generation(seats) as seats:
             out = influence(env, seats, num_batches=-(-episodes // env.batch_size), seed=seed)

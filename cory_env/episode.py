@@ -171,9 +171,8 @@ class EpisodeBatch:
         self.max_new_tokens = max(high for _, high in self.lengths.values())
         self.tokenizers: dict[str, object] = {}
         #: The tokenizer the task was built with (`Task.action_mask` is for it; other tokenizers: `action_mask_for`).
-        self.task_tokenizer = task_tokenizer if task_tokenizer is not None else (
-            tokenizer[self.seats[0]] if isinstance(tokenizer, Mapping) and self.seats[0] in tokenizer else
-            next(iter(tokenizer.values())) if isinstance(tokenizer, Mapping) else tokenizer)
+        first = tokenizer.get(self.seats[0]) if isinstance(tokenizer, Mapping) else tokenizer
+        self.task_tokenizer = first if task_tokenizer is None else task_tokenizer  # a bad mapping: set_tokenizers
         self.set_tokenizers(tokenizer)
         self._rngs: list[np.random.Generator] | None = None
         self._k: dict[str, int] = {}  # seat -> tokens written by every active row (set at reset)

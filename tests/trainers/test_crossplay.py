@@ -8,7 +8,7 @@ import json
 import pytest
 
 from trainers.cli import main
-from trainers.cli.crossplay import group_summary, parse_groups
+from trainers.cli.crossplay import group_summary, parse_groups, to_marl_eval
 from trainers.loop.cory import CORYTrainer
 
 
@@ -23,6 +23,52 @@ def test_self_play_cross_play_and_the_gap_on_a_hand_made_matrix():
     assert out["first"]["self_play"]["values"] == [2.0] and out["first"]["cross_play"]["values"] == [1.0, 1.0]
     assert out["first"]["gap"] == 1.0
     assert out["p_improvement_cross_play"] == {"first > second": 0.5, "second > first": 0.5}
+
+
+def _hand_made_result():
+    """Two groups of two runs (seeds 0 and 1) of two models each; self-play 2, cross-play 1 (pair) or 1.5 (pop)."""
+    run_of = {f"{g}{s}:{m}": f"{g}{s}" for g in ("pair", "pop") for s in (0, 1) for m in ("llm1", "llm2")}
+    pairs = [_pair(x, y, 2.0 if run_of[x] == run_of[y] else 1.5 if "pop" in x and "pop" in y else 1.0)
+             for x in run_of for y in run_of if x != y]
+    groups = {"pair": ["pair0", "pair1"], "pop": ["pop0", "pop1"]}
+    meta = {run: {"seed": int(run[-1]), "queries": 64} for run in set(run_of.values())}
+    return {"task": "relay", "run_of": run_of, "pairs": pairs, "run_meta": meta,
+            "groups": group_summary(pairs, run_of, groups)}
+
+
+def test_the_marl_eval_export_holds_each_groups_runs_by_seed_in_the_pairs_order():
+    raw = to_marl_eval(_hand_made_result())
+    algorithms = raw["cory_relay"]["crossplay"]
+    assert list(algorithms) == ["pair", "pop"] and set(algorithms["pop"]) == {"seed_0", "seed_1"}
+    run = algorithms["pop"]["seed_1"]
+    assert run["step_0"] == run["absolute_metrics"] and run["step_0"]["step_count"] == 64
+    assert run["step_0"]["self_play_return"] == [2.0, 2.0]  # llm1 -> llm2 and llm2 -> llm1
+    # 2 models x 6 models of other runs x 2 seats, in the pairs' order (pioneers in model order): pair0's and
+    # pair1's models as pioneers first (1.0), then pop0's (1.5)
+    assert sorted(run["step_0"]["return"]) == [1.0] * 16 + [1.5] * 8
+    assert run["step_0"]["return"][:12] == [1.0] * 8 + [1.5] * 4
+    result = _hand_made_result()
+    result["run_meta"]["pop1"]["seed"] = 0
+    with pytest.raises(ValueError, match=r"the groups have \{'pair': \[0, 1\], 'pop': \[0, 0\]\}"):
+        to_marl_eval(result)
+
+
+def test_marl_evals_own_checks_accept_the_crossplay_export():
+    """Read by marl-eval itself (``pip install --no-deps id-marl-eval==0.0.4``, as for the ladder's export): its
+    checks pass, and its probability of improvement ranks the population's cross-play above the pair's."""
+    pytest.importorskip("colorama")
+    pytest.importorskip("marl_eval")
+    import copy
+
+    from marl_eval.utils.data_processing_utils import create_matrices_for_rliable, data_process_pipeline
+    from marl_eval.utils.diagnose_data_errors import DiagnoseData
+
+    raw = to_marl_eval(_hand_made_result())
+    assert all(DiagnoseData(copy.deepcopy(raw)).check_data()["cory_relay"].values())
+    processed = data_process_pipeline(copy.deepcopy(raw), metrics_to_normalize=[])
+    matrices, _ = create_matrices_for_rliable(processed, "cory_relay", [])
+    assert matrices["mean_self_play_return"]["pop"].tolist() == [[2.0], [2.0]]
+    assert matrices["mean_return"]["pop"].mean() > matrices["mean_return"]["pair"].mean()
 
 
 def test_groups_name_given_runs_once():
@@ -51,6 +97,16 @@ def test_crossplay_plays_every_ordered_pair_of_two_runs(tiny_run, tmp_path, caps
     assert result["groups"]["x"]["self_play"]["n"] == 1 and result["groups"]["x"]["cross_play"]["n"] == 2
     assert main(["crossplay", *runs, "--episodes", "8", "--out", str(out)]) == 2  # no --overwrite
     assert "exists; pass --overwrite" in capsys.readouterr().err
+    assert result["task"] == "relay" and result["run_meta"][runs[1]] == {"seed": 1, "queries": 8}
+    # marl-eval compares groups on the same seeds: x (seed 0) and y (seed 1) are refused before anything is written
+    other, exported = tmp_path / "cp2" / "crossplay.json", tmp_path / "cp2" / "marl_eval.json"
+    assert main(["crossplay", *runs, "--episodes", "8", "--out", str(other), "--marl_eval", str(exported),
+                 "--groups", f"x={runs[0]}", f"y={runs[1]}"]) == 2
+    assert "the groups have {'x': [0], 'y': [1]}" in capsys.readouterr().err and not other.parent.exists()
+    assert main(["crossplay", *runs, "--episodes", "8", "--out", str(other), "--marl_eval", str(exported)]) == 0
+    runs_of_all = json.loads(exported.read_text())["cory_relay"]["crossplay"]["all"]
+    assert set(runs_of_all) == {"seed_0", "seed_1"} and runs_of_all["seed_0"]["step_0"]["step_count"] == 8
+    assert len(runs_of_all["seed_0"]["step_0"]["return"]) == 8  # 2 models x 2 partners x 2 seats
 
 
 def test_runs_of_another_game_are_refused(tiny_run, tmp_path, capsys):

@@ -19,6 +19,12 @@ between groups on cross-play (`trainers.evaluation.stats`). Writes a JSON (the m
 partner, the groups) and a heatmap PNG beside it. A model is labelled by its run's path (relative to the runs'
 common folder) and its name.
 
+``--marl_eval PATH`` also writes the group comparison in the raw-data format of InstaDeep's ``marl-eval`` (the format
+the ladder's learning curves export to, `benchmarks/marl_eval_json.py`), so its IQM and probability of improvement
+read it (`to_marl_eval`): environment ``cory_<task>``, task ``crossplay``, one algorithm per group, one run per
+seed. marl-eval has no partner axis (a run is one algorithm's seed), so the matrix itself stays in the JSON above,
+where every pair names its partner; the export's values keep that order.
+
 Runs of another task, seating or knowledge transfer than the first are refused in one line (exit 2).
 """
 
@@ -36,7 +42,7 @@ import torch
 from cory_env.checks import check_number
 from trainers.loop import checkpoint as ckpt
 
-__all__ = ["crossplay", "group_summary", "run_crossplay"]
+__all__ = ["crossplay", "group_summary", "run_crossplay", "to_marl_eval"]
 
 #: The config fields two runs must share to be played together.
 SAME = ("task", "seating", "knowledge_transfer", "partner_reward_coef", "observer_template", "pioneer_template")
@@ -146,6 +152,40 @@ def group_summary(pairs: list[dict], run_of: dict[str, str], groups: dict[str, l
     return out
 
 
+def to_marl_eval(result: dict) -> dict:
+    """A `cory crossplay` result in marl-eval's raw-data format (module docstring)::
+
+        {"cory_<task>": {"crossplay": {group: {"seed_<s>": {"step_0": M, "absolute_metrics": M}}}}}
+
+    where ``M`` = ``{"step_count": trained queries, "return": [...], "self_play_return": [...]}``: ``return`` lists
+    the collective reward of every cross-play pair (a partner from another run) that a model of the run plays, in
+    either seat, in the order of ``result["pairs"]`` (which names both models of each); ``self_play_return`` the
+    run's self-play pairs. marl-eval means each list per run, as it means evaluation episodes.
+
+    Raises:
+        ValueError: two runs of one group with one seed, or groups on different seeds (marl-eval compares
+            algorithms on the same runs): naming each group's seeds.
+    """
+    run_of, pairs, meta = result["run_of"], result["pairs"], result["run_meta"]
+    groups = {g: v["runs"] for g, v in result["groups"].items() if g != "p_improvement_cross_play"}
+    seeds = {g: sorted(meta[run]["seed"] for run in runs) for g, runs in groups.items()}
+    if any(len(set(s)) != len(s) for s in seeds.values()) or len({tuple(s) for s in seeds.values()}) > 1:
+        raise ValueError(f"--marl_eval needs every group on the same seeds, one run per seed (marl-eval compares "
+                         f"algorithms on the same runs); the groups have {seeds}: give each group one run per seed")
+    out: dict = {}
+    for group, runs in groups.items():
+        out[group] = {}
+        for run in runs:
+            played = [p for p in pairs if run in (run_of[p["pioneer"]], run_of[p["observer"]])]
+            metrics = {"step_count": meta[run]["queries"],
+                       "return": [p["collective_reward"] for p in played
+                                  if run_of[p["pioneer"]] != run_of[p["observer"]]],
+                       "self_play_return": [p["collective_reward"] for p in played
+                                            if run_of[p["pioneer"]] == run_of[p["observer"]]]}
+            out[group][f"seed_{meta[run]['seed']}"] = {"step_0": metrics, "absolute_metrics": dict(metrics)}
+    return {f"cory_{result['task']}": {"crossplay": out}}
+
+
 def heatmap(pairs: list[dict], labels: list[str], path: Path) -> Path:
     """The matrix of collective reward (rows: pioneer, columns: observer) as a PNG."""
     import matplotlib
@@ -227,14 +267,17 @@ def run_crossplay(argv: Sequence[str]) -> int:
     parser.add_argument("--seed", type=int, default=EVAL_SEED, help="query and sampling seed (every pair the same)")
     parser.add_argument("--groups", nargs="+", default=None, help="NAME=RUN,RUN ...: groups of runs to compare")
     parser.add_argument("--out", default="crossplay.json", help="the JSON to write (a heatmap PNG beside it)")
-    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    parser.add_argument("--marl_eval", default=None, metavar="PATH",
+                        help="also write the groups in marl-eval's raw-data format (one run per seed)")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out (and --marl_eval) if it exists")
     args = parser.parse_args(list(argv))
     check_number(args.episodes, "--episodes", integer=True, low=2, fix="at least 2 (influence needs another query)")
     check_number(args.seed, "--seed", integer=True, low=0)
     groups = parse_groups(args.groups, args.runs)
     out = Path(args.out)
-    if out.exists() and not args.overwrite:
-        raise FileExistsError(f"{out} exists; pass --overwrite to replace it, or another --out")
+    for path, flag in ((out, "--out"), (args.marl_eval and Path(args.marl_eval), "--marl_eval")):
+        if path and path.exists() and not args.overwrite:
+            raise FileExistsError(f"{path} exists; pass --overwrite to replace it, or another {flag}")
     found = {run: _models(Path(run)) for run in args.runs}
     check_compatible({run: state for run, (_, state, _) in found.items()})
     models, refs, run_of, configs, canonical = {}, {}, {}, None, {}
@@ -259,14 +302,22 @@ def run_crossplay(argv: Sequence[str]) -> int:
         return envs[key]
 
     pairs = crossplay(models, refs, env_for, episodes=args.episodes, seed=args.seed)
-    result = {"runs": args.runs, "episodes": args.episodes, "seed": args.seed, "models": list(models),
-              "run_of": run_of, "pairs": pairs, "groups": group_summary(pairs, run_of, groups)}
+    run_meta = {run: {"seed": state["config"]["seed"],
+                      "queries": (int(state["iteration"]) + 1) * state["config"]["batch_size"]}
+                for run, (_, state, _) in found.items()}
+    result = {"task": env_cfg.task, "runs": args.runs, "episodes": args.episodes, "seed": args.seed,
+              "models": list(models), "run_of": run_of, "run_meta": run_meta, "pairs": pairs,
+              "groups": group_summary(pairs, run_of, groups)}
+    exported = to_marl_eval(result) if args.marl_eval else None  # refused before anything is written
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     heatmap(pairs, list(models), out.with_suffix(".png"))
+    if exported:
+        Path(args.marl_eval).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.marl_eval).write_text(json.dumps(exported, indent=2) + "\n", encoding="utf-8")
     for group, g in result["groups"].items():
         if group != "p_improvement_cross_play":
             cross = f"{g['cross_play']['iqm']:.3f}" if g["cross_play"] else "n/a"
             print(f"{group}: self-play {g['self_play']['iqm']:.3f}, cross-play {cross}")
-    print(f"wrote {out} and {out.with_suffix('.png')}", flush=True)
+    print(f"wrote {out} and {out.with_suffix('.png')}" + (f" and {args.marl_eval}" if exported else ""), flush=True)
     return 0

@@ -21,6 +21,19 @@ GSM8K_TRAIN = SHARED_DATA / "gsm8k_train.jsonl"
 GSM8K_TEST = SHARED_DATA / "gsm8k_test.jsonl"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def sb3_log_folder(tmp_path_factory):
+    """Stable-Baselines3 models that tests build themselves log under the session's temporary folder (SB3's
+    default is a new ``SB3-<date>`` folder in the system's temp directory at every ``learn`` call)."""
+    saved = os.environ.get("SB3_LOGDIR")
+    os.environ["SB3_LOGDIR"] = str(tmp_path_factory.mktemp("sb3"))
+    yield
+    if saved is None:
+        os.environ.pop("SB3_LOGDIR", None)
+    else:
+        os.environ["SB3_LOGDIR"] = saved
+
+
 @pytest.fixture(scope="session")
 def tiny_tok():
     """Byte-level BPE tokenizer, V = 384, EOS = pad = id 0, left padding."""

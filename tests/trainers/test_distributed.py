@@ -39,7 +39,9 @@ TOL = 1e-4
 
 
 def _run(cmd: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    """`cmd` to its end (exit 0 asserted), with ``tmp_path / "systmp"`` as the processes' temp directory."""
+    (tmp_path / "systmp").mkdir(exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TMPDIR": str(tmp_path / "systmp")}
     for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):  # never inherit a launch
         env.pop(key, None)
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -266,6 +268,7 @@ def test_cli_num_processes_trains_and_resumes_with_the_same_count(tmp_path, caps
     out = _run(base, tmp_path)
     assert json.loads(out.stdout[out.stdout.index("{"):])["last_iteration"] == 2  # printed once, by the main process
     assert out.stdout.count('"output_dir"') == 1
+    assert not list((tmp_path / "systmp").glob("torchelastic_*"))  # torch's launcher logged in the launcher's folder
     _run([*base, "--resume", "--num_iterations", "4"], tmp_path)
     rows = read_jsonl(run / "metrics.jsonl")
     assert [r["iteration"] for r in rows] == [0, 1, 2, 3]

@@ -28,6 +28,7 @@ import torch
 from gymnasium import spaces
 from sb3_contrib import MaskablePPO
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -111,7 +112,8 @@ def make_model(seed: int, *, num_envs: int = 8, n_steps: int = 64, batch_size: i
                context_len: int | None = None) -> MaskablePPO:
     """MaskablePPO (``MultiInputPolicy`` with `TokenEmbedding`, a 64-unit MLP per head) on `num_envs` `make_env`
     envs (`seating`, `context_len`) seeded seed .. seed + num_envs - 1. γ = 1 (an episode is a few tokens), GAE
-    λ 0.95.
+    λ 0.95. Its logger writes nowhere (SB3's default makes a ``SB3-<date>`` folder in the temp directory at every
+    ``learn`` call; `train_and_evaluate` calls it once per rollout).
 
     Raises:
         ValueError: if a count is < 1 (SB3's own checks cover the rest); from `make_env`.
@@ -120,10 +122,12 @@ def make_model(seed: int, *, num_envs: int = 8, n_steps: int = 64, batch_size: i
                         ("n_epochs", n_epochs)):
         check_number(value, name, integer=True, low=1)
     venv = DummyVecEnv([lambda: make_env(seating, context_len=context_len) for _ in range(num_envs)])
-    return MaskablePPO("MultiInputPolicy", venv, n_steps=n_steps, batch_size=batch_size, n_epochs=n_epochs,
-                       learning_rate=learning_rate, gamma=1.0, gae_lambda=0.95, ent_coef=ent_coef, seed=seed,
-                       device="cpu", verbose=0,
-                       policy_kwargs={"features_extractor_class": TokenEmbedding, "net_arch": [64]})
+    model = MaskablePPO("MultiInputPolicy", venv, n_steps=n_steps, batch_size=batch_size, n_epochs=n_epochs,
+                        learning_rate=learning_rate, gamma=1.0, gae_lambda=0.95, ent_coef=ent_coef, seed=seed,
+                        device="cpu", verbose=0,
+                        policy_kwargs={"features_extractor_class": TokenEmbedding, "net_arch": [64]})
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    return model
 
 
 def evaluate(model: MaskablePPO, episodes: int, seed: int, seating: str | None = None) -> float:

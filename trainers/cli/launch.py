@@ -65,16 +65,21 @@ def accelerate_launch(argv: Sequence[str]) -> int:
     """``accelerate launch ARGV`` in this process, returning the highest exit status of the training processes:
     torch's launcher reports a failed process by raising `ChildFailedError` (a traceback and a failure table
     after the process's own error line), which is caught here; the processes' errors are printed by
-    `run_launcher`."""
+    `run_launcher`. Under `run_launcher`, torch's launcher logs into its temporary folder (removed at the end)
+    instead of leaving a ``torchelastic_*`` folder in the system's temp directory at every run."""
     import logging
+    import os
 
     from accelerate.commands.launch import launch_command as accelerate_launch_command
     from accelerate.commands.launch import launch_command_parser
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    argv = list(argv)
+    if os.environ.get(ERROR_DIR_ENV) and "--log_dir" not in argv:  # torch's own logs go with the launcher's folder
+        argv[:0] = ["--log_dir", os.path.join(os.environ[ERROR_DIR_ENV], "torchelastic")]  # (else a /tmp folder each run)
     try:
-        accelerate_launch_command(launch_command_parser().parse_args(list(argv)))
+        accelerate_launch_command(launch_command_parser().parse_args(argv))
     except ChildFailedError as err:
         return max((failure.exitcode for failure in err.failures.values()), default=1) or 1
     return 0

@@ -136,6 +136,15 @@ def test_train_and_evaluate_contract_and_determinism():
         train_and_evaluate(0, episodes=100)  # default rollout: 8 envs x 64 steps
 
 
+def test_training_leaves_no_folder_in_the_temp_directory(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("SB3_LOGDIR", raising=False)
+    train_and_evaluate(0, episodes=128, eval_episodes=4, num_evals=2, num_envs=2, n_steps=32, batch_size=32, n_epochs=1)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_evaluate_is_seeded_and_leaves_the_global_rng_alone():
     model = MaskablePPO("MultiInputPolicy", DummyVecEnv([lambda: gymnasium.make("cory/TinyVocab-v0")]), seed=0,
                         device="cpu", policy_kwargs=POLICY_KWARGS)

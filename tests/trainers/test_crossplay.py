@@ -71,7 +71,32 @@ def test_marl_evals_own_checks_accept_the_crossplay_export():
     assert matrices["mean_return"]["pop"].mean() > matrices["mean_return"]["pair"].mean()
 
 
+def test_outputs_are_checked_before_any_model_loads_and_never_replace_a_users_file(tmp_path):
+    from trainers.cli.crossplay import output_paths
+
+    mine = tmp_path / "mine.png"
+    mine.write_text("the user's")
+    with pytest.raises(FileExistsError, match="mine.png"):  # the heatmap beside --out mine.json
+        output_paths(str(tmp_path / "mine.json"), None, replace=False)
+    with pytest.raises(ValueError, match="the heatmap beside --out .* is also --out"):
+        output_paths(str(tmp_path / "res.png"), None, replace=True)
+    with pytest.raises(ValueError, match="--marl_eval .*o.json is also --out"):
+        output_paths(str(tmp_path / "o.json"), str(tmp_path / "o.json"), replace=True)
+    with pytest.raises(NotADirectoryError):
+        output_paths(str(tmp_path / "x.json"), str(mine / "x.json"), replace=False)
+    (tmp_path / "outdir").mkdir()
+    with pytest.raises(IsADirectoryError):
+        output_paths(str(tmp_path / "outdir"), None, replace=True)
+    assert mine.read_text() == "the user's"
+    assert output_paths(str(tmp_path / "mine.json"), str(tmp_path / "me.json"), replace=True) == (
+        tmp_path / "mine.json", mine, tmp_path / "me.json")
+
+
 def test_groups_name_given_runs_once():
+    with pytest.raises(ValueError, match="names 'a' twice"):
+        parse_groups(["a=r1", "a=r2"], ["r1", "r2"])
+    with pytest.raises(ValueError, match="needs a name and at least one run"):
+        parse_groups(["a=", "b=r1"], ["r1"])
     assert parse_groups(None, ["r1", "r2"]) == {"all": ["r1", "r2"]}
     with pytest.raises(ValueError, match="is in two groups"):
         parse_groups(["a=r1", "b=r1"], ["r1"])
@@ -96,7 +121,7 @@ def test_crossplay_plays_every_ordered_pair_of_two_runs(tiny_run, tmp_path, caps
     assert {"influence", "copy_rate", "pioneer_kl", "observer_kl"} <= set(result["pairs"][0])
     assert result["groups"]["x"]["self_play"]["n"] == 1 and result["groups"]["x"]["cross_play"]["n"] == 2
     assert main(["crossplay", *runs, "--episodes", "8", "--out", str(out)]) == 2  # no --overwrite
-    assert "exists; pass --overwrite" in capsys.readouterr().err
+    assert "already exists; nothing was changed. Pass --overwrite" in capsys.readouterr().err
     assert result["task"] == "relay" and result["run_meta"][runs[1]] == {"seed": 1, "queries": 8}
     # marl-eval compares groups on the same seeds: x (seed 0) and y (seed 1) are refused before anything is written
     other, exported = tmp_path / "cp2" / "crossplay.json", tmp_path / "cp2" / "marl_eval.json"
@@ -117,6 +142,8 @@ def test_runs_of_another_game_are_refused(tiny_run, tmp_path, capsys):
         runs.append(str(trainer.output_dir))
     assert main(["crossplay", *runs, "--out", str(tmp_path / "x.json")]) == 2
     assert "is another game than" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
+    assert main(["crossplay", runs[0], str(tmp_path / "nowhere"), "--out", str(tmp_path / "x.json")]) == 2
+    assert "nowhere does not exist" in capsys.readouterr().err
 
 
 def test_runs_of_one_folder_name_under_different_parents_keep_apart():

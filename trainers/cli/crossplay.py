@@ -25,7 +25,8 @@ read it (`to_marl_eval`): environment ``cory_<task>``, task ``crossplay``, one a
 seed. marl-eval has no partner axis (a run is one algorithm's seed), so the matrix itself stays in the JSON above,
 where every pair names its partner; the export's values keep that order.
 
-Runs of another task, seating or knowledge transfer than the first are refused in one line (exit 2).
+Runs of another task, seating, knowledge transfer, data or held-out split than the first are refused in one line
+(exit 2), and so are outputs that exist (without ``--overwrite``) or that name one file twice, before any model loads.
 """
 
 from __future__ import annotations
@@ -40,16 +41,25 @@ import numpy as np
 import torch
 
 from cory_env.checks import check_number
+from trainers.cli.outputs import atomic_output, write_output
 from trainers.loop import checkpoint as ckpt
 
 __all__ = ["crossplay", "group_summary", "run_crossplay", "to_marl_eval"]
 
-#: The config fields two runs must share to be played together.
-SAME = ("task", "seating", "knowledge_transfer", "partner_reward_coef", "observer_template", "pioneer_template")
+#: The config fields two runs must share to be played together (the game, and the data and split its held-out
+#: queries come from: a model must not be scored on queries another run trained on).
+SAME = ("task", "seating", "knowledge_transfer", "partner_reward_coef", "observer_template", "pioneer_template",
+        "data_path", "heldout_fraction", "query_split")
 
 
 def _models(run: Path) -> tuple[Path, dict, list[str]]:
-    """(latest checkpoint, its trainer state, the run's model names)."""
+    """(latest checkpoint, its trainer state, the run's model names).
+
+    Raises:
+        FileNotFoundError: `run` does not exist or holds no checkpoint.
+    """
+    if not run.is_dir():
+        raise FileNotFoundError(f"run {run} does not exist; give a run directory (or a checkpoint folder)")
     path = ckpt.latest_checkpoint(run) if not (run / "trainer_state.json").exists() else run
     if path is None:
         raise FileNotFoundError(f"{run} holds no checkpoint; give a run directory that trained (or a checkpoint)")
@@ -168,10 +178,7 @@ def to_marl_eval(result: dict) -> dict:
     """
     run_of, pairs, meta = result["run_of"], result["pairs"], result["run_meta"]
     groups = {g: v["runs"] for g, v in result["groups"].items() if g != "p_improvement_cross_play"}
-    seeds = {g: sorted(meta[run]["seed"] for run in runs) for g, runs in groups.items()}
-    if any(len(set(s)) != len(s) for s in seeds.values()) or len({tuple(s) for s in seeds.values()}) > 1:
-        raise ValueError(f"--marl_eval needs every group on the same seeds, one run per seed (marl-eval compares "
-                         f"algorithms on the same runs); the groups have {seeds}: give each group one run per seed")
+    check_marl_eval_groups(groups, {run: m["seed"] for run, m in meta.items()})
     out: dict = {}
     for group, runs in groups.items():
         out[group] = {}
@@ -184,6 +191,19 @@ def to_marl_eval(result: dict) -> dict:
                                             if run_of[p["pioneer"]] == run_of[p["observer"]]]}
             out[group][f"seed_{meta[run]['seed']}"] = {"step_0": metrics, "absolute_metrics": dict(metrics)}
     return {f"cory_{result['task']}": {"crossplay": out}}
+
+
+def check_marl_eval_groups(groups: dict[str, list[str]], seed_of: dict[str, int]) -> None:
+    """Refuse groups that marl-eval cannot compare: it compares algorithms on the same runs, so every group must
+    hold one run per seed, on the same seeds.
+
+    Raises:
+        ValueError: naming each group's seeds and the fix.
+    """
+    seeds = {g: sorted(seed_of[run] for run in runs) for g, runs in groups.items()}
+    if any(len(set(s)) != len(s) for s in seeds.values()) or len({tuple(s) for s in seeds.values()}) > 1:
+        raise ValueError(f"--marl_eval needs every group on the same seeds, one run per seed (marl-eval compares "
+                         f"algorithms on the same runs); the groups have {seeds}: give each group one run per seed")
 
 
 def heatmap(pairs: list[dict], labels: list[str], path: Path) -> Path:
@@ -208,8 +228,8 @@ def heatmap(pairs: list[dict], labels: list[str], path: Path) -> Path:
                 ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=6, color="w")
     fig.colorbar(im, ax=ax, label="collective reward")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
     return path
 
@@ -233,7 +253,8 @@ def parse_groups(items: Sequence[str] | None, runs: list[str]) -> dict[str, list
     """``NAME=RUN,RUN`` items -> group -> runs (default: one group ``all``).
 
     Raises:
-        ValueError: an item without ``=``, a run not given as a positional run, a run in two groups.
+        ValueError: an item without ``=``, a name or run list that is empty, a name given twice, a run not given as
+            a positional run, a run in two groups.
     """
     if not items:
         return {"all": list(runs)}
@@ -244,6 +265,12 @@ def parse_groups(items: Sequence[str] | None, runs: list[str]) -> dict[str, list
             raise ValueError(f"--groups entry {item!r} is invalid: write NAME=RUN,RUN")
         name, members = item.split("=", 1)
         members = [m for m in members.split(",") if m]
+        if not name or not members:
+            raise ValueError(f"--groups entry {item!r} is invalid: a group needs a name and at least one run "
+                             "(NAME=RUN,RUN)")
+        if name in out:
+            raise ValueError(f"--groups names {name!r} twice; give each group once, its runs comma-separated "
+                             f"({name}=RUN,RUN)")
         for m in members:
             if m not in runs:
                 raise ValueError(f"--groups {name}: {m!r} is not one of the runs given {runs}")
@@ -254,9 +281,32 @@ def parse_groups(items: Sequence[str] | None, runs: list[str]) -> dict[str, list
     return out
 
 
+def output_paths(out: str, marl_eval: str | None, *, replace: bool) -> tuple[Path, Path, Path | None]:
+    """(the JSON, the heatmap beside it, the marl-eval export or None), each checked before any model loads
+    (`trainers.cli.outputs.check_output_file`: an existing file needs ``--overwrite``, a run's own files and folders
+    are refused) and all three distinct.
+
+    Raises:
+        ValueError: two outputs on one path; a path a run owns. FileExistsError / IsADirectoryError /
+            NotADirectoryError: from `check_output_file`.
+    """
+    from trainers.cli.outputs import check_output_file
+
+    paths = {"--out": Path(out), "the heatmap beside --out": Path(out).with_suffix(".png")}
+    if marl_eval:
+        paths["--marl_eval"] = Path(marl_eval)
+    seen: dict[Path, str] = {}
+    for option, path in paths.items():
+        if path.resolve() in seen:
+            raise ValueError(f"{option} {path} is also {seen[path.resolve()]}; give --out a .json name and "
+                             "--marl_eval another file")
+        seen[path.resolve()] = option
+        check_output_file(path, option=option, replace=replace)
+    return paths["--out"], paths["the heatmap beside --out"], paths.get("--marl_eval")
+
+
 def run_crossplay(argv: Sequence[str]) -> int:
     from trainers.cli.eval import load_checkpoint_agent
-    from trainers.cli.outputs import check_output_file
     from trainers.evaluation.episodes import heldout_env
     from trainers.loop.cory import EVAL_SEED, seated_tokenizer
     from trainers.loop.fingerprint import tokenizer_fingerprint
@@ -269,17 +319,20 @@ def run_crossplay(argv: Sequence[str]) -> int:
     parser.add_argument("--out", default="crossplay.json", help="the JSON to write (a heatmap PNG beside it)")
     parser.add_argument("--marl_eval", default=None, metavar="PATH",
                         help="also write the groups in marl-eval's raw-data format (one run per seed)")
-    parser.add_argument("--overwrite", action="store_true", help="replace --out (and --marl_eval) if it exists")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace --out, its heatmap and --marl_eval where they exist")
     args = parser.parse_args(list(argv))
     check_number(args.episodes, "--episodes", integer=True, low=2, fix="at least 2 (influence needs another query)")
     check_number(args.seed, "--seed", integer=True, low=0)
     groups = parse_groups(args.groups, args.runs)
-    out = Path(args.out)
-    for path, flag in ((out, "--out"), (args.marl_eval and Path(args.marl_eval), "--marl_eval")):
-        if path and path.exists() and not args.overwrite:
-            raise FileExistsError(f"{path} exists; pass --overwrite to replace it, or another {flag}")
+    out, png, marl = output_paths(args.out, args.marl_eval, replace=args.overwrite)
     found = {run: _models(Path(run)) for run in args.runs}
     check_compatible({run: state for run, (_, state, _) in found.items()})
+    run_meta = {run: {"seed": state["config"]["seed"],
+                      "queries": (int(state["iteration"]) + 1) * state["config"]["batch_size"]}
+                for run, (_, state, _) in found.items()}
+    if marl:
+        check_marl_eval_groups(groups, {run: m["seed"] for run, m in run_meta.items()})
     models, refs, run_of, configs, canonical = {}, {}, {}, None, {}
     labels = run_labels(args.runs)
     for run, (path, _, names) in found.items():
@@ -302,22 +355,17 @@ def run_crossplay(argv: Sequence[str]) -> int:
         return envs[key]
 
     pairs = crossplay(models, refs, env_for, episodes=args.episodes, seed=args.seed)
-    run_meta = {run: {"seed": state["config"]["seed"],
-                      "queries": (int(state["iteration"]) + 1) * state["config"]["batch_size"]}
-                for run, (_, state, _) in found.items()}
-    result = {"task": env_cfg.task, "runs": args.runs, "episodes": args.episodes, "seed": args.seed,
-              "models": list(models), "run_of": run_of, "run_meta": run_meta, "pairs": pairs,
+    heldout = {key: getattr(env_cfg, key) for key in ("data_path", "heldout_fraction", "query_split", "context_len")}
+    result = {"task": env_cfg.task, "heldout": heldout, "runs": args.runs, "episodes": args.episodes,
+              "seed": args.seed, "models": list(models), "run_of": run_of, "run_meta": run_meta, "pairs": pairs,
               "groups": group_summary(pairs, run_of, groups)}
-    exported = to_marl_eval(result) if args.marl_eval else None  # refused before anything is written
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    heatmap(pairs, list(models), out.with_suffix(".png"))
-    if exported:
-        Path(args.marl_eval).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.marl_eval).write_text(json.dumps(exported, indent=2) + "\n", encoding="utf-8")
+    write_output(out, json.dumps(result, indent=2) + "\n")
+    heatmap(pairs, list(models), png)
+    if marl:
+        write_output(marl, json.dumps(to_marl_eval(result), indent=2) + "\n")
     for group, g in result["groups"].items():
         if group != "p_improvement_cross_play":
             cross = f"{g['cross_play']['iqm']:.3f}" if g["cross_play"] else "n/a"
             print(f"{group}: self-play {g['self_play']['iqm']:.3f}, cross-play {cross}")
-    print(f"wrote {out} and {out.with_suffix('.png')}" + (f" and {args.marl_eval}" if exported else ""), flush=True)
+    print(f"wrote {out} and {png}" + (f" and {marl}" if marl else ""), flush=True)
     return 0

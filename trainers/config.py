@@ -45,11 +45,25 @@ def exchanges_happen(configs, seating) -> bool:
     return seating.num_seats > 1 and 0 < period < n
 
 
+def period_unread(configs) -> str | None:
+    """Why `CORYConfig.role_exchange_period` does nothing under the run's matchmaking scheme (one that reseats the
+    models every iteration by its own rule: `SchemeSpec.reads_period` False), else None."""
+    from trainers.loop.matchmaking import SCHEMES
+
+    try:
+        spec = SCHEMES.get(configs.run.matchmaking)
+    except (ValueError, ImportError):  # an unknown scheme is refused by the run's plan, with its own message
+        return None
+    if spec.reads_period:
+        return None
+    return f"matchmaking={configs.run.matchmaking!r} seats the models each iteration by its own rule, not by the period"
+
+
 def exchange_reason(configs, seating) -> str | None:
     """Why `CORYConfig.role_exchange_period` does nothing with several seats (None when it does something): it is
     ``>= num_iterations``. Declared in ``_unread_always``: a default period that the run never reaches is named too."""
     period, n = configs.run.role_exchange_period, configs.run.num_iterations
-    if seating.num_seats == 1 or period == 0 or exchanges_happen(configs, seating):
+    if seating.num_seats == 1 or period == 0 or exchanges_happen(configs, seating) or period_unread(configs):
         return None
     when = ("no role exchange happens" if period > n
             else "the only role exchange follows the last iteration, so no iteration runs with swapped roles")
@@ -125,7 +139,7 @@ class CORYConfig:
     #: ``(configs, seating) -> reason or None``; `_unread_when` rules are checked when the field differs from
     #: its default, `_unread_always` rules at any value.
     _unread_when = {
-        "role_exchange_period": lambda c, seating: ONE_SEAT if seating.num_seats == 1 else None,
+        "role_exchange_period": lambda c, seating: ONE_SEAT if seating.num_seats == 1 else period_unread(c),
         "reset_on_exchange": lambda c, seating: (None if exchanges_happen(c, seating)
                                                  else "no role exchange happens in this run"),
         "checkpoint_every": lambda c, seating: (None if c.run.checkpoint_every < c.run.num_iterations else
@@ -137,7 +151,13 @@ class CORYConfig:
                                               if not c.run.eval_episodes else ONE_SEAT if seating.num_seats == 1
                                               else None),
     }
-    _unread_always = {"role_exchange_period": exchange_reason}
+    _unread_always = {
+        "role_exchange_period": exchange_reason,
+        "eval_influence": lambda c, seating: ("with eval_episodes=1: influence plays the earlier seats' answers to "
+                                              "another held-out query; use eval_episodes >= 2"
+                                              if c.run.eval_influence and c.run.eval_episodes == 1
+                                              and seating.num_seats > 1 else None),
+    }
 
     learner: str = field(default="ppo", metadata={"help": "The MARL algorithm: a registered name (ppo, the paper's IPPO under CORY; grpo; mappo; magrpo: the table in trainers.learning.registry), an importable 'module:attr' of a LearnerSpec, or the name of an installed plug-in (entry-point group cory.learners); docs/extending.md."})
     output_dir: str = field(default="runs/cory", metadata={"help": "Run directory: config.yaml, metrics.jsonl, samples.jsonl, TensorBoard events, checkpoints/."})
@@ -145,8 +165,8 @@ class CORYConfig:
     seed: int = field(default=0, metadata={"help": "Seed for queries, sampling, mini-batch order and dropout."})
     role_exchange_period: int = field(default=5, metadata={"help": "T_REx: iterations between role exchanges (official code: swap_freq=5): the models rotate one seat forward (two seats: they swap). 0 disables (ablation w/o REx)."})
     population: int = field(default=0, metadata={"help": "Models trained together (llm1 ... llmN, N >= the seats; docs/partners.md): 0 = one per seat (CORY). With more models than seats a matchmaking scheme other than role-exchange seats them each iteration."})
-    matchmaking: str = field(default="role-exchange", metadata={"help": "Which model sits in which seat each iteration (trainers.loop.matchmaking.SCHEMES): role-exchange (CORY: as many models as seats, rotating every role_exchange_period), rotation (N >= seats, the window moves every role_exchange_period), uniform (N >= seats, a random ordered draw each iteration), an importable 'module:attr' of a SchemeSpec, or an installed plug-in's name (entry-point group cory.matchmaking)."})
-    matchmaking_options: Optional[list[str]] = field(default=None, metadata={"help": "The scheme's own options, KEY=VALUE (e.g. stream=1 for uniform); in YAML a mapping."})
+    matchmaking: str = field(default="role-exchange", metadata={"help": "Which model sits in which seat each iteration (trainers.loop.matchmaking.SCHEMES): role-exchange (CORY: as many models as seats, rotating every role_exchange_period), rotation (N >= seats, the window moves every role_exchange_period), uniform (N >= seats, a random ordered draw each iteration), snapshots (self-play against lagged frozen snapshots of the learning models, options every, keep, p_snapshot), an importable 'module:attr' of a SchemeSpec, or an installed plug-in's name (entry-point group cory.matchmaking)."})
+    matchmaking_options: Optional[list[str]] = field(default=None, metadata={"help": "The scheme's own options, KEY=VALUE (uniform: stream=0; snapshots: every=10 keep=3 p_snapshot=0.5); in YAML a mapping. Recorded as the mapping of every option of the scheme, defaults included."})
     reset_on_exchange: bool = field(default=False, metadata={"help": "Replicate the official code: fresh Adam state, KL controller and score statistics at every role exchange."})
     eta: Optional[float] = field(default=None, metadata={"help": "eta in the logged combined reward = task reward - eta * KL; None = the seat's current KL coefficient."})
     checkpoint_every: int = field(default=0, metadata={"help": "Save a checkpoint every N iterations (always at the end); 0 = only at the end (and by time, checkpoint_every_minutes)."})

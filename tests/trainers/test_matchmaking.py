@@ -7,6 +7,7 @@ import sys
 import types
 
 import pytest
+import yaml
 
 from trainers.cli import main
 from trainers.loop.cory import CORYTrainer
@@ -43,11 +44,25 @@ def test_a_uniform_population_counts_episodes_per_model_and_resumes_exactly(tiny
     played = {m: sum(s[m] >= 0 for s in seats) * 8 for m in MODELS}
     assert {m: rows[-1][f"{m}/episodes"] for m in MODELS} == played
     CORYTrainer(tiny_run("cut", num_iterations=2, **flags)).train()
-    resumed = CORYTrainer(tiny_run("cut", num_iterations=4, resume=True, **flags))
+    # the default written out is the same setting: it resumes
+    resumed = CORYTrainer(tiny_run("cut", num_iterations=4, resume=True, matchmaking_options="stream=0", **flags))
     resumed.train()
     strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith(("time/", "sys/"))} for r in rs]  # noqa: E731
     assert strip(read_jsonl(straight.output_dir / "metrics.jsonl")) == \
         strip(read_jsonl(resumed.output_dir / "metrics.jsonl"))
+
+
+def test_held_out_evaluations_of_a_population_follow_fixed_models(tiny_run):
+    """Whoever a scheme seats, a population's evaluations seat llm1, llm2 in order (a curve follows fixed models);
+    CORY's pair is evaluated in its current seats, as before."""
+    trainer = CORYTrainer(tiny_run("evalpop", num_iterations=4, **RELAY, population=3, matchmaking="uniform",
+                                   eval_episodes=4, eval_every=1))
+    trainer.train()
+    assert {s: b.name for s, b in trainer.exchange.seats.items()} == {"pioneer": "llm3", "observer": "llm1"}  # seed 0
+    assert {s: b.name for s, b in trainer.evaluation_seats().items()} == {"pioneer": "llm1", "observer": "llm2"}
+    assert trainer.evaluated_model == "llm1"
+    pair = CORYTrainer(tiny_run("evalpair", num_iterations=2, **RELAY))
+    assert pair.evaluation_seats() is pair.exchange.seats and pair.evaluated_model is None
 
 
 def test_a_model_trains_only_on_the_iterations_it_played(tiny_run):
@@ -77,8 +92,19 @@ def test_a_plugin_scheme_by_module_attr(tiny_run, monkeypatch):
 
 def test_scheme_options_belong_to_the_scheme():
     assert scheme_options(SCHEMES.get("uniform"), ["stream=3"], name="uniform").stream == 3
-    with pytest.raises(ValueError, match="'nope' is not a setting here; valid: stream"):
+    # one KEY=VALUE string (YAML's `matchmaking_options: stream=1`, Python) is one entry, a mapping another spelling
+    assert scheme_options(SCHEMES.get("uniform"), "stream=1", name="uniform").stream == 1
+    assert scheme_options(SCHEMES.get("snapshots"), {"p_snapshot": 0.7, "every": 2}, name="snapshots") == \
+        scheme_options(SCHEMES.get("snapshots"), ["every=2", "p_snapshot=0.7"], name="snapshots")
+    with pytest.raises(ValueError, match="entry nope=1: 'nope' is not an option of 'uniform'; valid: stream"):
         scheme_options(SCHEMES.get("uniform"), ["nope=1"], name="uniform")
+    with pytest.raises(ValueError, match=r"entry 'every' is invalid: write KEY=VALUE \(for 'snapshots': every=10 "
+                                         r"keep=3 p_snapshot=0.5\)"):
+        scheme_options(SCHEMES.get("snapshots"), ["every"], name="snapshots")
+    with pytest.raises(ValueError, match="stream=-1 is invalid: use an integer >= 0"):
+        scheme_options(SCHEMES.get("uniform"), ["stream=-1"], name="uniform")
+    with pytest.raises(ValueError, match="sets every twice"):
+        scheme_options(SCHEMES.get("snapshots"), ["every=2", "every=3"], name="snapshots")
     with pytest.raises(ValueError, match="takes no options"):
         scheme_options(SCHEMES.get("rotation"), ["stream=1"], name="rotation")
     with pytest.raises(ValueError, match="seats as many models as seats"):
@@ -92,8 +118,11 @@ TINY = ["--preset", "tiny", "--task", "relay", "--context_len", "12", "--num_ite
     (["--population", "3"], "matchmaking scheme 'role-exchange' seats as many models as seats (2), got population=3"),
     (["--population", "1", "--matchmaking", "uniform"], "population=1 is invalid"),
     (["--matchmaking", "nosuch"], "nosuch"),
-    (["--population", "3", "--matchmaking", "uniform", "--matchmaking_options", "x=1"], "'x' is not a setting here"),
+    (["--population", "3", "--matchmaking", "uniform", "--matchmaking_options", "x=1"], "'x' is not an option of 'uniform'"),
     (["--population", "3", "--matchmaking", "uniform", "--models", "llm4=tiny"], "models names the slot(s) ['llm4']"),
+    (["--population", "3", "--matchmaking", "rotation", "--role_exchange_period", "0"],
+     "role_exchange_period=0 never moves the seats' window, so llm3 would never play"),
+    (["--population", "3", "--matchmaking", "uniform", "--matchmaking_options", "stream=-1"], "stream=-1 is invalid"),
 ])
 def test_bad_population_input_is_one_line_and_exit_2_before_any_folder(tmp_path, capsys, args, message):
     out = tmp_path / "run"
@@ -119,6 +148,10 @@ def test_self_play_against_frozen_snapshots_seats_them_never_updates_them_and_re
     # a snapshot seated in iterations 2-5 never changed: the one taken after iteration 1 equals llm1 then
     cut = tiny_run(f"cut{lora}", num_iterations=3, **flags)
     CORYTrainer(cut).train()  # its checkpoint (iteration 2) holds the snapshots taken after iteration 1
+    recorded = yaml.safe_load((straight.output_dir / "config.yaml").read_text())
+    assert recorded["matchmaking_options"] == {"every": 2, "keep": 1, "p_snapshot": 1.0}  # every option, one spelling
+    # the options as YAML's mapping, in another order: the same setting, so it resumes
+    flags["matchmaking_options"] = {"p_snapshot": 1, "keep": 1, "every": 2}
     resumed = CORYTrainer(tiny_run(f"cut{lora}", num_iterations=6, resume=True, **flags))
     resumed.train()
     strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith(("time/", "sys/"))} for r in rs]  # noqa: E731

@@ -70,11 +70,27 @@ def _inert(flat: dict) -> list[str]:
          "min_review_chars=9 does nothing: read by task imdb only (this run: learner='ppo', task='gsm8k')"),
         ({"num_iterations": 4, "checkpoint_every": 4}, {}, {}, "checkpoint_every=4 does nothing with num_iterations=4"),
         ({"eval_every": 2}, {}, {}, "eval_every=2 does nothing with eval_episodes=0"),
+        ({"eval_episodes": 1}, {}, {}, "eval_influence=True does nothing with eval_episodes=1: influence plays"),
+        ({"population": 3, "matchmaking": "uniform", "role_exchange_period": 2}, {}, {},
+         "role_exchange_period=2 does nothing: matchmaking='uniform' seats the models each iteration by its own rule"),
     ],
 )
 def test_each_inert_combination_is_named(cory, ppo, env, expected):
     messages = _inert({**cory, **ppo, **env})
     assert any(expected in m for m in messages), messages
+
+
+def test_a_scheme_that_reseats_every_iteration_does_not_warn_of_a_role_exchange_it_never_promised():
+    messages = _inert({"num_iterations": 3, "population": 3, "matchmaking": "uniform"})  # the default period 5
+    assert not any("role_exchange_period" in m for m in messages), messages
+
+
+def test_the_trainer_names_snapshot_options_a_run_is_too_short_for(tiny_run, caplog):
+    with caplog.at_level(logging.WARNING, logger="trainers.loop.cory"):
+        CORYTrainer(tiny_run("snap", num_iterations=2, task="relay", context_len=12, population=2,
+                             matchmaking="snapshots", matchmaking_options=["every=50"]))
+    assert "matchmaking_options {'every': 50, 'keep': 3, 'p_snapshot': 0.5} do nothing with num_iterations=2: no " \
+           "snapshot is taken" in caplog.text
 
 
 def test_defaults_and_the_presets_are_quiet():

@@ -154,6 +154,11 @@ def _yaml_float(value: Any) -> Any:
     return value
 
 
+def _type_name(kind: Any) -> str:
+    """A config field's type as a reader writes it: ``int``, ``Optional[list[str]]``."""
+    return kind.__name__ if isinstance(kind, type) else str(kind).replace("typing.", "")
+
+
 def check_overrides(data: dict[str, Any], *, source: str, named: Mapping[str, Any] | None = None) -> None:
     """Raise `ValueError` (naming `source`) for a learner or a task that is not found (the registry's reason: a
     plug-in no longer installed is named as such, before its options would read as unknown ones), a key that is no
@@ -166,7 +171,8 @@ def check_overrides(data: dict[str, Any], *, source: str, named: Mapping[str, An
         raise ValueError(f"{source}: unknown option(s) {unknown}; valid options: {', '.join(sorted(types))}")
     for key, value in data.items():
         if not _type_ok(value, types[key]):
-            raise ValueError(f"{source}: option {key} must be {types[key]}, got {value!r} ({type(value).__name__})")
+            raise ValueError(f"{source}: option {key} must be {_type_name(types[key])}, got {value!r} "
+                             f"({type(value).__name__})")
 
 
 def check_one_name_per_option(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:

@@ -166,6 +166,7 @@ class CORYTrainer:
                                  output_dir=self.output_dir)  # no NaN/inf reaches the weights or a checkpoint
         self.exchange = build_exchange(self.agents, self.algorithm, config, self.seating, plan.scheme,
                                        rows=configs.update.batch_size * self.dist.world_size)
+        self.population = plan.scheme is not None  # a matchmaking scheme seats the models (docs/partners.md)
         self.env = plan.env
         self._heldout_envs: dict[tuple, Any] = {}  # (episodes, collective, tokenizers) -> env, built once
         self._reward_fn = reward_fn
@@ -373,8 +374,19 @@ class CORYTrainer:
         if len({id(t) for t in self.tokenizers.values()}) > 1:
             self.env.set_tokenizers({seat: bundle.agent.tokenizer for seat, bundle in seats.items()})
 
+    def evaluation_seats(self) -> dict:
+        """Seat -> the model bundle a held-out evaluation seats there. In a population (a matchmaking scheme seats
+        the models, `population`): always ``llm1``, ``llm2``, … in seat order, so every point of a curve evaluates
+        the same models whoever trained in which seat that iteration; else the models in their current seats (CORY:
+        the pioneer seat's curve, as the paper's)."""
+        if not self.population:
+            return self.exchange.seats
+        names = list(self.agents)  # llm1 ... llmN: the learning models, in order
+        return {seat: self.exchange.bundles[names[k]] for k, seat in enumerate(self.seating.names)}
+
     def evaluate(self, *, episodes: int, seed: int, collective: bool = False, model: str | None = None) -> dict:
-        """Evaluate the models in their current seats on held-out queries, sampling as in training (no update).
+        """Evaluate the models in their seats (`evaluation_seats`) on held-out queries, sampling as in training (no
+        update).
 
         The queries come from the held-out slice (`EnvConfig.query_split="test"`) when the run has one
         (`heldout_fraction` > 0), else from fresh-seed draws of the training queries (the result says which).
@@ -401,10 +413,11 @@ class CORYTrainer:
         """
         from trainers.evaluation.episodes import evaluate_heldout
 
-        self._seat_models(self.exchange.seats)  # each seated model samples with its seat's settings
-        seats = {seat: bundle.agent for seat, bundle in self.exchange.seats.items()}
+        seated = self.evaluation_seats()
+        self._seat_models(seated)  # each seated model samples with its seat's settings
+        seats = {seat: bundle.agent for seat, bundle in seated.items()}
         first = self.seating.first
-        evaluated = self.exchange.seats[first]  # whose KL controller prices the combined reward
+        evaluated = seated[first]  # whose KL controller prices the combined reward
         if model is not None:
             if collective or model not in self.exchange.bundles:
                 raise ValueError(f"model={model!r}: name one of {sorted(self.exchange.bundles)}, with the pioneer "
@@ -444,7 +457,7 @@ class CORYTrainer:
 
     def influence(self, *, episodes: int, seed: int) -> dict[str, float]:
         """Influence and copy rate of every seat after the first (`trainers.evaluation.influence`: 0 for a seat that
-        reads nothing), the models in their current seats, on `episodes` held-out queries (rounded up to whole
+        reads nothing), the models in their seats (`evaluation_seats`), on `episodes` held-out queries (rounded up to whole
         batches): flat ``{"influence/<seat>", "influence_empty/<seat>", "copy_rate/<seat>", "reward_real/<seat>",
         "reward_other/<seat>", "reward_empty/<seat>"}``; empty with a single seat or `episodes` < 2.
 
@@ -454,10 +467,11 @@ class CORYTrainer:
         from trainers.evaluation.influence import influence
 
         check_number(episodes, "episodes", integer=True, low=1)
-        seats = {seat: bundle.agent for seat, bundle in self.exchange.seats.items()}
+        seated = self.evaluation_seats()
+        seats = {seat: bundle.agent for seat, bundle in seated.items()}
         if episodes < 2 or self.seating.num_seats < 2:
             return {}
-        self._seat_models(self.exchange.seats)
+        self._seat_models(seated)
         tokenizer = seated_tokenizer(seats)
         env = self._heldout_envs[self._heldout_env(episodes, True, tokenizer)]
         with gathered_for_generation(seats) as seats:
@@ -502,10 +516,10 @@ class CORYTrainer:
 
     @property
     def evaluated_model(self) -> str | None:
-        """The model the run's held-out evaluations put in the pioneer seat: with a model per slot, always the first
-        slot's (``llm1``: before and after training, and every point of a curve, evaluate one model, not whichever
-        sits there); else None, the model in the pioneer seat (the models share a base)."""
-        return next(iter(self.agents)) if self.heterogeneous else None
+        """The model the run's held-out evaluations put in the pioneer seat: with a model per slot or in a population,
+        always the first slot's (``llm1``: before and after training, and every point of a curve, evaluate one model,
+        not whichever sits there); else None, the model in the pioneer seat (the models share a base)."""
+        return next(iter(self.agents)) if self.heterogeneous or self.population else None
 
     def heldout_evaluation(self) -> dict:
         """The run's own held-out evaluation: the pioneer alone (`evaluated_model`) on `CORYConfig.eval_episodes`

@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from cory_env.checks import check_number
-from cory_env.overrides import override_types, parse_overrides
+from cory_env.overrides import convert_value, override_types
 from cory_env.registry import Registry
 
 __all__ = ["Population", "SCHEMES", "Scheme", "SchemeSpec", "check_population", "scheme_options"]
@@ -59,12 +59,17 @@ class SchemeSpec:
         options: the scheme's own options dataclass (``--matchmaking_options KEY=VALUE``), or None.
         min_models: ``"seats"`` (N must equal the seats) or ``"at_least_seats"``.
         summary: one line for listings.
+        reads_period: the factory reads `period` (else ``role_exchange_period`` does nothing and the run says so).
+        unread: ``unread(options, num_iterations) -> reason or None``: why the options do nothing in a run of that
+            many iterations (warned at start-up), or None.
     """
 
     factory: Callable[..., Scheme]
     options: type | None = None
     min_models: str = "at_least_seats"
     summary: str = ""
+    reads_period: bool = True
+    unread: Callable[[Any, int], str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,9 @@ class UniformOptions:
 
     stream: int = dataclasses.field(default=0, metadata={"help": "Extra seed of the pairing draws (the run's seed "
                                                                  "and the iteration are the others)."})
+
+    def __post_init__(self) -> None:
+        check_number(self.stream, "stream", integer=True, low=0, fix="it seeds the pairing draws")
 
 
 @dataclass(frozen=True)
@@ -164,6 +172,9 @@ class Snapshots:
 
 
 def _rotating(options, models, seats, seed, period) -> Rotating:  # noqa: ARG001 - the factory signature
+    if period == 0 and len(models) > len(seats):
+        raise ValueError(f"matchmaking 'rotation' with role_exchange_period=0 never moves the seats' window, so "
+                         f"{', '.join(models[len(seats):])} would never play; set role_exchange_period >= 1")
     return Rotating(tuple(models), tuple(seats), period)
 
 
@@ -181,9 +192,17 @@ ROLE_EXCHANGE = SchemeSpec(_rotating, min_models="seats",
 ROTATION = SchemeSpec(_rotating, summary="N >= seats models; the seats' window moves one model every "
                                          "role_exchange_period")
 UNIFORM = SchemeSpec(_uniform, options=UniformOptions, summary="N >= seats models; a uniform random ordered draw of "
-                                                               "distinct models each iteration")
+                                                               "distinct models each iteration", reads_period=False)
 
-SNAPSHOTS = SchemeSpec(_snapshots, options=SnapshotOptions,
+
+def _snapshots_unread(options: SnapshotOptions, num_iterations: int) -> str | None:
+    if options.every < num_iterations:
+        return None
+    return (f"with num_iterations={num_iterations}: no snapshot is taken (the first after every={options.every} "
+            f"iterations), so every seat holds a learning model; lower every below {num_iterations}")
+
+
+SNAPSHOTS = SchemeSpec(_snapshots, options=SnapshotOptions, reads_period=False, unread=_snapshots_unread,
                        summary="self-play against lagged frozen snapshots of the population (they never learn)")
 
 SCHEMES: Registry[SchemeSpec] = Registry("matchmaking scheme", SchemeSpec, "cory.matchmaking",
@@ -193,25 +212,54 @@ for _name, _attr in (("role-exchange", "ROLE_EXCHANGE"), ("rotation", "ROTATION"
     SCHEMES.register(_name, f"trainers.loop.matchmaking:{_attr}")
 
 
-def scheme_options(spec: SchemeSpec, given: Mapping[str, Any] | Sequence[str] | None, *, name: str):
-    """The scheme's options object from ``--matchmaking_options`` (``KEY=VALUE`` strings or a mapping).
+def scheme_options(spec: SchemeSpec, given: Mapping[str, Any] | Sequence[str] | str | None, *, name: str):
+    """The scheme's options object from ``--matchmaking_options``: ``KEY=VALUE`` strings (a list, or one string),
+    or a mapping (YAML, Python); string values are converted to the option's type.
 
     Raises:
-        ValueError: options for a scheme without any, an unknown key (the valid ones listed), a value its
-            dataclass refuses.
+        ValueError: options for a scheme without any, an entry that is not ``KEY=VALUE``, an unknown key (the valid
+            ones listed), a key given twice, a value of the wrong type or one the options dataclass refuses.
     """
     if not given:
         return spec.options() if spec.options is not None else None
     if spec.options is None:
         raise ValueError(f"matchmaking scheme {name!r} takes no options, got {given!r}; drop --matchmaking_options")
+    types = override_types(spec.options)
+    example = " ".join(f"{f.name}={f.default}" for f in dataclasses.fields(spec.options))
+    if isinstance(given, str):
+        given = [given]
     if isinstance(given, Mapping):
-        given = [f"{k}={v}" for k, v in given.items()]
-    values = parse_overrides([f"scheme.{item}" for item in given], override_types(spec.options),
-                             name="matchmaking_options") or {}
+        items = [(str(k), v) for k, v in given.items()]
+    elif isinstance(given, (list, tuple)):
+        items = []
+        for item in given:
+            if not isinstance(item, str) or "=" not in item:
+                raise ValueError(f"matchmaking_options entry {item!r} is invalid: write KEY=VALUE (for {name!r}: "
+                                 f"{example})")
+            key, value = item.split("=", 1)
+            items.append((key.strip(), value.strip()))
+    else:
+        raise ValueError(f"matchmaking_options={given!r} is invalid: give KEY=VALUE strings or a mapping (for "
+                         f"{name!r}: {example})")
+    values: dict[str, Any] = {}
+    for key, value in items:
+        if key not in types:
+            raise ValueError(f"matchmaking_options entry {key}={value}: {key!r} is not an option of {name!r}; valid: "
+                             f"{', '.join(types)}")
+        if key in values:
+            raise ValueError(f"matchmaking_options sets {key} twice; give it once")
+        values[key] = convert_value(value, types[key], f"matchmaking_options {key}")
     try:
-        return spec.options(**values.get("scheme", {}))
+        return spec.options(**values)
     except (TypeError, ValueError) as err:
         raise ValueError(f"matchmaking_options for {name!r}: {err}") from None
+
+
+def canonical_options(options: Any) -> dict[str, Any] | None:
+    """A scheme's options object as the mapping a run records (every option, defaults included, in the dataclass's
+    order), so that two spellings of one setting (reordered, the default written out, the command line's
+    ``KEY=VALUE`` or YAML's mapping) record and resume as one; None for a scheme without options."""
+    return dataclasses.asdict(options) if options is not None else None
 
 
 class Population:

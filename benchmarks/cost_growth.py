@@ -346,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
                for f in measured}
     report = {"command": recorded_command("benchmarks/cost_growth.py", argv), "commit": code_version(),
               "rung": RUNG, "arm": ARM, "model": recorded_path(args.model or _flag(RUNGS[RUNG].flags, "--model")),
-              "second_model": args.second_model,
+              "second_model": recorded_path(args.second_model) if args.second_model else None,
               "machine": {"cpu": device_name("cpu")}, "iterations": args.iterations, "warmup_iterations": 1,
               "base": BASE, "base_flags": recorded_flags(point_flags(BASE, args.model)), "growth_flag": GROWTH_FLAG,
               "flagged": [f for f in measured if factors[f]["grows"]], "factors": factors,

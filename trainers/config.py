@@ -140,7 +140,7 @@ class CORYConfig:
     #: its default, `_unread_always` rules at any value.
     _unread_when = {
         "role_exchange_period": lambda c, seating: ONE_SEAT if seating.num_seats == 1 else period_unread(c),
-        "reset_on_exchange": lambda c, seating: (None if exchanges_happen(c, seating)
+        "reset_on_exchange": lambda c, seating: (None if exchanges_happen(c, seating) or period_unread(c)
                                                  else "no role exchange happens in this run"),
         "checkpoint_every": lambda c, seating: (None if c.run.checkpoint_every < c.run.num_iterations else
                                                 f"with num_iterations={c.run.num_iterations}: only the final "

@@ -51,6 +51,10 @@ def test_the_marl_eval_export_holds_each_groups_runs_by_seed_in_the_pairs_order(
     result["run_meta"]["pop1"]["seed"] = 0
     with pytest.raises(ValueError, match=r"the groups have \{'pair': \[0, 1\], 'pop': \[0, 0\]\}"):
         to_marl_eval(result)
+    from trainers.cli.crossplay import check_marl_eval_groups
+
+    with pytest.raises(ValueError, match="needs models of two runs or more"):
+        check_marl_eval_groups({"all": ["r"]}, {"r": 0})
 
 
 def test_marl_evals_own_checks_accept_the_crossplay_export():
@@ -87,6 +91,8 @@ def test_outputs_are_checked_before_any_model_loads_and_never_replace_a_users_fi
     (tmp_path / "outdir").mkdir()
     with pytest.raises(IsADirectoryError):
         output_paths(str(tmp_path / "outdir"), None, replace=True)
+    with pytest.raises(ValueError, match="--out '' names no file"):
+        output_paths("", None, replace=False)
     assert mine.read_text() == "the user's"
     assert output_paths(str(tmp_path / "mine.json"), str(tmp_path / "me.json"), replace=True) == (
         tmp_path / "mine.json", mine, tmp_path / "me.json")
@@ -97,6 +103,9 @@ def test_groups_name_given_runs_once():
         parse_groups(["a=r1", "a=r2"], ["r1", "r2"])
     with pytest.raises(ValueError, match="needs a name and at least one run"):
         parse_groups(["a=", "b=r1"], ["r1"])
+    for name in ("a,b", "p_improvement_cross_play"):
+        with pytest.raises(ValueError, match=f"--groups name '{name}' is invalid"):
+            parse_groups([f"{name}=r1"], ["r1"])
     assert parse_groups(None, ["r1", "r2"]) == {"all": ["r1", "r2"]}
     with pytest.raises(ValueError, match="is in two groups"):
         parse_groups(["a=r1", "b=r1"], ["r1"])

@@ -3,8 +3,10 @@ seats, counts and resumes exactly, a plug-in scheme by ``module:attr``, and the 
 
 from __future__ import annotations
 
+import json
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import yaml
@@ -50,6 +52,33 @@ def test_a_uniform_population_counts_episodes_per_model_and_resumes_exactly(tiny
     strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith(("time/", "sys/"))} for r in rs]  # noqa: E731
     assert strip(read_jsonl(straight.output_dir / "metrics.jsonl")) == \
         strip(read_jsonl(resumed.output_dir / "metrics.jsonl"))
+
+
+def test_a_population_run_recorded_by_the_previous_version_resumes(tiny_run):
+    """Runs recorded their options as given (a list of KEY=VALUE, or None for the defaults); a resume compares them
+    as this version records them (every option, as a mapping)."""
+    for given, old in ((["every=2"], ["every=2"]), (None, None)):
+        flags = dict(**RELAY, population=2, matchmaking="snapshots", matchmaking_options=given)
+        name = f"old{bool(given)}"
+        CORYTrainer(tiny_run(name, num_iterations=2, **flags)).train()
+        run = Path(tiny_run(name).run.output_dir)
+        for path in [run / "config.yaml", *run.glob("checkpoints/*/trainer_state.json")]:
+            if path.suffix == ".yaml":
+                data = yaml.safe_load(path.read_text())
+                data["matchmaking_options"] = old
+                path.write_text(yaml.safe_dump(data))
+            else:
+                state = json.loads(path.read_text())
+                state["config"]["matchmaking_options"] = old
+                path.write_text(json.dumps(state))
+        rows = CORYTrainer(tiny_run(name, num_iterations=3, resume=True, **flags)).train()
+        assert [r["iteration"] for r in rows] == [2]
+
+
+def test_snapshots_with_a_reset_on_every_seat_change_leave_the_frozen_models_alone(tiny_run):
+    rows = CORYTrainer(tiny_run("snapreset", num_iterations=4, **RELAY, population=2, matchmaking="snapshots",
+                                matchmaking_options=["every=1", "p_snapshot=1.0"], reset_on_exchange=True)).train()
+    assert [r.get("cory/observer_frozen", 0.0) for r in rows] == [0.0, 1.0, 1.0, 1.0]
 
 
 def test_held_out_evaluations_of_a_population_follow_fixed_models(tiny_run):
@@ -105,6 +134,8 @@ def test_scheme_options_belong_to_the_scheme():
         scheme_options(SCHEMES.get("uniform"), ["stream=-1"], name="uniform")
     with pytest.raises(ValueError, match="sets every twice"):
         scheme_options(SCHEMES.get("snapshots"), ["every=2", "every=3"], name="snapshots")
+    with pytest.raises(ValueError, match="matchmaking_options=0 is invalid"):  # not read as "no options"
+        scheme_options(SCHEMES.get("uniform"), 0, name="uniform")
     with pytest.raises(ValueError, match="takes no options"):
         scheme_options(SCHEMES.get("rotation"), ["stream=1"], name="rotation")
     with pytest.raises(ValueError, match="seats as many models as seats"):

@@ -83,6 +83,8 @@ def test_each_inert_combination_is_named(cory, ppo, env, expected):
 def test_a_scheme_that_reseats_every_iteration_does_not_warn_of_a_role_exchange_it_never_promised():
     messages = _inert({"num_iterations": 3, "population": 3, "matchmaking": "uniform"})  # the default period 5
     assert not any("role_exchange_period" in m for m in messages), messages
+    # a model whose seat changes is reset (Population), whatever the period
+    assert _inert({"num_iterations": 3, "population": 3, "matchmaking": "uniform", "reset_on_exchange": True}) == []
 
 
 def test_the_trainer_names_snapshot_options_a_run_is_too_short_for(tiny_run, caplog):

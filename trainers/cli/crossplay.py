@@ -46,6 +46,8 @@ from trainers.loop import checkpoint as ckpt
 
 __all__ = ["crossplay", "group_summary", "run_crossplay", "to_marl_eval"]
 
+#: The key of the groups' P(A > B) in `group_summary`'s result (beside the groups).
+IMPROVEMENT = "p_improvement_cross_play"
 #: The config fields two runs must share to be played together (the game, and the data and split its held-out
 #: queries come from: a model must not be scored on queries another run trained on).
 SAME = ("task", "seating", "knowledge_transfer", "partner_reward_coef", "observer_template", "pioneer_template",
@@ -156,7 +158,7 @@ def group_summary(pairs: list[dict], run_of: dict[str, str], groups: dict[str, l
                       "cross_play": {**c, "values": cross} if c else None,
                       "gap": s["iqm"] - c["iqm"] if c else None}
     names = list(out)
-    out["p_improvement_cross_play"] = {
+    out[IMPROVEMENT] = {
         f"{a} > {b}": probability_of_improvement(out[a]["cross_play"]["values"], out[b]["cross_play"]["values"])
         for a in names for b in names if a != b and out[a]["cross_play"] and out[b]["cross_play"]}
     return out
@@ -177,7 +179,7 @@ def to_marl_eval(result: dict) -> dict:
             algorithms on the same runs): naming each group's seeds.
     """
     run_of, pairs, meta = result["run_of"], result["pairs"], result["run_meta"]
-    groups = {g: v["runs"] for g, v in result["groups"].items() if g != "p_improvement_cross_play"}
+    groups = {g: v["runs"] for g, v in result["groups"].items() if g != IMPROVEMENT}
     check_marl_eval_groups(groups, {run: m["seed"] for run, m in meta.items()})
     out: dict = {}
     for group, runs in groups.items():
@@ -198,8 +200,12 @@ def check_marl_eval_groups(groups: dict[str, list[str]], seed_of: dict[str, int]
     hold one run per seed, on the same seeds.
 
     Raises:
-        ValueError: naming each group's seeds and the fix.
+        ValueError: a single run (no cross-play); groups on different seeds or with two runs of one seed, naming
+            each group's seeds and the fix.
     """
+    if len(seed_of) < 2:
+        raise ValueError("--marl_eval compares cross-play, which needs models of two runs or more; give more runs "
+                         "or drop --marl_eval")
     seeds = {g: sorted(seed_of[run] for run in runs) for g, runs in groups.items()}
     if any(len(set(s)) != len(s) for s in seeds.values()) or len({tuple(s) for s in seeds.values()}) > 1:
         raise ValueError(f"--marl_eval needs every group on the same seeds, one run per seed (marl-eval compares "
@@ -268,6 +274,9 @@ def parse_groups(items: Sequence[str] | None, runs: list[str]) -> dict[str, list
         if not name or not members:
             raise ValueError(f"--groups entry {item!r} is invalid: a group needs a name and at least one run "
                              "(NAME=RUN,RUN)")
+        if "," in name or name == IMPROVEMENT:
+            raise ValueError(f"--groups name {name!r} is invalid: a group's name holds no comma (marl-eval splits "
+                             f"on them) and is not {IMPROVEMENT!r} (the summary's key); choose another name")
         if name in out:
             raise ValueError(f"--groups names {name!r} twice; give each group once, its runs comma-separated "
                              f"({name}=RUN,RUN)")
@@ -292,6 +301,8 @@ def output_paths(out: str, marl_eval: str | None, *, replace: bool) -> tuple[Pat
     """
     from trainers.cli.outputs import check_output_file
 
+    if not out or not Path(out).name:
+        raise ValueError(f"--out {out!r} names no file; give the JSON to write, e.g. --out crossplay.json")
     paths = {"--out": Path(out), "the heatmap beside --out": Path(out).with_suffix(".png")}
     if marl_eval:
         paths["--marl_eval"] = Path(marl_eval)
@@ -328,8 +339,9 @@ def run_crossplay(argv: Sequence[str]) -> int:
     out, png, marl = output_paths(args.out, args.marl_eval, replace=args.overwrite)
     found = {run: _models(Path(run)) for run in args.runs}
     check_compatible({run: state for run, (_, state, _) in found.items()})
-    run_meta = {run: {"seed": state["config"]["seed"],
-                      "queries": (int(state["iteration"]) + 1) * state["config"]["batch_size"]}
+    run_meta = {run: {"seed": state["config"]["seed"],  # queries trained on: every process's batch
+                      "queries": (int(state["iteration"]) + 1) * state["config"]["batch_size"]
+                      * int(state.get("num_processes", 1))}
                 for run, (_, state, _) in found.items()}
     if marl:
         check_marl_eval_groups(groups, {run: m["seed"] for run, m in run_meta.items()})
@@ -364,7 +376,7 @@ def run_crossplay(argv: Sequence[str]) -> int:
     if marl:
         write_output(marl, json.dumps(to_marl_eval(result), indent=2) + "\n")
     for group, g in result["groups"].items():
-        if group != "p_improvement_cross_play":
+        if group != IMPROVEMENT:
             cross = f"{g['cross_play']['iqm']:.3f}" if g["cross_play"] else "n/a"
             print(f"{group}: self-play {g['self_play']['iqm']:.3f}, cross-play {cross}")
     print(f"wrote {out} and {png}" + (f" and {marl}" if marl else ""), flush=True)

@@ -220,7 +220,7 @@ def scheme_options(spec: SchemeSpec, given: Mapping[str, Any] | Sequence[str] | 
         ValueError: options for a scheme without any, an entry that is not ``KEY=VALUE``, an unknown key (the valid
             ones listed), a key given twice, a value of the wrong type or one the options dataclass refuses.
     """
-    if not given:
+    if given is None or (isinstance(given, (str, list, tuple, Mapping)) and len(given) == 0):
         return spec.options() if spec.options is not None else None
     if spec.options is None:
         raise ValueError(f"matchmaking scheme {name!r} takes no options, got {given!r}; drop --matchmaking_options")
@@ -253,6 +253,17 @@ def scheme_options(spec: SchemeSpec, given: Mapping[str, Any] | Sequence[str] | 
         return spec.options(**values)
     except (TypeError, ValueError) as err:
         raise ValueError(f"matchmaking_options for {name!r}: {err}") from None
+
+
+def recorded_options(scheme: str, given: Any) -> Any:
+    """`given` (a run's saved ``matchmaking_options``, in any spelling an earlier version recorded: a list of
+    ``KEY=VALUE``, None) as `canonical_options` records it now, so that `--resume` compares settings, not spellings;
+    `given` unchanged when the scheme is not found or refuses it (the resume then names the difference)."""
+    try:
+        spec = SCHEMES.get(scheme)
+        return canonical_options(scheme_options(spec, given, name=scheme))
+    except (ValueError, TypeError, ImportError):
+        return given
 
 
 def canonical_options(options: Any) -> dict[str, Any] | None:
@@ -335,7 +346,7 @@ class Population:
             self.num_exchanges += 1
             if self.reset_on_exchange:
                 for seat, bundle in self.seats.items():
-                    if before.get(seat) != bundle.name:
+                    if before.get(seat) != bundle.name and bundle.learner is not None:  # a snapshot never learns
                         bundle.learner.reset_state()
         return changed
 

@@ -48,7 +48,7 @@ def exchanges_happen(configs, seating) -> bool:
 def period_unread(configs) -> str | None:
     """Why `CORYConfig.role_exchange_period` does nothing under the run's matchmaking scheme (one that reseats the
     models every iteration by its own rule: `SchemeSpec.reads_period` False), else None."""
-    from trainers.loop.matchmaking import SCHEMES
+    from trainers.matchmaking import SCHEMES
 
     try:
         spec = SCHEMES.get(configs.run.matchmaking)
@@ -165,7 +165,7 @@ class CORYConfig:
     seed: int = field(default=0, metadata={"help": "Seed for queries, sampling, mini-batch order and dropout."})
     role_exchange_period: int = field(default=5, metadata={"help": "T_REx: iterations between role exchanges (official code: swap_freq=5): the models rotate one seat forward (two seats: they swap). 0 disables (ablation w/o REx)."})
     population: int = field(default=0, metadata={"help": "Models trained together (llm1 ... llmN, N >= the seats; docs/partners.md): 0 = one per seat (CORY). With more models than seats a matchmaking scheme other than role-exchange seats them each iteration."})
-    matchmaking: str = field(default="role-exchange", metadata={"help": "Which model sits in which seat each iteration (trainers.loop.matchmaking.SCHEMES): role-exchange (CORY: as many models as seats, rotating every role_exchange_period), rotation (N >= seats, the window moves every role_exchange_period), uniform (N >= seats, a random ordered draw each iteration), snapshots (self-play against lagged frozen snapshots of the learning models, options every, keep, p_snapshot), an importable 'module:attr' of a SchemeSpec, or an installed plug-in's name (entry-point group cory.matchmaking)."})
+    matchmaking: str = field(default="role-exchange", metadata={"help": "Which model sits in which seat each iteration (trainers.matchmaking.SCHEMES): role-exchange (CORY: as many models as seats, rotating every role_exchange_period), rotation (N >= seats, the window moves every role_exchange_period), uniform (N >= seats, a random ordered draw each iteration), snapshots (self-play against lagged frozen snapshots of the learning models, options every, keep, p_snapshot), an importable 'module:attr' of a SchemeSpec, or an installed plug-in's name (entry-point group cory.matchmaking)."})
     matchmaking_options: Optional[list[str]] = field(default=None, metadata={"help": "The scheme's own options, KEY=VALUE (uniform: stream=0; snapshots: every=10 keep=3 p_snapshot=0.5); in YAML a mapping. Recorded as the mapping of every option of the scheme, defaults included."})
     reset_on_exchange: bool = field(default=False, metadata={"help": "Replicate the official code: fresh Adam state, KL controller and score statistics at every role exchange."})
     eta: Optional[float] = field(default=None, metadata={"help": "eta in the logged combined reward = task reward - eta * KL; None = the seat's current KL coefficient."})

@@ -1,4 +1,4 @@
-"""Partner populations (trainers.loop.matchmaking): the schemes' schedules on hand cases, a population run that
+"""Partner populations (trainers.matchmaking, trainers.loop.population): the schemes' schedules on hand cases, a population run that
 seats, counts and resumes exactly, a plug-in scheme by ``module:attr``, and the refusals."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import yaml
 
 from trainers.cli import main
 from trainers.loop.cory import CORYTrainer
-from trainers.loop.matchmaking import SCHEMES, Rotating, SchemeSpec, Uniform, check_population, scheme_options
+from trainers.matchmaking import SCHEMES, Rotating, SchemeSpec, Uniform, check_population, scheme_options
 from trainers.loop.metrics import read_jsonl
 
 MODELS, SEATS = ("llm1", "llm2", "llm3"), ("pioneer", "observer")
@@ -191,7 +191,7 @@ def test_self_play_against_frozen_snapshots_seats_them_never_updates_them_and_re
 
 
 def test_the_snapshot_pool_keeps_the_latest_and_the_first_seat_learns():
-    from trainers.loop.matchmaking import Snapshots
+    from trainers.matchmaking import Snapshots
 
     scheme = Snapshots(("llm1", "llm2"), SEATS, seed=0, every=2, keep=2, p_snapshot=1.0)
     assert scheme.pool(1) == [] and scheme.pool(5) == ["llm1_snap2", "llm2_snap2", "llm1_snap4", "llm2_snap4"]

@@ -361,9 +361,9 @@ def freeze_bundle(bundle: Bundle, name: str) -> Bundle:
 def build_exchange(agents: dict[str, LLMAgent], algorithm: JointLearner, config: CORYConfig,
                    seating: Seating, scheme=None, rows: int = 0):
     """One bundle per model (its agent and its learner from `algorithm.learners`): CORY's `RoleExchange` (`llm1` …
-    `llmN` in the seats in order) when `scheme` is None, else a `trainers.loop.matchmaking.Population` seating them
+    `llmN` in the seats in order) when `scheme` is None, else a `trainers.loop.population.Population` seating them
     by `scheme` (counting `rows` episodes per seated model and iteration)."""
-    from trainers.loop.matchmaking import Population
+    from trainers.loop.population import Population
 
     bundles = [Bundle(name, agent, algorithm.learners[name]) for name, agent in agents.items()]
     if scheme is not None:

@@ -394,7 +394,7 @@ def load_bundle(checkpoint: str | os.PathLike, bundle) -> None:
         CheckpointError: a missing, damaged, unsafe or mismatched file (named).
     """
     agent_state, where = _read_agent_state(checkpoint, bundle.name)  # read everything before changing anything
-    if bundle.learner is None:  # a frozen snapshot (`trainers.loop.matchmaking`): its weights only
+    if bundle.learner is None:  # a frozen snapshot (`trainers.loop.population`): its weights only
         load_trainable_state(bundle.agent, agent_state, where=where)
         return
     learner_state = read_learner_state(checkpoint, bundle.name)

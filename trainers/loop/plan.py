@@ -64,7 +64,7 @@ class RunPlan:
         slots: model name (``llm1`` …) -> its `ModelConfig` (`trainers.loop.build.slot_configs`).
         heterogeneous: the slots hold different model options (a model per slot, docs/seats.md).
         seat_sampling: seat -> the sampling of the model sitting there (`seat_sampling`).
-        scheme: the matchmaking `trainers.loop.matchmaking.Scheme` of a population (``--population``, a scheme
+        scheme: the matchmaking `trainers.matchmaking.Scheme` of a population (``--population``, a scheme
             other than role exchange), None for CORY's role exchange (`trainers.loop.role_exchange.RoleExchange`).
     """
 
@@ -148,7 +148,7 @@ def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
 def plan_population(configs: RunConfigs, seating: Seating):
     """(the population's matchmaking scheme or None, the number of models N, the scheme's options as the run records
     them, warnings): the scheme None for CORY's role exchange with one model per seat (the default), else the scheme
-    `CORYConfig.matchmaking` names, built with its options (`trainers.loop.matchmaking.canonical_options`: every
+    `CORYConfig.matchmaking` names, built with its options (`trainers.matchmaking.canonical_options`: every
     option, defaults included; None for a scheme without options); the warnings say why given options do nothing
     in this run (`SchemeSpec.unread`).
 
@@ -156,7 +156,7 @@ def plan_population(configs: RunConfigs, seating: Seating):
         ValueError: an unknown scheme, options it refuses, or a population its scheme cannot seat.
     """
     from trainers.loop.build import model_names
-    from trainers.loop.matchmaking import SCHEMES, canonical_options, check_population, scheme_options
+    from trainers.matchmaking import SCHEMES, canonical_options, check_population, scheme_options
 
     run = configs.run
     spec = SCHEMES.get(run.matchmaking)

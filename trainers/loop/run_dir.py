@@ -320,9 +320,9 @@ def check_resumable(saved: dict[str, Any], current: dict[str, Any], output_dir: 
     """Raise `ValueError` naming every field (other than `RESUMABLE_CHANGES`) where the flat config of a resume
     differs from the checkpoint's; a field added after the run started reads as its default, a field of another
     learner's or task's options (recorded by an earlier version for every run) is left out, and the saved
-    matchmaking options are read as this version records them (`trainers.loop.matchmaking.recorded_options`). With
+    matchmaking options are read as this version records them (`trainers.matchmaking.recorded_options`). With
     `task`, the seating fields are compared as the seatings they build on it (`SEATING_FIELDS`)."""
-    from trainers.loop.matchmaking import recorded_options
+    from trainers.matchmaking import recorded_options
 
     saved = RunConfigs.from_flat(saved).to_flat()
     # a scheme's options as this version records them (every option, one spelling), whatever version saved them

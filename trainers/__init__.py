@@ -8,6 +8,7 @@
 | `trainers.loop` | checks and builds a run (`plan_run`), role exchange, `CORYTrainer`, run directory, checkpoints, metrics |
 | `trainers.distributed` | the data-parallel process group (`DataParallel`) the learners and the loop share |
 | `trainers.evaluation` | the pioneer's (and the seats') evaluation, pass@k |
+| `trainers.matchmaking` | matchmaking schemes (a plug-in registry) and their options: which of a population's models sits in which seat each iteration |
 | `trainers.unread_options` | the options a run does not read, derived from the specs and the fields' own rules |
 | `trainers.adapters` | other RL libraries (Tianshou, Stable-Baselines3, TorchRL) on the env |
 | `trainers.cli` | the `cory` command: train, launch, eval, export, plot, bench, presets |

@@ -5,7 +5,7 @@
 | `plan` | `plan_run`: every check and the task and seating of a run, before any model loads (trainer and launcher) |
 | `build` | configs → tokenizer, model, agents, reference model, the algorithm, bundles, env |
 | `role_exchange` | `RoleExchange`: which bundle (agent + learner) sits in which seat, rotated every T_REx |
-| `matchmaking` | partner populations: N >= seats models, seated each iteration by a scheme (a plug-in registry) |
+| `population` | partner populations: N >= seats models, seated each iteration by a matchmaking scheme (`trainers.matchmaking`) |
 | `cory` | `CORYTrainer`: the CORY loop (and the single-agent baselines, chains) |
 | `run_dir` | the run directory: checks before a run, config.yaml, what a resume may change |
 | `fingerprint` | content fingerprints of a run's inputs, which a resume must match |

@@ -48,13 +48,7 @@ def exchanges_happen(configs, seating) -> bool:
 def period_unread(configs) -> str | None:
     """Why `CORYConfig.role_exchange_period` does nothing under the run's matchmaking scheme (one that reseats the
     models every iteration by its own rule: `SchemeSpec.reads_period` False), else None."""
-    from trainers.matchmaking import SCHEMES
-
-    try:
-        spec = SCHEMES.get(configs.run.matchmaking)
-    except (ValueError, ImportError):  # an unknown scheme is refused by the run's plan, with its own message
-        return None
-    if spec.reads_period:
+    if configs.scheme_spec.reads_period:
         return None
     return f"matchmaking={configs.run.matchmaking!r} seats the models each iteration by its own rule, not by the period"
 
@@ -299,14 +293,20 @@ class RunConfigs:
         unread: options that were given (a YAML file, a preset, an old ``config.yaml``) but belong to another
             learner's or task's options: the run does not read them, and `unread_options` warns about those that
             differ from their default. Not part of `to_flat`.
-        learner_spec, task_spec: the `trainers.learning.registry.LearnerSpec` of ``run.learner`` and the
-            `cory_env.tasks.TaskSpec` of ``env.task`` (a registered name, a ``module:attr`` or an entry point),
-            looked up once when the object is built: a mistake there is a `ValueError` before any folder or model.
+        learner_spec, task_spec, scheme_spec: the `trainers.learning.registry.LearnerSpec` of ``run.learner``, the
+            `cory_env.tasks.TaskSpec` of ``env.task`` and the `trainers.matchmaking.SchemeSpec` of
+            ``run.matchmaking`` (a registered name, a ``module:attr`` or an entry point), looked up once when the
+            object is built: a mistake there is a `ValueError` before any folder or model. ``run.matchmaking_options``
+            becomes the scheme's options as a run records them (`trainers.matchmaking.canonical_options`: every
+            option, defaults included, as a mapping; None for a scheme without options), so every spelling of one
+            setting, an earlier version's included, records and resumes as one.
 
     Raises:
         TypeError: a section of the wrong class, or a config of another class than the spec declares.
-        ValueError: an unknown learner or task (`trainers.learning.registry.learner_spec`,
-            `cory_env.tasks.task_spec`), or an options class whose field names clash with another config's.
+        ValueError: an unknown learner, task or matchmaking scheme (`trainers.learning.registry.learner_spec`,
+            `cory_env.tasks.task_spec`, `trainers.matchmaking.SCHEMES`), options the scheme refuses
+            (`trainers.matchmaking.scheme_options`), or an options class whose field names clash with another
+            config's.
     """
 
     run: CORYConfig = field(default_factory=CORYConfig)
@@ -318,9 +318,11 @@ class RunConfigs:
     unread: Mapping[str, Any] = field(default_factory=dict, compare=False)
     learner_spec: Any = field(init=False, repr=False, compare=False)
     task_spec: Any = field(init=False, repr=False, compare=False)
+    scheme_spec: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         from trainers.learning.registry import learner_spec
+        from trainers.matchmaking import SCHEMES, canonical_options, scheme_options
 
         for name, cls in (("run", CORYConfig), ("env", EnvConfig), ("model", ModelConfig),
                           ("sampling", SamplingConfig)):
@@ -328,6 +330,9 @@ class RunConfigs:
                 raise TypeError(f"RunConfigs.{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
         object.__setattr__(self, "learner_spec", learner_spec(self.run.learner))
         object.__setattr__(self, "task_spec", task_spec(self.env.task))
+        object.__setattr__(self, "scheme_spec", SCHEMES.get(self.run.matchmaking))
+        self.run.matchmaking_options = canonical_options(scheme_options(self.scheme_spec, self.run.matchmaking_options,
+                                                                        name=self.run.matchmaking))
         try:
             object.__setattr__(self, "update", self.learner_spec.args(self.update))
         except TypeError as err:

@@ -36,8 +36,7 @@ from cory_env.checks import check_number
 from cory_env.overrides import convert_value, override_types
 from cory_env.registry import Registry
 
-__all__ = ["SCHEMES", "Scheme", "SchemeSpec", "canonical_options", "check_population", "recorded_options",
-           "scheme_options"]
+__all__ = ["SCHEMES", "Scheme", "SchemeSpec", "canonical_options", "check_population", "scheme_options"]
 
 
 @runtime_checkable
@@ -253,17 +252,6 @@ def scheme_options(spec: SchemeSpec, given: Mapping[str, Any] | Sequence[str] | 
         return spec.options(**values)
     except (TypeError, ValueError) as err:
         raise ValueError(f"matchmaking_options for {name!r}: {err}") from None
-
-
-def recorded_options(scheme: str, given: Any) -> Any:
-    """`given` (a run's saved ``matchmaking_options``, in any spelling an earlier version recorded: a list of
-    ``KEY=VALUE``, None) as `canonical_options` records it now, so that `--resume` compares settings, not spellings;
-    `given` unchanged when the scheme is not found or refuses it (the resume then names the difference)."""
-    try:
-        spec = SCHEMES.get(scheme)
-        return canonical_options(scheme_options(spec, given, name=scheme))
-    except (ValueError, TypeError, ImportError):
-        return given
 
 
 def canonical_options(options: Any) -> dict[str, Any] | None:

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from cory_env.checks import check_number
-from trainers.cli.outputs import atomic_output, write_output
+from trainers.cli.outputs import atomic_output, check_output_file, write_output
 from trainers.loop import checkpoint as ckpt
 
 __all__ = ["crossplay", "group_summary", "run_crossplay", "to_marl_eval"]
@@ -299,8 +299,6 @@ def output_paths(out: str, marl_eval: str | None, *, replace: bool) -> tuple[Pat
         ValueError: two outputs on one path; a path a run owns. FileExistsError / IsADirectoryError /
             NotADirectoryError: from `check_output_file`.
     """
-    from trainers.cli.outputs import check_output_file
-
     if not out or not Path(out).name:
         raise ValueError(f"--out {out!r} names no file; give the JSON to write, e.g. --out crossplay.json")
     paths = {"--out": Path(out), "the heatmap beside --out": Path(out).with_suffix(".png")}

@@ -113,7 +113,7 @@ def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
     if reward_fn is not None:
         task = dataclasses.replace(task, reward_fn=reward_fn)
     seating = config_seating(env_config, task)
-    scheme, num_models, scheme_settings, scheme_notes = plan_population(configs, seating)
+    scheme, num_models, scheme_notes = plan_population(configs, seating)
     slots = slot_configs(configs, num_models)
     heterogeneous = is_heterogeneous(slots)
     if heterogeneous and run.sharded:
@@ -135,7 +135,6 @@ def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
     elif run.eval_episodes > 0:
         notes.append(f"the held-out evaluation ({run.eval_episodes} episodes) is not held out: {not_held_out}")
     flat = configs.to_flat()
-    flat["matchmaking_options"] = scheme_settings  # every option, one spelling: records and resumes as one
     if reward_fn is not None:  # what was really used, so `cory eval` and --resume do not fall back to a name
         flat["reward"] = reward_name(reward_fn)
     has_run = check_output_dir(run, num_processes, flat, task=task)
@@ -146,28 +145,25 @@ def plan_run(configs: RunConfigs, tokenizer, *, num_processes: int = 1,
 
 
 def plan_population(configs: RunConfigs, seating: Seating):
-    """(the population's matchmaking scheme or None, the number of models N, the scheme's options as the run records
-    them, warnings): the scheme None for CORY's role exchange with one model per seat (the default), else the scheme
-    `CORYConfig.matchmaking` names, built with its options (`trainers.matchmaking.canonical_options`: every
-    option, defaults included; None for a scheme without options); the warnings say why given options do nothing
-    in this run (`SchemeSpec.unread`).
+    """(the population's matchmaking scheme or None, the number of models N, warnings): the scheme None for CORY's
+    role exchange with one model per seat (the default), else the scheme `CORYConfig.matchmaking` names
+    (`RunConfigs.scheme_spec`), built with its options; the warnings say why given options do nothing in this run
+    (`SchemeSpec.unread`).
 
     Raises:
-        ValueError: an unknown scheme, options it refuses, or a population its scheme cannot seat.
+        ValueError: options the scheme refuses, or a population its scheme cannot seat.
     """
     from trainers.loop.build import model_names
-    from trainers.matchmaking import SCHEMES, canonical_options, check_population, scheme_options
+    from trainers.matchmaking import check_population, scheme_options
 
-    run = configs.run
-    spec = SCHEMES.get(run.matchmaking)
+    run, spec = configs.run, configs.scheme_spec
     n = check_population(spec, run.matchmaking, run.population, seating.num_seats)
     options = scheme_options(spec, run.matchmaking_options, name=run.matchmaking)
     reason = spec.unread(options, run.num_iterations) if spec.unread is not None else None
-    notes = [f"matchmaking_options {canonical_options(options)} do nothing {reason}"] if reason else []
+    notes = [f"matchmaking_options {run.matchmaking_options} do nothing {reason}"] if reason else []
     if run.matchmaking == "role-exchange" and n == seating.num_seats:
-        return None, n, canonical_options(options), notes
-    scheme = spec.factory(options, model_names(n), seating.names, run.seed, run.role_exchange_period)
-    return scheme, n, canonical_options(options), notes
+        return None, n, notes
+    return spec.factory(options, model_names(n), seating.names, run.seed, run.role_exchange_period), n, notes
 
 
 def seat_sampling(sampling: SamplingConfig, env_config: EnvConfig, seating: Seating) -> dict[str, SamplingConfig]:

@@ -319,15 +319,10 @@ SEATING_FIELDS = ("seating", "knowledge_transfer", "partner_reward_coef")
 def check_resumable(saved: dict[str, Any], current: dict[str, Any], output_dir: Path, *, task=None) -> None:
     """Raise `ValueError` naming every field (other than `RESUMABLE_CHANGES`) where the flat config of a resume
     differs from the checkpoint's; a field added after the run started reads as its default, a field of another
-    learner's or task's options (recorded by an earlier version for every run) is left out, and the saved
-    matchmaking options are read as this version records them (`trainers.matchmaking.recorded_options`). With
-    `task`, the seating fields are compared as the seatings they build on it (`SEATING_FIELDS`)."""
-    from trainers.matchmaking import recorded_options
-
+    learner's or task's options (recorded by an earlier version for every run) is left out; both sides read as this
+    version records them (`RunConfigs`: e.g. matchmaking options as the scheme's full mapping). With `task`, the
+    seating fields are compared as the seatings they build on it (`SEATING_FIELDS`)."""
     saved = RunConfigs.from_flat(saved).to_flat()
-    # a scheme's options as this version records them (every option, one spelling), whatever version saved them
-    saved["matchmaking_options"] = recorded_options(saved.get("matchmaking", "role-exchange"),
-                                                    saved.get("matchmaking_options"))
     skip = set(RESUMABLE_CHANGES) | (set(SEATING_FIELDS) if task is not None else set())
     diff = sorted(k for k in set(saved) | set(current) if k not in skip and saved.get(k) != current.get(k))
     details = [f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in diff]

@@ -117,7 +117,7 @@ def test_crossplay_plays_every_ordered_pair_of_two_runs(tiny_run, tmp_path, caps
     runs = []
     for seed in (0, 1):
         trainer = CORYTrainer(tiny_run(f"s{seed}", task="relay", context_len=12, batch_size=8, mini_batch_size=4,
-                                       num_iterations=1, seed=seed))
+                                       heldout_fraction=0.5, num_iterations=1, seed=seed))
         trainer.train()
         runs.append(str(trainer.output_dir))
     out = tmp_path / "cp" / "crossplay.json"
@@ -132,6 +132,7 @@ def test_crossplay_plays_every_ordered_pair_of_two_runs(tiny_run, tmp_path, caps
     assert main(["crossplay", *runs, "--episodes", "8", "--out", str(out)]) == 2  # no --overwrite
     assert "already exists; nothing was changed. Pass --overwrite" in capsys.readouterr().err
     assert result["task"] == "relay" and result["run_meta"][runs[1]] == {"seed": 1, "queries": 8}
+    assert result["heldout"]["query_split"] == "test"  # the held-out side the pairs played on, not the training side
     # marl-eval compares groups on the same seeds: x (seed 0) and y (seed 1) are refused before anything is written
     other, exported = tmp_path / "cp2" / "crossplay.json", tmp_path / "cp2" / "marl_eval.json"
     assert main(["crossplay", *runs, "--episodes", "8", "--out", str(other), "--marl_eval", str(exported),

@@ -365,7 +365,8 @@ def run_crossplay(argv: Sequence[str]) -> int:
         return envs[key]
 
     pairs = crossplay(models, refs, env_for, episodes=args.episodes, seed=args.seed)
-    heldout = {key: getattr(env_cfg, key) for key in ("data_path", "heldout_fraction", "query_split", "context_len")}
+    heldout = {key: getattr(env_cfg, key) for key in ("data_path", "heldout_fraction", "context_len")}
+    heldout["query_split"] = configs.task_spec.heldout_split(env_cfg)[0]  # the split the pairs played on
     result = {"task": env_cfg.task, "heldout": heldout, "runs": args.runs, "episodes": args.episodes,
               "seed": args.seed, "models": list(models), "run_of": run_of, "run_meta": run_meta, "pairs": pairs,
               "groups": group_summary(pairs, run_of, groups)}

@@ -32,7 +32,7 @@ def test_a_curve_without_cpu_seconds_is_refused():
         time_to_gain(run, 0.2)
 
 
-def test_report_gives_per_seed_ratios_and_the_ratio_of_iqms():
+def test_report_gives_per_seed_ratios_and_the_ratio_of_iqms(imdb_csv):  # the IMDB rung's settings resolve its data file
     # each run reaches +0.2 (0.3) exactly at its last point: 0.1 -> 0.5 over 20 of its 40 s is at 20 s
     runs = [_run(OURS, 0, [0.1, 0.5], [0, 20]), _run(TRL, 0, [0.1, 0.5], [0, 40]),   # 10 s vs 20 s
             _run(OURS, 1, [0.1, 0.5], [0, 60]), _run(TRL, 1, [0.1, 0.5], [0, 80])]   # 30 s vs 40 s
@@ -57,7 +57,7 @@ def test_report_only_without_runs_names_the_seed(tmp_path, capsys):
     assert "no runs for seed 7" in capsys.readouterr().err
 
 
-def test_the_bf16_report_pairs_ours_with_trl_in_its_default_precision():
+def test_the_bf16_report_pairs_ours_with_trl_in_its_default_precision(imdb_csv):  # the IMDB rung's settings resolve its data file
     """`--precision bf16` compares against `trl-grpo-default`: an fp32 TRL run beside it is not its partner."""
     runs = [_run(OURS, 0, [0.1, 0.5], [0, 20]), _run("trl-grpo-default", 0, [0.1, 0.5], [0, 80]),
             _run(TRL, 0, [0.1, 0.5], [0, 40])]
@@ -81,7 +81,7 @@ def test_the_bf16_precision_runs_our_arm_in_bf16_mixed_beside_trl_default(tmp_pa
     assert "--flags" not in calls[1] and TRL in calls[1]
 
 
-def test_the_bf16_table_names_each_side_s_precision():
+def test_the_bf16_table_names_each_side_s_precision(imdb_csv):  # the IMDB rung's settings resolve its data file
     from benchmarks.time_to_reward import table
 
     runs = [_run(OURS, 0, [0.1, 0.5], [0, 20]), _run("trl-grpo-default", 0, [0.1, 0.5], [0, 40])]

@@ -7,6 +7,7 @@
 | `trainers.rollout` | the one rollout loop: env → one `Rollout` per seat (training and evaluation) |
 | `trainers.loop` | checks and builds a run (`plan_run`), role exchange, `CORYTrainer`, run directory, checkpoints, metrics |
 | `trainers.distributed` | the data-parallel process group (`DataParallel`) the learners and the loop share |
+| `trainers.heap` | the process's heap kept for reuse (glibc `mallopt`), so an iteration's large tensors do not fault pages in afresh |
 | `trainers.evaluation` | the pioneer's (and the seats') evaluation, pass@k |
 | `trainers.matchmaking` | matchmaking schemes (a plug-in registry) and their options: which of a population's models sits in which seat each iteration |
 | `trainers.unread_options` | the options a run does not read, derived from the specs and the fields' own rules |

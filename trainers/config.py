@@ -175,7 +175,8 @@ class CORYConfig:
     log_every_seconds: float = field(default=30.0, metadata={"help": "Off a terminal (a log file, nohup, a batch scheduler), log a one-line progress record (iteration, elapsed, ETA, the pioneer's and the observer's rewards, KL, the collective reward) at least this often, and after the first and the last iteration; 0 = after every iteration. On a terminal the progress bar shows them instead."})
     tensorboard: bool = field(default=True, metadata={"help": "Write TensorBoard events to output_dir."})
     torch_threads: int = field(default=0, metadata={"help": "torch.set_num_threads; 0 = leave torch's default."})
-    deterministic: bool = field(default=True, metadata={"help": "torch.use_deterministic_algorithms(True, warn_only=True) so same seed => same metrics on CPU."})
+    heap_reuse: bool = field(default=True, metadata={"help": "Keep freed memory in the process's heap for reuse (glibc malloc: mallopt M_MMAP_THRESHOLD 32 MiB, M_TRIM_THRESHOLD 1 GiB; trainers.heap), so an iteration's large tensors do not fault fresh pages in at every step (about 4 % CPU per iteration on the IMDB rung); every number is unchanged; no effect off glibc. False: glibc's defaults."})
+    deterministic: bool = field(default=True, metadata={"help": "torch.use_deterministic_algorithms(True, warn_only=True) so same seed => same metrics on CPU (without torch's NaN fill of new tensors, which changes no result: trainers.loop.build.seed_everything)."})
     device: str = field(default="auto", metadata={"help": "Where the models live: auto (this process's GPU under a multi-GPU launch or when CUDA is available, else CPU), cpu, or a torch device such as cuda:0."})
     sharding: str = field(default="none", metadata={"help": "With several processes: none (every process holds full replicas of the models, gradients all-reduced) or fsdp (PyTorch FSDP2: parameters, gradients and Adam state sharded over the processes; full fine-tuning; docs/distributed.md)."})
 

@@ -374,7 +374,15 @@ def build_exchange(agents: dict[str, LLMAgent], algorithm: JointLearner, config:
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
-    """Seed torch's global RNG; with `deterministic`, ``torch.use_deterministic_algorithms(True, warn_only=True)``."""
+    """Seed torch's global RNG; with `deterministic`, ``torch.use_deterministic_algorithms(True, warn_only=True)``
+    without torch's filling of every new tensor's memory (``torch.utils.deterministic.fill_uninitialized_memory``).
+
+    That fill (NaN into every ``torch.empty``) is a debugging aid that torch's documentation says to turn off for
+    speed in a program that never reads memory before writing it: every op here writes its output first, so the
+    results are the same with it off, and an iteration skips ≈ 15,000 fills (the largest the (B, T, V) logits'
+    temporaries; docs/results/performance.md).
+    """
     torch.manual_seed(seed)
     if deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = False

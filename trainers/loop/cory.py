@@ -43,6 +43,7 @@ from cory_env.registry import PluginContractError
 from cory_env.tasks import task_tokenizer
 from trainers.config import RunConfigs, plugin_origins
 from trainers.distributed import DataParallel
+from trainers.heap import reuse_heap
 from trainers.learning.joint import JointBatch
 from trainers.learning.update import NonFiniteLossError
 from trainers.loop import checkpoint as ckpt
@@ -127,6 +128,8 @@ class CORYTrainer:
         self.dist.barrier()  # every process has checked the folder before the main one changes it
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
+        if config.heap_reuse:
+            reuse_heap()
         seed_everything(config.seed, config.deterministic)
         #: Model name -> its `ModelConfig` (`trainers.loop.build.slot_configs`); one config for all by default.
         self.slots = plan.slots

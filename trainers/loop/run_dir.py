@@ -60,7 +60,7 @@ RUN_OWNED_FOLDERS = (ckpt.CHECKPOINT_DIR, TENSORBOARD_DIR)
 INVOCATION_FIELDS = ("resume", "overwrite")
 #: Fields that may change between a run and its resume (everything else must match the checkpoint's config).
 RESUMABLE_CHANGES = {"resume", "overwrite", "num_iterations", "checkpoint_every", "checkpoint_every_minutes",
-                     "keep_checkpoints", "log_samples", "tensorboard", "torch_threads", "output_dir", "device",
+                     "keep_checkpoints", "log_samples", "tensorboard", "torch_threads", "heap_reuse", "output_dir", "device",
                      "eval_every", "log_every_seconds"}
 
 

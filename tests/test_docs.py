@@ -219,6 +219,7 @@ def _result_renderers() -> dict:
             "collapse": lambda path: collapse.report(load(path)["arms"]),  # benchmarks/collapse.py
             "pareto": lambda path: pareto.table(load(path)),  # benchmarks/pareto.py
             "time to reward": lambda path: time_to_reward.table(load(path)),  # benchmarks/time_to_reward.py
+            "iteration profile": lambda path: iteration_profile.table(load(path)["arms"]),  # iteration_profile.py
             "precision profile": lambda paths: iteration_profile.precision_table(*map(load, paths.split(","))),
             "precision learning": precision_tables}  # benchmarks/precision_learning.py
 

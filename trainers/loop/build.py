@@ -380,7 +380,9 @@ def seed_everything(seed: int, deterministic: bool) -> None:
     That fill (NaN into every ``torch.empty``) is a debugging aid that torch's documentation says to turn off for
     speed in a program that never reads memory before writing it: every op here writes its output first, so the
     results are the same with it off, and an iteration skips ≈ 15,000 fills (the largest the (B, T, V) logits'
-    temporaries; docs/results/performance.md).
+    temporaries; docs/results/performance.md). Like ``use_deterministic_algorithms``, the setting stays for the rest
+    of the process (set ``torch.utils.deterministic.fill_uninitialized_memory = True`` again to debug a read of
+    uninitialised memory).
     """
     torch.manual_seed(seed)
     if deterministic:

@@ -1,21 +1,24 @@
-"""LLM agents for CORY: model loading, value heads, KV-cached acting, evaluation, reference model."""
+"""LLM agents for CORY: model loading, value heads, KV-cached acting, evaluation, reference model.
 
-from agents.loading import DEFAULT_MODEL, load_model_and_tokenizer, load_tokenizer
-from agents.policy import EvalOutput, LLMAgent
-from agents.reference import ReferenceModel, ReferenceOutput, build_shared_lora, copy_for_agents
-from agents.sampling import SamplingConfig
-from agents.value_head import ValueHead
+Names are imported when first used, so ``import agents.precision`` (or a config that names a precision) does not load
+transformers' model code.
+"""
 
-__all__ = [
-    "DEFAULT_MODEL",
-    "EvalOutput",
-    "LLMAgent",
-    "ReferenceModel",
-    "ReferenceOutput",
-    "SamplingConfig",
-    "ValueHead",
-    "build_shared_lora",
-    "copy_for_agents",
-    "load_model_and_tokenizer",
-    "load_tokenizer",
-]
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "DEFAULT_MODEL": "agents.loading", "load_model_and_tokenizer": "agents.loading", "load_tokenizer": "agents.loading",
+    "EvalOutput": "agents.policy", "LLMAgent": "agents.policy",
+    "ReferenceModel": "agents.reference", "ReferenceOutput": "agents.reference",
+    "build_shared_lora": "agents.reference", "copy_for_agents": "agents.reference",
+    "SamplingConfig": "cory_env.generation", "ValueHead": "agents.value_head",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'agents' has no attribute {name!r}")

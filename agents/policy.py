@@ -121,6 +121,7 @@ class LLMAgent(nn.Module):
         self.tokenizer = tokenizer
         self.adapter_name = adapter_name
         self._sampling = sampling
+        self._last_sampling = sampling  # what the last `act_batch` sampled with (`acting_scores_exact`)
         self.model_vocab_size = _output_vocab_size(model)
         if vocab_size is not None:
             self.check_vocab_size(vocab_size)
@@ -138,7 +139,7 @@ class LLMAgent(nn.Module):
             self.generator = torch.Generator(device=device)
             self.generator.manual_seed(seed)
         self.precision = precision
-        self._sampler = KVCachedSampler(model, sampling, precision)
+        self._samplers = {sampling: KVCachedSampler(model, sampling, precision)}  # one per sampling config
         self.last_logprobs: torch.Tensor | None = None
         self.last_values: torch.Tensor | None = None
         self.last_logits: torch.Tensor | None = None
@@ -146,24 +147,35 @@ class LLMAgent(nn.Module):
     # ------------------------------------------------------------------ helpers
     @property
     def sampling(self) -> SamplingConfig:
-        """How `act` / `act_batch` sample; assigning a new `SamplingConfig` rebuilds the sampler."""
+        """How `act` / `act_batch` sample when the call names no `SamplingConfig` of its own (a seat's settings are
+        an argument of the rollout, `trainers.rollout.run_episodes`); assigning a new one changes that default."""
         return self._sampling
 
     @sampling.setter
     def sampling(self, value: SamplingConfig) -> None:
-        if not isinstance(value, SamplingConfig):
-            raise TypeError(f"sampling must be a SamplingConfig, got {type(value).__name__}")
+        self._sampler_for(value)
         self._sampling = value
-        self._sampler = KVCachedSampler(self.model, value, self.precision)
+
+    def _sampler_for(self, sampling: SamplingConfig) -> KVCachedSampler:
+        """The KV-cached sampler of `sampling` (built once per sampling config).
+
+        Raises:
+            TypeError: `sampling` is not a `SamplingConfig`.
+        """
+        if not isinstance(sampling, SamplingConfig):
+            raise TypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
+        if sampling not in self._samplers:
+            self._samplers[sampling] = KVCachedSampler(self.model, sampling, self.precision)
+        return self._samplers[sampling]
 
     @property
     def acting_scores_exact(self) -> bool:
         """True when the log-probabilities and values `act_batch` records are the ones `evaluate` would recompute
         for the same tokens (to float32 round-off, 1e-5), so a learner may take them as its old scores instead of a
-        second forward: plain sampling distribution (`SamplingConfig.is_exact`) in float32. Under bf16-mixed the
-        KV-cached steps and the one full forward round differently (`benchmarks/README.md`), so the learner
-        recomputes."""
-        return self._sampling.is_exact and self.precision == "fp32"
+        second forward: plain sampling distribution (`SamplingConfig.is_exact`: the one the last `act_batch` used)
+        in float32. Under bf16-mixed the KV-cached steps and the one full forward round differently
+        (`benchmarks/README.md`), so the learner recomputes."""
+        return self._last_sampling.is_exact and self.precision == "fp32"
 
     @property
     def device(self) -> torch.device:
@@ -193,23 +205,27 @@ class LLMAgent(nn.Module):
 
     def reset_cache(self) -> None:
         """Drop the acting KV cache (the next `act` prefills). Call after changing the weights mid-episode."""
-        self._sampler.reset()
+        for sampler in self._samplers.values():
+            sampler.reset()
 
     # ------------------------------------------------------------------ acting
-    def act(self, obs: dict[str, np.ndarray], generator: torch.Generator | None = None) -> int:
+    def act(self, obs: dict[str, np.ndarray], generator: torch.Generator | None = None, *,
+            sampling: SamplingConfig | None = None) -> int:
         """Sample one token for the AEC env (B = 1 view of `act_batch`).
 
         Args:
             obs: ``input_ids`` (L,) int64 left padded, ``attention_mask`` (L,), ``action_mask`` (V,) int8.
             generator: RNG for sampling; default this agent's generator (see ``seed``).
+            sampling: how to sample (a seat's own settings); default `sampling`.
 
         Returns:
             The sampled token id (an allowed action).
         """
         batched = {k: np.asarray(obs[k])[None] for k in ("input_ids", "attention_mask", "action_mask")}
-        return int(self.act_batch(batched, generator=generator)[0])
+        return int(self.act_batch(batched, generator=generator, sampling=sampling)[0])
 
-    def act_batch(self, obs: dict[str, np.ndarray], generator: torch.Generator | None = None) -> np.ndarray:
+    def act_batch(self, obs: dict[str, np.ndarray], generator: torch.Generator | None = None, *,
+                  sampling: SamplingConfig | None = None) -> np.ndarray:
         """Sample one token per row for `BatchedCORYEnv`, reusing the KV cache across consecutive steps.
 
         Args:
@@ -217,6 +233,8 @@ class LLMAgent(nn.Module):
                 int8 (1 = allowed). Rows whose response ended carry a pad column with mask 0; their samples are
                 ignored by the env.
             generator: RNG for sampling; default this agent's generator (see ``seed``).
+            sampling: how to sample (the `SamplingConfig` of the seat the agent sits in: the rollout passes it, and
+                the agent keeps no seat's settings); default `sampling`.
 
         Returns:
             int64 (B,) token ids. Also sets ``last_logprobs`` (float32 (B,), log-probability of each sampled token
@@ -246,10 +264,13 @@ class LLMAgent(nn.Module):
             raise ValueError(f"input_ids hold token ids in [{ids.min()}, {ids.max()}], outside the model's vocabulary "
                              f"[0, {self.model_vocab_size}); was the observation made with another tokenizer?")
         generator = self.generator if generator is None else generator
+        sampling = self._sampling if sampling is None else sampling
+        sampler = self._sampler_for(sampling)
+        self._last_sampling = sampling
         with torch.inference_mode():
             self._activate()
-            tokens, logprobs, logits = self._sampler(ids, mask, action_mask, generator)
-            hidden = self._sampler.last_hidden
+            tokens, logprobs, logits = sampler(ids, mask, action_mask, generator)
+            hidden = sampler.last_hidden
             self.last_values = None if hidden is None else self.value_head(hidden[:, None])[:, 0]
         self.last_logits = logits
         self.last_logprobs = logprobs
@@ -265,6 +286,7 @@ class LLMAgent(nn.Module):
         *,
         return_logits: bool = False,
         allowed: torch.Tensor | None = None,
+        temperature: float | None = None,
     ) -> EvalOutput:
         """Log-probabilities, values and entropies of the response tokens in one forward (gradients flow).
 
@@ -273,9 +295,11 @@ class LLMAgent(nn.Module):
             response: int64 (B, T), right padded; response_mask: bool (B, T).
             return_logits: also return the (B, T, V) logits (``kl_penalty="full"``).
             allowed: bool (V,) tokens the task allows (`Rollout.allowed`), or None for all.
+            temperature: the temperature the tokens were sampled at (`Rollout.temperature`: the seat's); None: this
+                agent's default `sampling`'s.
 
         Log-probabilities, entropies and logits are those of the distribution `act_batch` samples from
-        (`agents.forward.policy_logits`: the logits divided by this agent's temperature, banned tokens at
+        (`agents.forward.policy_logits`: the logits divided by the sampling temperature, banned tokens at
         probability 0), so the rollout's log-probabilities and PPO's agree.
 
         Returns:
@@ -285,11 +309,12 @@ class LLMAgent(nn.Module):
         Raises:
             TypeError / ValueError: malformed inputs; ValueError for non-finite logits at real response tokens.
         """
-        self._sampler.reset()
+        self.reset_cache()
         self._activate()
         with autocast(self.precision, self.device):
             out = response_forward(self.model, query, query_mask, response, response_mask, output_hidden=True)
-        logits = policy_logits(out.logits, temperature=self._sampling.temperature, allowed=allowed)  # float32
+        temperature = self._sampling.temperature if temperature is None else temperature
+        logits = policy_logits(out.logits, temperature=temperature, allowed=allowed)  # float32
         logprobs = logprobs_from_logits(logits, response)
         real = response_mask.bool()
         if not bool(torch.isfinite(logprobs[real]).all()):
@@ -307,7 +332,7 @@ class LLMAgent(nn.Module):
 
     def train(self, mode: bool = True) -> "LLMAgent":
         """Set train/eval mode of the LM and the value head; drops the acting KV cache."""
-        self._sampler.reset()
+        self.reset_cache()
         return super().train(mode)
 
     # ------------------------------------------------------------------ persistence

@@ -1,4 +1,4 @@
-"""Acting: `SamplingConfig`, one sampling step on transformers' logits processors, and `KVCachedSampler`.
+"""Acting: one sampling step on transformers' logits processors, and `KVCachedSampler`.
 
 `KVCachedSampler` turns env observations into next tokens. Inside a phase the env shifts its left-padded context
 window one column left per step, so when the new ``ids[:, :-1]`` equal the previous ``ids[:, 1:]`` (and likewise
@@ -15,97 +15,17 @@ draws from the softmax. Every parameter is explicit: transformers 5 `generate` s
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from transformers import (
-    LogitsProcessorList,
-    RepetitionPenaltyLogitsProcessor,
-    TemperatureLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-)
+from transformers import LogitsProcessorList
 
 from agents.forward import policy_logits, position_ids_from_mask
 from agents.precision import autocast
 from agents.reference import is_peft_model
-from cory_env.checks import check_number
-from cory_env.config import check_finite_fields
-
-
-#: The smallest `SamplingConfig.temperature`: logits of magnitude ~1e2 divided by less would near float32's range.
-MIN_TEMPERATURE = 1e-3
-#: The largest `SamplingConfig.repetition_penalty` (and 1 / it the smallest), for the same reason.
-MAX_PENALTY = 1e3
-
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    """How an agent samples tokens while acting (the paper's IMDB run: top_k=0, top_p=1.0, repetition 1.1)."""
-
-    _argument_group_name = "sampling options (SamplingConfig)"  # `cory train --help` group (transformers.HfArgumentParser)
-
-    temperature: float = field(
-        default=1.0,
-        metadata={"help": "Softmax temperature (>= 0.001); 1.0 samples from the policy itself (paper: 1.0). These "
-                  "sampling options are every seat's default; a seat's own: --seat_generation SEAT.FIELD=VALUE (e.g. "
-                  "observer.temperature=0.7; also top_k, top_p, repetition_penalty, min/max_new_tokens, stop_strings)."},
-    )
-    top_k: int = field(
-        default=0,
-        metadata={"help": "Keep only the k most likely tokens; 0 disables (paper IMDB: 0; GSM8K eval: 10). Passed "
-                  "explicitly: transformers' generate would default to 50."},
-    )
-    top_p: float = field(
-        default=1.0,
-        metadata={"help": "Nucleus sampling mass in (0, 1]; 1.0 disables (paper IMDB: 1.0; GSM8K eval: 0.7)."},
-    )
-    repetition_penalty: float = field(
-        default=1.0,
-        metadata={"help": "CTRL repetition penalty (in [0.001, 1000]) on tokens already in the context window; "
-                  "1.0 disables (paper: 1.1)."},
-    )
-
-    def __post_init__(self) -> None:
-        check_finite_fields(self)
-        check_number(self.temperature, "temperature", low=MIN_TEMPERATURE,
-                     fix="logits divided by a smaller one overflow to inf; 1.0 samples plainly, top_k 1 greedily")
-        check_number(self.top_k, "top_k", integer=True, low=0, fix="0 disables")
-        check_number(self.top_p, "top_p", above=0, high=1, fix="1.0 disables")
-        check_number(self.repetition_penalty, "repetition_penalty", low=1 / MAX_PENALTY, high=MAX_PENALTY,
-                     fix="logits divided by a penalty further from 1 overflow to inf; 1.0 disables (paper: 1.1)")
-
-    @property
-    def is_exact(self) -> bool:
-        """True when the tokens are drawn from exactly the distribution PPO scores (`agents.forward.policy_logits`:
-        temperature and action mask); top-k, top-p and the repetition penalty depend on the sampled context and make
-        the learner's importance ratio inexact (the update is then slightly off-policy)."""
-        return self.top_k == 0 and self.top_p == 1.0 and self.repetition_penalty == 1.0
-
-    @property
-    def is_plain(self) -> bool:
-        """True when sampling is from the unmodified policy (no penalty, temperature 1, no truncation)."""
-        return self.temperature == 1.0 and self.top_k == 0 and self.top_p == 1.0 and self.repetition_penalty == 1.0
-
-    def penalty_processors(self) -> LogitsProcessorList:
-        """Processors applied before the action mask (they need the context ids)."""
-        procs = LogitsProcessorList()
-        if self.repetition_penalty != 1.0:
-            procs.append(RepetitionPenaltyLogitsProcessor(penalty=self.repetition_penalty))
-        return procs
-
-    def warpers(self) -> LogitsProcessorList:
-        """Temperature, top-k and top-p warpers, in `generate`'s order; disabled ones are left out."""
-        procs = LogitsProcessorList()
-        if self.temperature != 1.0:
-            procs.append(TemperatureLogitsWarper(self.temperature))
-        if self.top_k > 0:
-            procs.append(TopKLogitsWarper(top_k=self.top_k))
-        if self.top_p < 1.0:
-            procs.append(TopPLogitsWarper(top_p=self.top_p))
-        return procs
+from cory_env.generation import MAX_PENALTY, MIN_TEMPERATURE, SamplingConfig  # noqa: F401 (re-exported)
 
 
 def action_mask_tensor(action_mask: np.ndarray, device: torch.device) -> torch.Tensor | None:

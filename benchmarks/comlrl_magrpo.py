@@ -172,7 +172,7 @@ def make_comlrl_trainer(seed: int, episodes: int, *, rung_name: str = "imdb", ru
     from agents.dropout import disable_dropout
     from benchmarks.rungs import RUNGS, arm_configs
     from cory_env import BatchedCORYEnv
-    from trainers.loop.build import load_run_model
+    from trainers.loop.loading import load_run_model
     from trainers.loop.cory import derive_seed
 
     torch.set_num_threads(1)
@@ -241,8 +241,7 @@ def evaluate_agents(run: CoMLRLRun, episodes: int, seed: int, env=None) -> dict:
     """
     from agents import LLMAgent, ReferenceModel
     from benchmarks.ladder_report import POINT_KEYS
-    from cory_env.seating import PIONEER
-    from trainers.evaluation.episodes import evaluate_heldout
+    from trainers.evaluation.evaluator import Evaluator
 
     configs, update = run.configs, _update(run.configs)
     lora = configs.model.use_lora
@@ -255,10 +254,9 @@ def evaluate_agents(run: CoMLRLRun, episodes: int, seed: int, env=None) -> dict:
         try:
             agent = LLMAgent(model, run.tokenizer, sampling=configs.sampling, adapter_name="default" if lora else None)
             ref = ReferenceModel(model, disable_adapters=True) if lora else ReferenceModel(run.references[0])
-            return evaluate_heldout(
-                {PIONEER: agent}, ref, configs.env, run.tokenizer, episodes=episodes, seed=seed, env=env,
-                reward_fn=run.rung.reward_fn, task_options=configs.task_options, eta=eta,
-                kl_penalty=_kl_estimator(configs))
+            evaluator = Evaluator(configs.env, reward_fn=run.rung.reward_fn, task_options=configs.task_options,
+                                  eta=eta, kl_penalty=_kl_estimator(configs))
+            return evaluator.pioneer(agent, ref, episodes=episodes, seed=seed, env=env)
         finally:
             model.train(was_training)
 
@@ -310,37 +308,3 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
 
 
 # ---------------------------------------------------------------------------------------------------- profile
-def profile_comlrl(iterations: int, seed: int, run_dir: str, flags: Sequence[str] = ()) -> list[dict[str, float]]:
-    """Per-iteration exclusive CPU seconds per phase of CoMLRL's MAGRPO on the arm's settings, in
-    `benchmarks.iteration_profile`'s phases: rollout (``_generate_completions``), reward (``_compute_rewards``),
-    reference forward and policy scoring (its k3 KL's two ``response_token_logprobs``), update forward
-    (``_compute_loss_with_gradients``), backward, optimizer, bookkeeping (the rest)."""
-    import comlrl.utils.reference_kl
-    import torch
-
-    from benchmarks.iteration_profile import PhaseClock, optimizer_phase
-    from benchmarks.rungs import arm_configs
-
-    batch = _update(arm_configs("imdb", OURS, seed, 0, run_dir, flags)[0]).batch_size
-    run = make_comlrl_trainer(seed, iterations * batch, run_dir=run_dir, flags=flags)
-    cls, refs = type(run.trainer), run.trainer.reference_models
-
-    def logps_phase(model, *_, **__) -> str:
-        return "reference forward" if any(model is r for r in refs) else "policy scoring (no grad)"
-
-    clock = PhaseClock()
-    clock.wrap(cls, "_generate_completions", "rollout (generation)")
-    clock.wrap(cls, "_compute_rewards", "reward")
-    clock.wrap(comlrl.utils.reference_kl, "response_token_logprobs", logps_phase)
-    clock.wrap(cls, "_compute_loss_with_gradients", "update forward (loss)")
-    clock.wrap(torch.Tensor, "backward", "backward")
-    try:
-        with optimizer_phase(clock):
-            for it in range(run.iterations):
-                clock.snapshot()
-                train_iteration(run, it)
-            clock.snapshot()
-    finally:
-        clock.restore()
-        run.tmp.cleanup()
-    return clock.iterations()

@@ -29,7 +29,7 @@ bases       1, 2                                    base model   2: ``--models l
 ``models`` and ``bases`` leave the processed tokens where they are (two seats play every iteration), so their CPU
 fit is per unit (``cpu_s_per_unit``: CPU s per extra model or base), not per token. ``bases`` = 2 loads the same
 SmolLM2 weights again as llm2's own base (offline it is the only real model; a layout that differs only in dropout
-settings that are no-ops here, every dropout probability being 0, keeps the two bases apart: `build_slot_agents`),
+settings that are no-ops here, every dropout probability being 0, keeps the two bases apart: ``trainers.loop.cast.build_cast``),
 so the point isolates what a second base model of that size costs; ``--second_model gpt2`` puts another model there
 (with the hub).
 

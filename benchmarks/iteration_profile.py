@@ -44,7 +44,7 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -218,6 +218,42 @@ def profile_trl(iterations: int, seed: int, run_dir: str, precision: str = "fp32
     return clock.iterations()
 
 
+def profile_comlrl(iterations: int, seed: int, run_dir: str, flags: Sequence[str] = ()) -> list[dict[str, float]]:
+    """Per-iteration exclusive CPU seconds per phase of CoMLRL's MAGRPO on the arm's settings, in
+    `benchmarks.iteration_profile`'s phases: rollout (``_generate_completions``), reward (``_compute_rewards``),
+    reference forward and policy scoring (its k3 KL's two ``response_token_logprobs``), update forward
+    (``_compute_loss_with_gradients``), backward, optimizer, bookkeeping (the rest)."""
+    import comlrl.utils.reference_kl
+    import torch
+
+    from benchmarks.comlrl_magrpo import OURS, _update, make_comlrl_trainer, train_iteration
+    from benchmarks.rungs import arm_configs
+
+    batch = _update(arm_configs("imdb", OURS, seed, 0, run_dir, flags)[0]).batch_size
+    run = make_comlrl_trainer(seed, iterations * batch, run_dir=run_dir, flags=flags)
+    cls, refs = type(run.trainer), run.trainer.reference_models
+
+    def logps_phase(model, *_, **__) -> str:
+        return "reference forward" if any(model is r for r in refs) else "policy scoring (no grad)"
+
+    clock = PhaseClock()
+    clock.wrap(cls, "_generate_completions", "rollout (generation)")
+    clock.wrap(cls, "_compute_rewards", "reward")
+    clock.wrap(comlrl.utils.reference_kl, "response_token_logprobs", logps_phase)
+    clock.wrap(cls, "_compute_loss_with_gradients", "update forward (loss)")
+    clock.wrap(torch.Tensor, "backward", "backward")
+    try:
+        with optimizer_phase(clock):
+            for it in range(run.iterations):
+                clock.snapshot()
+                train_iteration(run, it)
+            clock.snapshot()
+    finally:
+        clock.restore()
+        run.tmp.cleanup()
+    return clock.iterations()
+
+
 def profile_arm(arm: str, iterations: int, seed: int, precision: str = "fp32") -> dict:
     """One arm in this process: per-iteration phases, and their mean over the iterations after the first; this
     project's arms at `precision`, TRL's at the arm's own (`TRL_PRECISION`)."""
@@ -228,8 +264,6 @@ def profile_arm(arm: str, iterations: int, seed: int, precision: str = "fp32") -
         if arm in TRL_PRECISION:
             rows = profile_trl(iterations, seed, run_dir, TRL_PRECISION[arm])
         elif arm == "comlrl-magrpo":
-            from benchmarks.comlrl_magrpo import profile_comlrl
-
             rows = profile_comlrl(iterations, seed, run_dir)
         else:
             rows = profile_own(arm, iterations, seed, run_dir, precision=precision)

@@ -1,6 +1,6 @@
 """Where a benchmark's result goes and how it is written, the same for every script: its JSON (and any figure or
 per-run folder beside it) defaults to ``benchmarks/results/`` (`RESULTS`); `add_out_option` adds ``--out`` and
-``--overwrite``; `checked_out` checks the path before the work (`trainers.cli.outputs.checked_out`: a run's own
+``--overwrite``; `checked_out` checks the path before the work (`trainers.loop.outputs.checked_out`: a run's own
 files, a folder or an existing file that is not the script's own default are refused); `write_json` writes the
 result atomically, indented, with a final newline, and `write_figure` a figure beside it.
 
@@ -11,7 +11,7 @@ result atomically, indented, with a final newline, and `write_figure` a figure b
     ...
     write_json(out, result)
 
-`trainers.cli.outputs` imports torch, so it is imported when a function here is called, not with this module.
+`trainers.loop.outputs` imports torch, so it is imported when a function here is called, not with this module.
 
 >>> result_path("pareto_imdb.json").relative_to(ROOT).as_posix()
 'benchmarks/results/pareto_imdb.json'
@@ -47,7 +47,7 @@ def add_out_option(parser, name: str | None = None, *, required: bool = False, h
         required: ``--out`` must be given.
         help: the help of ``--out`` (default: the JSON to write and its default path).
     """
-    from trainers.cli.outputs import add_overwrite_option
+    from trainers.loop.outputs import add_overwrite_option
 
     default = None if name is None else str(result_path(name))
     shown = f" (default: benchmarks/results/{name})" if name is not None else ""
@@ -56,27 +56,27 @@ def add_out_option(parser, name: str | None = None, *, required: bool = False, h
 
 
 def checked_out(parser, args, **options) -> Path:
-    """`trainers.cli.outputs.checked_out` of ``args.out`` (`options`: its ``default``, ``also``, ``dest``,
+    """`trainers.loop.outputs.checked_out` of ``args.out`` (`options`: its ``default``, ``also``, ``dest``,
     ``option``): the path, checked before the work; a refused path ends the script (``parser.error``, exit 2)."""
-    from trainers.cli.outputs import checked_out as check
+    from trainers.loop.outputs import checked_out as check
 
     return check(parser, args, **options)
 
 
 def write_json(path: str | os.PathLike, result: Any, *, indent: int | None = 1) -> Path:
     """Write `result` to `path` as JSON (``json.dumps(result, indent=indent)`` and a newline), atomically
-    (`trainers.cli.outputs.write_output`: an existing file is left as it was on any failure); returns `path`."""
-    from trainers.cli.outputs import write_output
+    (`trainers.loop.outputs.write_output`: an existing file is left as it was on any failure); returns `path`."""
+    from trainers.loop.outputs import write_output
 
     return write_output(path, json.dumps(result, indent=indent) + "\n")
 
 
 def write_figure(fig, path: str | os.PathLike, *, dpi: int = 110) -> Path:
-    """Save the matplotlib figure `fig` to `path` atomically (`trainers.cli.outputs.atomic_output`: no half-written
+    """Save the matplotlib figure `fig` to `path` atomically (`trainers.loop.outputs.atomic_output`: no half-written
     figure, no temporary file left on a failure) and close it; returns `path`."""
     import matplotlib.pyplot as plt
 
-    from trainers.cli.outputs import atomic_output
+    from trainers.loop.outputs import atomic_output
 
     with atomic_output(path) as tmp:
         fig.savefig(tmp, dpi=dpi)

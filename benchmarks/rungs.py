@@ -181,7 +181,7 @@ def rung_flags_read(rung_flags: Sequence[str], arm_flags: Sequence[str]) -> list
     """
     import dataclasses as dc
 
-    from trainers.cli.train import first_pass
+    from trainers.config.parser import first_pass
     from trainers.config import option_fields
     from trainers.learning.registry import learner_spec
 
@@ -206,7 +206,7 @@ def arm_configs(rung_name: str, arm: str, seed: int, episodes: int, run_dir: str
     checkpoint); the rung's ``$CORY_SHARED_DATA/NAME`` is the data file's path (`benchmarks.paths.resolved_flags`:
     FileNotFoundError naming the setting when it is missing)."""
     from trainers.cli.bench import arm_flags
-    from trainers.cli.train import parse_train_args
+    from trainers.config.parser import parse_train_args
 
     own = [*arm_flags(arm_spec(arm)[0]), *flags]
     flags = resolved_flags([*rung_flags_read(RUNGS[rung_name].flags, own), *own])

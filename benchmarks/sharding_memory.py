@@ -78,7 +78,7 @@ def run_arm(sharding: str, out_dir: Path, args: argparse.Namespace) -> dict:
 
 
 def parameter_count(model: str) -> int:
-    from trainers.loop.build import load_policy_model
+    from trainers.loop.loading import load_policy_model
 
     lm, _ = load_policy_model(model)
     return sum(p.numel() for p in lm.parameters())

@@ -69,7 +69,7 @@ def make_trl_trainer(seed: int, episodes: int, *, rung_name: str = "imdb", run_d
 
     from benchmarks.rungs import RUNGS, arm_configs
     from cory_env import BatchedCORYEnv
-    from trainers.loop.build import load_run_model
+    from trainers.loop.loading import load_run_model
     from trainers.loop.cory import derive_seed
 
     if precision not in ("fp32", "trl-default"):
@@ -139,7 +139,7 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
     from agents import LLMAgent, ReferenceModel
     from benchmarks.ladder_run import EVAL_SEED_BASE, TrainingClock, eval_points
     from cory_env.seating import PIONEER
-    from trainers.evaluation.episodes import evaluate_heldout
+    from trainers.evaluation.evaluator import Evaluator
 
     arm = "trl-grpo" if precision == "fp32" else "trl-grpo-default"  # the ladder's name of this arm
     clock = TrainingClock()  # as the project's arms: loading the model and building the trainer count as training
@@ -151,10 +151,10 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int, *, rung_nam
         model.eval()
         try:
             seats = {PIONEER: LLMAgent(model, run.tokenizer, sampling=configs.sampling, adapter_name="default")}
-            return evaluate_heldout(seats, ReferenceModel(model, disable_adapters=True), configs.env,
-                                    run.tokenizer, episodes=eval_episodes, seed=EVAL_SEED_BASE + seed,
-                                    reward_fn=run.rung.reward_fn, task_options=configs.task_options,
-                                    kl_penalty=configs.learner_spec.kl_estimator(configs.update))
+            evaluator = Evaluator(configs.env, reward_fn=run.rung.reward_fn, task_options=configs.task_options,
+                                  kl_penalty=configs.learner_spec.kl_estimator(configs.update))
+            return evaluator.pioneer(seats[PIONEER], ReferenceModel(model, disable_adapters=True),
+                                     episodes=eval_episodes, seed=EVAL_SEED_BASE + seed)
         finally:
             model.train(was_training)
 

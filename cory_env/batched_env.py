@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from cory_env.config import EnvConfig
-from cory_env.episode import EpisodeBatch, EpisodeTranscript, check_groups, readonly_view
+from cory_env.checks import check_groups
+from cory_env.episode import EpisodeBatch, EpisodeTranscript, readonly_view
 from cory_env.seating import Seating
 
 __all__ = ["BatchedCORYEnv"]
@@ -42,8 +43,9 @@ class BatchedCORYEnv:
         task_options: the task's options (`cory_env.tasks.TaskSpec.options`: an instance or a dict; None: its
             defaults).
         group_size: k, rows per query (GRPO's samples per query).
-        task_tokenizer: the tokenizer a given `Task` object was built with (its action mask's; default the first
-            seat's).
+        task_tokenizer: the tokenizer the task is (or a given `Task` object was) built with: its action mask's, and
+            the one the queries are drawn and cut in (a run's first model's, whoever sits in the first seat);
+            default the first seat's.
         **kwargs: `EnvConfig` fields, and fields of the task's options (``min_review_chars=100`` for IMDB).
 
     Raises:
@@ -98,9 +100,10 @@ class BatchedCORYEnv:
         return self._episode.max_new_tokens
 
     @property
-    def heterogeneous(self) -> bool:
-        """True when some seats use different tokenizers (docs/seats.md)."""
-        return self._episode.heterogeneous
+    def text_channel(self) -> bool:
+        """True when some seats use different tokenizers, so what a seat reads of another crosses as text
+        (docs/seats.md)."""
+        return self._episode.text_channel
 
     @property
     def task(self):

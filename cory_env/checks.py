@@ -22,10 +22,14 @@ ValueError: top_p=0 is invalid: use a value in (0, 1]
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import numbers
+import typing
 
-__all__ = ["MAX_MAGNITUDE", "MAX_REWARD", "check_field", "check_flag", "check_number", "check_path"]
+__all__ = ["MAX_MAGNITUDE", "MAX_REWARD", "check_field", "check_finite_fields", "check_flag", "check_groups",
+           "check_number", "check_path"]
 
 #: The largest magnitude a weight (a reward-matrix entry, a loss coefficient) may have.
 MAX_MAGNITUDE = 1e6
@@ -133,3 +137,53 @@ def check_path(path, name: str, *, kind: str = "file", fix: str = "") -> "Path":
     if not os.access(path, os.R_OK):
         raise PermissionError(f"{name} {str(path)!r} cannot be read (permissions){hint}")
     return path
+
+
+def check_groups(rows: int, group_size, *, fix: str = "choose batch_size as a multiple of group_size") -> int:
+    """The one group rule: `group_size` k is an int >= 1 and `rows` B splits into groups of k consecutive rows (each
+    group answers one query k times: GRPO's samples per query). Checked by `trainers.learning.configs.GRPOConfig`
+    before a run, and at the env's and the group maths' inputs.
+
+    Returns:
+        k.
+
+    Raises:
+        ValueError: naming B, k and `fix`.
+
+    >>> check_groups(16, 4)
+    4
+    """
+    group_size = check_number(group_size, "group_size", integer=True, low=1, fix=fix)
+    if rows % group_size:
+        raise ValueError(f"{rows} rows (batch_size) do not split into groups of group_size={group_size}; {fix}")
+    return int(group_size)
+
+
+def check_finite_fields(config: object) -> None:
+    """Raise `ValueError` naming the first field of the dataclass `config` whose value is not of its declared kind:
+    a bool field takes a bool, an int field an int (not a bool, not a str), a float field a finite number
+    (`cory_env.checks.check_number`), a str field a str; an Optional field also None.
+
+    Every config calls it first in ``__post_init__``: ``inf`` passes a ``> 0`` check (``--learning_rate inf``, YAML
+    ``.inf``), NaN fails every comparison silently, and ``"1e3"`` or ``True`` given from Python would be read as
+    something else, so the kinds are checked once, for every field, before the range checks.
+    """
+    hints = _type_hints(type(config))
+    for f in dataclasses.fields(config):
+        value, hint = getattr(config, f.name), hints.get(f.name)
+        args = typing.get_args(hint)
+        if args and type(None) in args:
+            if value is None:
+                continue
+            hint = next(a for a in args if a is not type(None))
+        if hint is bool:
+            check_flag(value, f.name)
+        elif hint in (int, float):
+            check_number(value, f.name, integer=hint is int, fix="see --help for its range")
+        elif hint is str:
+            check_field(isinstance(value, str), f.name, value, f"use a str (got {type(value).__name__})")
+
+
+@functools.lru_cache(maxsize=None)
+def _type_hints(cls: type) -> dict:
+    return typing.get_type_hints(cls)

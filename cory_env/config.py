@@ -6,22 +6,22 @@ callable and a `Task` object are constructor arguments of the env, not config fi
 
 from __future__ import annotations
 
-import functools
 import typing
 from dataclasses import dataclass, field, fields, replace
 
-from cory_env.checks import check_field, check_flag, check_number
+from cory_env.checks import check_field, check_finite_fields, check_number
+from cory_env.generation import SEAT_GENERATION_TYPES, SamplingConfig, sampling_settings
 from cory_env.overrides import convert_value, parse_overrides
 
 from cory_env.prompts import OBSERVER_REQUIRED, parse_template
 from cory_env.seating import canonical_seating_spec
 
-__all__ = ["ENV_GENERATION_KEYS", "ONE_SEAT", "SEAT_GENERATION_TYPES", "EnvConfig", "RenderModeError",
-           "check_finite_fields", "check_render_mode", "resolve_config"]
+__all__ = ["ONE_SEAT", "EnvConfig", "RenderModeError",
+           "check_render_mode", "resolve_config"]
 
 
 #: Why a knowledge-transfer or partner option does nothing with a single seat (`EnvConfig._unread_when`, read by
-#: `trainers.unread_options`).
+#: `trainers.config.unread`).
 ONE_SEAT = "with a single seat (the single-agent baseline): there is no observer and no role exchange"
 
 
@@ -35,13 +35,6 @@ def observer_template_reason(seating) -> str | None:
                 "blank_template / pioneer_template")
     return None
 
-
-#: What `EnvConfig.seat_generation` may set per seat -> its type: the sampling settings (`agents.SamplingConfig`'s
-#: fields: the agent in the seat samples with them) and the env's own `ENV_GENERATION_KEYS`.
-SEAT_GENERATION_TYPES = {"temperature": float, "top_k": int, "top_p": float, "repetition_penalty": float,
-                         "min_new_tokens": int, "max_new_tokens": int, "stop_strings": list[str]}
-#: The per-seat settings the env applies itself (response lengths and stop strings); the rest are sampling settings.
-ENV_GENERATION_KEYS = ("min_new_tokens", "max_new_tokens", "stop_strings")
 
 QUERY_SPLITS = ("train", "test")
 """Valid `EnvConfig.query_split` values."""
@@ -59,7 +52,7 @@ class EnvConfig:
     """
 
     _argument_group_name = "task and episode options (EnvConfig)"  # `cory train --help` group (transformers.HfArgumentParser)
-    #: When a field does nothing, declared beside it (read by `trainers.unread_options`): field -> rule
+    #: When a field does nothing, declared beside it (read by `trainers.config.unread`): field -> rule
     #: ``(configs, seating) -> reason or None``; `_unread_when` rules are checked when the field differs from
     #: its default, `_unread_always` rules at any value.
     _unread_when = {
@@ -119,13 +112,17 @@ class EnvConfig:
         default=None,
         metadata={"help": "Strings that end a response (every seat, unless seat_generation sets the seat's own): "
                           "the response ends at the token whose text completes one, kept as its last token (as "
-                          "transformers' generate stop_strings); None: only EOS and the length end it."},
+                          "transformers' generate stop_strings); None: only EOS and the length end it. On the command "
+                          "line each item's escapes are read (\\n a newline, \\t a tab, \\\\ a backslash); an "
+                          "empty item is refused."},
     )
     seat_generation: typing.Optional[list[str]] = field(
         default=None,
         metadata={"help": "Per-seat generation settings over the defaults (the sampling options, min/max_new_tokens, "
                           "stop_strings): SEAT.FIELD=VALUE entries, e.g. observer.temperature=0.7 "
-                          "observer.max_new_tokens=24 pioneer.stop_strings=.,! (a comma list); in YAML a mapping "
+                          "observer.max_new_tokens=24 pioneer.stop_strings=.,! (a comma list: write a comma as \\, "
+                          "a newline as \\n, a tab as \\t, a backslash as \\\\; or a JSON list such as "
+                          "[\"\\n\", \",\"]; an empty item is refused); in YAML a mapping "
                           "{observer: {temperature: 0.7}}. Fields: temperature, top_k, top_p, repetition_penalty, "
                           "min_new_tokens, max_new_tokens, stop_strings. Recorded as {seat: {field: value}}; "
                           "docs/seats.md."},
@@ -202,6 +199,10 @@ class EnvConfig:
                          integer=True, low=low, fix=f"at least the seat's min_new_tokens={low}")
             if "stop_strings" in settings:
                 check_stop_strings(settings["stop_strings"], f"seat_generation {seat}.stop_strings")
+            try:  # the seat's sampling values, checked by SamplingConfig itself
+                SamplingConfig(**sampling_settings(settings))
+            except ValueError as err:
+                raise ValueError(f"seat_generation {seat}: {err}") from None
         object.__setattr__(self, "seat_generation", seats)
         check_number(self.context_len, "context_len", integer=True, low=2,
                      fix="a window of at least prompt + max_new_tokens tokens")
@@ -235,36 +236,6 @@ def check_render_mode(render_mode: str | None, modes: list[str]) -> None:
     """Raise `RenderModeError` unless `render_mode` is None or one of `modes`."""
     if render_mode not in (None, *modes):
         raise RenderModeError(f"render_mode must be None or one of {modes}, got {render_mode!r}")
-
-
-def check_finite_fields(config: object) -> None:
-    """Raise `ValueError` naming the first field of the dataclass `config` whose value is not of its declared kind:
-    a bool field takes a bool, an int field an int (not a bool, not a str), a float field a finite number
-    (`cory_env.checks.check_number`), a str field a str; an Optional field also None.
-
-    Every config calls it first in ``__post_init__``: ``inf`` passes a ``> 0`` check (``--learning_rate inf``, YAML
-    ``.inf``), NaN fails every comparison silently, and ``"1e3"`` or ``True`` given from Python would be read as
-    something else, so the kinds are checked once, for every field, before the range checks.
-    """
-    hints = _type_hints(type(config))
-    for f in fields(config):
-        value, hint = getattr(config, f.name), hints.get(f.name)
-        args = typing.get_args(hint)
-        if args and type(None) in args:
-            if value is None:
-                continue
-            hint = next(a for a in args if a is not type(None))
-        if hint is bool:
-            check_flag(value, f.name)
-        elif hint in (int, float):
-            check_number(value, f.name, integer=hint is int, fix="see --help for its range")
-        elif hint is str:
-            check_field(isinstance(value, str), f.name, value, f"use a str (got {type(value).__name__})")
-
-
-@functools.lru_cache(maxsize=None)
-def _type_hints(cls: type) -> dict:
-    return typing.get_type_hints(cls)
 
 
 def resolve_config(config: EnvConfig | None = None, **overrides) -> EnvConfig:

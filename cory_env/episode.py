@@ -8,7 +8,9 @@ N seats the phases continue the same way, seat k's prompt showing what its `Seat
 the seats it reads). A response ends at EOS (kept as its last token) or at the episode's response length, drawn from
 [min_new_tokens, max_new_tokens] and shared by every seat (a seat with its own range, `EnvConfig.seat_generation`, draws
 its own after the shared draws). Seats may use different tokenizers (a model per slot): each acts in its own
-vocabulary and reads the others as text (`EpisodeBatch`, docs/seats.md).
+vocabulary and reads the others as text (`EpisodeBatch`, docs/seats.md); the queries themselves are drawn and cut in
+one reference tokenizer, the task's (`EpisodeBatch.query_tokenizer`: the run's first model's), so they are the same
+whoever sits in the first seat.
 
 Each seat has a write-once buffer (B, L + T_max): its prompt is right-aligned at column L, token k of the
 response goes to column L + k, and its observation window after k tokens is columns [k, k + L). Rows whose
@@ -34,15 +36,17 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from cory_env.checks import check_number
-from cory_env.config import ENV_GENERATION_KEYS, EnvConfig
+from cory_env.checks import check_groups, check_number
+from cory_env.config import EnvConfig
 from cory_env.rewards import score_texts
 from cory_env.seating import PIONEER, Seating, seating_of
 from cory_env.tasks import Task, env_arguments, make_task
+from cory_env.tasks.base import with_templates
 from cory_env.tasks import task_tokenizer as own_tokenizer
 from cory_env.hub import as_tokenizer
+from cory_env.tokenizer import encode_text
 
-__all__ = ["EpisodeBatch", "EpisodeTranscript", "SeatTranscript", "check_groups", "partner_records", "readonly_view"]
+__all__ = ["EpisodeBatch", "EpisodeTranscript", "SeatTranscript", "partner_records", "readonly_view"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +71,8 @@ class EpisodeTranscript:
     emitted), texts, task rewards (float64 (B,)) and rewards (float64 (B,): R = M · r, the collective reward);
     ``allowed`` is the first seat's bool (V,) set of allowed actions (None: every token), which a learner needs to
     score actions under the distribution they were sampled from (each seat's own: `SeatTranscript.allowed`; they
-    differ only when the seats use different tokenizers). ``query_ids`` are the first seat's tokens."""
+    differ only when the seats use different tokenizers). ``query_ids`` are the reference tokenizer's
+    (`EpisodeBatch.query_tokenizer`); each seat's own are in its ``prompt_ids``."""
 
     query_ids: list[list[int]]
     query_text: list[str]
@@ -87,26 +92,6 @@ def _clean_cut(tokenizer, part: list[int], full: str, *, end: bool) -> bool:
     if end:
         return not text.endswith("\ufffd") or full.startswith(text)
     return not text.startswith("\ufffd") or full.endswith(text)
-
-
-def check_groups(rows: int, group_size, *, fix: str = "choose batch_size as a multiple of group_size") -> int:
-    """The one group rule: `group_size` k is an int >= 1 and `rows` B splits into groups of k consecutive rows (each
-    group answers one query k times: GRPO's samples per query). Checked by `trainers.learning.configs.GRPOConfig`
-    before a run, and at the env's and the group maths' inputs.
-
-    Returns:
-        k.
-
-    Raises:
-        ValueError: naming B, k and `fix`.
-
-    >>> check_groups(16, 4)
-    4
-    """
-    group_size = check_number(group_size, "group_size", integer=True, low=1, fix=fix)
-    if rows % group_size:
-        raise ValueError(f"{rows} rows (batch_size) do not split into groups of group_size={group_size}; {fix}")
-    return int(group_size)
 
 
 class EpisodeBatch:
@@ -130,8 +115,9 @@ class EpisodeBatch:
             and ``stop_strings``; the sampling fields are the agents'.
         stop_strings: strings that end every seat's response (a seat's own ``stop_strings`` replace them): the
             response ends at the token whose text completes one (kept), as `generate`'s ``stop_strings``.
-        task_tokenizer: the tokenizer the task was built with (its `Task.action_mask` is for it); default the first
-            seat's at construction.
+        task_tokenizer: the tokenizer the task was built with (its `Task.action_mask` is for it) and the one the
+            queries are drawn and cut in (`query_tokenizer`: the run's first model's, whoever sits in the first
+            seat); default the first seat's at construction.
 
     Raises:
         ValueError: if B < 1, a seat has no valid template on the task (`Seating.template_of`) or an empty one, L
@@ -173,6 +159,9 @@ class EpisodeBatch:
         #: The tokenizer the task was built with (`Task.action_mask` is for it; other tokenizers: `action_mask_for`).
         first = tokenizer.get(self.seats[0]) if isinstance(tokenizer, Mapping) else tokenizer
         self.task_tokenizer = first if task_tokenizer is None else task_tokenizer  # a bad mapping: set_tokenizers
+        #: The tokenizer the queries are drawn and cut in (the task's; fixed: role exchange does not move it), so an
+        #: episode's query is the same whichever model sits in the first seat.
+        self.query_tokenizer = self.task_tokenizer
         self.set_tokenizers(tokenizer)
         self._rngs: list[np.random.Generator] | None = None
         self._k: dict[str, int] = {}  # seat -> tokens written by every active row (set at reset)
@@ -202,10 +191,10 @@ class EpisodeBatch:
                                "before reset() or once the episode is done")
         self.tokenizers = tokenizers
         first = self.seats[0]
-        #: The first seat's tokenizer: the query's tokens (`query_ids`) and texts are its.
+        #: The first seat's tokenizer (the queries are `query_tokenizer`'s).
         self.tokenizer = tokenizers[first]
-        #: True when some seats use different tokenizers (what they read crosses as text).
-        self.heterogeneous = len({id(t) for t in tokenizers.values()}) > 1
+        #: True when some seats use different tokenizers (what they read crosses as text: the text channel).
+        self.text_channel = len({id(t) for t in tokenizers.values()}) > 1
         self.vocab_sizes = {s: len(t) for s, t in tokenizers.items()}
         self.eos_ids = {s: int(t.eos_token_id) for s, t in tokenizers.items()}
         self.pad_ids = {s: int(t.pad_token_id) for s, t in tokenizers.items()}
@@ -275,12 +264,13 @@ class EpisodeBatch:
             task_tok = tokenizer.get(PIONEER, next(iter(tokenizer.values())))  # the first seat's, by convention
         else:
             tokenizer = task_tok = as_tokenizer(tokenizer)
+        if task_tokenizer is not None:  # the queries' tokenizer (a run's first model's), whoever sits first
+            task_tok = task_tokenizer = as_tokenizer(task_tokenizer)
         if task is None:
             task = make_task(config.task, config, task_tok, task_options)  # its builder reads the templates
             task_tokenizer = task_tok
         else:  # a Task object: the config's templates, when set, are the prompts to play
-            templates = {"pioneer_template": config.pioneer_template, "observer_template": config.observer_template}
-            task = replace(task, **{k: v for k, v in templates.items() if v is not None})
+            task = with_templates(task, config)
         if reward_fn is not None:
             task = replace(task, reward_fn=reward_fn)
         if not isinstance(seating, Seating):
@@ -324,7 +314,7 @@ class EpisodeBatch:
         prefix = (self.task.query_tokens[1] + MAX_TOKENS_PER_CHAR) * MAX_TOKENS_PER_CHAR if self.task.query_tokens \
             else None
         texts = [str(r["query"])[:prefix] for r in self.task.records]
-        lengths = [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        lengths = [len(ids) for ids in encode_text(self.query_tokenizer, texts)]
         empty = [i for i, n in enumerate(lengths) if not n]
         if empty:
             raise ValueError(f"task {self.task.name!r}: record {empty[0]} has an empty query "
@@ -400,7 +390,7 @@ class EpisodeBatch:
         self.query_ids, self.records = query_ids, records
         self._max_new = {seat: own_new.get(seat, max_new) for seat in self.seats}  # seat -> (B,) response lengths
         self._seat_queries: dict[str, list[list[int]]] = {}  # seats of another tokenizer: the query re-encoded
-        self.query_text = self.tokenizer.batch_decode(query_ids, skip_special_tokens=True)
+        self.query_text = self.query_tokenizer.batch_decode(query_ids, skip_special_tokens=True)
         for rec, text in zip(records, self.query_text):
             if rec["query"] is None:
                 rec["query"] = text
@@ -411,8 +401,7 @@ class EpisodeBatch:
         self._k = dict.fromkeys(self.seats, 0)
         self.prompt_ids: dict[str, list[list[int]]] = {}
         self._answers: dict[str, list[list[int]]] = {}  # each ended seat's responses without their EOS
-        first = self.seats[0]  # reads no seat (`Seating`)
-        self._start_phase(first, [self.prompts[first].build(q) for q in query_ids])
+        self._start_phase(self.seats[0], self._seat_prompts(self.seats[0]))  # the first seat reads no seat
 
     def _checked_responses(self, responses: Mapping[str, Sequence[Sequence[int]]]) -> dict[str, list[list[int]]]:
         """`reset`'s given responses as lists, checked: known seats, B rows, ids in the seat's vocabulary."""
@@ -455,15 +444,16 @@ class EpisodeBatch:
         cached = self._record_ids.get(index)
         if cached is None:
             text = self.task.records[index]["query"]
-            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            ids = encode_text(self.query_tokenizer, text)
             if not ids:
                 raise ValueError(f"task {self.task.name!r}: record {index} has an empty query {text!r}; drop "
                                  "empty rows from the data")
             cuts = None
             if self.task.query_tokens:
-                full = self.tokenizer.decode(ids, skip_special_tokens=True)
+                full = self.query_tokenizer.decode(ids, skip_special_tokens=True)
                 ids = ids[: self.task.query_tokens[1] + MAX_TOKENS_PER_CHAR]
-                cuts = [k for k in range(1, len(ids) + 1) if _clean_cut(self.tokenizer, ids[:k], full, end=True)]
+                cuts = [k for k in range(1, len(ids) + 1)
+                        if _clean_cut(self.query_tokenizer, ids[:k], full, end=True)]
             cached = self._record_ids[index] = (ids, cuts)
         ids, cuts = cached
         if not cuts:  # whole queries (q_len None: ids[:None] is all of them)
@@ -478,13 +468,15 @@ class EpisodeBatch:
             except UnicodeEncodeError as exc:  # lone surrogates: tokenizers fail on them with an obscure message
                 raise ValueError(f"query text is not valid Unicode ({exc.reason} at character {exc.start}: "
                                  f"{query[exc.start]!r}); decode the text properly or drop it") from exc
-            ids = self.tokenizer.encode(query, add_special_tokens=False)
+            ids = encode_text(self.query_tokenizer, query)
         elif isinstance(query, (Sequence, np.ndarray)) and all(
                 isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in query):
             ids = [int(t) for t in query]
-            bad = [t for t in ids if not 0 <= t < self.vocab_size]
+            vocab = len(self.query_tokenizer)
+            bad = [t for t in ids if not 0 <= t < vocab]
             if bad:
-                raise ValueError(f"query token ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})")
+                raise ValueError(f"query token ids {bad[:5]} are outside the vocabulary [0, {vocab}) of the "
+                                 "queries' tokenizer (query_tokenizer: the task's)")
         else:
             raise TypeError(f"a query must be text or a sequence of token ids, got {type(query).__name__}: "
                             f"{query!r}")
@@ -501,11 +493,11 @@ class EpisodeBatch:
                              f"{budget} query tokens with these templates and max_new_tokens="
                              f"{self.max_new_tokens}); shorten it, raise context_len or set truncate_query=True")
         start = len(ids) - budget
-        full = self.tokenizer.decode(ids, skip_special_tokens=True)
-        while start < len(ids) - 1 and not _clean_cut(self.tokenizer, ids[start:], full, end=False):
+        full = self.query_tokenizer.decode(ids, skip_special_tokens=True)
+        while start < len(ids) - 1 and not _clean_cut(self.query_tokenizer, ids[start:], full, end=False):
             start += 1  # not inside a character
-        logger.warning("query of %d tokens truncated from the left to %d to fit context_len=%d", len(ids),
-                       len(ids) - start, self.context_len)
+        logger.warning("query of %d tokens truncated from the left to %d to fit context_len=%d; raise --context_len "
+                       "(or lower max_new_tokens) to keep it whole", len(ids), len(ids) - start, self.context_len)
         return ids[start:]
 
     # ----- stepping -------------------------------------------------------------------------------------------
@@ -589,7 +581,7 @@ class EpisodeBatch:
     def _start_phase(self, seat: str, prompts: list[list[int]]) -> None:
         L = self.context_len
         ids, mask = self._ids[seat], self._mask[seat]
-        if self.heterogeneous:  # the budget counted the first seat's tokens; what another reads may need more
+        if self.text_channel:  # the budget counted the first seat's tokens; what another reads may need more
             room = L - self.lengths[seat][1]
             longest = max(len(p) for p in prompts)
             if longest > room:
@@ -612,45 +604,50 @@ class EpisodeBatch:
             self._play_given(seat)
 
     def _seat_query(self, seat: str) -> list[list[int]]:
-        """The queries in `seat`'s tokens: the first seat's ids when it shares that tokenizer, else the query texts
-        encoded by its own."""
+        """The queries in `seat`'s tokens: `query_ids` when it uses the queries' tokenizer, else the query texts
+        encoded by its own as plain text (`cory_env.tokenizer.encode_text`)."""
         tok = self.tokenizers[seat]
-        if tok is self.tokenizer:
+        if tok is self.query_tokenizer:
             return self.query_ids
         if seat not in self._seat_queries:
-            self._seat_queries[seat] = [tok.encode(t, add_special_tokens=False) for t in self.query_text]
+            self._seat_queries[seat] = encode_text(tok, self.query_text)
         return self._seat_queries[seat]
 
     def _read(self, writer: str, reader: str, i: int) -> list[int]:
         """Row i's answer of seat `writer` (without EOS) as seat `reader` reads it: the same ids when both share a
-        tokenizer, else its text (the writer's decode) encoded by the reader's tokenizer (the text channel)."""
+        tokenizer, else its text (the writer's decode) encoded by the reader's tokenizer as plain text (the text
+        channel: a spelled special token stays text, `cory_env.tokenizer.encode_text`)."""
         answer = self._answers[writer][i]
         if self.tokenizers[writer] is self.tokenizers[reader]:
             return answer
-        text = self.tokenizers[writer].decode(answer, skip_special_tokens=True)
-        return self.tokenizers[reader].encode(text, add_special_tokens=False)
+        return encode_text(self.tokenizers[reader], self.tokenizers[writer].decode(answer, skip_special_tokens=True))
+
+    def _seat_prompts(self, seat: str) -> list[list[int]]:
+        """Every row's prompt of `seat`: what it sees of the query (in its own tokens) and of the answers it reads,
+        through its template. With seats of different tokenizers a query re-encoded in a seat's tokens may be longer
+        than the budget counted: it keeps its last tokens (said once per phase, with the fix)."""
+        reads, template = self.seating.seat(seat).reads, self.prompts[seat]
+        prompts, room, cut = [], self.context_len - self.lengths[seat][1], 0
+        for i, q in enumerate(self._seat_query(seat)):
+            read = {s: self._read(s, seat, i) for s in reads}
+            answers = [t for s in reads for t in read[s]]
+            prompt = template.build(q, answers, seat_responses=read)
+            if self.text_channel and len(prompt) > room and self.truncate_query and template.query_count and q:
+                keep = max(0, len(q) - -(-(len(prompt) - room) // template.query_count))
+                prompt, cut = template.build(q[len(q) - keep:], answers, seat_responses=read), cut + 1
+            prompts.append(prompt)
+        if cut:
+            logger.warning("seat %r: %d of %d queries, encoded by its own tokenizer, cut from the left to fit "
+                           "context_len=%d; raise --context_len to keep them whole", seat, cut, len(prompts),
+                           self.context_len)
+        return prompts
 
     def _end_phase(self, seat: str) -> None:
         k = self.seats.index(seat)
         eos = self.eos_ids[seat]
         self._answers[seat] = [r[:-1] if r and r[-1] == eos else r for r in self.response_ids(seat)]
         if k + 1 < len(self.seats):  # the next seat's prompt: what it sees of the query and the earlier answers
-            nxt = self.seats[k + 1]
-            reads, template = self.seating.seats[k + 1].reads, self.prompts[nxt]
-            prompts, room, cut = [], self.context_len - self.lengths[nxt][1], 0
-            for i, q in enumerate(self._seat_query(nxt)):
-                read = {s: self._read(s, nxt, i) for s in reads}
-                answers = [t for s in reads for t in read[s]]
-                prompt = template.build(q, answers, seat_responses=read)
-                if self.heterogeneous and len(prompt) > room and self.truncate_query and template.query_count and q:
-                    # another tokenizer's query may be longer than the budget counted: keep its last tokens
-                    keep = max(0, len(q) - -(-(len(prompt) - room) // template.query_count))
-                    prompt, cut = template.build(q[len(q) - keep:], answers, seat_responses=read), cut + 1
-                prompts.append(prompt)
-            if cut:
-                logger.warning("seat %r: %d of %d queries, encoded by its own tokenizer, cut from the left to fit "
-                               "context_len=%d", nxt, cut, len(prompts), self.context_len)
-            self._start_phase(nxt, prompts)
+            self._start_phase(self.seats[k + 1], self._seat_prompts(self.seats[k + 1]))
             return
         seats, B = self.seats, self.batch_size
         self.response = {s: self.response_ids(s) for s in seats}

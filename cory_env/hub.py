@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from cory_env.tokenizer import prepare_tokenizer
+from cory_env.write_errors import write_errors
 
 if TYPE_CHECKING:  # torch and transformers are imported where a model or tokenizer is loaded, not with the env
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -151,8 +152,9 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike) -> Pa
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
         tmp.chmod(0o755)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        with write_errors(tmp):  # a full disk: OSError, not safetensors' own error
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
         try:
             os.rename(tmp, out_dir)
         except OSError:

@@ -10,13 +10,17 @@ loaded by `cory_env.hub.as_tokenizer`, which prepares it here) and returns it re
   (``tokenizer(prompts, padding=True)`` then feeds ``generate`` and the agents' KV cache correctly).
 
 The object is modified in place and returned.
+
+`encode_text` is the one way text that comes from outside a template becomes token ids — a query from the data, the
+answer of another seat read through the text channel, a query re-encoded for a seat of another tokenizer: as plain
+text, so a string that spells a special token (``<|im_end|>``, ``<eos>``) never becomes that control token.
 """
 
 from __future__ import annotations
 
 import logging
 
-__all__ = ["prepare_tokenizer"]
+__all__ = ["encode_text", "prepare_tokenizer"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,3 +56,29 @@ def prepare_tokenizer(tokenizer):
         logger.info("tokenizer has no pad token: using EOS (%r, id %d) with left padding", tokenizer.eos_token, eos)
     tokenizer.padding_side = "left"
     return tokenizer
+
+
+def encode_text(tokenizer, texts):
+    """Token ids of `texts` (one str, or a list of them) as plain text: no special token is added, and a special
+    token's spelling inside the text is encoded as the characters it is (``split_special_tokens``); a tokenizer whose
+    vocabulary holds the spelling as a word (a word-level one) gets its unknown token there (none: the id is dropped).
+
+    Args:
+        tokenizer: a prepared tokenizer (`prepare_tokenizer`).
+        texts: a str, or a list of str.
+
+    Returns:
+        list[int] for a str; list[list[int]] for a list.
+
+    >>> from agents.tiny import tiny_tokenizer
+    >>> tok = tiny_tokenizer()
+    >>> tok.eos_token_id in encode_text(tok, "fine" + tok.eos_token)
+    False
+    """
+    rows = tokenizer([texts] if isinstance(texts, str) else list(texts), add_special_tokens=False,
+                     split_special_tokens=True)["input_ids"]
+    special = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}
+    if any(i in special for row in rows for i in row):
+        unk = tokenizer.unk_token_id
+        rows = [[unk if i in special else i for i in row if i not in special or unk is not None] for row in rows]
+    return rows[0] if isinstance(texts, str) else rows

@@ -1,5 +1,5 @@
-"""No package of the project imports itself in a circle: every import statement of every module, the ones inside
-functions included (a lazy import hides a cycle from Python, not from a reader), read from the source.
+"""No package of the project (the benchmarks included) imports itself in a circle: every import statement of every
+module, the ones inside functions included (a lazy import hides a cycle from Python, not from a reader), read from the source.
 
 Two graphs: modules (``cory_env.hub`` -> ``cory_env.tokenizer``), and for ``trainers`` its parts (``trainers.loop``,
 ``trainers.evaluation``, ... each subpackage one node) so that two subpackages cannot lean on each other either.
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("cory_env", "agents", "trainers")
+PACKAGES = ("cory_env", "agents", "trainers", "benchmarks")
 
 
 def _module_name(path: Path) -> str:
@@ -107,4 +107,14 @@ def test_the_check_finds_a_cycle_and_reads_imports_inside_functions(tmp_path):
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
     assert "cory_env.hub" in imports_of("cory_env.episode")  # a module-level import
-    assert "trainers.evaluation.episodes" in imports_of("trainers.loop.cory")  # one inside a method
+    assert "trainers.loop.job" in imports_of("trainers.cli.train")  # one inside a function
+
+
+def test_no_command_imports_another_command():
+    """A command module parses, calls the library and prints: what two commands share lives in the library."""
+    from trainers.cli import COMMANDS
+
+    commands = {spec.split(":")[0] for spec in COMMANDS.values()}
+    for name in commands:
+        shared = imports_of(name) & (commands - {name})
+        assert not shared, f"{name} imports the command module(s) {sorted(shared)}; move what they share to the library"

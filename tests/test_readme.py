@@ -8,7 +8,7 @@ import json
 import re
 
 from tests.conftest import REPO_ROOT
-from trainers.cli.presets import PRESETS
+from trainers.config.presets import PRESETS
 
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
 CI = (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8")

@@ -28,23 +28,46 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+import logging
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
 from cory_env.checks import check_number
-from cory_env.overrides import convert_value, override_types
-from cory_env.registry import Registry
+from cory_env.overrides import override_types, parse_options
+from cory_env.registry import PluginContractError, Registry
 
-__all__ = ["SCHEMES", "Scheme", "SchemeSpec", "canonical_options", "check_population", "scheme_options"]
+__all__ = ["MAX_POPULATION", "SCHEMES", "Scheme", "SchemeSpec", "build_scheme", "canonical_options", "check_assignment",
+           "check_population", "scheme_options"]
+
+logger = logging.getLogger(__name__)
 
 
-@runtime_checkable
-class Scheme(Protocol):
-    """What the trainer needs from a matchmaking scheme: ``assign(t)`` -> seat -> model name for iteration t (0-based),
-    every seat once, distinct models, a pure function of t (and the scheme's seed and options)."""
+class Scheme:
+    """What the trainer needs from a matchmaking scheme (the contract every scheme, built-in or plug-in, keeps):
+    subclass it and define `assign`; the other methods have defaults.
 
-    def assign(self, iteration: int) -> dict[str, str]: ...
+    * ``assign(t)`` -> ``{seat: model name}`` for iteration t (0-based): every seat once, in the seating's order,
+      distinct models of the population (``llm1`` … ``llmN``, or a snapshot the scheme created), a pure function of
+      t (and the scheme's seed and options), so a resumed run seats the same models as an uninterrupted one;
+    * ``evaluated(t)`` -> the ``{seat: model name}`` held-out evaluations seat after iteration t (the collective
+      reward, influence; the first seat's model is the one a pioneer-alone evaluation follows), or None (default):
+      the population's first models in seat order, ``llm1`` as the pioneer, whoever trained where;
+    * ``created(t)`` -> ``{snapshot name: source model}``: frozen copies taken after iteration t (default none);
+    * ``retired(t)`` -> snapshot names that leave the pool after iteration t (default none).
+    """
+
+    def assign(self, iteration: int) -> dict[str, str]:
+        raise NotImplementedError(f"{type(self).__name__} defines no assign(iteration)")
+
+    def evaluated(self, iteration: int) -> dict[str, str] | None:  # noqa: ARG002 - the contract's signature
+        return None
+
+    def created(self, iteration: int) -> dict[str, str]:  # noqa: ARG002
+        return {}
+
+    def retired(self, iteration: int) -> list[str]:  # noqa: ARG002
+        return []
 
 
 @dataclass(frozen=True)
@@ -72,17 +95,23 @@ class SchemeSpec:
 
 
 @dataclass(frozen=True)
-class Rotating:
+class Rotating(Scheme):
     """Seat k holds model (k + r) mod N with r = t // period (period 0: never moves). With N = seats this is role
-    exchange (`trainers.loop.role_exchange`): every model visits every seat."""
+    exchange (`trainers.loop.role_exchange`): every model visits every seat. `seated_evaluation`: held-out
+    evaluations seat the models where they sit (CORY's role exchange: the paper's pioneer curve follows the seat),
+    else the population's first models in seat order."""
 
     models: tuple[str, ...]
     seats: tuple[str, ...]
     period: int
+    seated_evaluation: bool = False
 
     def assign(self, iteration: int) -> dict[str, str]:
         r = iteration // self.period if self.period else 0
         return {seat: self.models[(k + r) % len(self.models)] for k, seat in enumerate(self.seats)}
+
+    def evaluated(self, iteration: int) -> dict[str, str] | None:
+        return self.assign(iteration) if self.seated_evaluation else None
 
 
 @dataclass(frozen=True)
@@ -97,7 +126,7 @@ class UniformOptions:
 
 
 @dataclass(frozen=True)
-class Uniform:
+class Uniform(Scheme):
     """An ordered draw of distinct models per iteration: ``numpy.random.default_rng([seed, stream, t])``'s
     permutation of the N models, its first `len(seats)` in seat order."""
 
@@ -129,7 +158,7 @@ class SnapshotOptions:
 
 
 @dataclass(frozen=True)
-class Snapshots:
+class Snapshots(Scheme):
     """Self-play against lagged frozen snapshots (see the module table). Snapshot of model m taken after iteration
     k·K - 1 is named ``f"{m}_snap{k·K}"``; during iteration t the pool holds those of the `keep` latest k <= t // K.
     ``assign(t)`` draws from ``numpy.random.default_rng([seed, 5, t])``: a learning model for the first seat, then per
@@ -177,6 +206,10 @@ def _rotating(options, models, seats, seed, period) -> Rotating:  # noqa: ARG001
     return Rotating(tuple(models), tuple(seats), period)
 
 
+def _role_exchange(options, models, seats, seed, period) -> Rotating:  # noqa: ARG001
+    return Rotating(tuple(models), tuple(seats), period if len(seats) > 1 else 0, seated_evaluation=True)
+
+
 def _uniform(options, models, seats, seed, period) -> Uniform:  # noqa: ARG001
     return Uniform(tuple(models), tuple(seats), seed, (options or UniformOptions()).stream)
 
@@ -186,7 +219,7 @@ def _snapshots(options, models, seats, seed, period) -> Snapshots:  # noqa: ARG0
     return Snapshots(tuple(models), tuple(seats), seed, o.every, o.keep, o.p_snapshot)
 
 
-ROLE_EXCHANGE = SchemeSpec(_rotating, min_models="seats",
+ROLE_EXCHANGE = SchemeSpec(_role_exchange, min_models="seats",
                            summary="CORY: as many models as seats, rotating every role_exchange_period (default)")
 ROTATION = SchemeSpec(_rotating, summary="N >= seats models; the seats' window moves one model every "
                                          "role_exchange_period")
@@ -213,41 +246,22 @@ for _name, _attr in (("role-exchange", "ROLE_EXCHANGE"), ("rotation", "ROTATION"
 
 def scheme_options(spec: SchemeSpec, given: Mapping[str, Any] | Sequence[str] | str | None, *, name: str):
     """The scheme's options object from ``--matchmaking_options``: ``KEY=VALUE`` strings (a list, or one string),
-    or a mapping (YAML, Python); string values are converted to the option's type.
+    or a mapping (YAML, Python); string values are converted to the option's type (`cory_env.overrides.
+    parse_options`, the one ``KEY=VALUE`` parser).
 
     Raises:
         ValueError: options for a scheme without any, an entry that is not ``KEY=VALUE``, an unknown key (the valid
             ones listed), a key given twice, a value of the wrong type or one the options dataclass refuses.
     """
-    if given is None or (isinstance(given, (str, list, tuple, Mapping)) and len(given) == 0):
-        return spec.options() if spec.options is not None else None
+    empty = given is None or (isinstance(given, (str, list, tuple, Mapping)) and len(given) == 0)
     if spec.options is None:
-        raise ValueError(f"matchmaking scheme {name!r} takes no options, got {given!r}; drop --matchmaking_options")
-    types = override_types(spec.options)
+        if not empty:
+            raise ValueError(f"matchmaking scheme {name!r} takes no options, got {given!r}; drop "
+                             "--matchmaking_options")
+        return None
     example = " ".join(f"{f.name}={f.default}" for f in dataclasses.fields(spec.options))
-    if isinstance(given, str):
-        given = [given]
-    if isinstance(given, Mapping):
-        items = [(str(k), v) for k, v in given.items()]
-    elif isinstance(given, (list, tuple)):
-        items = []
-        for item in given:
-            if not isinstance(item, str) or "=" not in item:
-                raise ValueError(f"matchmaking_options entry {item!r} is invalid: write KEY=VALUE (for {name!r}: "
-                                 f"{example})")
-            key, value = item.split("=", 1)
-            items.append((key.strip(), value.strip()))
-    else:
-        raise ValueError(f"matchmaking_options={given!r} is invalid: give KEY=VALUE strings or a mapping (for "
-                         f"{name!r}: {example})")
-    values: dict[str, Any] = {}
-    for key, value in items:
-        if key not in types:
-            raise ValueError(f"matchmaking_options entry {key}={value}: {key!r} is not an option of {name!r}; valid: "
-                             f"{', '.join(types)}")
-        if key in values:
-            raise ValueError(f"matchmaking_options sets {key} twice; give it once")
-        values[key] = convert_value(value, types[key], f"matchmaking_options {key}")
+    values = parse_options(given, override_types(spec.options), name="matchmaking_options", owner=repr(name),
+                           example=example)
     try:
         return spec.options(**values)
     except (TypeError, ValueError) as err:
@@ -261,16 +275,73 @@ def canonical_options(options: Any) -> dict[str, Any] | None:
     return dataclasses.asdict(options) if options is not None else None
 
 
+#: The most models a population may hold (`check_population`): each is an agent and a learner in memory (a LoRA
+#: adapter of SmolLM2-135M ≈ 16.5 MiB, a full copy ≈ 0.5 GiB with its Adam state more), built before training starts.
+MAX_POPULATION = 256
+
+
 def check_population(spec: SchemeSpec, name: str, population: int, seats: int) -> int:
     """The number of models N of a run: `population`, or the seats when 0.
 
     Raises:
-        ValueError: N below the seats, or a scheme for as many models as seats given another N.
+        ValueError: N below the seats or above `MAX_POPULATION`, or a scheme for as many models as seats given
+            another N.
     """
     n = population or seats
-    check_number(n, "population", integer=True, low=seats,
-                 fix=f"at least one model per seat ({seats} seats); 0 = one model per seat")
+    check_number(n, "population", integer=True, low=seats, high=max(MAX_POPULATION, seats),
+                 fix=f"at least one model per seat ({seats} seats) and at most {MAX_POPULATION} (each model is an "
+                     "agent and a learner in memory); 0 = one model per seat")
     if spec.min_models == "seats" and n != seats:
         raise ValueError(f"matchmaking scheme {name!r} seats as many models as seats ({seats}), got population={n}; "
                          "use --matchmaking rotation or uniform for a larger population")
     return n
+
+
+def check_assignment(assignment: Any, *, scheme: str, call: str, seats: Sequence[str],
+                     models: Collection[str]) -> dict[str, str]:
+    """`assignment` (what a scheme's ``assign`` or ``evaluated`` returned) if it keeps the `Scheme` contract: a dict
+    seat -> model name with every seat once, in order, and distinct models of `models`.
+
+    Raises:
+        PluginContractError: one line naming the scheme, the call (``assign(3)``), what it returned and the contract.
+    """
+    ok = isinstance(assignment, Mapping) and list(assignment) == list(seats) and all(
+        isinstance(v, str) and v in models for v in assignment.values()) and \
+        len(set(assignment.values())) == len(assignment)
+    if not ok:
+        raise PluginContractError(
+            f"matchmaking scheme {scheme!r}: {call} returned {assignment!r}; it must return a dict seat -> model name "
+            f"with every seat {list(seats)} once, in order, and distinct models of {sorted(models)} "
+            "(trainers.matchmaking.Scheme)")
+    return dict(assignment)
+
+
+def build_scheme(spec: SchemeSpec, *, name: str, options: Any, models: Sequence[str], seats: Sequence[str], seed: int,
+                 period: int) -> Scheme:
+    """The run's scheme: ``spec.factory(options, models, seats, seed, period)``, its result and its first
+    assignment checked against the `Scheme` contract.
+
+    Raises:
+        PluginContractError: the factory returned no `Scheme`, or ``assign(0)`` breaks the contract (one line naming
+            the scheme, what it returned and the contract).
+        ValueError: what the factory refuses. A plug-in's own other exception propagates, named in a log line before
+            its traceback.
+    """
+    try:
+        scheme = spec.factory(options, tuple(models), tuple(seats), seed, period)
+    except ValueError:
+        raise
+    except Exception:
+        logger.error("matchmaking scheme %r: its factory raised; its traceback follows", name)
+        raise
+    if not isinstance(scheme, Scheme):
+        raise PluginContractError(f"matchmaking scheme {name!r}: its factory returned {type(scheme).__name__} "
+                                  f"{scheme!r}, not a trainers.matchmaking.Scheme; a factory returns an object of a "
+                                  "Scheme subclass that defines assign(iteration) (docs/extending.md)")
+    try:
+        first = scheme.assign(0)
+    except Exception:
+        logger.error("matchmaking scheme %r raised in assign(0); its traceback follows", name)
+        raise
+    check_assignment(first, scheme=name, call="assign(0)", seats=seats, models=models)
+    return scheme

@@ -41,7 +41,8 @@ def sampling_generator(seed: int, agent: object) -> torch.Generator:
 def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: torch.Generator | None = None,
                  queries: Sequence[str] | None = None, stream_offset: int = 0,
                  acting: dict[str, ActingScores] | None = None,
-                 responses: Mapping[str, Sequence[Sequence[int]]] | None = None):
+                 responses: Mapping[str, Sequence[Sequence[int]]] | None = None,
+                 sampling: Mapping[str, object] | None = None):
     """Play one batch of episodes to the end: the one rollout loop (training, evaluation, pass@k).
 
     Args:
@@ -59,6 +60,9 @@ def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: tor
             ``last_values`` after every step; column k of row i is its k-th response token); None records nothing.
         responses: seat -> B given responses (token ids): those seats do not act (``env.reset`` option
             ``"responses"``; `agents` need not hold them).
+        sampling: seat -> the `SamplingConfig` the agent in that seat samples with (the seat's own settings,
+            `cory_env.generation.seat_sampling`), passed to its ``act_batch``; a seat not named samples with its
+            agent's default. The agents keep no seat's settings.
 
     Returns:
         The env's `EpisodeTranscript`.
@@ -77,11 +81,12 @@ def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: tor
     for agent in agents.values():
         agent.reset_cache()
     steps: dict[str, list[tuple]] = {}
+    own = {seat: {"sampling": s} for seat, s in (sampling or {}).items()}
     while not env.done:
         seat = env.agent_selection
         if seat not in agents:
             raise KeyError(f"the env selected seat {seat!r} but agents were given only for {sorted(agents)}")
-        actions = agents[seat].act_batch(obs, generator=generator)
+        actions = agents[seat].act_batch(obs, generator=generator, **own.get(seat, {}))
         if acting is not None:
             steps.setdefault(seat, []).append((getattr(agents[seat], "last_logprobs", None),
                                                getattr(agents[seat], "last_values", None)))
@@ -101,9 +106,10 @@ def run_episodes(env, agents: Mapping[str, object], *, seed: int, generator: tor
 
 
 def rollout_from_transcript(transcript, seat: str, pad_id: int | None = None,
-                            acting: ActingScores | None = None) -> Rollout:
+                            acting: ActingScores | None = None, temperature: float | None = None) -> Rollout:
     """Pack `transcript.seats[seat]` into a `Rollout` (prompt left padded, response right padded), with the seat's
-    acting log-probabilities and values when `acting` is given and exact (0 on padding). The ids are the seat's own
+    acting log-probabilities and values when `acting` is given and exact (0 on padding) and the `temperature` its
+    tokens were sampled at (`Rollout.temperature`; None: the agent's default). The ids are the seat's own
     tokenizer's, and so are its allowed actions and, when `pad_id` is None, its pad id (`SeatTranscript`)."""
     seat_t = transcript.seats[seat]
     own = seat_t.pad_id is not None  # written by the env: the seat's own pad id and allowed actions
@@ -127,4 +133,5 @@ def rollout_from_transcript(transcript, seat: str, pad_id: int | None = None,
         allowed=None if allowed is None else torch.as_tensor(np.asarray(allowed, dtype=bool)),
         logprobs=logprobs,
         values=values,
+        temperature=temperature,
     )

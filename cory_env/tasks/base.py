@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, is_dataclass
 from typing import Any
@@ -212,4 +214,13 @@ class TaskSpec:
         if not isinstance(task, Task):
             raise PluginContractError(f"task builder {getattr(self.builder, '__qualname__', self.builder)!r} returned "
                             f"{type(task).__name__}, not a cory_env.tasks.Task")
-        return task
+        return with_templates(task, config)
+
+
+def with_templates(task: Task, config) -> Task:
+    """`task` with the templates `config` sets (`EnvConfig.pioneer_template`, `observer_template`; None keeps the
+    task's own): the one place a run's templates replace a task's (`TaskSpec.build`, and a `Task` object handed to an
+    env, `cory_env.episode.EpisodeBatch.from_config`)."""
+    given = {key: getattr(config, key, None) for key in ("pioneer_template", "observer_template")}
+    given = {key: value for key, value in given.items() if value is not None}
+    return dataclasses.replace(task, **given) if given else task

@@ -165,8 +165,8 @@ def make_gsm8k_task(
     Args:
         config: an `EnvConfig`. `config.data_path`: a local GSM8K JSONL, or None / "hub" for the hub split;
             `config.max_new_tokens` / `config.min_new_tokens`: the response token budget (the `gsm8k-quick`
-            preset sets 256 / 256, the paper's evaluation length); `config.pioneer_template` /
-            `config.observer_template`, when set, replace the built-in templates.
+            preset sets 256 / 256, the paper's evaluation length); the config's templates replace the built-in
+            ones when the task is built through its spec (`cory_env.tasks.base.with_templates`).
         tokenizer: the agents' tokenizer (its chat template, if any, renders the prompts).
         split: "train" or "test"; selects the hub split when `config.data_path` is unset.
         one_shot: include the 1-shot example in the pioneer prompt.
@@ -199,12 +199,8 @@ def make_gsm8k_task(
     data_path = config.data_path
     source = f"hub:{split}" if data_path in (None, "hub") else data_path
     records = load_gsm8k(source, limit=limit)
-    pioneer_template = config.pioneer_template or build_pioneer_template(
-        tokenizer, one_shot=one_shot, use_chat_template=use_chat_template,
-    )
-    observer_template = config.observer_template or build_observer_template(
-        tokenizer, use_chat_template=use_chat_template,
-    )
+    pioneer_template = build_pioneer_template(tokenizer, one_shot=one_shot, use_chat_template=use_chat_template)
+    observer_template = build_observer_template(tokenizer, use_chat_template=use_chat_template)
     reward_fn = functools.partial(
         gsm8k_reward_fn, correct_reward=correct_reward, wrong_reward=wrong_reward, format_reward=format_reward,
     )

@@ -90,8 +90,8 @@ def make_imdb_task(config, tokenizer=None, options: IMDBOptions | None = None) -
         name="imdb",
         records=records,
         reward_fn=config.reward,  # resolved by Task (make_reward_fn)
-        observer_template=OBSERVER_TEMPLATE if config.observer_template is None else config.observer_template,
-        pioneer_template=PIONEER_TEMPLATE if config.pioneer_template is None else config.pioneer_template,
+        observer_template=OBSERVER_TEMPLATE,
+        pioneer_template=PIONEER_TEMPLATE,
         query_tokens=(options.query_min_tokens, options.query_max_tokens),
         min_new_tokens=config.min_new_tokens,
         max_new_tokens=config.max_new_tokens,

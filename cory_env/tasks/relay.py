@@ -66,8 +66,8 @@ def make_relay_task(config=None, tokenizer=None) -> Task:
 
     Args:
         config: `EnvConfig` or None; ``heldout_fraction`` / ``query_split`` pick a side of the same held-out slice as
-            `tiny_vocab`; ``observer_template`` / ``pioneer_template``, when set, replace the task's (the observer
-            template is the prompt of a seat that sees q, which relay's own seating has not).
+            `tiny_vocab` (the config's templates, `cory_env.tasks.base.with_templates`: the observer template is the
+            prompt of a seat that sees q, which relay's own seating has not).
         tokenizer: with the `tiny_vocab` tokenizer, the action mask allows only the 16 symbols and EOS.
 
     Returns:

@@ -167,9 +167,9 @@ def make_tiny_vocab_task(config=None, tokenizer=None) -> Task:
 
     Args:
         config: `EnvConfig`; ``heldout_fraction`` / ``query_split`` pick a side of a fixed held-out slice of the
-            1820 queries (`cory_env.data.heldout_split`, by a hash of the query text); ``observer_template`` /
-            ``pioneer_template``, when set, replace the task's templates. The response length is the task's
-            (`ANSWER_LEN`), not ``min/max_new_tokens``.
+            1820 queries (`cory_env.data.heldout_split`, by a hash of the query text); the config's templates
+            replace the task's when the task is built through its spec (`cory_env.tasks.base.with_templates`). The
+            response length is the task's (`ANSWER_LEN`), not ``min/max_new_tokens``.
         tokenizer: with the task's own tokenizer, the action mask allows only the 16 symbols and EOS.
 
     Returns:
@@ -186,8 +186,7 @@ def symbol_task(name: str, reward_fn, config, tokenizer, *, private_query: bool 
     Args:
         name, reward_fn: the task's.
         config: `EnvConfig` or None: ``heldout_fraction`` / ``query_split`` pick a side of the fixed held-out slice
-            (`cory_env.data.heldout_split`, by a hash of the query text); ``observer_template`` /
-            ``pioneer_template``, when set, replace the module's.
+            (`cory_env.data.heldout_split`, by a hash of the query text).
         tokenizer: with the task's own tokenizer, the action mask allows only the 16 symbols and EOS.
         private_query, num_seats, seat_reads: the task's default seating (`Task`).
     """
@@ -196,10 +195,8 @@ def symbol_task(name: str, reward_fn, config, tokenizer, *, private_query: bool 
         records=(tiny_vocab_records() if config is None
                  else heldout_split(tiny_vocab_records(), config.query_split, config.heldout_fraction)),
         reward_fn=reward_fn,
-        observer_template=OBSERVER_TEMPLATE if config is None or config.observer_template is None
-        else config.observer_template,
-        pioneer_template=PIONEER_TEMPLATE if config is None or config.pioneer_template is None
-        else config.pioneer_template,
+        observer_template=OBSERVER_TEMPLATE,
+        pioneer_template=PIONEER_TEMPLATE,
         response_only_template=RESPONSE_ONLY_TEMPLATE,
         blank_template=BLANK_TEMPLATE,
         num_seats=num_seats,

@@ -22,7 +22,8 @@ from cory_env import BatchedCORYEnv, EnvConfig
 from cory_env.seating import Seating
 from cory_env.tasks.tiny_vocab import CONTEXT_LEN, tiny_vocab_tokenizer
 from trainers.config import CORYConfig, ModelConfig, PPOConfig, RunConfigs
-from trainers.loop.build import build_agents, build_exchange
+from trainers.loop.build import build_agents
+from trainers.loop.role_exchange import Bundle, RoleExchange
 from trainers.rollout import rollout_from_transcript, run_episodes
 from trainers.learning.experience import score_rollout
 
@@ -48,7 +49,9 @@ def _tiny_vocab_run(temperature: float, top_k: int = 0):
     agents, ref = build_agents(model, tok, ModelConfig(model="tiny", value_head_dropout=0.0),
                                SamplingConfig(temperature=temperature, top_k=top_k), num_models=2)
     configs = RunConfigs(run=config, update=ppo)
-    exchange = build_exchange(agents, configs.learner_spec.build(agents, ref, configs.update), config, Seating.cory())
+    algorithm = configs.learner_spec.build(agents, ref, configs.update)
+    exchange = RoleExchange([Bundle(n, a, algorithm.learners[n]) for n, a in agents.items()], Seating.cory().names,
+                            period=config.role_exchange_period)
     env = BatchedCORYEnv(EnvConfig(task="tiny_vocab", context_len=CONTEXT_LEN), tok, batch_size=16)
     return tok, agents, ref, exchange, env
 

@@ -86,12 +86,14 @@ def test_repetition_penalty_reads_only_the_real_tokens_of_the_window(tiny_tok, t
     agent = LLMAgent(tiny_model, tiny_tok, sampling=SamplingConfig(repetition_penalty=1.1))
     seen = []
 
-    class Recorder(type(agent._sampler._penalties)):  # a LogitsProcessorList that keeps what it returned
+    sampler = agent._sampler_for(agent.sampling)
+
+    class Recorder(type(sampler._penalties)):  # a LogitsProcessorList that keeps what it returned
         def __call__(self, context, scores):
             seen.append(super().__call__(context, scores).clone())
             return seen[-1]
 
-    agent._sampler._penalties = Recorder(agent._sampler._penalties)
+    sampler._penalties = Recorder(sampler._penalties)
     env = BatchedCORYEnv(EnvConfig(context_len=32, min_new_tokens=1, max_new_tokens=1), tiny_tok, batch_size=1,
                          seating="ppo")
     obs, _ = env.reset(seed=0, options={"queries": ["The end."]})

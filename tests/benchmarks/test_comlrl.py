@@ -121,7 +121,7 @@ def test_a_short_run_is_evaluated_like_the_arm(tmp_path, imdb_csv):
 
 def test_the_profile_splits_each_iteration_into_the_profilers_phases(tmp_path, imdb_csv):
     pytest.importorskip("comlrl.trainers.reinforce")
-    from benchmarks.comlrl_magrpo import profile_comlrl
+    from benchmarks.iteration_profile import profile_comlrl
     from benchmarks.iteration_profile import PHASES
 
     rows = profile_comlrl(2, 0, str(tmp_path), flags=TINY)

@@ -50,7 +50,7 @@ def test_no_page_script_or_test_points_at_a_result_outside_the_results_folder():
 @pytest.mark.parametrize("name", sorted(set(BENCHMARKS) - {"marl_eval_json"}))  # marl_eval_json: --out required
 def test_every_benchmark_writes_into_the_results_folder_by_default(name, monkeypatch):
     """Without --out a benchmark's output is a file in benchmarks/results/ (the path it checks before its work)."""
-    import trainers.cli.outputs
+    import trainers.loop.outputs
 
     seen = []
 
@@ -58,7 +58,7 @@ def test_every_benchmark_writes_into_the_results_folder_by_default(name, monkeyp
         seen.append(Path(default if default is not None else parser.get_default("out")))
         raise SystemExit(0)  # stop before the work
 
-    monkeypatch.setattr(trainers.cli.outputs, "checked_out", record)
+    monkeypatch.setattr(trainers.loop.outputs, "checked_out", record)
     argv = list(BENCHMARKS[name])
     monkeypatch.setattr("sys.argv", [f"{name}.py", *argv])
     module = importlib.import_module(f"benchmarks.{name}")

@@ -54,7 +54,7 @@ def _calls():
     from cory_env.seating import Seating
     from cory_env.tasks.imdb import IMDBOptions
     from trainers.cli.eval import check_eval_numbers
-    from trainers.cli.train import first_pass
+    from trainers.config.parser import first_pass
     from trainers.evaluation.episodes import distinct_n
     from trainers.evaluation.passk import pass_at_k, pass_at_k_first
     from trainers.learning.grpo import group_advantages

@@ -127,7 +127,7 @@ def test_stepping_a_finished_batch_says_so(tiny_tok):
     *[(bad, f"group_size={bad!r} is invalid: use {what}; pass a group_size that divides the env's batch_size")
       for bad, what in ((0, "an integer >= 1"), (True, "an integer (got bool)"), (2.0, "an integer (got float)"))]])
 def test_group_size_must_be_a_positive_int_dividing_the_batch(tiny_tok, group_size, message):
-    """The one group rule (`cory_env.episode.check_groups`), at the env's input."""
+    """The one group rule (`cory_env.checks.check_groups`), at the env's input."""
     from cory_env.episode import EpisodeBatch
 
     batch = EpisodeBatch.from_config(EnvConfig(), tiny_tok, batch_size=4, reward_fn=char_count_reward)
@@ -159,7 +159,8 @@ def test_long_query_truncated_from_the_left_with_a_warning(tiny_tok, caplog):
     with caplog.at_level(logging.WARNING, logger="cory_env.episode"):
         aec.reset(seed=0, options={"query": query})
     assert [r.getMessage() for r in caplog.records] == [
-        f"query of {budget + 10} tokens truncated from the left to {budget} to fit context_len=64"]
+        f"query of {budget + 10} tokens truncated from the left to {budget} to fit context_len=64; raise "
+        "--context_len (or lower max_new_tokens) to keep it whole"]
     assert aec._episode.query_ids[0] == query[10:]
     obs = aec.observe("pioneer")
     assert obs["input_ids"][-budget:].tolist() == query[10:]
@@ -193,7 +194,7 @@ def test_token_id_queries_accept_exactly_the_vocabulary(tiny_tok):
     aec.reset(seed=0, options={"query": [0, 383]})  # both ends of [0, V) are token ids
     assert aec._episode.query_ids[0] == [0, 383]
     with pytest.raises(ValueError, match=r"^query token ids \[384, 385, 386, 387, 388\] are outside the vocabulary "
-                                         r"\[0, 384\)$"):  # the first five of six bad ids
+                                         r"\[0, 384\) of the queries' tokenizer"):  # the first five of six bad ids
         aec.reset(options={"query": [5, 384, 385, 386, 387, 388, 389]})
     for not_ids in ([True, 2], [1.5, 2]):  # bools and floats are not token ids
         with pytest.raises(TypeError, match=r"^a query must be text or a sequence of token ids, got list: "):

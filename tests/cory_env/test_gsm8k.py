@@ -120,7 +120,7 @@ def test_registry_task_lengths_come_from_the_config(tmp_path, tiny_tok):
 
 
 def test_gsm8k_quick_preset_drives_the_task(tmp_path, tiny_tok):
-    from trainers.cli.presets import preset
+    from trainers.config.presets import preset
 
     settings = preset("gsm8k-quick")
     env_fields = {k: v for k, v in settings.items() if k in EnvConfig.__dataclass_fields__}

@@ -153,3 +153,36 @@ def test_a_query_longer_in_a_readers_own_tokens_is_cut_from_the_left_with_a_warn
     prompt = env._episode.prompt_ids["observer"][0]
     assert len(prompt) + 2 <= 12 and bpe.decode(prompt).endswith("p : a b ?")  # the query's last tokens kept
     assert "1 of 1 queries, encoded by its own tokenizer, cut from the left" in caplog.text
+
+
+def _task_settings(name, imdb_csv, gsm8k_paths):
+    """Env settings that build task `name` offline (its data from the shared files)."""
+    return {"imdb": {"data_path": str(imdb_csv), "context_len": 64},
+            "gsm8k": {"data_path": str(gsm8k_paths[1]), "context_len": 1024, "min_new_tokens": 2,
+                      "max_new_tokens": 4}}.get(name, {"context_len": 16})
+
+
+@pytest.mark.parametrize("name", ["chain_relay", "first_symbol", "gsm8k", "imdb", "relay", "tiny_vocab"])
+def test_every_built_in_task_plays_with_a_tokenizer_per_seat(name, bpe, imdb_csv, gsm8k_paths):
+    """A {seat: tokenizer} mapping on every built-in task (a population or a chain with a model of another
+    tokenizer): each seat acts in its own vocabulary, under the task's mask for its tokenizer."""
+    from cory_env.tasks import TASKS, task_tokenizer
+
+    assert name in TASKS.names()
+    own = task_tokenizer(name) or tiny_tokenizer(vocab_size=320)
+    other = bpe if own is not bpe else tiny_tokenizer()
+    seating = "chain:3" if name == "chain_relay" else "cory"
+    config = EnvConfig(task=name, seating=seating, **_task_settings(name, imdb_csv, gsm8k_paths))
+    seats = ("pioneer", "observer") if seating == "cory" else ("pioneer", "observer_1", "observer_2")
+    tokenizers = dict(zip(seats, [own, other, own]))
+    env = BatchedCORYEnv(config, tokenizers, batch_size=2)
+    assert env.vocab_sizes == {s: len(t) for s, t in tokenizers.items()}
+    task = env.task
+    for seat, tok in tokenizers.items():
+        mask = env.action_masks[seat][0]
+        assert mask.shape == (len(tok),)
+        if task.action_mask is not None and tok is other:
+            np.testing.assert_array_equal(mask, task.action_mask_for(tok))
+    transcript = _play(env)
+    for seat, tok in tokenizers.items():
+        assert all(0 <= t < len(tok) for r in transcript.seats[seat].response_ids for t in r)

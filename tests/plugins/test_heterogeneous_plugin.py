@@ -22,7 +22,7 @@ def test_the_guides_reinforce_trains_a_gpt2_and_a_llama_of_different_tokenizers(
     assert [r["cory/llm1_seat"] for r in rows] == [0.0, 1.0]
     for name, agent in trainer.agents.items():
         learner = trainer.algorithm.learners[name]
-        assert learner.agent is agent and learner.ref_model is trainer.refs[name]
-        assert agent.tokenizer is trainer.tokenizers[name]
+        assert learner.agent is agent and learner.ref_model is trainer.cast.refs[name]
+        assert agent.tokenizer is trainer.cast.tokenizers[name]
         assert any(not torch.equal(a, b) for a, b in zip(before[name], agent.trainable_parameters()))
-    assert len(trainer.tokenizers["llm1"]) == 20 and len(trainer.tokenizers["llm2"]) == 384
+    assert len(trainer.cast.tokenizers["llm1"]) == 20 and len(trainer.cast.tokenizers["llm2"]) == 384

@@ -13,7 +13,7 @@ import pytest
 
 from tests.plugins.conftest import PACKAGE, write_plugins
 from trainers.cli import main
-from trainers.cli.train import parse_train_args
+from trainers.config.parser import parse_train_args
 from trainers.learning.registry import LEARNERS, register_learner
 
 RUN = ["--preset", "tiny", "--torch_threads", "1", "--num_iterations", "1", "--tensorboard", "false", "--batch_size",

@@ -13,11 +13,11 @@ import yaml
 
 from cory_env.seating import Seating
 from trainers.cli import main
-from trainers.cli.train import parse_train_args
+from trainers.config.parser import parse_train_args
 from trainers.config import RunConfigs
 from trainers.learning.configs import PPOConfig, UpdateConfig
 from trainers.learning.registry import LEARNERS, LearnerSpec, learner_spec, make_learner, register_learner
-from trainers.unread_options import unread_options
+from trainers.config.unread import unread_options
 
 
 @dataclass

@@ -13,9 +13,9 @@ import yaml
 from cory_env.seating import Seating
 from tests.plugins.conftest import PACKAGE
 from trainers.cli import main
-from trainers.cli.train import parse_train_args
+from trainers.config.parser import parse_train_args
 from trainers.config import RunConfigs
-from trainers.unread_options import unread_options
+from trainers.config.unread import unread_options
 
 MODULE_ATTR = {"learner": f"{PACKAGE}.plugins:REINFORCE", "task": f"{PACKAGE}.plugins:KEYWORD"}
 ENTRY_POINTS = {"learner": "demo-reinforce", "task": "demo-keyword"}

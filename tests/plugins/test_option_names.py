@@ -14,9 +14,9 @@ from cory_env.rewards import REWARDS, register_reward
 from cory_env.tasks import TaskSpec, register_task, task_spec
 from tests.plugins.conftest import PACKAGE
 from trainers.cli import main
-from trainers.cli.train import build_train_parser
+from trainers.config.parser import build_train_parser
 from trainers.config import BASE_CLASSES, CLI_OPTIONS, RunConfigs, all_config_classes, option_names
-from trainers.cli.train import parse_train_args
+from trainers.config.parser import parse_train_args
 from trainers.learning.configs import UpdateConfig
 from trainers.learning.registry import LearnerSpec, learner_spec, register_learner
 

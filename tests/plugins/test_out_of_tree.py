@@ -84,13 +84,15 @@ def test_the_launched_workers_find_a_plugin_task_by_entry_point(plugin_site, tmp
 
 
 def test_help_shows_the_plugins_options_grouped(plugins_on_path, capsys):
-    with pytest.raises(SystemExit):
-        main(["train", "--task", "demo-keyword", "--learner", "demo-reinforce", "--help"])
-    text = capsys.readouterr().out
-    group = text.split("update options read by learner 'demo-reinforce' (ReinforceConfig):", 1)[1].split("\n\n", 1)[0]
-    assert all(f"--{name}" in group for name in ("baseline_decay", "learning_rate", "init_kl_coef"))  # own + shared
-    assert "keyword task options (--task keyword)" in text and "--keyword" in text
-    assert "--gamma" not in text and "--min_review_chars" not in text  # what this run does not read is hidden
+    for flag, shared in (("--help_all", ("learning_rate", "init_kl_coef")), ("--help", ("learning_rate",))):
+        with pytest.raises(SystemExit):
+            main(["train", "--task", "demo-keyword", "--learner", "demo-reinforce", flag])
+        text = capsys.readouterr().out
+        group = text.split("update options read by learner 'demo-reinforce' (ReinforceConfig):", 1)[1]
+        group = group.split("\n\n", 1)[0]
+        assert all(f"--{name}" in group for name in ("baseline_decay", *shared))  # own + shared (--help: a first run's)
+        assert "keyword task options (--task keyword)" in text and "--keyword" in text
+        assert "--gamma" not in text and "--min_review_chars" not in text  # what this run does not read is hidden
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -21,7 +21,7 @@ import sys
 
 import torch
 
-from trainers.cli.train import parse_train_args
+from trainers.config.parser import parse_train_args
 from trainers.loop.checkpoint import trainable_state
 from trainers.distributed import is_sharded
 from trainers.loop.cory import CORYTrainer

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from trainers.cli.launch import launch_command
-from trainers.cli.train import first_pass, load_yaml_config, parse_train_args
+from trainers.config.parser import first_pass, load_yaml_config, parse_train_args
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
@@ -219,7 +219,10 @@ def test_options_are_never_abbreviated_and_help_groups_them(capsys, monkeypatch)
         parse_train_args(["--preset", "tiny", "--num_iteration", "2"])
     with pytest.raises(ValueError, match="unknown option"):
         parse_train_args(["--pres", "tiny"])
-    help_text = _help(capsys, monkeypatch, "train")
+    short = _help(capsys, monkeypatch, "train")  # what a first run changes, the learner's and task's own options
+    assert len(short.splitlines()) <= 150 and "--help_all lists all" in short
+    assert re.search(r"^  --learning_rate", short, flags=re.M) and not re.search(r"^  --top_p", short, flags=re.M)
+    help_text = _help(capsys, monkeypatch, "train", "--help_all")
     groups = ["run options (CORYConfig)", "model options (ModelConfig)", "env options read by task 'imdb' (EnvConfig)",
               "IMDB task options (--task imdb)", "update options read by learner 'ppo' (PPOConfig)",
               "sampling options (SamplingConfig)"]
@@ -299,7 +302,7 @@ def test_every_flag_shows_its_fields_help_and_the_default_this_run_has(argv):
     import argparse
     import dataclasses
 
-    from trainers.cli.train import build_train_parser
+    from trainers.config.parser import build_train_parser
 
     parser, classes, _ = build_train_parser(argv)
     configs = parse_train_args(argv)

@@ -8,12 +8,12 @@ import json
 import pytest
 
 from trainers.cli import main
-from trainers.cli.crossplay import group_summary, parse_groups, to_marl_eval
+from trainers.evaluation.crossplay import group_summary, parse_groups, to_marl_eval
 from trainers.loop.cory import CORYTrainer
 
 
 def _pair(a, b, reward):
-    return {"pioneer": a, "observer": b, "collective_reward": reward}
+    return {"pioneer": a, "observer": b, "line_up": [a, b], "collective_reward": reward}
 
 
 def test_self_play_cross_play_and_the_gap_on_a_hand_made_matrix():
@@ -22,7 +22,25 @@ def test_self_play_cross_play_and_the_gap_on_a_hand_made_matrix():
     out = group_summary(pairs, run_of, {"first": ["A"], "second": ["B"]})
     assert out["first"]["self_play"]["values"] == [2.0] and out["first"]["cross_play"]["values"] == [1.0, 1.0]
     assert out["first"]["gap"] == 1.0
-    assert out["p_improvement_cross_play"] == {"first > second": 0.5, "second > first": 0.5}
+    improvement = out["p_improvement_cross_play"]
+    assert improvement["first > second"]["p"] == improvement["second > first"]["p"] == 0.5
+    lo, hi = improvement["first > second"]["ci"]
+    assert lo <= 0.5 <= hi
+    assert out["first"]["cross_play"]["why"].startswith("two values")  # n = 2: the interval is the range
+
+
+def test_line_ups_of_runs_of_one_origin_are_neither_self_play_nor_cross_play():
+    """Runs of one seed and base model (one origin) never met, but started alike: their line-ups are counted apart
+    (same-origin), not as cross-play, which holds partners of another origin only."""
+    run_of = {f"{r}{i}": r for r in "ABC" for i in (1, 2)}
+    origin_of = {"A": "o1", "B": "o1", "C": "o2"}
+    reward = {frozenset("A"): 4.0, frozenset("B"): 4.0, frozenset("C"): 4.0, frozenset("AB"): 3.0,
+              frozenset("AC"): 1.0, frozenset("BC"): 1.0}
+    pairs = [_pair(x, y, reward[frozenset(run_of[x] + run_of[y])]) for x in run_of for y in run_of if x != y]
+    out = group_summary(pairs, run_of, {"g": ["A", "B", "C"]}, origin_of)
+    assert out["g"]["cross_play"]["values"] == [1.0] * 6 and out["g"]["same_origin"]["values"] == [3.0] * 4
+    assert out["g"]["self_play"]["values"] == [4.0] * 3 and out["g"]["gap"] == 3.0
+    assert group_summary(pairs, run_of, {"g": ["A", "B", "C"]})["g"]["cross_play"]["values"] == [2.0] * 4 + [1.0] * 2
 
 
 def _hand_made_result():
@@ -31,7 +49,7 @@ def _hand_made_result():
     pairs = [_pair(x, y, 2.0 if run_of[x] == run_of[y] else 1.5 if "pop" in x and "pop" in y else 1.0)
              for x in run_of for y in run_of if x != y]
     groups = {"pair": ["pair0", "pair1"], "pop": ["pop0", "pop1"]}
-    meta = {run: {"seed": int(run[-1]), "queries": 64} for run in set(run_of.values())}
+    meta = {run: {"seed": int(run[-1]), "queries": 64, "origin": run} for run in set(run_of.values())}
     return {"task": "relay", "run_of": run_of, "pairs": pairs, "run_meta": meta,
             "groups": group_summary(pairs, run_of, groups)}
 
@@ -51,7 +69,15 @@ def test_the_marl_eval_export_holds_each_groups_runs_by_seed_in_the_pairs_order(
     result["run_meta"]["pop1"]["seed"] = 0
     with pytest.raises(ValueError, match=r"the groups have \{'pair': \[0, 1\], 'pop': \[0, 0\]\}"):
         to_marl_eval(result)
-    from trainers.cli.crossplay import check_marl_eval_groups
+    result = _hand_made_result()  # seed-disjoint groups (pop on seeds 5 and 6) are read as they are
+    for run, seed in (("pop0", 5), ("pop1", 6)):
+        result["run_meta"][run]["seed"] = seed
+    assert set(to_marl_eval(result)["cory_relay"]["crossplay"]["pop"]) == {"seed_5", "seed_6"}
+    result["run_meta"]["pop1"]["seed"] = 5
+    result["groups"]["pop"]["runs"] = ["pop0"]
+    with pytest.raises(ValueError, match="groups of as many runs"):
+        to_marl_eval(result)
+    from trainers.evaluation.crossplay import check_marl_eval_groups
 
     with pytest.raises(ValueError, match="needs models of two runs or more"):
         check_marl_eval_groups({"all": ["r"]}, {"r": 0})
@@ -131,14 +157,23 @@ def test_crossplay_plays_every_ordered_pair_of_two_runs(tiny_run, tmp_path, caps
     assert result["groups"]["x"]["self_play"]["n"] == 1 and result["groups"]["x"]["cross_play"]["n"] == 2
     assert main(["crossplay", *runs, "--episodes", "8", "--out", str(out)]) == 2  # no --overwrite
     assert "already exists; nothing was changed. Pass --overwrite" in capsys.readouterr().err
-    assert result["task"] == "relay" and result["run_meta"][runs[1]] == {"seed": 1, "queries": 8}
+    meta = result["run_meta"][runs[1]]
+    assert result["task"] == "relay" and (meta["seed"], meta["queries"], meta["iterations"]) == (1, 8, 1)
+    assert meta["origin"] != result["run_meta"][runs[0]]["origin"]  # seeds 0 and 1: other origins, so cross-play
     assert result["heldout"]["query_split"] == "test"  # the held-out side the pairs played on, not the training side
-    # marl-eval compares groups on the same seeds: x (seed 0) and y (seed 1) are refused before anything is written
+    assert result["matrix"][0][0] is None and len(result["matrix"]) == 4
+    # marl-eval reads seed-disjoint groups: x (seed 0) and y (seed 1), one run each
     other, exported = tmp_path / "cp2" / "crossplay.json", tmp_path / "cp2" / "marl_eval.json"
     assert main(["crossplay", *runs, "--episodes", "8", "--out", str(other), "--marl_eval", str(exported),
-                 "--groups", f"x={runs[0]}", f"y={runs[1]}"]) == 2
-    assert "the groups have {'x': [0], 'y': [1]}" in capsys.readouterr().err and not other.parent.exists()
-    assert main(["crossplay", *runs, "--episodes", "8", "--out", str(other), "--marl_eval", str(exported)]) == 0
+                 "--groups", f"x={runs[0]}", f"y={runs[1]}"]) == 0
+    assert set(json.loads(exported.read_text())["cory_relay"]["crossplay"]) == {"x", "y"}
+    exported.unlink()
+    # one run given twice (its run folder and one of its checkpoint folders) is refused before anything is written
+    checkpoint = tmp_path / "s0" / "checkpoints" / "iter-000000"
+    assert main(["crossplay", runs[0], str(checkpoint), "--out", str(tmp_path / "cp3" / "x.json")]) == 2
+    assert "are one run (run id" in capsys.readouterr().err and not (tmp_path / "cp3").exists()
+    assert main(["crossplay", *runs, "--episodes", "8", "--out", str(other), "--marl_eval", str(exported),
+                 "--overwrite"]) == 0
     runs_of_all = json.loads(exported.read_text())["cory_relay"]["crossplay"]["all"]
     assert set(runs_of_all) == {"seed_0", "seed_1"} and runs_of_all["seed_0"]["step_0"]["step_count"] == 8
     assert len(runs_of_all["seed_0"]["step_0"]["return"]) == 8  # 2 models x 2 partners x 2 seats
@@ -146,18 +181,22 @@ def test_crossplay_plays_every_ordered_pair_of_two_runs(tiny_run, tmp_path, caps
 
 def test_runs_of_another_game_are_refused(tiny_run, tmp_path, capsys):
     runs = []
-    for task in ("relay", "tiny_vocab"):
-        trainer = CORYTrainer(tiny_run(task, task=task, context_len=12, batch_size=4, num_iterations=1))
+    for name, options in (("relay", {"task": "relay"}), ("tiny_vocab", {"task": "tiny_vocab"}),
+                          ("hot", {"task": "relay", "seat_generation": ["observer.temperature=2"]})):
+        trainer = CORYTrainer(tiny_run(name, context_len=12, batch_size=4, num_iterations=1, **options))
         trainer.train()
         runs.append(str(trainer.output_dir))
+    # a seat that sampled otherwise played another game: its numbers would not compare
+    assert main(["crossplay", runs[0], runs[2], "--out", str(tmp_path / "x.json")]) == 2
+    assert "seat_generation=" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
     assert main(["crossplay", *runs, "--out", str(tmp_path / "x.json")]) == 2
-    assert "is another game than" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
+    assert "played another game than" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
     assert main(["crossplay", runs[0], str(tmp_path / "nowhere"), "--out", str(tmp_path / "x.json")]) == 2
-    assert "nowhere does not exist" in capsys.readouterr().err
+    assert "nowhere' does not exist" in capsys.readouterr().err
 
 
 def test_runs_of_one_folder_name_under_different_parents_keep_apart():
-    from trainers.cli.crossplay import run_labels
+    from trainers.evaluation.crossplay import run_labels
 
     assert run_labels(["runs/pair/s0", "runs/pop/s0"]) == {"runs/pair/s0": "pair/s0", "runs/pop/s0": "pop/s0"}
     with pytest.raises(ValueError, match="given twice"):

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from trainers.cli.launch import launch_command, preflight
-from trainers.cli.train import parse_train_args
+from trainers.config.parser import parse_train_args
 from trainers.learning import ppo_math
 from trainers.learning.registry import make_learner, register_learner, LEARNERS
 from trainers.learning.score_scaling import RunningMoments

@@ -42,7 +42,7 @@ def test_eval_out_never_replaces_a_runs_file_a_folder_or_an_existing_file(tiny_r
         raise AssertionError("--out must be checked before any model loads")
 
     with monkeypatch.context() as patch:
-        patch.setattr("trainers.cli.eval.load_checkpoint_agent", no_model)
+        patch.setattr("trainers.cli.eval.load_target", no_model)
         for out in (run / "config.yaml", run / "metrics.jsonl", run / "samples.jsonl", run / "eval.json",
                     run / "checkpoints" / "x.json", tmp_path / "afolder", other):
             assert cory_main(["eval", str(run), "--episodes", "2", "--out", str(out)]) == 2, out
@@ -136,7 +136,7 @@ def test_a_task_brings_its_own_evaluation_callable(tiny_run, tmp_path, capsys, r
 
     from cory_env.tasks import TASKS, register_task, task_spec
     from cory_env.tasks.base import TaskSpec
-    from trainers.cli.eval import EvalTarget
+    from trainers.loop.evaluate import EvalTarget
 
     seen = []
 

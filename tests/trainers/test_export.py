@@ -14,8 +14,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from agents import LLMAgent
 from agents.reference import activate_adapter
 from trainers.cli import main as cory_main
-from trainers.cli.eval import load_checkpoint_agent
-from trainers.loop.build import load_run_model
+from trainers.loop.evaluate import load_target
+from trainers.loop.loading import load_run_model
 from trainers.loop.checkpoint import latest_checkpoint
 from trainers.loop.cory import CORYTrainer
 
@@ -38,7 +38,7 @@ def _logits(model, tokenizer) -> torch.Tensor:
 
 def _checkpoint_logits(run: str) -> tuple[torch.Tensor, object]:
     """Logits of the checkpoint's pioneer model as `cory eval` rebuilds it (its own adapter active, eval mode)."""
-    agent = load_checkpoint_agent(run).agent
+    agent = load_target(run).agent
     agent.eval()
     if agent.adapter_name is not None:
         activate_adapter(agent.model, agent.adapter_name)
@@ -63,7 +63,7 @@ def test_export_loads_with_plain_transformers_and_keeps_the_logits(tiny_run, tmp
     if use_lora:  # the adapter trained, so the export must carry it: the base alone gives other logits
         with agent.model.disable_adapter():
             assert not torch.allclose(_logits(agent.model, agent.tokenizer), expected, atol=1e-4)
-        from trainers.cli.export import merged_agent
+        from trainers.export import merged_agent
 
         base = {n: p.detach().clone() for n, p in agent.model.named_parameters()}
         merged = merged_agent(agent)  # on a copy: the shared base and both adapters stay as they were

@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
 from agents.tiny import tiny_causal_lm, tiny_tokenizer
 from trainers.cli import main as cory_main
-from trainers.cli.eval import load_checkpoint_agent
+from trainers.loop.evaluate import load_target
 from trainers.loop.cory import CORYTrainer
 
 
@@ -54,7 +54,7 @@ def test_lora_on_a_tied_embedding_exports_the_trained_model(tiny_run, tied_model
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["written"] == "merged model"
     exported = AutoModelForCausalLM.from_pretrained(out)
-    agent = load_checkpoint_agent(run).agent
+    agent = load_target(run).agent
     agent.eval()
     agent.model.set_adapter(agent.adapter_name)
     ids = torch.randint(0, exported.config.vocab_size, (3, 12), generator=torch.Generator().manual_seed(1))
@@ -74,7 +74,7 @@ def test_an_export_that_does_not_reproduce_the_trained_model_is_refused(tiny_run
                                                                         monkeypatch):
     """The merge without untying (peft's own, what an export did before) writes another model: the check refuses
     it in one line, exit 2, and removes what it wrote, the folders it created included."""
-    import trainers.cli.export as export
+    import trainers.export as export
 
     run = _train_tied(tiny_run, tied_model, "lm_head")
     capsys.readouterr()

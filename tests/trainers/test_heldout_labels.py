@@ -9,7 +9,7 @@ import pytest
 
 from cory_env.tasks import TaskSpec
 from cory_env.tasks.tiny_vocab import SPEC as TINY_VOCAB
-from trainers.cli.train import before_after_line
+from trainers.evaluation.report import before_after_line
 from trainers.loop.cory import CORYTrainer
 
 #: The tiny_vocab task without a held-out split: it does not read heldout_fraction (as gsm8k's pioneer evaluation).

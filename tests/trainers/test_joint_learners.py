@@ -235,12 +235,12 @@ def test_joint_learners_train_and_resume_exactly(tiny_run, learner, extra):
     ({"learner": "magrpo", "group_size": 3}, "do not split into groups of group_size=3"),
 ])
 def test_refused_before_any_model_loads(tiny_run, overrides, message, monkeypatch):
-    from trainers.loop import cory
+    from trainers.loop import cast
 
     def trap(*args, **kwargs):
         raise AssertionError("the model was loaded before the settings were checked")
 
-    monkeypatch.setattr(cory, "load_run_model", trap)
+    monkeypatch.setattr(cast, "load_policy_model", trap)
     with pytest.raises(ValueError, match=message):
         CORYTrainer(tiny_run(**overrides))
 
@@ -294,7 +294,7 @@ def test_a_grpo_config_yaml_reads_back_into_one_grpo_config(tmp_path):
     reads back into it, and resuming with it finds no difference."""
     import yaml
 
-    from trainers.cli.train import load_yaml_config
+    from trainers.config.parser import load_yaml_config
     from trainers.loop.run_dir import check_resumable
 
     old = RunConfigs.from_flat({"learner": "grpo"}).to_flat()

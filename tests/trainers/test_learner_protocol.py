@@ -89,7 +89,7 @@ def test_two_different_learners_share_one_role_exchange(registry, tiny_run):
     trainer = CORYTrainer(configs)
     llm2 = trainer.exchange.bundles["llm2"]
     # per-seat learners of two kinds: the algorithm (IndependentLearners) steps them, the bundle moves it
-    llm2.learner = trainer.algorithm.learners["llm2"] = make_learner("grpo", llm2.agent, trainer.ref_model,
+    llm2.learner = trainer.algorithm.learners["llm2"] = make_learner("grpo", llm2.agent, trainer.cast.refs["llm2"],
                                                                       GRPOConfig(**shared, group_size=2))
     rows = trainer.train()
     assert type(trainer.exchange.bundles["llm1"].learner) is PPOLearner

@@ -57,7 +57,7 @@ def test_evaluate_and_entropy_bonus_refuse_bad_calls(tmp_path):
         ppo_math.ppo_loss(logprobs, logprobs.detach(), zeros, zeros, zeros, zeros, mask, ent_coef=0.1)
     with pytest.raises(ValueError, match="ent_coef > 0 needs the per-token entropy"):
         grpo_loss(logprobs, logprobs.detach(), logprobs.detach(), torch.ones(2), mask, ent_coef=0.1)
-    from trainers.cli.train import parse_train_args
+    from trainers.config.parser import parse_train_args
     from trainers.loop.cory import CORYTrainer
 
     trainer = CORYTrainer(parse_train_args(["--preset", "tiny", "--algo", "ppo", "--output_dir", str(tmp_path / "r"),

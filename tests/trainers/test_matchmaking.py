@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from trainers.learning.joint import FrozenLearner
+
 from trainers.cli import main
 from trainers.loop.cory import CORYTrainer
-from trainers.matchmaking import SCHEMES, Rotating, SchemeSpec, Uniform, check_population, scheme_options
+from trainers.matchmaking import SCHEMES, Rotating, Scheme, SchemeSpec, Uniform, check_population, scheme_options
 from trainers.loop.metrics import read_jsonl
 
 MODELS, SEATS = ("llm1", "llm2", "llm3"), ("pioneer", "observer")
@@ -88,10 +90,12 @@ def test_held_out_evaluations_of_a_population_follow_fixed_models(tiny_run):
                                    eval_episodes=4, eval_every=1))
     trainer.train()
     assert {s: b.name for s, b in trainer.exchange.seats.items()} == {"pioneer": "llm3", "observer": "llm1"}  # seed 0
-    assert {s: b.name for s, b in trainer.evaluation_seats().items()} == {"pioneer": "llm1", "observer": "llm2"}
+    assert {s: b.name for s, b in trainer.exchange.evaluation_seats().items()} == {"pioneer": "llm1",
+                                                                                    "observer": "llm2"}
     assert trainer.evaluated_model == "llm1"
-    pair = CORYTrainer(tiny_run("evalpair", num_iterations=2, **RELAY))
-    assert pair.evaluation_seats() is pair.exchange.seats and pair.evaluated_model is None
+    pair = CORYTrainer(tiny_run("evalpair", num_iterations=2, **RELAY, role_exchange_period=1))
+    pair.exchange.after_iteration(0)  # CORY's role exchange: evaluations seat the models where they sit
+    assert pair.exchange.evaluation_seats() == pair.exchange.seats and pair.evaluated_model == "llm2"
 
 
 def test_a_model_trains_only_on_the_iterations_it_played(tiny_run):
@@ -108,7 +112,7 @@ def test_a_model_trains_only_on_the_iterations_it_played(tiny_run):
 def test_a_plugin_scheme_by_module_attr(tiny_run, monkeypatch):
     module = types.ModuleType("my_schemes")
 
-    class Fixed:  # llm3 always the pioneer, llm1 always the observer
+    class Fixed(Scheme):  # llm3 always the pioneer, llm1 always the observer
         def assign(self, iteration):
             return {"pioneer": "llm3", "observer": "llm1"}
 
@@ -174,7 +178,9 @@ def test_self_play_against_frozen_snapshots_seats_them_never_updates_them_and_re
     pop = straight.exchange
     assert sorted(pop.frozen) == ["llm1_snap6", "llm2_snap6"]  # keep=1: the latest only
     snap, source = pop.bundles["llm1_snap6"], pop.bundles["llm1"]
-    assert snap.learner is None and snap.agent is not source.agent
+    assert isinstance(snap.learner, FrozenLearner) and snap.agent is not source.agent
+    if lora:  # the retired snapshots' adapters left the shared model: one per model in the pool
+        assert sorted(source.agent.model.peft_config) == ["llm1", "llm1_snap6", "llm2", "llm2_snap6"]
     assert all(torch.equal(a, b) for a, b in zip(snap.agent.trainable_parameters(), source.agent.trainable_parameters()))
     # a snapshot seated in iterations 2-5 never changed: the one taken after iteration 1 equals llm1 then
     cut = tiny_run(f"cut{lora}", num_iterations=3, **flags)

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from trainers.evaluation.episodes import distinct_n
-from trainers.loop.metrics import MetricsLogger, read_jsonl, truncate_jsonl
+from trainers.loop.metrics import SAMPLES_FILE, MetricsLogger, read_jsonl, truncate_jsonl
 
 
 def test_distinct_n_hand_computed():
@@ -48,12 +48,22 @@ def test_plots_never_switch_matplotlibs_backend(tmp_path):
     MetricsLogger(tmp_path / "run", tensorboard=False).log(0, {"pioneer/task_reward": 0.5, "pioneer/kl": 0.1,
                                                                "pioneer/combined_reward": 0.4})
     code = ("import matplotlib; matplotlib.use('svg'); "
-            "import trainers.cli, trainers.cli.plot, trainers.cli.bench; "
+            "import trainers.cli, trainers.cli.plot, trainers.cli.bench, trainers.loop.plots; "
             "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend(); "
-            f"paths = trainers.cli.plot.plot_runs([{str(tmp_path / 'run')!r}], {str(tmp_path)!r}); "
+            f"paths = trainers.loop.plots.plot_runs([{str(tmp_path / 'run')!r}], {str(tmp_path)!r}); "
             "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend(); "
             "print(*[p.name for p in paths])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["curves.png", "pareto.png"]
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_samples_record_which_model_sat_in_which_seat(tiny_run):
+    from trainers.loop.cory import CORYTrainer
+
+    trainer = CORYTrainer(tiny_run("seats", num_iterations=2, role_exchange_period=1, log_samples=2))
+    trainer.train()
+    rows = read_jsonl(trainer.output_dir / SAMPLES_FILE)
+    seated = {(r["iteration"], r["pioneer_model"], r["observer_model"]) for r in rows}
+    assert seated == {(0, "llm1", "llm2"), (1, "llm2", "llm1")}  # role exchange after iteration 0

@@ -19,12 +19,12 @@ def test_bf16_mixed_keeps_master_weights_scores_and_losses_in_fp32(tiny_run, lor
                        ppo_epochs=1, role_exchange_period=0, **lora_flags)
     trainer = CORYTrainer(configs)
     agent = trainer.exchange.seats["pioneer"].agent
-    assert agent.precision == "bf16-mixed" and trainer.ref_model.precision == "bf16-mixed"
+    assert agent.precision == "bf16-mixed" and trainer.cast.refs["llm1"].precision == "bf16-mixed"
     assert not agent.acting_scores_exact  # the learner recomputes its old scores
     acting = {}
     transcript = run_episodes(trainer.env, {s: b.agent for s, b in trainer.exchange.seats.items()}, seed=0,
                               generator=torch.Generator().manual_seed(0), acting=acting)
-    rollout = rollout_from_transcript(transcript, "pioneer", trainer.tokenizer.pad_token_id, acting=acting["pioneer"])
+    rollout = rollout_from_transcript(transcript, "pioneer", trainer.env.pad_token_id, acting=acting["pioneer"])
     assert rollout.logprobs is None
     out = agent.evaluate(rollout.query, rollout.query_mask, rollout.response, rollout.response_mask)
     assert out.logprobs.dtype == out.values.dtype == out.entropy.dtype == torch.float32

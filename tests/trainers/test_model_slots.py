@@ -38,10 +38,11 @@ def test_two_architectures_and_two_tokenizers_are_built_with_their_own_reference
     llm1, llm2 = trainer.agents["llm1"], trainer.agents["llm2"]
     assert type(llm1.model).__name__ == "GPT2LMHeadModel" and len(llm1.tokenizer) == 20
     assert type(llm2.model).__name__ == "LlamaForCausalLM" and len(llm2.tokenizer) == 384
-    assert trainer.refs["llm1"] is not trainer.refs["llm2"]
-    assert type(trainer.refs["llm2"].model).__name__ == "LlamaForCausalLM"
+    refs = trainer.cast.refs
+    assert refs["llm1"] is not refs["llm2"]
+    assert type(refs["llm2"].model).__name__ == "LlamaForCausalLM"
     assert trainer.env.tokenizers == {"pioneer": llm1.tokenizer, "observer": llm2.tokenizer}
-    assert trainer.algorithm.learners["llm2"].ref_model is trainer.refs["llm2"]
+    assert trainer.algorithm.learners["llm2"].ref_model is refs["llm2"]
 
 
 @pytest.mark.parametrize("learner", sorted(LEARNERS))
@@ -58,10 +59,10 @@ def test_every_learner_trains_the_pair_and_role_exchange_moves_the_tokenizers(ti
 
 
 def test_acting_log_probabilities_equal_each_models_own_recomputation(tiny_run):
-    trainer = CORYTrainer(tiny_run("scores", **PAIR))
-    trainer.exchange.exchange()  # llm2 (Llama, BPE) answers first, llm1 (GPT-2, 20 tokens) reads it
+    trainer = CORYTrainer(tiny_run("scores", **PAIR, role_exchange_period=1))
+    trainer.exchange.after_iteration(0)  # llm2 (Llama, BPE) answers first, llm1 (GPT-2, 20 tokens) reads it
     seats = {seat: bundle.agent for seat, bundle in trainer.exchange.seats.items()}
-    trainer._seat_models(trainer.exchange.seats)
+    trainer.env.set_tokenizers({seat: agent.tokenizer for seat, agent in seats.items()})
     acting = {}
     transcript = run_episodes(trainer.env, seats, seed=3, generator=torch.Generator().manual_seed(0), acting=acting)
     for seat, agent in seats.items():
@@ -75,14 +76,25 @@ def test_acting_log_probabilities_equal_each_models_own_recomputation(tiny_run):
                                    atol=1e-5, rtol=0)
 
 
-def test_each_seat_samples_with_its_own_settings_whoever_sits_there(tiny_run):
+def _record_sampling(trainer, monkeypatch) -> list[tuple[str, object]]:
+    """Every act_batch call of the run's agents as (model name, the sampling it was given)."""
+    calls = []
+    for name, agent in trainer.agents.items():
+        real = agent.act_batch
+        monkeypatch.setattr(agent, "act_batch", lambda obs, generator=None, sampling=None, _n=name, _r=real:
+                            calls.append((_n, sampling)) or _r(obs, generator=generator, sampling=sampling))
+    return calls
+
+
+def test_each_seat_samples_with_its_own_settings_whoever_sits_there(tiny_run, monkeypatch):
     trainer = CORYTrainer(tiny_run("sampling", **PAIR, num_iterations=2,
                                    seat_generation=["observer.temperature=0.7", "pioneer.top_k=5"]))
-    trainer.train()
-    seats = trainer.exchange.seats  # after the last exchange: llm1 pioneer again
-    trainer._seat_models(seats)
-    assert seats["observer"].agent.sampling.temperature == 0.7
-    assert seats["pioneer"].agent.sampling.top_k == 5 and seats["pioneer"].agent.sampling.temperature == 1.0
+    calls = _record_sampling(trainer, monkeypatch)
+    trainer.train()  # llm1 in the pioneer seat, then (after the exchange) in the observer seat
+    given = {(name, s.temperature, s.top_k) for name, s in calls}
+    assert given == {("llm1", 1.0, 5), ("llm2", 0.7, 0), ("llm2", 1.0, 5), ("llm1", 0.7, 0)}
+    for agent in trainer.agents.values():  # the seats' settings are the rollout's argument: no agent keeps them
+        assert agent.sampling == trainer.configs.sampling
 
 
 def test_a_pair_under_lora_resumes_exactly(tiny_run):
@@ -99,7 +111,7 @@ def test_a_pair_under_lora_resumes_exactly(tiny_run):
         _strip_time(read_jsonl(resumed.output_dir / "metrics.jsonl"))
     state = json.loads((straight.output_dir / "checkpoints" / "iter-000003" / "trainer_state.json").read_text())
     assert {n: m["model"] for n, m in state["models"].items()} == {"llm1": "tiny-gpt2", "llm2": "tiny-bpe"}
-    assert state["vocab_size"] == {"llm1": 20, "llm2": 384}
+    assert {n: m["vocab_size"] for n, m in state["models"].items()} == {"llm1": 20, "llm2": 384}
 
 
 def test_eval_and_export_take_either_model_of_the_pair(tiny_run, tmp_path, capsys):
@@ -137,7 +149,7 @@ def test_bad_slot_and_seat_settings_are_one_line_and_exit_2_before_any_folder(tm
 
 
 def test_yaml_and_python_spell_the_slots_as_a_mapping(tmp_path):
-    from trainers.cli.train import parse_train_args
+    from trainers.config.parser import parse_train_args
 
     config = tmp_path / "run.yaml"
     config.write_text("task: relay\nmodel: tiny-gpt2\nmodels:\n  llm2: tiny-bpe\nseat_generation:\n"
@@ -197,7 +209,7 @@ def test_rotation_over_three_seats_moves_each_model_with_its_tokenizer(tiny_run)
     tokenizers = {name: agent.tokenizer for name, agent in trainer.agents.items()}
     for it in range(3):
         trainer.iteration(it)  # rotation after each: llm2 visits every seat
-        trainer._seat_models(trainer.exchange.seats)
+        trainer.env.set_tokenizers({seat: b.agent.tokenizer for seat, b in trainer.exchange.seats.items()})
         assert trainer.env.tokenizers == {seat: tokenizers[b.name] for seat, b in trainer.exchange.seats.items()}
         assert trainer.env.vocab_sizes[trainer.exchange.seat_of("llm2")] == 384
 
@@ -220,29 +232,40 @@ def test_a_population_seats_two_models_that_share_a_tokenizer_other_than_the_tas
                                    matchmaking="uniform", num_iterations=2))
     rows = trainer.train()
     assert (rows[1]["cory/llm2_seat"], rows[1]["cory/llm3_seat"]) == (0.0, 1.0)
-    assert trainer.tokenizers["llm2"] is trainer.tokenizers["llm3"]  # one object: their seats splice ids
+    assert trainer.cast.tokenizers["llm2"] is trainer.cast.tokenizers["llm3"]  # one object: their seats splice ids
     trainer.exchange.after_iteration(2)  # seat iteration 3's pair (llm1, llm2) ... then evaluate whoever sits there
     out = trainer.evaluate(episodes=4, seed=0, collective=True)
     assert out["num_queries"] == 4 and "observer_task_reward" in out
 
 
+@pytest.mark.parametrize("task, options", [("relay", {"population": 3, "matchmaking": "uniform"}),
+                                           ("chain_relay", {"seating": "chain:3"})])
+def test_a_model_of_another_tokenizer_in_a_population_or_chain_checks_its_held_out_side(tiny_run, task, options):
+    # the held-out side is built (and checked) before training with the task's tokenizer, not the seat mapping
+    trainer = CORYTrainer(tiny_run(task, **{**PAIR, "task": task, "model": "tiny", "models": ["llm3=tiny-bpe"]},
+                                   heldout_fraction=0.5, eval_episodes=4, num_iterations=1, **options))
+    trainer.train()
+    assert trainer.cast.tokenizers["llm3"] is not trainer.cast.tokenizers["llm1"]
+    assert trainer.evaluate(episodes=4, seed=0)["query_split"] == "test"
+
+
 def test_slots_that_differ_only_in_options_train(tiny_run):
     trainer = CORYTrainer(tiny_run("opts", task="relay", context_len=12, use_lora=True, models=["llm2.lora_r=8"]))
     trainer.train()
-    assert trainer.heterogeneous and trainer.agents["llm2"].model.peft_config["llm2"].r == 8
+    assert trainer.plan.follow == "llm1" and trainer.agents["llm2"].model.peft_config["llm2"].r == 8
 
 
 def test_models_of_one_tokenizer_share_it_and_splice_ids(tiny_run):
     trainer = CORYTrainer(tiny_run("arch", task="relay", context_len=12, models=["llm2=tiny-gpt2"]))
-    assert trainer.tokenizers["llm1"] is trainer.tokenizers["llm2"] and not trainer.env.heterogeneous
+    assert trainer.cast.tokenizers["llm1"] is trainer.cast.tokenizers["llm2"] and not trainer.env.text_channel
 
 
-def test_a_collective_evaluation_samples_each_seat_with_its_own_settings_after_an_exchange(tiny_run):
+def test_a_collective_evaluation_samples_each_seat_with_its_own_settings_after_an_exchange(tiny_run, monkeypatch):
     trainer = CORYTrainer(tiny_run("ev", **PAIR, num_iterations=1, seat_generation=["observer.temperature=0.7"]))
     trainer.train()  # llm1 now sits in the observer seat
+    calls = _record_sampling(trainer, monkeypatch)
     trainer.evaluate(episodes=4, seed=0, collective=True)
-    assert trainer.exchange.seats["observer"].agent.sampling.temperature == 0.7
-    assert trainer.exchange.seats["pioneer"].agent.sampling.temperature == 1.0
+    assert {(name, s.temperature) for name, s in calls} == {("llm2", 1.0), ("llm1", 0.7)}
 
 
 def test_eval_and_export_reach_every_model_of_a_population(tiny_run, tmp_path):

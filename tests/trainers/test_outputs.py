@@ -1,4 +1,4 @@
-"""One rule for every file a command writes (`trainers.cli.outputs`): never a file a run owns, never a folder, an
+"""One rule for every file a command writes (`trainers.loop.outputs`): never a file a run owns, never a folder, an
 existing file only when told to replace it, checked before the work; written atomically, no temporary file left.
 `cory plot --out` follows it."""
 
@@ -25,7 +25,7 @@ def _run_dir(path):
 
 
 def test_a_run_owns_its_files_even_before_it_writes_them(tmp_path):
-    from trainers.cli.outputs import run_owner
+    from trainers.loop.outputs import run_owner
 
     run = _run_dir(tmp_path / "run")
     for name in ("config.yaml", "metrics.jsonl", "samples.jsonl", "eval.json", ".cory-run", "checkpoints",
@@ -43,7 +43,7 @@ def test_a_run_owns_its_files_even_before_it_writes_them(tmp_path):
 
 
 def test_check_output_file_refuses_a_folder_a_runs_file_and_an_existing_file(tmp_path):
-    from trainers.cli.outputs import check_output_file
+    from trainers.loop.outputs import check_output_file
 
     run = _run_dir(tmp_path / "run")
     with pytest.raises(IsADirectoryError, match="--out .* is a folder"):
@@ -64,7 +64,7 @@ def test_check_output_file_refuses_a_folder_a_runs_file_and_an_existing_file(tmp
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path):
-    from trainers.cli.outputs import atomic_output, write_output
+    from trainers.loop.outputs import atomic_output, write_output
 
     path = tmp_path / "out.json"
     write_output(path, json.dumps({"a": 1}))

@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from cory_env import BatchedCORYEnv, raw_env
 from cory_env.rewards import RewardFunctionError
 from cory_env.tasks.base import Task
 from trainers.cli import main
-from trainers.cli.train import load_yaml_config, parse_train_args
+from trainers.config.parser import load_yaml_config, parse_train_args
 from trainers.loop import checkpoint as ckpt
 from trainers.loop.checkpoint import CheckpointError, latest_checkpoint
 from trainers.loop.cory import CORYTrainer
@@ -160,7 +161,8 @@ def tok400():
 
 def test_resume_with_another_vocabulary_is_refused(tiny_run, tok400):
     CORYTrainer(tiny_run("v", num_iterations=1)).train()
-    with pytest.raises(CheckpointError, match="vocabulary size 384, this model has 400"):
+    with pytest.raises(CheckpointError, match=r"was written for the vocabulary sizes \{'llm1': 384, 'llm2': 384\}, this "
+                                              r"run's models have \{'llm1': 400, 'llm2': 400\}"):
         CORYTrainer(tiny_run("v", num_iterations=2, resume=True), model=tiny_causal_lm(tok400), tokenizer=tok400)
 
 
@@ -254,7 +256,7 @@ def test_disk_full_keeps_previous_checkpoint_and_leaves_no_temp(tiny_run, tmp_pa
 
     monkeypatch.setattr(module, name, failing)
     with pytest.raises(OSError, match=r"writing checkpoint .*iter-000001 failed: No space left on device \(disk "
-                                      r"full.*the previous checkpoint .*iter-000000 is intact") as info:
+                                      r"full.*the last good checkpoint is .*iter-000000") as info:
         trainer.train()
     assert info.value.errno == errno.ENOSPC
     monkeypatch.setattr(module, name, real)
@@ -274,6 +276,49 @@ def test_cli_disk_full_is_a_one_line_error(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "No space left on device (disk full" in err and "Traceback" not in err
     assert not list((tmp_path / "r" / "checkpoints").glob(".tmp-*"))
+
+
+def _cory_under_a_file_size_limit(args, kib):
+    """`cory ARGS` in a subprocess whose files may not grow past `kib` KiB (``ulimit -f``, RLIMIT_FSIZE): a write
+    past it fails with EFBIG, as a full disk fails with ENOSPC, in every library that writes."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (kib * 1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    return subprocess.run([sys.executable, "-m", "trainers.cli", *args], env=ENV, cwd=REPO_ROOT, text=True,
+                          capture_output=True, timeout=600, preexec_fn=limit)
+
+
+@pytest.mark.slow
+def test_every_write_that_fails_on_a_file_size_limit_is_one_line_naming_the_file(tmp_path):
+    """A real write failure (not a mocked OSError): safetensors and torch.save lose the errno and would print two
+    tracebacks; every writer (checkpoint, metrics, samples, eval, export) ends in one line naming what failed."""
+    run = ["train", *TINY, *SMALL, "--tensorboard", "false", "--num_iterations", "3"]
+    cases = {  # what is written past the limit first -> the words of the one line
+        "checkpoint": (run + ["--output_dir", str(tmp_path / "ck")], 16,
+                       "writing checkpoint .*iter-000002 failed: File too large \\(a file-size limit"),
+        "metrics": (run + ["--output_dir", str(tmp_path / "me"), "--log_samples", "0", "--checkpoint_every", "0"], 2,
+                    "File too large \\(a file-size limit, `ulimit -f`: raise it\\): '.*metrics.jsonl'"),
+        "samples": (run + ["--output_dir", str(tmp_path / "sa"), "--batch_size", "64", "--mini_batch_size", "16",
+                           "--log_samples", "64", "--checkpoint_every", "0"],  # 64 rows: ~11 KiB, metrics ~4 KiB
+                    8, "File too large .*: '.*samples.jsonl'")}
+    for kind, (args, kib, message) in cases.items():
+        out = _cory_under_a_file_size_limit(args, kib)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, (kind, out.stderr[-3000:])
+        assert re.search(message, out.stderr.strip().splitlines()[-1]), (kind, out.stderr[-1000:])
+    assert not list((tmp_path / "ck" / "checkpoints").glob(".tmp-*"))
+    trained = tmp_path / "trained"
+    assert main([*run, "--output_dir", str(trained), "--num_iterations", "1"]) == 0
+    for kind, args, kib, written in (("eval", ["eval", str(trained), "--out", str(tmp_path / "e.json")], 1,
+                                      tmp_path / "e.json"),
+                                     ("export", ["export", str(trained), "--out", str(tmp_path / "x")], 16,
+                                      tmp_path / "x")):
+        out = _cory_under_a_file_size_limit(args, kib)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, (kind, out.stderr[-3000:])
+        assert out.stderr.strip().splitlines()[-1].endswith(f"(a file-size limit, `ulimit -f`: raise it): "
+                                                            f"'{written}'"), (kind, out.stderr[-1000:])
+        assert not written.exists()  # nothing half-written is left
 
 
 KILL_WRAPPER = '''

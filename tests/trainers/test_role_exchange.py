@@ -62,26 +62,32 @@ def test_state_round_trip_and_seat_lookup():
     ex.after_iteration(0)
     state = ex.state_dict()
     assert state["seats"] == {"pioneer": "llm2", "observer": "llm1"}
+    assert state == {"seats": {"pioneer": "llm2", "observer": "llm1"}, "num_exchanges": 1, "iteration": 1,
+                     "episodes": {"llm1": 0, "llm2": 0}, "frozen": {}}
     fresh, _, _ = make(period=1)
     fresh.load_state_dict(state)
     assert fresh.seats["pioneer"].name == "llm2" and fresh.seat_of("llm1") == "observer"
-    with pytest.raises(ValueError, match="unknown bundles"):
-        fresh.load_state_dict({"seats": {"pioneer": "llm9", "observer": "llm1"}, "num_exchanges": 0})
+    with pytest.raises(ValueError, match="this run's scheme seats others"):  # a state the scheme never reaches
+        fresh.load_state_dict({**state, "seats": {"pioneer": "llm1", "observer": "llm2"}})
+    with pytest.raises(ValueError, match=r"the checkpoint's models \['llm1', 'llm9'\] are not this run's"):
+        fresh.load_state_dict({**state, "episodes": {"llm1": 0, "llm9": 0}})
 
 
 def test_a_checkpoint_of_another_seating_is_refused():
     ex, *_ = make(period=1, n=3)
     with pytest.raises(ValueError, match=r"the checkpoint seats \['pioneer', 'observer'\], this run's seating has "
                                          r"\['pioneer', 'observer_1', 'observer_2'\]"):
-        ex.load_state_dict({"seats": {"pioneer": "llm1", "observer": "llm2"}, "num_exchanges": 0})
+        ex.load_state_dict({"seats": {"pioneer": "llm1", "observer": "llm2"}, "num_exchanges": 0, "iteration": 0,
+                            "episodes": {"llm1": 0, "llm2": 0, "llm3": 0}, "frozen": {}})
 
 
 def test_rejects_bad_construction():
     with pytest.raises(ValueError, match="role_exchange_period"):
         make(period=-1)
-    with pytest.raises(ValueError, match="different names"):
+    with pytest.raises(ValueError, match="differently named bundle per seat"):
         RoleExchange([Bundle("x", 1, FakeLearner()), Bundle("x", 2, FakeLearner())], seat_names(2), period=1)
-    with pytest.raises(ValueError, match=r"3 bundle\(s\) for the seats \['pioneer', 'observer'\]"):
+    with pytest.raises(ValueError, match=r"3 bundle\(s\) for the seats \['pioneer', 'observer'\]: role exchange "
+                                         "seats one model per seat"):
         RoleExchange(bundles(3), seat_names(2), period=1)
 
 
@@ -93,5 +99,6 @@ def test_single_agent_never_exchanges():
 
 def test_loaded_seats_keep_pioneer_first():
     ex, _, _ = make(period=1)
-    ex.load_state_dict({"seats": {"observer": "llm1", "pioneer": "llm2"}, "num_exchanges": 1})
+    ex.load_state_dict({"seats": {"observer": "llm1", "pioneer": "llm2"}, "num_exchanges": 1, "iteration": 1,
+                        "episodes": {"llm1": 0, "llm2": 0}, "frozen": {}})
     assert list(ex.seats) == ["pioneer", "observer"]

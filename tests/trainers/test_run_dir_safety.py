@@ -14,7 +14,9 @@ import signal
 import pytest
 import yaml
 
-import trainers.cli.train as cli_train
+import trainers.loop.cast as cast_module
+import trainers.loop.job as job
+import trainers.loop.run_state as run_state
 import trainers.loop.cory as cory_loop
 from trainers.cli import main as cory_main
 from trainers.loop.cory import CORYTrainer
@@ -44,7 +46,7 @@ def no_model_load(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the output folder was refused")
 
-    monkeypatch.setattr(cory_loop, "load_run_model", refuse)
+    monkeypatch.setattr(cast_module, "load_policy_model", refuse)
 
 
 def test_a_run_is_marked_and_holds_only_its_own_files(finished_run):
@@ -143,7 +145,7 @@ def test_overwrite_stopped_during_the_first_evaluation_gives_the_old_run_back(fi
     def stop(trainer, when):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli_train, "heldout_eval", stop)
+    monkeypatch.setattr(job, "heldout_eval", stop)
     status = cory_main([*TINY, "--output_dir", str(run), "--overwrite", "--eval_episodes", "4"])
     assert status == 130 and tree(run) == files
     assert "the run it was replacing is back" in capsys.readouterr().err
@@ -154,13 +156,13 @@ def test_a_stop_before_the_first_checkpoint_resumes_from_the_beginning(tmp_path,
     --resume or --overwrite": advice that loops."""
     monkeypatch.chdir(tmp_path)
     run = tmp_path / "run"
-    real = cli_train.heldout_eval
+    real = job.heldout_eval
 
     def sigterm(trainer, when):
         os.kill(os.getpid(), signal.SIGTERM)  # a real SIGTERM: before, the process died with 143 and no word
         return real(trainer, when)
 
-    monkeypatch.setattr(cli_train, "heldout_eval", sigterm)
+    monkeypatch.setattr(job, "heldout_eval", sigterm)
     assert cory_main([*TINY, "--output_dir", str(run), "--eval_episodes", "4"]) == 130
     err = capsys.readouterr().err
     command = f"cory train --config {run / 'config.yaml'} --output_dir {run} --resume"
@@ -176,14 +178,14 @@ def test_a_stop_during_the_final_evaluation_says_what_was_kept(tmp_path, monkeyp
     """Before: SIGTERM during the evaluation after training exited 143 with no message and no eval.json."""
     monkeypatch.chdir(tmp_path)
     run = tmp_path / "run"
-    real = cli_train.heldout_eval
+    real = job.heldout_eval
 
     def sigterm_after(trainer, when):
         if when == "after":
             os.kill(os.getpid(), signal.SIGTERM)
         return real(trainer, when)
 
-    monkeypatch.setattr(cli_train, "heldout_eval", sigterm_after)
+    monkeypatch.setattr(job, "heldout_eval", sigterm_after)
     assert cory_main([*TINY, "--output_dir", str(run), "--eval_episodes", "4"]) == 130
     err = capsys.readouterr().err
     assert "eval.json was not written" in err and f"cory eval {run}" in err and "training is complete" in err
@@ -278,7 +280,7 @@ def test_a_stop_while_the_old_run_is_deleted_keeps_the_new_run(finished_run, tin
     def interrupted(aside):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cory_loop, "discard_replaced", interrupted)
+    monkeypatch.setattr(run_state, "discard_replaced", interrupted)
     with CORYTrainer(tiny_run("proj/run", num_iterations=1, overwrite=True)) as trainer:
         with pytest.raises(KeyboardInterrupt):
             trainer.train()

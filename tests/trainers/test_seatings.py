@@ -100,9 +100,9 @@ def test_the_evaluation_hook_runs_every_k_iterations_and_at_given_points(tiny_ru
 
 def test_bad_seatings_are_refused_before_any_model_loads(tmp_path, capsys, monkeypatch):
     from trainers.cli import main as cory
-    from trainers.loop import build
+    from trainers.loop import cast
 
-    monkeypatch.setattr(build, "load_policy_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(cast, "load_policy_model", lambda *a, **k: pytest.fail("a model was loaded"))
     for flags, message in ((["--seating", "chain:0"], "seating='chain:0' is not a seating spec"),
                            (["--algo", "trio"], "seating='trio' is not a seating spec"),
                            # argparse would keep the last of two names of one option without a word

@@ -1,5 +1,5 @@
 """Options a run does not read are named at its start, derived from the specs and the fields' own declarations
-(`trainers.unread_options`)."""
+(`trainers.config.unread`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from cory_env.seating import Seating, config_seating
 from cory_env.tasks import make_task
 from trainers.config import RunConfigs
 from trainers.loop.cory import CORYTrainer
-from trainers.unread_options import unread_options
+from trainers.config.unread import unread_options
 
 
 def _inert(flat: dict) -> list[str]:
@@ -44,6 +44,10 @@ def _inert(flat: dict) -> list[str]:
          "role_exchange_period=12 does nothing with num_iterations=10"),
         ({"lora_r": 8}, {}, {}, "lora_r=8 does nothing without use_lora=True"),
         ({"lora_r": 8, "lora_alpha": 4}, {}, {}, "lora_r=8, lora_alpha=4 do nothing without use_lora=True"),
+        ({"models": ["llm2.lora_r=8"]}, {}, {},  # a slot's own option, as the run-wide one
+         "llm2.lora_r=8 does nothing without use_lora=True in slot llm2 (set llm2.use_lora=true)"),
+        ({"use_lora": True, "models": ["llm2.use_lora=false", "llm2.lora_alpha=4"]}, {}, {},
+         "llm2.lora_alpha=4 does nothing without use_lora=True in slot llm2"),
         ({"use_lora": True, "lora_dropout": 0.1}, {}, {}, "lora_dropout=0.1 does nothing with disable_dropout=True"),
         ({"learner": "grpo"}, {"group_size": 2, "vf_coef": 0.5, "whiten_rewards": True}, {},
          "vf_coef=0.5, whiten_rewards=True do nothing: read by learner ppo and learner mappo only (this run: "
@@ -95,8 +99,13 @@ def test_the_trainer_names_snapshot_options_a_run_is_too_short_for(tiny_run, cap
            "snapshot is taken" in caplog.text
 
 
+def test_a_slots_lora_options_under_lora_are_read():
+    assert _inert({"models": ["llm2.lora_r=8", "llm2.use_lora=true"]}) == []
+    assert _inert({"use_lora": True, "models": ["llm2.lora_r=8"]}) == []
+
+
 def test_defaults_and_the_presets_are_quiet():
-    from trainers.cli.presets import PRESETS
+    from trainers.config.presets import PRESETS
 
     assert _inert({}) == []
     for name, preset in PRESETS.items():

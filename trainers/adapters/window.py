@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from cory_env.config import EnvConfig
 from cory_env.seating import Seating, config_seating
 from cory_env.tasks import TASKS, make_task, task_spec, task_tokenizer
-from cory_env.tokenizer import prepare_tokenizer
+from cory_env.tokenizer import encode_text, prepare_tokenizer
 
 __all__ = ["LADDER_CONTEXT_LEN", "EpisodeSize", "aec_env", "default_context_len", "episode_size"]
 
@@ -76,7 +76,7 @@ def episode_size(task: str = "tiny_vocab", seating: Seating | str | None = None)
         longest = built.query_tokens[1]
     else:
         queries = [str(r["query"]) for r in built.records]
-        longest = max(len(ids) for ids in tokenizer(queries, add_special_tokens=False)["input_ids"])
+        longest = max(len(ids) for ids in encode_text(tokenizer, queries))
     prompts = seats.prompt_templates(built, tokenizer).values()
     return EpisodeSize(context_len=max(p.prompt_len(longest, T) for p in prompts) + T, max_new_tokens=T,
                        num_seats=seats.num_seats)

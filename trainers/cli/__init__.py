@@ -10,7 +10,7 @@
 | ``cory plot`` | `trainers.cli.plot` | PNG curves and a Pareto scatter of run directories |
 | ``cory bench`` | `trainers.cli.bench` | arms x seeds with identical settings, one table |
 
-Presets (`--preset NAME`) live in `trainers.cli.presets`. A command's module is imported only when the command
+Presets (`--preset NAME`) live in `trainers.config.presets`. A command's module is imported only when the command
 runs, so ``cory eval`` never imports matplotlib and ``cory train`` never imports the plots.
 """
 
@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # op on model outputs (the sharded = replicated tests would see a lost gradient)
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor", category=UserWarning)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not sys.stderr.isatty():
+    if not sys.stderr.isatty() and not {"-h", "--help", "--help_all"} & set(argv):
         quiet_library_progress_bars()
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)

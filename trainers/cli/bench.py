@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 from cory_env.seating import PIONEER
-from trainers.cli.plot import MODEL_SCOPE, QUANTITIES, plot_arm_means, plot_runs, scopes_of
+from trainers.loop.plots import MODEL_SCOPE, QUANTITIES, plot_arm_means, plot_runs, scopes_of
 from trainers.loop.checkpoint import latest_checkpoint
 from trainers.loop.metrics import METRICS_FILE, read_jsonl
 

@@ -26,10 +26,10 @@ def preflight(configs: RunConfigs, num_processes: int) -> None:
     Raises:
         ValueError / FileExistsError / FileNotFoundError / OSError: as `plan_run`.
     """
-    from trainers.loop.build import load_run_tokenizer
+    from trainers.loop.loading import load_run_tokenizers
     from trainers.loop.plan import plan_run
 
-    plan_run(configs, load_run_tokenizer(configs), num_processes=num_processes)
+    plan_run(configs, load_run_tokenizers(configs), num_processes=num_processes)
 
 
 def free_port() -> int:

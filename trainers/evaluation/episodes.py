@@ -142,24 +142,28 @@ def sequence_kls(agent, ref_model, rollout, kind: str = "kl") -> tuple[torch.Ten
     return kl.sum(dim=-1), k1.sum(dim=-1)
 
 
-def evaluation_batches(env, seats: dict, *, num_batches: int, seed: int, acting: dict | None = None):
+def evaluation_batches(env, seats: dict, *, num_batches: int, seed: int, acting: dict | None = None,
+                       sampling: Mapping | None = None):
     """Yield the `EpisodeTranscript` of each of `num_batches` evaluation batches: batch b plays the query streams
     ``(seed, b·B + i)`` (rows b·B .. of one long batch) and samples with a generator seeded ``seed + 7919·b``, so the
     same seed gives the same queries and sampling streams to every model evaluated (the generator on the device the
     first seat's agent samples on: `trainers.rollout.sampling_generator`). `acting` (a dict) receives each
-    batch's `trainers.rollout.ActingScores` (`run_episodes`)."""
+    batch's `trainers.rollout.ActingScores` (`run_episodes`); `sampling`: seat -> its `SamplingConfig`."""
     for b in range(num_batches):
         gen = sampling_generator(seed + 7919 * b, next(iter(seats.values())))
-        yield run_episodes(env, seats, seed=seed, generator=gen, stream_offset=b * env.batch_size, acting=acting)
+        yield run_episodes(env, seats, seed=seed, generator=gen, stream_offset=b * env.batch_size, acting=acting,
+                           sampling=sampling)
 
 
-def evaluate_collective(seats: dict, env, *, num_batches: int, seed: int) -> dict:
+def evaluate_collective(seats: dict, env, *, num_batches: int, seed: int, sampling: Mapping | None = None) -> dict:
     """Run every seat (pioneer, then observer with knowledge transfer, ...) on `num_batches` batches of the env.
 
     Args:
         seats: seat id -> agent (``{"pioneer": ..., "observer": ...}``, e.g. `RoleExchange.seats` agents).
         env: a `BatchedCORYEnv` of those seats (e.g. on the held-out query split).
         num_batches: batches of `env.batch_size` queries; seed: query/sampling seed.
+        sampling: seat -> the `SamplingConfig` its agent samples with (the seat's own settings); None: each agent's
+            default.
 
     Returns:
         dict: collective_reward (mean of the first seat's reward R = (M · r)_0: r(q, a1) + c·r(q, a2) for CORY),
@@ -167,7 +171,7 @@ def evaluate_collective(seats: dict, env, *, num_batches: int, seed: int) -> dic
     """
     first = env.possible_agents[0]
     collective, task = [], {seat: [] for seat in env.possible_agents}
-    for transcript in evaluation_batches(env, seats, num_batches=num_batches, seed=seed):
+    for transcript in evaluation_batches(env, seats, num_batches=num_batches, seed=seed, sampling=sampling):
         collective.extend(np.asarray(transcript.seats[first].reward, dtype=float).tolist())
         for seat, rewards in task.items():
             rewards.extend(np.asarray(transcript.seats[seat].task_reward, dtype=float).tolist())
@@ -176,7 +180,7 @@ def evaluate_collective(seats: dict, env, *, num_batches: int, seed: int) -> dic
 
 
 def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta: float,
-                     num_samples: int = 5, kl_penalty: str = "kl") -> dict:
+                     num_samples: int = 5, kl_penalty: str = "kl", sampling=None) -> dict:
     """Run the pioneer alone on `num_batches` batches of the (single-agent) env.
 
     Args:
@@ -188,6 +192,8 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
         eta: coefficient of the combined reward = task_reward − eta · KL.
         num_samples: texts to include.
         kl_penalty: KL estimator summed into `kl` (the one that shaped the run's reward, as its training `kl`).
+        sampling: the `SamplingConfig` the pioneer samples with (the pioneer seat's own settings); None: the agent's
+            default.
 
     Returns:
         dict: task_reward, kl (the `kl_penalty` estimator), kl_k1 (the k1 estimate logp − ref_logp, comparable
@@ -200,8 +206,12 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
     rewards, kls, k1s, lengths, texts, samples, keys = [], [], [], [], [], [], []
     acting: dict = {}
     (first,) = env.possible_agents
-    for transcript in evaluation_batches(env, {first: agent}, num_batches=num_batches, seed=seed, acting=acting):
-        rollout = rollout_from_transcript(transcript, first, env.pad_token_id, acting=acting.get(first))
+    own = {first: sampling} if sampling is not None else None
+    temperature = sampling.temperature if sampling is not None else None
+    for transcript in evaluation_batches(env, {first: agent}, num_batches=num_batches, seed=seed, acting=acting,
+                                         sampling=own):
+        rollout = rollout_from_transcript(transcript, first, env.pad_token_id, acting=acting.get(first),
+                                          temperature=temperature)
         seat = transcript.seats[first]
         rewards.extend(np.asarray(seat.task_reward, dtype=float).tolist())
         kl, k1 = sequence_kls(agent, ref_model, rollout, kl_penalty)
@@ -223,76 +233,25 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
 
 
 def heldout_env(env_config: EnvConfig, tokenizer, *, episodes: int, collective: bool = False,
-                reward_fn=None, task_options=None, seating: Seating | None = None) -> BatchedCORYEnv:
-    """The env `evaluate_heldout` plays: the held-out query split (``query_split="test"``) when the task has one and
-    `env_config` sets `heldout_fraction` > 0 (`cory_env.tasks.TaskSpec.heldout_split`), else the training queries;
-    batches of min(`episodes`, 64) rows; the run's seating when `collective` (`seating`, the run's `Seating` object,
-    else the config's spec), else the pioneer alone (``seating="ppo"``, with the pioneer seat's own generation
-    settings). `task_options`: the run's task options (`RunConfigs.task_options`). `tokenizer`: one, or seat ->
-    tokenizer (the models' own, docs/seats.md). Build it once and pass it to every evaluation of a run."""
+                reward_fn=None, task_options=None, seating: Seating | None = None,
+                query_tokenizer=None) -> BatchedCORYEnv:
+    """The env a held-out evaluation plays (`trainers.evaluation.evaluator.Evaluator`): the held-out query split
+    (``query_split="test"``) when the task has one and `env_config` sets `heldout_fraction` > 0
+    (`cory_env.tasks.TaskSpec.heldout_split`), else the training queries; batches of min(`episodes`, 64) rows; the
+    run's seating when `collective` (`seating`, the run's `Seating` object, else the config's spec), else the pioneer
+    alone (``seating="ppo"``, with the pioneer seat's own generation settings). `task_options`: the run's task options
+    (`RunConfigs.task_options`). `tokenizer`: one, or seat -> tokenizer (the models' own, docs/seats.md);
+    `query_tokenizer`: the one the queries are drawn and cut in (the run's first model's: the same queries whichever
+    model is evaluated; None: the first seat's). Build it once and pass it to every evaluation of a run."""
     split, _ = task_spec(env_config.task).heldout_split(env_config)
+    size = {"batch_size": min(episodes, 64), "reward_fn": reward_fn, "task_options": task_options,
+            "task_tokenizer": query_tokenizer}
     if collective and seating is not None:
-        return BatchedCORYEnv(replace(env_config, query_split=split), tokenizer, batch_size=min(episodes, 64),
-                              reward_fn=reward_fn, task_options=task_options, seating=seating)
+        return BatchedCORYEnv(replace(env_config, query_split=split), tokenizer, seating=seating, **size)
     spec = env_config.seating if collective else PIONEER_ALONE
     own = env_config.seat_generation
     if not collective and own:  # the pioneer alone samples with the pioneer seat's own settings
         own = {seat: settings for seat, settings in own.items() if seat == PIONEER} or None
     if not collective and isinstance(tokenizer, Mapping):
         tokenizer = tokenizer[PIONEER]
-    return BatchedCORYEnv(replace(env_config, query_split=split, seating=spec, seat_generation=own), tokenizer,
-                          batch_size=min(episodes, 64), reward_fn=reward_fn, task_options=task_options)
-
-
-def evaluate_heldout(seats: dict, ref_model, env_config: EnvConfig, tokenizer, *, episodes: int, seed: int,
-                     collective: bool = False, reward_fn=None, kl_penalty: str = "kl", eta: float = 0.0,
-                     env: BatchedCORYEnv | None = None, task_options=None) -> dict:
-    """Evaluate agents in their seats on held-out queries, sampling as in training (no update).
-
-    The queries come from the held-out slice (`EnvConfig.query_split="test"`) when `env_config` has one
-    (`heldout_fraction` > 0), else from fresh-seed draws of the training queries (the result says which). Any
-    model wrapped as an `agents.LLMAgent` can be evaluated this way, e.g. one trained by another library.
-
-    Args:
-        seats: seat id -> agent (``{"pioneer": ...}``, plus every other seat for a collective evaluation).
-        ref_model: the reference model (for the pioneer's KL).
-        env_config: the run's env config; tokenizer: the run's tokenizer.
-        episodes: queries to answer (rounded up to whole batches of at most 64).
-        seed: query and sampling seed; use one training never uses.
-        collective: every seat of the run's seating (knowledge transfer included) and the collective reward;
-            False: the pioneer alone, as at inference.
-        reward_fn: the run's reward callable (None: the config's reward).
-        kl_penalty: KL estimator reported as `kl` (the one that shaped the run's reward).
-        eta: η of the reported combined reward = task reward − η · kl (the run's KL coefficient, as `cory eval`).
-        env: the env to play, from `heldout_env` with the same `env_config`, `episodes` and `collective` (built
-            here when None).
-        task_options: the run's task options (`RunConfigs.task_options`), for an env built here.
-
-    Returns:
-        dict: ``reward`` (the collective reward, or the pioneer's task reward) and, for the pioneer alone, the
-        fields of `evaluate_pioneer` (kl in nats, combined_reward, distinct_1, distinct_2, response_len, samples);
-        for both seats those of `evaluate_collective`; ``query_split``, ``num_queries``.
-
-    Raises:
-        ValueError: `episodes` < 1, or `collective` with a single seat or without an agent for every seat.
-    """
-    check_number(episodes, "episodes", integer=True, low=1)
-    if collective and len(seats) < 2:
-        raise ValueError(f"a collective evaluation needs two or more seats, got {sorted(seats)} (a single-seat "
-                         "seating); use collective=False")
-    if env is None:
-        env = heldout_env(env_config, tokenizer, episodes=episodes, collective=collective, reward_fn=reward_fn,
-                          task_options=task_options)
-    if collective and set(seats) != set(env.possible_agents):
-        raise ValueError(f"a collective evaluation needs an agent for every seat {env.possible_agents}, got "
-                         f"{sorted(seats)}")
-    batches = -(-episodes // env.batch_size)
-    if collective:
-        out = evaluate_collective(seats, env, num_batches=batches, seed=seed)
-        out["reward"] = out["collective_reward"]
-    else:
-        out = evaluate_pioneer(seats[env.possible_agents[0]], ref_model, env, num_batches=batches, seed=seed,
-                               eta=eta, kl_penalty=kl_penalty)
-        out["reward"] = out["task_reward"]
-    out["query_split"] = env.config.query_split
-    return out
+    return BatchedCORYEnv(replace(env_config, query_split=split, seating=spec, seat_generation=own), tokenizer, **size)

@@ -70,7 +70,8 @@ def copy_rate(responses: list[str], partners: list[str], n: int = COPY_N) -> np.
     return out
 
 
-def influence(env, seats: Mapping[str, object], *, num_batches: int, seed: int, n: int = COPY_N) -> dict:
+def influence(env, seats: Mapping[str, object], *, num_batches: int, seed: int, n: int = COPY_N,
+              sampling: Mapping[str, object] | None = None) -> dict:
     """Influence and copy rate of every seat that reads earlier seats (see the module docstring).
 
     Args:
@@ -79,6 +80,7 @@ def influence(env, seats: Mapping[str, object], *, num_batches: int, seed: int, 
         seats: seat -> agent, every seat of the env.
         num_batches: batches of B episodes; seed: query and sampling seed (batch b as `evaluation_batches`).
         n: the copy rate's n-gram order.
+        sampling: seat -> the `SamplingConfig` its agent samples with (the seat's own settings); None: defaults.
 
     Returns:
         ``{seat: {"reward_real", "reward_other", "reward_empty", "influence", "influence_empty", "copy_rate"}}``
@@ -102,7 +104,7 @@ def influence(env, seats: Mapping[str, object], *, num_batches: int, seed: int, 
     for b in range(num_batches):
         offset = b * B
         real = run_episodes(env, seats, seed=seed, generator=sampling_generator(seed + 7919 * b, seats[names[0]]),
-                            stream_offset=offset)
+                            stream_offset=offset, sampling=sampling)
         for seat in readers:
             k = names.index(seat.name)
             earlier = names[:k]
@@ -114,7 +116,7 @@ def influence(env, seats: Mapping[str, object], *, num_batches: int, seed: int, 
                 gen = sampling_generator(seed + 7919 * b + 104729 * (k + 1), seats[seat.name])  # same noise in all
                 later = {s: seats[s] for s in names[k:]}
                 played = run_episodes(env, later, seed=seed, generator=gen, stream_offset=offset,
-                                      responses=responses)
+                                      responses=responses, sampling=sampling)
                 texts = played.seats[seat.name].response_text
                 scores = score_texts(task.reward_fn, task.name, real.query_text, texts, records)
                 rewards[seat.name][condition].extend(np.asarray(scores, dtype=float).tolist())

@@ -32,6 +32,7 @@ from agents.sampling import SamplingConfig
 from cory_env import BatchedCORYEnv, EnvConfig
 from cory_env.checks import check_field, check_number
 from cory_env.prompts import PromptTemplate
+from cory_env.tokenizer import encode_text
 from cory_env.tasks.gsm8k_answers import answers_match, extract_answer, has_answer_format
 from trainers.evaluation.episodes import PIONEER_ALONE
 from trainers.rollout import run_episodes, sampling_generator
@@ -131,7 +132,7 @@ def _unscored(query_texts: list[str], response_texts: list[str]) -> list[float]:
 def _context_len(task, tokenizer, records: Sequence[dict]) -> int:
     """Window L that holds the pioneer prompt of the longest question plus `task.max_new_tokens` (no truncation)."""
     template = PromptTemplate(task.pioneer_template, tokenizer, name="pioneer_template")
-    longest = max(len(tokenizer.encode(r["query"], add_special_tokens=False)) for r in records)
+    longest = max(len(ids) for ids in encode_text(tokenizer, [r["query"] for r in records]))
     return template.prompt_len(longest) + task.max_new_tokens
 
 
@@ -159,11 +160,12 @@ def evaluate_pass_at_k(
     seed: int = 0,
     num_examples: int = 3,
     callback: Callable[[dict[str, Any]], None] | None = None,
+    sampling: SamplingConfig | None = None,
 ) -> dict[str, Any]:
     """Sample `num_samples` pioneer answers per problem and report pass@k (both estimators).
 
-    The agent samples with its own `SamplingConfig` (set `agent.sampling = PAPER_EVAL_SAMPLING` for the paper's
-    evaluation) for up to `task.max_new_tokens` tokens per answer; EOS ends an answer early.
+    The agent samples with `sampling` (`PAPER_EVAL_SAMPLING` for the paper's evaluation; None: its own default) for
+    up to `task.max_new_tokens` tokens per answer; EOS ends an answer early.
 
     Args:
         agent: an `agents.LLMAgent` (or anything with `act_batch(obs, generator=)` and `reset_cache()`).
@@ -178,6 +180,7 @@ def evaluate_pass_at_k(
         num_examples: answers (query, response, prediction, gold) kept verbatim in the result.
         callback: called after every batch with the partial result (same keys; `finished` False), e.g. to save
             progress of a long CPU run.
+        sampling: the `SamplingConfig` the pioneer samples with; None: the agent's default.
 
     Returns:
         dict: `pass_at_k` and `pass_at_k_first` (`{k: mean over problems}`), `accuracy` (fraction of correct
@@ -211,7 +214,8 @@ def evaluate_pass_at_k(
         queries = [record["query"] for record in batch for _ in range(num_samples)]
         (pioneer,) = envs[rows].possible_agents
         transcript = run_episodes(envs[rows], {pioneer: agent}, seed=seed + b,
-                                  generator=sampling_generator(seed + b, agent), queries=queries)
+                                  generator=sampling_generator(seed + b, agent), queries=queries,
+                                  sampling=None if sampling is None else {pioneer: sampling})
         seat = transcript.seats[pioneer]
         for p, record in enumerate(batch):
             texts = seat.response_text[p * num_samples:(p + 1) * num_samples]

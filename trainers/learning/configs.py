@@ -10,7 +10,7 @@
 A learner receives one instance of its class (`trainers.learning.registry.LearnerSpec.config_class`); every
 invariant of a class is checked in its ``__post_init__``. A field whose effect depends on another declares it beside
 the fields (``_unread_when``: ``field -> (configs, seating) -> reason or None``, checked when the field differs from
-its default; ``_unread_always``: checked at any value); `trainers.unread_options` reads them. Field names are unique
+its default; ``_unread_always``: checked at any value); `trainers.config.unread` reads them. Field names are unique
 across the config classes of a run (`trainers.config.RunConfigs`): a run's settings stay one flat ``{field: value}``
 dict, so ``--batch_size`` and a ``config.yaml`` read the same whichever learner runs.
 """
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from cory_env.checks import MAX_MAGNITUDE, check_field, check_number
-from cory_env.config import check_finite_fields
-from cory_env.episode import check_groups
+from cory_env.checks import check_finite_fields
+from cory_env.checks import check_groups
 from trainers.learning.kl_control import PROPORTIONAL_ERROR_CLIP
 from trainers.learning.ppo_math import KL_PENALTY_KINDS
 
@@ -65,7 +65,7 @@ class UpdateConfig:
     learner with some subclasses it (`PPOConfig`, `GRPOConfig`, a plug-in's)."""
 
     _argument_group_name = "update options (UpdateConfig; every learner)"  # `cory train --help` group
-    #: When a field does nothing, declared beside it (read by `trainers.unread_options`): field -> rule
+    #: When a field does nothing, declared beside it (read by `trainers.config.unread`): field -> rule
     #: ``(configs, seating) -> reason or None``; `_unread_when` rules are checked when the field differs from
     #: its default, `_unread_always` rules at any value.
     _unread_when = {

@@ -31,6 +31,9 @@ class Rollout:
             padding); set only when they equal `agent.evaluate`'s (`LLMAgent.acting_scores_exact`), so that
             `score_rollout` can skip the policy's second forward.
         values: float32 (B, T) or None, the value head's predictions recorded while acting (same condition).
+        temperature: the temperature the responses were sampled at (the seat's sampling, `trainers.rollout`);
+            learners score under it (``agent.evaluate(..., temperature=rollout.temperature)``); None: the agent's
+            own default sampling.
     """
 
     query: torch.Tensor
@@ -42,6 +45,7 @@ class Rollout:
     allowed: torch.Tensor | None = None
     logprobs: torch.Tensor | None = None
     values: torch.Tensor | None = None
+    temperature: float | None = None
 
     def __post_init__(self) -> None:
         batch = self.query.shape[0]
@@ -63,13 +67,13 @@ class Rollout:
         """This rollout with every tensor on `device` (itself when they are already there)."""
         if self.query.device == torch.device(device):
             return self
-        return Rollout(**{name: None if getattr(self, name) is None else getattr(self, name).to(device)
-                          for name in self.__dataclass_fields__})
+        return Rollout(**{name: getattr(self, name) if not isinstance(getattr(self, name), torch.Tensor)
+                          else getattr(self, name).to(device) for name in self.__dataclass_fields__})
 
     def select(self, index: torch.Tensor) -> "Rollout":
         """Rows `index` (int64 (b,)) of every field, trimmed to the columns those rows use."""
         sub = {name: getattr(self, name)[index] for name in self.__dataclass_fields__
-               if name != "allowed" and getattr(self, name) is not None}
+               if name not in ("allowed", "temperature") and getattr(self, name) is not None}
         q_used = sub["query_mask"].any(dim=0)
         r_used = sub["response_mask"].any(dim=0)
         q_start = int(q_used.nonzero()[0]) if q_used.any() else sub["query"].shape[1]
@@ -78,13 +82,13 @@ class Rollout:
         for name in ("response", "response_mask", "logprobs", "values"):
             if name in sub:
                 sub[name] = sub[name][:, :r_end]
-        return Rollout(**sub, allowed=self.allowed)
+        return Rollout(**sub, allowed=self.allowed, temperature=self.temperature)
 
 
 def score_rollout(agent, ref_model, rollout: Rollout, *, return_logits: bool = False, need_values: bool = True):
     """The agent's and the reference model's scores of the rollout's responses, without gradients.
 
-    Both score under the distribution the tokens were sampled from (`agents.forward.policy_logits`: the agent's
+    Both score under the distribution the tokens were sampled from (`agents.forward.policy_logits`: the rollout's
     temperature, the task's allowed tokens), so old log-probabilities, the KL to the reference and the ratios of the
     update all describe the same policy. The agent is put in eval mode first (no dropout in old values and
     log-probabilities). When the rollout carries the log-probabilities (and, if `need_values`, the values) recorded
@@ -98,16 +102,17 @@ def score_rollout(agent, ref_model, rollout: Rollout, *, return_logits: bool = F
     from agents.policy import EvalOutput
 
     agent.eval()  # modules that score a rollout run without dropout (LoRA, value head)
+    temperature = agent.sampling.temperature if rollout.temperature is None else rollout.temperature
     reuse = rollout.logprobs is not None and not return_logits and (rollout.values is not None or not need_values)
     with torch.no_grad():
         if reuse:
             old = EvalOutput(logprobs=rollout.logprobs, values=rollout.values, entropy=None)
         else:
             old = agent.evaluate(rollout.query, rollout.query_mask, rollout.response, rollout.response_mask,
-                                 return_logits=return_logits, allowed=rollout.allowed)
+                                 return_logits=return_logits, allowed=rollout.allowed,
+                                 temperature=rollout.temperature)
         ref = ref_model.evaluate(rollout.query, rollout.query_mask, rollout.response, rollout.response_mask,
-                                 return_logits=return_logits, temperature=agent.sampling.temperature,
-                                 allowed=rollout.allowed)
+                                 return_logits=return_logits, temperature=temperature, allowed=rollout.allowed)
     return old, ref
 
 

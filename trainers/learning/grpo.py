@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 
 from cory_env.checks import check_number
-from cory_env.episode import check_groups
+from cory_env.checks import check_groups
 from trainers.learning.configs import GRPOConfig
 from trainers.learning import ppo_math
 from trainers.learning.update import PolicyLearner, pooled_minibatch_loss
@@ -225,7 +225,8 @@ class GRPOLearner(PolicyLearner):
         beta = self.kl_coef  # β of this step: the controller moves only after the epochs
         mb = rollout.select(idx)
         width = mb.response.shape[1]
-        new = self.agent.evaluate(mb.query, mb.query_mask, mb.response, mb.response_mask, allowed=mb.allowed)
+        new = self.agent.evaluate(mb.query, mb.query_mask, mb.response, mb.response_mask, allowed=mb.allowed,
+                                  temperature=mb.temperature)
         loss, stats = grpo_loss(new.logprobs, data["logprobs"][idx, :width], data["ref_logprobs"][idx, :width],
                                 data["advantages"][idx], mb.response_mask, cliprange=self.config.cliprange,
                                 kl_coef=beta if self.config.kl_in_loss else 0.0, entropy=new.entropy,

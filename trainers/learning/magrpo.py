@@ -74,15 +74,15 @@ class MAGRPO:
                          for name, agent in agents.items()}
 
     def joint_rollouts(self, batch: JointBatch) -> dict[str, Rollout]:
-        """Every seat's rollout with its scores replaced by the joint reward (`joint_reward`), so that each seat's
-        group-relative advantage is the shared Â^(g)."""
+        """Every learning seat's rollout with its scores replaced by the joint reward (`joint_reward` over every
+        seat, a frozen partner's included), so that each seat's group-relative advantage is the shared Â^(g)."""
         check_joint_batch(batch, self.learners, algo="MAGRPO")
         if batch.group_size != self.config.group_size:
             raise ValueError(f"MAGRPO: the batch holds groups of {batch.group_size} rows, GRPOConfig.group_size is "
                              f"{self.config.group_size}; roll out with group_size={self.config.group_size}")
         joint = joint_reward(batch.rollouts)
-        return {seat: dataclasses.replace(rollout, scores=joint.to(rollout.scores.device))
-                for seat, rollout in batch.rollouts.items()}
+        return {seat: dataclasses.replace(batch.rollouts[seat], scores=joint.to(batch.rollouts[seat].scores.device))
+                for seat in batch.learning}
 
     def step(self, batch: JointBatch) -> dict[str, dict[str, float]]:
         return {seat: self.learners[batch.models[seat]].step(rollout, generator=batch.generators.get(seat))

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 
 import torch
 
+from cory_env.tokenizer import encode_text
 from trainers.learning.configs import PPOConfig
 from trainers.learning.registry import LearnerSpec, reference_of
 from trainers.learning.experience import Rollout, pad_sequences
@@ -80,14 +81,14 @@ def joint_critic_inputs(rollouts: Mapping[str, Rollout],
         joint = [[] for _ in range(first.batch_size)]
         for writer, rows in parts:
             if toks and toks[writer] is not toks[seat]:  # the text channel: the writer's decode, the reader's encode
-                rows = [toks[seat].encode(toks[writer].decode(r, skip_special_tokens=True), add_special_tokens=False)
-                        for r in rows]
+                rows = encode_text(toks[seat], [toks[writer].decode(r, skip_special_tokens=True) for r in rows])
             joint = [j + r for j, r in zip(joint, rows)]
         query, query_mask = pad_sequences(joint, pad_id if not toks else 0, side="left")
         own = rollouts[seat]
         out[seat] = Rollout(query=query.to(own.query.device), query_mask=query_mask.to(own.query.device),
                             response=own.response, response_mask=own.response_mask, scores=own.scores,
-                            task_reward=own.task_reward, allowed=own.allowed)
+                            task_reward=own.task_reward, allowed=own.allowed,
+                            temperature=own.temperature)
     return out
 
 
@@ -118,10 +119,10 @@ class MAPPO:
 
     def step(self, batch: JointBatch) -> dict[str, dict[str, float]]:
         check_joint_batch(batch, self.learners, algo="MAPPO")
-        critics = joint_critic_inputs(batch.rollouts, batch.tokenizers)
-        return {seat: self.learners[batch.models[seat]].step(rollout, generator=batch.generators.get(seat),
+        critics = joint_critic_inputs(batch.rollouts, batch.tokenizers)  # a frozen partner's answers included
+        return {seat: self.learners[batch.models[seat]].step(batch.rollouts[seat], generator=batch.generators.get(seat),
                                                               critic=critics[seat])
-                for seat, rollout in batch.rollouts.items()}
+                for seat in batch.learning}
 
 
 SPEC = LearnerSpec(MAPPO, config_class=PPOConfig, joint=True, needs_partner=True, supports_sharding=True,

@@ -37,7 +37,7 @@ def critic_values(agent, critic: Rollout) -> torch.Tensor:
     agent.eval()
     with torch.no_grad():
         return agent.evaluate(critic.query, critic.query_mask, critic.response, critic.response_mask,
-                              allowed=critic.allowed).values.float()
+                              allowed=critic.allowed, temperature=critic.temperature).values.float()
 
 
 class PPOLearner(PolicyLearner):
@@ -130,12 +130,13 @@ class PPOLearner(PolicyLearner):
     def _minibatch_loss(self, rollout: Rollout, data: dict[str, torch.Tensor], idx: torch.Tensor):
         mb = rollout.select(idx)
         width = mb.response.shape[1]
-        new = self.agent.evaluate(mb.query, mb.query_mask, mb.response, mb.response_mask, allowed=mb.allowed)
+        new = self.agent.evaluate(mb.query, mb.query_mask, mb.response, mb.response_mask, allowed=mb.allowed,
+                                  temperature=mb.temperature)
         values = new.values
         if data["critic"] is not None:  # a centralized critic: the value head reads the joint transcript
             cmb = data["critic"].select(idx)
             values = self.agent.evaluate(cmb.query, cmb.query_mask, cmb.response, cmb.response_mask,
-                                         allowed=cmb.allowed).values
+                                         allowed=cmb.allowed, temperature=cmb.temperature).values
         loss, stats = ppo_math.ppo_loss(
             logprobs=new.logprobs,
             old_logprobs=data["logprobs"][idx, :width],

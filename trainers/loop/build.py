@@ -1,241 +1,30 @@
-"""Build a run's pieces from its configs: the tokenizer and models, one bundle per seat (the task, the seating and the
-env are `trainers.loop.plan`'s).
+"""The agents of one loaded base model in one layout (`build_agents`), their frozen copies (a population's snapshots:
+`freeze_bundle`, `discard_snapshot`), the context check and the run's seeding; the cast of a run is built from them
+(`trainers.loop.cast`).
 
-Layouts (docs/paper.md §1), for a seating of N seats (`cory_env.seating`; CORY: 2):
+Layouts (docs/paper.md §1), for N models (`llm1` … `llmN`: one per seat, or a population):
 
-* full fine-tuning: N trainable copies of the loaded model (`llm1` … `llmN`); the loaded model is the frozen
-  reference model.
-* memory-shared LoRA (`use_lora`): one frozen base with N adapters (`llm1` … `llmN`); the reference model is the
-  same base with adapters disabled, so there is no extra copy of the weights.
-
-The single-agent seating (``--seating ppo``) builds `llm1` only, in the pioneer seat.
+* full fine-tuning: N trainable copies of the loaded model; the loaded model is the frozen reference model.
+* memory-shared LoRA (`use_lora`): one frozen base with N adapters; the reference model is the same base with
+  adapters disabled, so there is no extra copy of the weights.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import logging
 from collections.abc import Mapping
 
-import copy
-
 import torch
 
-from agents import (
-    LLMAgent,
-    ReferenceModel,
-    SamplingConfig,
-    build_shared_lora,
-    copy_for_agents,
-    load_model_and_tokenizer,
-)
+from agents import LLMAgent, ReferenceModel, SamplingConfig, build_shared_lora, copy_for_agents
 from agents.dropout import disable_dropout
 from agents.precision import cast_frozen_weights_once, resolve_precision
-from agents.tiny import tiny_causal_lm, tiny_tokenizer
-from agents.loading import load_model, load_tokenizer
-from cory_env.seating import Seating
-from cory_env.tasks import task_tokenizer
-from trainers.config import DTYPES, CORYConfig, ModelConfig, RunConfigs
-from trainers.learning.joint import JointLearner
-from trainers.loop.role_exchange import Bundle, RoleExchange
+from trainers.config import ModelConfig
+from trainers.learning.joint import FrozenLearner
+from trainers.loop.role_exchange import Bundle
 
 logger = logging.getLogger(__name__)
-
-TINY_MODEL = "tiny"
-#: The tiny random models (`tiny_variant`): ``tiny`` (Llama), ``tiny-gpt2`` (GPT-2), each over the task's own
-#: tokenizer when it has one (else the tiny byte-level BPE), and ``tiny-bpe`` / ``tiny-gpt2-bpe`` over the tiny BPE
-#: whatever the task: a second model with another architecture and another tokenizer (docs/seats.md).
-TINY_MODELS = ("tiny", "tiny-gpt2", "tiny-bpe", "tiny-gpt2-bpe")
-
-
-def tiny_variant(name: str) -> tuple[str, bool] | None:
-    """``(arch, bpe)`` of a tiny model name (`TINY_MODELS`): its architecture (``"llama"``, ``"gpt2"``) and whether
-    it brings the tiny BPE tokenizer whatever the task; None for any other name."""
-    if name not in TINY_MODELS:
-        return None
-    return ("gpt2" if "gpt2" in name else "llama"), name.endswith("-bpe")
-
-
-def torch_dtype(name: str) -> torch.dtype:
-    """The torch dtype for `ModelConfig.dtype` ("float32", "bfloat16", "float16").
-
-    Raises:
-        ValueError: for another name (lists the valid ones).
-    """
-    if name not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}, got {name!r}")
-    return getattr(torch, name)
-
-
-def load_policy_model(name: str, *, seed: int = 0, dtype: str = "float32", task_tokenizer=None, tokenizer=None):
-    """(model, tokenizer) for `ModelConfig.model` with parameters in `dtype`.
-
-    Args:
-        name: hub id, local folder, ``.gguf`` file or alias (`agents.load_model_and_tokenizer`), or a tiny random
-            model (`TINY_MODELS`): ``"tiny"`` is a tiny Llama built for `task_tokenizer` when given (a task with its
-            own vocabulary, `cory_env.tasks.task_tokenizer`), else for the tiny BPE tokenizer; ``"tiny-gpt2"`` the
-            same as GPT-2; ``"tiny-bpe"`` / ``"tiny-gpt2-bpe"`` always over the tiny BPE. A pretrained model keeps
-            its own tokenizer.
-        seed: the tiny model's initialisation seed.
-        dtype: `ModelConfig.dtype`.
-        tokenizer: the tokenizer already loaded for this model (`load_model_tokenizer`): only the model is loaded.
-    """
-    tiny = tiny_variant(name)
-    if tiny is not None:
-        arch, bpe = tiny
-        if tokenizer is None:
-            tokenizer = tiny_tokenizer() if task_tokenizer is None or bpe else task_tokenizer
-        return tiny_causal_lm(tokenizer, arch=arch, seed=seed).to(torch_dtype(dtype)), tokenizer
-    if tokenizer is None:
-        return load_model_and_tokenizer(name, dtype=torch_dtype(dtype))
-    return load_model(name, tokenizer, dtype=torch_dtype(dtype)), tokenizer
-
-
-def load_model_tokenizer(name: str, task_spec):
-    """The tokenizer of model `name` before the model: for a tiny model the task's own (`cory_env.tasks.
-    task_tokenizer`) unless the variant brings the tiny BPE (`tiny_variant`), else the model's
-    (`agents.loading.load_tokenizer`; a GGUF alias is converted into the cache on first use)."""
-    tiny = tiny_variant(name)
-    if tiny is not None:
-        return (None if tiny[1] else task_tokenizer(task_spec)) or tiny_tokenizer()
-    return load_tokenizer(name)
-
-
-def load_run_tokenizer(configs: RunConfigs):
-    """The run's tokenizer, before its model: `load_model_tokenizer` of ``configs.model.model``; with a model per
-    slot (`ModelConfig.models`), model name -> tokenizer for every model the run names (`run_model_names`)."""
-    from trainers.loop.fingerprint import tokenizer_fingerprint
-
-    names = run_model_names(configs)
-    if len(names) == 1:
-        return load_model_tokenizer(configs.model.model, configs.task_spec)
-    out, seen = {}, {}
-    for name in names:  # models of one tokenizer share the object: their seats splice ids, no text channel
-        tok = load_model_tokenizer(name, configs.task_spec)
-        out[name] = seen.setdefault(tokenizer_fingerprint(tok), tok)
-    return out
-
-
-def tokenizers_by_model(configs: RunConfigs, tokenizer) -> dict:
-    """Model name -> tokenizer for every model the run names (`run_model_names`): `tokenizer` as
-    `load_run_tokenizer` returns it (one object for a run of one model name, else a mapping)."""
-    if isinstance(tokenizer, Mapping):
-        return dict(tokenizer)
-    return dict.fromkeys(run_model_names(configs), tokenizer)
-
-
-def run_model_names(configs: RunConfigs) -> list[str]:
-    """Every model name of the run, once each: ``--model``'s (when a slot keeps it) and each slot's own
-    (`ModelConfig.models`), ``--model``'s first."""
-    own = [slot["model"] for slot in (configs.model.models or {}).values() if "model" in slot]
-    return list(dict.fromkeys([configs.model.model, *own]))
-
-
-def load_run_model(configs: RunConfigs, tokenizer=None):
-    """(model, tokenizer) of a run: `load_policy_model` with its model name, dtype and seed, and its task's own
-    tokenizer for the tiny model; with `tokenizer` (`load_run_tokenizer`), only the model is loaded."""
-    return load_policy_model(configs.model.model, seed=configs.run.seed, dtype=configs.model.dtype,
-                             task_tokenizer=task_tokenizer(configs.task_spec), tokenizer=tokenizer)
-
-
-def slot_configs(configs: RunConfigs, num_models: int) -> dict[str, ModelConfig]:
-    """Model name (``llm1`` … ``llmN``) -> that slot's `ModelConfig`: the run's, with the slot's own options
-    (`ModelConfig.models`) over it.
-
-    Raises:
-        ValueError: a slot the run does not have (the run's slots named), or a slot value a `ModelConfig` refuses
-            (the slot named).
-    """
-    names = model_names(num_models)
-    own = configs.model.models or {}
-    if not own:  # one model for every slot: the run's own config, built once
-        return dict.fromkeys(names, configs.model)
-    unknown = sorted(set(own) - set(names))
-    if unknown:
-        raise ValueError(f"models names the slot(s) {unknown}, which this run does not have: its seating has "
-                         f"{num_models} model slot(s) {list(names)}; name one of them")
-    base = dataclasses.replace(configs.model, models=None)
-    out = {}
-    for name in names:
-        try:
-            out[name] = dataclasses.replace(base, **own.get(name, {}))
-        except ValueError as err:
-            raise ValueError(f"models {name}: {err}") from None
-    return out
-
-
-def is_heterogeneous(slots: Mapping[str, ModelConfig]) -> bool:
-    """True when the slots do not all hold the same model options (a model per slot, docs/seats.md)."""
-    first = next(iter(slots.values()))
-    return any(config != first for config in slots.values())
-
-
-@dataclasses.dataclass
-class SlotModels:
-    """What `build_slot_agents` built, each by model name: `agents`, `refs` (each model's frozen reference: its
-    own base), `tokenizers`, and `fingerprints` (`trainers.loop.fingerprint.model_fingerprint` of each base as
-    loaded, before any adapter)."""
-
-    agents: dict[str, LLMAgent]
-    refs: dict[str, ReferenceModel]
-    tokenizers: dict[str, object]
-    fingerprints: dict[str, str]
-
-
-def build_slot_agents(slots: Mapping[str, ModelConfig], tokenizers: Mapping[str, object], sampling: SamplingConfig,
-                      *, seed: int, device, task_tok=None) -> SlotModels:
-    """The agents of a run whose slots hold different models (`slot_configs`): slots of one base model and dtype are
-    loaded once; within them, those of one layout (LoRA or full copies, precision, dropout, checkpointing) are built
-    together by `build_agents` (LoRA: one frozen base, one adapter per slot, each with its own rank and targets);
-    each group's frozen reference is its own base.
-
-    Args:
-        slots: model name -> its `ModelConfig`.
-        tokenizers: model name (``--model``'s spelling, e.g. ``"tiny-bpe"``) -> its tokenizer (`load_run_tokenizer`).
-        sampling: every agent's sampling (the seats' own settings are applied where they sit).
-        seed: the tiny models' initialisation seed.
-        device: where the models live.
-        task_tok: the task's own tokenizer (tiny models over it).
-
-    Returns:
-        `SlotModels`, in the order of `slots`.
-
-    Raises:
-        ValueError: a LoRA target module one architecture lacks (the slot and the fix named); what `build_agents`
-            refuses.
-    """
-    from trainers.loop.fingerprint import model_fingerprint
-
-    agents, refs, toks, prints = {}, {}, {}, {}
-    bases: dict[tuple, list[str]] = {}
-    for name, config in slots.items():
-        bases.setdefault((config.model, config.dtype), []).append(name)
-    for (model_name, dtype), names in bases.items():
-        tok = tokenizers[model_name]
-        model, _ = load_policy_model(model_name, seed=seed, dtype=dtype, task_tokenizer=task_tok, tokenizer=tok)
-        model.to(device)
-        prints.update(dict.fromkeys(names, model_fingerprint(model)))
-        layouts: dict[tuple, list[str]] = {}
-        for name in names:
-            c = slots[name]
-            layouts.setdefault((c.use_lora, c.precision, c.disable_dropout, c.gradient_checkpointing,
-                                c.value_head_dropout), []).append(name)
-        for k, group in enumerate(layouts.values()):
-            base = model if k == len(layouts) - 1 else copy.deepcopy(model)  # each layout its own base
-            group_slots = {name: slots[name] for name in group}
-            try:
-                built, ref = build_agents(base, tok, slots[group[0]], sampling, slots=group_slots)
-            except ValueError as err:
-                if "Target modules" in str(err) or "target_modules" in str(err):
-                    raise ValueError(f"models {', '.join(group)} ({model_name}): a LoRA target module is not in "
-                                     f"this architecture ({err}); set {group[0]}.lora_target_modules to its module "
-                                     "names (Llama: q_proj,v_proj; GPT-2: c_attn)") from None
-                raise
-            agents.update(built)
-            refs.update(dict.fromkeys(group, ref))
-            toks.update(dict.fromkeys(group, tok))
-    return SlotModels(*({n: built[n] for n in slots} for built in (agents, refs, toks, prints)))
-
 
 def enable_activation_checkpointing(model) -> None:
     """transformers' activation (gradient) checkpointing on every decoder layer, non-reentrant (works with a frozen
@@ -264,7 +53,7 @@ def build_agents(model, tokenizer, model_config: ModelConfig, sampling: Sampling
     `agents.precision.resolve_precision`); under a mixed precision the frozen weights' linear layers cast their
     weight once per change instead of at every product (`agents.precision.CastOnceLinear`: the same numbers).
 
-    `slots` (model name -> its `ModelConfig`, `build_slot_agents`): build those names instead of ``llm1`` …
+    `slots` (model name -> its `ModelConfig`, `trainers.loop.cast.build_cast`): build those names instead of ``llm1`` …
     ``llmN``, each LoRA adapter with its slot's rank, alpha, dropout and targets (the rest of the layout is
     `model_config`'s).
 
@@ -333,9 +122,10 @@ def check_model_context(agents: Mapping[str, LLMAgent], window: int) -> None:
 
 
 def freeze_bundle(bundle: Bundle, name: str) -> Bundle:
-    """A frozen copy of `bundle` named `name` (a snapshot partner: learner None, never updated): for a LoRA agent a new
-    adapter `name` in its shared ``PeftModel`` holding a copy of the source adapter's weights (the base stays shared),
-    else a deep copy of the model; a copy of the value head; the same tokenizer, sampling and precision."""
+    """A frozen copy of `bundle` named `name` (a snapshot partner, never updated: its learner is a
+    `trainers.learning.joint.FrozenLearner`): for a LoRA agent a new adapter `name` in its shared ``PeftModel``
+    holding a copy of the source adapter's weights (the base stays shared), else a deep copy of the model; a copy of
+    the value head; the same tokenizer, sampling and precision. `discard_snapshot` frees it."""
     agent = bundle.agent
     if agent.adapter_name is not None:
         from agents.reference import is_adapter_parameter, preserved_requires_grad
@@ -355,22 +145,18 @@ def freeze_bundle(bundle: Bundle, name: str) -> Bundle:
         frozen = LLMAgent(copy.deepcopy(agent.model), agent.tokenizer, value_head=copy.deepcopy(agent.value_head),
                           sampling=agent.sampling, precision=agent.precision)
     frozen.eval()
-    return Bundle(name, frozen, None)
+    return Bundle(name, frozen, FrozenLearner())
 
 
-def build_exchange(agents: dict[str, LLMAgent], algorithm: JointLearner, config: CORYConfig,
-                   seating: Seating, scheme=None, rows: int = 0):
-    """One bundle per model (its agent and its learner from `algorithm.learners`): CORY's `RoleExchange` (`llm1` …
-    `llmN` in the seats in order) when `scheme` is None, else a `trainers.loop.population.Population` seating them
-    by `scheme` (counting `rows` episodes per seated model and iteration)."""
-    from trainers.loop.population import Population
+def discard_snapshot(bundle: Bundle) -> None:
+    """Free a retired snapshot (`freeze_bundle`): its LoRA adapter leaves the shared ``PeftModel``, so the model holds
+    one adapter per model in the pool, not one per snapshot ever taken (a full copy is freed with the bundle)."""
+    agent = bundle.agent
+    if agent.adapter_name is not None and agent.adapter_name in agent.model.peft_config:
+        from agents.reference import preserved_requires_grad
 
-    bundles = [Bundle(name, agent, algorithm.learners[name]) for name, agent in agents.items()]
-    if scheme is not None:
-        return Population(bundles, seating.names, scheme, rows=rows, reset_on_exchange=config.reset_on_exchange,
-                          freeze=freeze_bundle)
-    return RoleExchange(bundles, seating.names, period=config.role_exchange_period,
-                        reset_on_exchange=config.reset_on_exchange)
+        with preserved_requires_grad(agent.model):  # peft would make the next active adapter trainable, others not
+            agent.model.delete_adapter(agent.adapter_name)
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:

@@ -3,7 +3,7 @@
 Layout of `<output_dir>/checkpoints/iter-000010/` (iteration 10 done):
 
 ```
-trainer_state.json          iteration, seat assignment, config, model identity, vocabulary size (written last)
+trainer_state.json          format, iteration, seat assignment, config, the models, inputs' fingerprints (last)
 rng.pt                      torch RNG state (loaded with weights_only=True)
 llm1/trainable.safetensors  the bundle's trainable tensors (full model, or its LoRA adapter) + value head
 llm1/learner.pt             optimizer state (weights_only=True)
@@ -28,7 +28,6 @@ code; anything else (a pickle with a code-running payload, a torn or foreign fil
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -43,9 +42,17 @@ from safetensors.torch import load_file, save_file
 from trainers.distributed import full_tensor
 from trainers.learning.update import NonFiniteLossError, first_nonfinite
 from trainers.loop.sharding import full_state, shard_like, sharded_optimizer_state
+from cory_env.write_errors import write_errors
 
 logger = logging.getLogger(__name__)
 
+#: The layout of ``trainer_state.json`` this version writes and reads (`read_trainer_state`); an earlier one is
+#: refused in one line naming it. 2: every run's models under ``models`` (base, dtype, layout, vocabulary size,
+#: tokenizer fingerprint, β), the role-exchange wrapper's state (seats, iteration, episodes, snapshots), the model the
+#: run's held-out evaluations follow (``evaluated``) and the run's identity (``run_id``, ``seed``).
+FORMAT = 2
+#: The last commit whose cory reads a checkpoint without a format number (format 1), for the refusal's message.
+FORMAT_1_COMMIT = "ec5be2f"
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest"
 STATE_FILE = "trainer_state.json"
@@ -170,7 +177,7 @@ def bundle_states(bundles: dict, *, keep: bool = True) -> Iterator[tuple[str, di
     """
     for name, bundle in bundles.items():
         tensors = trainable_state(bundle.agent)
-        learner_state = {} if bundle.learner is None else full_state(bundle.learner.state_dict())  # a snapshot
+        learner_state = full_state(bundle.learner.state_dict())  # a frozen snapshot's is empty
         yield (name, tensors, learner_state) if keep else (name, {}, {})
 
 
@@ -192,7 +199,7 @@ def resume_hint(output_dir: str | os.PathLike) -> str:
     """What a run stopped by a failure resumes from: the checkpoint `latest` points at, or none yet."""
     last = latest_checkpoint(output_dir)
     if last is None:
-        return "no checkpoint was written yet: once the cause is fixed, start the run again (--overwrite)"
+        return "no checkpoint was written yet: once the cause is fixed, --resume starts the run again from the beginning"
     return f"the last good checkpoint is {last} (`latest`): once the cause is fixed, --resume continues from it"
 
 
@@ -226,35 +233,35 @@ def save_checkpoint(output_dir: str | os.PathLike, iteration: int, *, states: It
     tmp = root / f"{_TMP_PREFIX}iter-{iteration:06d}-{os.getpid()}"
     states = iter(states)
     try:
-        tmp.mkdir()
-        for name, tensors, learner_state in states:
-            refuse_nonfinite(name, tensors, final, output_dir)
-            sub = tmp / name
-            sub.mkdir()
-            save_file(tensors, str(sub / "trainable.safetensors"))
-            if learner_state:  # a frozen snapshot has no learner: its weights only
-                learner_state = dict(learner_state)
-                torch.save(learner_state.pop("optimizer"), sub / "learner.pt")
-                _write_json(sub / "learner.json", learner_state)
-        torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
-        _write_json(tmp / STATE_FILE, {"iteration": iteration, "exchange": exchange_state, **run_state})
-        _fsync_tree(tmp)
-        if final.exists():  # a complete checkpoint of this iteration from a run that crashed before `latest`
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        pointer_tmp = root / f".{LATEST}.tmp"
-        pointer_tmp.write_text(final.name, encoding="utf-8")
-        _fsync(pointer_tmp)
-        os.replace(pointer_tmp, root / LATEST)
-        _fsync(root)
+        with write_errors(tmp):  # a full disk, a file-size limit: OSError, whichever library wrote
+            tmp.mkdir()
+            for name, tensors, learner_state in states:
+                refuse_nonfinite(name, tensors, final, output_dir)
+                sub = tmp / name
+                sub.mkdir()
+                save_file(tensors, str(sub / "trainable.safetensors"))
+                if learner_state:  # a frozen snapshot has no learner: its weights only
+                    learner_state = dict(learner_state)
+                    torch.save(learner_state.pop("optimizer"), sub / "learner.pt")
+                    _write_json(sub / "learner.json", learner_state)
+            torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
+            _write_json(tmp / STATE_FILE, {"format": FORMAT, "iteration": iteration, "exchange": exchange_state,
+                                           **run_state})
+            _fsync_tree(tmp)
+            if final.exists():  # a complete checkpoint of this iteration from a run that crashed before `latest`
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            pointer_tmp = root / f".{LATEST}.tmp"
+            pointer_tmp.write_text(final.name, encoding="utf-8")
+            _fsync(pointer_tmp)
+            os.replace(pointer_tmp, root / LATEST)
+            _fsync(root)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         for _ in states:  # the other processes are still gathering the remaining models with this one
             pass
-        previous = latest_checkpoint(output_dir)
-        hint = " (disk full: free space, then resume with --resume)" if exc.errno == errno.ENOSPC else ""
-        raise OSError(exc.errno, f"writing checkpoint {final} failed: {exc.strerror or exc}{hint}; the previous "
-                                 f"checkpoint {previous} is intact") from exc
+        raise OSError(exc.errno, f"writing checkpoint {final} failed: {exc.strerror or exc}; "
+                                 f"{resume_hint(output_dir)}") from exc
     except NonFiniteLossError:
         shutil.rmtree(tmp, ignore_errors=True)
         for _ in states:  # as for OSError: the other processes are still gathering with this one
@@ -324,16 +331,47 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
 
 
 def read_trainer_state(checkpoint: str | os.PathLike) -> dict[str, Any]:
-    """The checkpoint's `trainer_state.json`.
+    """The checkpoint's `trainer_state.json`, of this version's `FORMAT`.
 
     Raises:
-        CheckpointError: missing, not JSON, or without the keys a cory checkpoint has.
+        CheckpointError: missing, not JSON, without the keys a cory checkpoint has, or of another format (one line
+            naming it and what to do).
     """
     state = _read_json(Path(checkpoint) / STATE_FILE, f"{checkpoint} is not a cory checkpoint")
     missing = [k for k in ("iteration", "exchange", "config") if k not in state]
     if missing:
         raise CheckpointError(f"{Path(checkpoint) / STATE_FILE} lacks {missing}: not a cory checkpoint")
+    found = state.get("format", 1)
+    if found != FORMAT:
+        newer = isinstance(found, int) and found > FORMAT
+        raise CheckpointError(
+            f"{checkpoint} is a checkpoint of format {found}, this cory reads format {FORMAT}: "
+            + ("upgrade cory to read it" if newer else
+               f"resume, evaluate or export it with the cory that wrote it (git checkout {FORMAT_1_COMMIT}, then pip "
+               "install -e .), or train the run again with this one"))
     return state
+
+
+def find_checkpoint(path: str | os.PathLike, *, name: str = "checkpoint") -> Path:
+    """The checkpoint a command argument `name` names: a checkpoint folder itself, or a run directory's latest
+    checkpoint.
+
+    Raises:
+        FileNotFoundError / NotADirectoryError / PermissionError: nothing there, a file, an unreadable folder
+            (`cory_env.checks.check_path`); a folder that is neither a checkpoint nor a run directory with one.
+    """
+    from cory_env.checks import check_path
+
+    fix = "give a run directory (runs/x) or one of its checkpoint folders"
+    path = check_path(path, name, kind="folder", fix=fix)
+    if (path / STATE_FILE).exists():
+        return path
+    latest = latest_checkpoint(path)
+    if latest is None:
+        raise FileNotFoundError(f"{name} {str(path)!r} is neither a checkpoint folder nor a run directory with "
+                                "checkpoints (a run writes its first checkpoint after checkpoint_every iterations, "
+                                f"or at its end); {fix}")
+    return latest
 
 
 def _safe_torch_load(path: Path) -> Any:
@@ -387,14 +425,15 @@ def _read_agent_state(checkpoint: str | os.PathLike, name: str) -> tuple[dict[st
     return _safe_load_file(weights), str(weights)
 
 
-def load_bundle(checkpoint: str | os.PathLike, bundle) -> None:
-    """Restore one bundle (agent weights and the learner's state) from `checkpoint/<bundle.name>` (resume).
+def load_bundle(checkpoint: str | os.PathLike, bundle, *, frozen: bool = False) -> None:
+    """Restore one bundle (agent weights and the learner's state) from `checkpoint/<bundle.name>` (resume); a
+    `frozen` snapshot's weights only (it has no learner state).
 
     Raises:
         CheckpointError: a missing, damaged, unsafe or mismatched file (named).
     """
     agent_state, where = _read_agent_state(checkpoint, bundle.name)  # read everything before changing anything
-    if bundle.learner is None:  # a frozen snapshot (`trainers.loop.population`): its weights only
+    if frozen:
         load_trainable_state(bundle.agent, agent_state, where=where)
         return
     learner_state = read_learner_state(checkpoint, bundle.name)
@@ -425,6 +464,6 @@ def load_checkpoint(checkpoint: str | os.PathLike, *, bundles: dict, exchange) -
         raise CheckpointError(f"{checkpoint}: the seat assignment {state['exchange']!r} does not fit this run "
                               f"({type(exc).__name__}: {exc})") from exc
     for bundle in {**bundles, **exchange.bundles}.values():
-        load_bundle(checkpoint, bundle)
+        load_bundle(checkpoint, bundle, frozen=bundle.name in exchange.frozen)
     torch.set_rng_state(rng["torch"])
     return state

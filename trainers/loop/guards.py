@@ -11,7 +11,12 @@ therefore runs every update (`JointLearner.step`) through one guard, which
    large that it overflows) and raises before any checkpoint is written;
 3. adds to every `NonFiniteLossError` of the update the checkpoint the run can resume from (`latest`, which then
    still holds finite weights: `trainers.loop.checkpoint.refuse_nonfinite`) and that ``--resume`` continues there;
-4. warns once per statistic that a learner returns as NaN/inf, naming the statistic, the learner and the model.
+4. warns once per statistic that a learner returns as NaN/inf, naming the statistic, the learner and the model;
+5. when the update fails before any weight changed (an exception raised before the first optimizer step: every
+   trainable tensor's in-place version counter unchanged), puts back the learners' other state (KL controller, score
+   statistics: what `Learner.state_dict` holds beside the optimizer, which only steps with the weights) and sets
+   `UpdateGuard.unchanged`, so the trainer can keep the checkpoint of the iteration before
+   (`trainers.loop.run_state.save_before_failure`).
 
 Each check is one fused pass over the tensors (`trainers.learning.update.first_nonfinite`). The gradient check is
 skipped for a step through `trainers.learning.update.optimizer_step` (the built-in learners'), which has just checked
@@ -22,6 +27,7 @@ per optimizer step; a LoRA run's adapter tensors cost nothing measurable. With s
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
@@ -62,6 +68,8 @@ class UpdateGuard:
                 self._params.append(named[name])
                 self._labels.setdefault(id(named[name]), f"{model}'s {name}")
         self._warned: set[str] = set()
+        #: After a failed `step`: True when no weight changed (and the learners' other state was put back).
+        self.unchanged = False
 
     def step(self, batch: JointBatch) -> dict[str, dict[str, float]]:
         """``algorithm.step(batch)``, checked; returns its ``{seat: stats}``.
@@ -70,6 +78,10 @@ class UpdateGuard:
             NonFiniteLossError: a NaN/inf loss or gradient (before the optimizer steps) or weight (after the
                 update), naming the model and the tensor, the last good checkpoint and ``--resume``.
         """
+        versions = [p._version for p in self._params]  # in-place writes (an optimizer step) bump them
+        before = {name: {k: copy.deepcopy(v) for k, v in learner.state_dict().items() if k != "optimizer"}
+                  for name, learner in self.algorithm.learners.items()}
+        self.unchanged = False
         handle = register_optimizer_step_pre_hook(self._before_optimizer_step)
         try:
             stats = self.algorithm.step(batch)
@@ -77,6 +89,12 @@ class UpdateGuard:
                         "weights itself, or a step so large that it overflows)")
         except NonFiniteLossError as err:
             err.args = (f"{err}; {resume_hint(self.output_dir)}",)
+            raise
+        except Exception:
+            if [p._version for p in self._params] == versions:  # no weight changed: the rest of the state goes back
+                for name, learner in self.algorithm.learners.items():
+                    learner.load_state_dict({**before[name], "optimizer": learner.state_dict()["optimizer"]})
+                self.unchanged = True
             raise
         finally:
             handle.remove()

@@ -1,4 +1,4 @@
-"""What a run shows while it trains: a progress bar on a terminal, one progress line at a time off it.
+"""What a run shows while it trains (and `cory crossplay` while it plays): a progress bar on a terminal, one progress line at a time off it.
 
 Under ``tee``, ``nohup`` or a batch scheduler (Slurm) there is no terminal, so tqdm's bar stays off and nothing would
 appear between the start and the checkpoints; there the run logs one line per `every_s` seconds (and after the
@@ -42,36 +42,37 @@ def _duration(seconds: float) -> str:
 
 
 class Progress:
-    """Progress of iterations ``start .. total - 1`` of one process.
+    """Progress of steps ``start .. total - 1`` of one process (a run's iterations, `cory crossplay`'s line-ups).
 
     Args:
-        start, total: the first iteration this call trains, and the run's `num_iterations`.
+        start, total: the first step this call makes, and the last one's count (a run's `num_iterations`).
         label: the bar's label (the seating).
-        seats: the seating's seat names, in acting order (`progress_metrics`).
+        seats: the seating's seat names, in acting order (`progress_metrics`); shown: metric -> label instead.
         enabled: this process reports (the main one); False shows nothing.
-        every_s: off a terminal, the most seconds between two progress lines (0: a line after every iteration).
+        every_s: off a terminal, the most seconds between two progress lines (0: a line after every step).
+        unit: what a step is called in a line (``"iteration"``, ``"line-up"``).
     """
 
-    def __init__(self, start: int, total: int, label: str, *, seats: tuple[str, ...], enabled: bool,
-                 every_s: float) -> None:
-        self.start, self.total, self.every_s = start, total, every_s
-        self.shown = progress_metrics(seats)
+    def __init__(self, start: int, total: int, label: str, *, seats: tuple[str, ...] = (), enabled: bool,
+                 every_s: float, unit: str = "iteration", shown: Mapping[str, str] | None = None) -> None:
+        self.start, self.total, self.every_s, self.unit = start, total, every_s, unit
+        self.shown = dict(shown) if shown is not None else progress_metrics(seats)
         self.bar = tqdm(total=total, initial=start, desc=label, dynamic_ncols=True,
                         disable=None if enabled else True)  # None: a bar on a terminal only
         self.lines = enabled and self.bar.disable  # off a terminal: lines instead
         self.t0 = self.last_line = time.monotonic()
 
     def line(self, it: int, metrics: Mapping[str, float]) -> str:
-        """The progress line after iteration `it` (0-based) with `metrics`."""
+        """The progress line after step `it` (0-based) with `metrics`."""
         done, elapsed = it + 1, time.monotonic() - self.t0
         eta = elapsed / (done - self.start) * (self.total - done)
         values = ", ".join(f"{label} {metrics[key]:.3f}" for key, label in self.shown.items() if key in metrics)
-        return (f"iteration {done}/{self.total} ({100 * done // self.total}%), {_duration(elapsed)} elapsed, "
+        return (f"{self.unit} {done}/{self.total} ({100 * done // self.total}%), {_duration(elapsed)} elapsed, "
                 f"ETA {_duration(eta)}: {values}")
 
     def update(self, it: int, metrics: Mapping[str, float]) -> None:
-        """Iteration `it` ended with `metrics`: move the bar, or log a line when one is due (the first and the last
-        iteration, and `every_s` seconds after the last line)."""
+        """Step `it` ended with `metrics`: move the bar, or log a line when one is due (the first and the last step,
+        and `every_s` seconds after the last line)."""
         self.bar.set_postfix({label: f"{metrics[key]:.3f}" for key, label in self.shown.items()
                               if key in metrics}, refresh=False)
         self.bar.update(1)

@@ -25,6 +25,7 @@ import logging
 import os
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +41,14 @@ logger = logging.getLogger(__name__)
 CONFIG_FILE = "config.yaml"
 #: Written first into every folder a run creates: this folder is a cory run, and `--overwrite` may replace it.
 RUN_MARKER = ".cory-run"
+#: The run's identity, drawn when the run starts and kept across resumes (checkpoints record it: ``run_id``), so that
+#: `cory crossplay` knows two paths of one run (a symbolic link, a checkpoint folder) as one run.
+RUN_ID_FILE = ".cory-run-id"
 #: The held-out evaluation `cory train --eval_episodes` writes at the end of a run.
 EVAL_FILE = "eval.json"
 #: The files a run writes at the top of its folder: no other command's output may replace them
-#: (`trainers.cli.outputs.run_owner`).
-RUN_OWNED_FILES = (CONFIG_FILE, METRICS_FILE, SAMPLES_FILE, EVAL_FILE, RUN_MARKER)
+#: (`trainers.loop.outputs.run_owner`).
+RUN_OWNED_FILES = (CONFIG_FILE, METRICS_FILE, SAMPLES_FILE, EVAL_FILE, RUN_MARKER, RUN_ID_FILE)
 #: Every name a run and the project's other commands (`cory eval` / `cory plot` / `cory bench` / the learning ladder)
 #: write at the top of a run's folder (shell patterns): what ``--overwrite`` may remove; `checkpoints/` and
 #: `tensorboard/` are checked entry by entry (`foreign_files`).
@@ -371,6 +375,7 @@ def start_output_dir(output_dir: Path, flat_config: dict[str, Any], *, replace: 
     try:
         out.mkdir(parents=True, exist_ok=True)
         (out / RUN_MARKER).write_text("a cory run: cory may replace this folder (--overwrite)\n", encoding="utf-8")
+        (out / RUN_ID_FILE).write_text(uuid.uuid4().hex + "\n", encoding="utf-8")
         (out / CONFIG_FILE).write_text(yaml.safe_dump(recorded_config(flat_config), sort_keys=False))
     except BaseException:
         if aside is not None:
@@ -407,7 +412,7 @@ def abandon_start(output_dir: Path, aside: Path | None) -> None:
         restore_replaced(output_dir, aside)
         return
     out = Path(output_dir)
-    for name in (CONFIG_FILE, RUN_MARKER):
+    for name in (CONFIG_FILE, RUN_MARKER, RUN_ID_FILE):
         (out / name).unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         out.rmdir()  # only when empty

@@ -189,9 +189,9 @@ class _GatheredAgent:
     def __init__(self, agent, gather) -> None:
         self._agent, self._gather = agent, gather
 
-    def act_batch(self, obs, generator=None):
+    def act_batch(self, obs, generator=None, **kwargs):
         self._gather.activate(self._agent)
-        return self._agent.act_batch(obs, generator=generator)
+        return self._agent.act_batch(obs, generator=generator, **kwargs)
 
     def __getattr__(self, name: str):  # last_logprobs, last_values, acting_scores_exact, reset_cache, ...
         return getattr(self._agent, name)

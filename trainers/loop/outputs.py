@@ -32,6 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from cory_env.write_errors import write_errors
 from trainers.loop import checkpoint as ckpt
 from trainers.loop.run_dir import RUN_OWNED_FILES, RUN_OWNED_FOLDERS, is_run
 
@@ -135,7 +136,8 @@ def checked_out(parser, args, *, dest: str = "out", option: str = "--out", defau
 def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
     """A temporary path beside `path` (same suffix, so writers that read the format from it still do); renamed onto
     `path` when the block ends without error, removed on any error (`path` is then unchanged). The folder is
-    created; the file gets the permissions a plain ``open(path, "w")`` would give."""
+    created; the file gets the permissions a plain ``open(path, "w")`` would give. A write failure in the block (a
+    full disk, a file-size limit) is an `OSError` naming `path` (`cory_env.write_errors.write_errors`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
@@ -145,7 +147,8 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
-        yield tmp
+        with write_errors(path):
+            yield tmp
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -13,7 +13,8 @@ declares.
 * **a field's own rule**, declared beside the fields of its config class: ``_unread_when = {field: (configs,
   seating) -> reason or None}``, checked when the field differs from its default (``lora_r`` without
   ``use_lora``), and ``_unread_always``, checked at any value (a default ``role_exchange_period`` that
-  ``num_iterations`` never reaches).
+  ``num_iterations`` never reaches); the model options' rules hold for a model slot's own options too
+  (``--models llm2.lora_r=8`` in a slot without LoRA).
 
 An option counts only when it differs from its default (``inert_always`` aside), so the defaults and the presets are
 quiet. One message per reason, naming the options, their values, why, and what to change.
@@ -58,6 +59,23 @@ def _field_reasons(configs: RunConfigs, seating: Seating) -> list[tuple[str, Any
     return out
 
 
+def _slot_reasons(configs: RunConfigs, seating: Seating) -> list[tuple[str, Any, str]]:
+    """(``slot.field``, value, reason) of every model slot's own option (``--models llm2.lora_r=8``) that the
+    model options' own rules (``ModelConfig._unread_when``) say does nothing in that slot (LoRA options of a slot
+    trained without LoRA)."""
+    out = []
+    rules = getattr(type(configs.model), "_unread_when", {})
+    for slot, options in (configs.model.models or {}).items():
+        model = dataclasses.replace(configs.model, **options, models=None)
+        own = dataclasses.replace(configs, model=model)
+        for key, value in options.items():
+            reason = rules[key](own, seating) if key in rules else None
+            if reason:
+                out.append((f"{slot}.{key}", value, f"{reason} in slot {slot} (set {slot}.use_lora=true)"
+                            if "use_lora" in reason else f"{reason} in slot {slot}"))
+    return out
+
+
 def _spec_reasons(configs: RunConfigs) -> list[tuple[str, Any, str]]:
     """(field, value, reason) of the options the chosen learner's and task's specs say they do not read, and of the
     options given for another learner or task."""
@@ -93,7 +111,8 @@ def unread_options(configs: RunConfigs, seating: Seating) -> list[str]:
         One message per reason, naming every option it covers with its value, in config order.
     """
     by_reason: dict[str, list[str]] = {}
-    for name, value, reason in _field_reasons(configs, seating) + _spec_reasons(configs):
+    for name, value, reason in _field_reasons(configs, seating) + _slot_reasons(configs, seating) + \
+            _spec_reasons(configs):
         entry = f"{name}={value!r}"
         if entry not in by_reason.setdefault(reason, []):
             by_reason[reason].append(entry)

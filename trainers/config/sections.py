@@ -1,38 +1,22 @@
-"""The configs of a run and the flat dict that joins them.
-
-| dataclass | what | package |
-|---|---|---|
-| `cory_env.EnvConfig` | task, data, episode lengths, reward, seating, knowledge transfer | env |
-| the learner's config: `PPOConfig`, `GRPOConfig`, a plug-in's | the update every learner shares (`UpdateConfig`: TRL names) and the learner's own options | `trainers.learning.configs` |
-| `ModelConfig` | the policy model: name, dtype, LoRA, value head, activation checkpointing | here |
-| `agents.SamplingConfig` | how the agents sample (temperature, top-k, top-p, repetition penalty) | agents |
-| `CORYConfig` | the run: learner, iterations, seeds, role exchange, logging, checkpoints | here |
-
-Each field carries its meaning, unit, range and the origin of its default in `metadata["help"]`; that help is the
-only copy (the CLI reads it through `transformers.HfArgumentParser`, the docs' Options page is built from it). PPO knob
-names and defaults are TRL 0.7–0.11 `PPOConfig`'s, so the paper's settings (official code: TRL 0.7.10) copy over.
-
-Field names are unique across a run's classes, so a run's settings are also one flat ``{field: value}`` dict: the
-CLI flags (``--batch_size``), presets, ``--config FILE.yaml``, a run's ``config.yaml`` and a checkpoint's
-``trainer_state.json``. `RunConfigs.to_flat` / `RunConfigs.from_flat` are the one conversion between the two forms.
-"""
+"""The run's own config sections: `ModelConfig` (the policy model: name, dtype, LoRA, value heads, activation
+checkpointing, a model per slot) and `CORYConfig` (the learner, iterations, seeds, role exchange and matchmaking,
+logging, evaluation, checkpoints), each with the rules that say when one of its fields does nothing."""
 
 from __future__ import annotations
 
 import dataclasses
-import typing
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional
+from typing import Optional
 
 from agents.precision import PRECISIONS
-from agents.sampling import SamplingConfig
-from cory_env import EnvConfig
-from cory_env.checks import check_field
+from cory_env.checks import check_field, check_finite_fields
+from cory_env.config import ONE_SEAT
 from cory_env.overrides import override_types, parse_overrides
-from cory_env.config import ONE_SEAT, check_finite_fields
-from cory_env.rewards import REWARDS
-from cory_env.tasks import TASKS, task_spec
-from trainers.learning.configs import GRPOConfig, PPOConfig, UpdateConfig  # noqa: F401 (re-exported)
+from trainers.matchmaking import SCHEMES, canonical_options, scheme_options
+
+__all__ = ["DROPOUT_OFF", "DTYPES", "MODEL_SLOT_TYPES", "SHARDINGS", "CORYConfig", "ModelConfig", "exchange_reason",
+           "exchanges_happen", "period_unread"]
+
 
 #: Why a dropout option does nothing with `ModelConfig.disable_dropout`.
 DROPOUT_OFF = ("with disable_dropout=True (every dropout is off, so the rollout's scores and the update's forward are "
@@ -77,7 +61,7 @@ class ModelConfig:
     plays this part there."""
 
     _argument_group_name = "model options (ModelConfig)"  # `cory train --help` group (transformers.HfArgumentParser)
-    #: When a field does nothing, declared beside it (read by `trainers.unread_options`): field -> rule
+    #: When a field does nothing, declared beside it (read by `trainers.config.unread`): field -> rule
     #: ``(configs, seating) -> reason or None``; `_unread_when` rules are checked when the field differs from
     #: its default, `_unread_always` rules at any value.
     _unread_when = {
@@ -112,11 +96,23 @@ class ModelConfig:
                "equal to the base model whatever the adapters learn (paper setting: 2 * lora_r)")
         check_field(0.0 <= self.lora_dropout < 1.0, "lora_dropout", self.lora_dropout, "use a value in [0, 1)")
         check_field(0.0 <= self.value_head_dropout < 1.0, "value_head_dropout", self.value_head_dropout, "use a value in [0, 1)")
+        check_field(all(m.strip() for m in self.lora_target_modules.split(",")), "lora_target_modules",
+                    self.lora_target_modules, "give comma-separated module names without an empty one, e.g. "
+                    "q_proj,v_proj (an empty item would be dropped)")
 
     @property
     def lora_modules(self) -> list[str]:
         """`lora_target_modules` as a list of module names."""
         return [m.strip() for m in self.lora_target_modules.split(",") if m.strip()]
+
+    #: The fields a model's layout depends on (`layout`): slots of one base model that agree on them are built
+    #: together (`trainers.loop.cast.build_cast`: one shared LoRA base, or one set of full copies).
+    LAYOUT_FIELDS = ("use_lora", "precision", "disable_dropout", "gradient_checkpointing", "value_head_dropout")
+
+    @property
+    def layout(self) -> tuple:
+        """The values of `LAYOUT_FIELDS`, in that order."""
+        return tuple(getattr(self, name) for name in self.LAYOUT_FIELDS)
 
 
 #: What `ModelConfig.models` may set per model slot -> its type: every model option but `models` itself.
@@ -129,7 +125,7 @@ class CORYConfig:
     sampling `agents.SamplingConfig`, the seat line-up `EnvConfig.seating`)."""
 
     _argument_group_name = "run options (CORYConfig)"  # `cory train --help` group (transformers.HfArgumentParser)
-    #: When a field does nothing, declared beside it (read by `trainers.unread_options`): field -> rule
+    #: When a field does nothing, declared beside it (read by `trainers.config.unread`): field -> rule
     #: ``(configs, seating) -> reason or None``; `_unread_when` rules are checked when the field differs from
     #: its default, `_unread_always` rules at any value.
     _unread_when = {
@@ -188,6 +184,10 @@ class CORYConfig:
                     "use 0 (one model per seat) or the number of models, at least the seats")
         check_field(isinstance(self.matchmaking, str) and bool(self.matchmaking), "matchmaking", self.matchmaking,
                     "name a scheme: role-exchange, rotation, uniform, a module:attr or a plug-in")
+        # the scheme's options as a run records them: every option of its scheme, defaults included, as a mapping, so
+        # every spelling of one setting (reordered, the default written out, KEY=VALUE or a mapping) is one run
+        self.matchmaking_options = canonical_options(scheme_options(SCHEMES.get(self.matchmaking),
+                                                                    self.matchmaking_options, name=self.matchmaking))
         check_field(self.role_exchange_period >= 0, "role_exchange_period", self.role_exchange_period, "use >= 0 (0 disables role exchange)")
         check_field(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "use >= 0 (0 = only at the end)")
         check_field(self.checkpoint_every_minutes >= 0, "checkpoint_every_minutes", self.checkpoint_every_minutes,
@@ -209,265 +209,3 @@ class CORYConfig:
     def sharded(self) -> bool:
         """True when the models are FSDP2-sharded over the processes (``sharding="fsdp"``)."""
         return self.sharding == "fsdp"
-
-
-#: The config classes every run has whatever its learner and task, in flat-dict order; the chosen task's options class
-#: (`RunConfigs.task_options`) joins them after `EnvConfig`, the chosen learner's config (`RunConfigs.update`) after it.
-BASE_CLASSES = (EnvConfig, ModelConfig, SamplingConfig, CORYConfig)
-
-
-#: The options of ``cory train`` that are no config field (`trainers.cli.train.build_train_parser`; argparse's
-#: ``--help``): no config class may have a field (or an alias, or a ``--no_X`` switch) of these names.
-CLI_OPTIONS = ("preset", "config", "num_processes", "help")
-
-
-def option_names(config_cls: type) -> dict[str, str]:
-    """Every option name the command line takes for `config_cls` (``--NAME``, dashes read as underscores), each with
-    what it is, for messages: its fields, their aliases (``metadata["aliases"]``, e.g. ``--algo`` of
-    `EnvConfig.seating`) and the ``--no_X`` switch of a field whose default is True (`transformers.HfArgumentParser`
-    adds one)."""
-    out = {}
-    for f in dataclasses.fields(config_cls):
-        out[f.name] = f"a field of {config_cls.__name__}"
-        aliases = f.metadata.get("aliases", ())
-        for alias in [aliases] if isinstance(aliases, str) else aliases:
-            out[alias.lstrip("-").replace("-", "_")] = f"{alias} (another name of {config_cls.__name__}.{f.name})"
-        if f.default is True:
-            out[f"no_{f.name}"] = f"--no_{f.name} (the switch that sets {config_cls.__name__}.{f.name} to false)"
-    return out
-
-
-def _both(first: str, second: str) -> str:
-    """Two `option_names` descriptions of one name, joined: ``a field of both PPOConfig and MyOptions``."""
-    field_of = "a field of "
-    if first.startswith(field_of) and second.startswith(field_of):
-        return f"a field of both {first.removeprefix(field_of)} and {second.removeprefix(field_of)}"
-    return f"{first} and {second}"
-
-
-def check_option_names(classes) -> None:
-    """Refuse two options of one name among `classes` (the config classes of one run) and ``cory train``'s own
-    `CLI_OPTIONS`: a field, an alias or a ``--no_X`` switch (`option_names`), within one class too.
-
-    Raises:
-        ValueError: naming the option, both owners and the fix.
-    """
-    seen = {name: f"`cory train`'s own --{name}" for name in CLI_OPTIONS}
-    for cls in classes:
-        own = {f.name for f in dataclasses.fields(cls)}
-        for name in sorted(own):  # a field named like a switch of its own class: `option_names` hides it
-            if name.startswith("no_") and name.removeprefix("no_") in own:
-                raise ValueError(f"option {name!r} is a field of {cls.__name__} and the --{name} switch of its "
-                                 f"field {name.removeprefix('no_')!r}: every option of a run needs its own name; "
-                                 "rename the plug-in's field")
-        for name, what in option_names(cls).items():
-            if name in seen:
-                raise ValueError(f"option {name!r} is {_both(seen[name], what)}: every option of a run needs its "
-                                 "own name (the command line and config.yaml are flat); rename the plug-in's field")
-            seen[name] = what
-
-
-def _option_class(spec_options: type | None) -> type | None:
-    """A task spec's own options class, None when it has none beyond the base configs."""
-    return None if spec_options is None or spec_options in BASE_CLASSES else spec_options
-
-
-def own_fields(config_cls: type) -> list[dataclasses.Field]:
-    """The fields `config_cls` adds to what every run reads: a learner config's beyond `UpdateConfig`'s (which every
-    learner reads), a task's options class's all."""
-    shared = {f.name for f in dataclasses.fields(UpdateConfig)} if issubclass(config_cls, UpdateConfig) else set()
-    return [f for f in dataclasses.fields(config_cls) if f.name not in shared]
-
-
-@dataclass(frozen=True)
-class RunConfigs:
-    """The configs of one run, as a tree: the run, the model, sampling, the env, the learner's config and the
-    chosen task's own options; with the learner's and the task's specs, resolved once here.
-
-    Attributes:
-        run, env, model, sampling: `CORYConfig`, `EnvConfig`, `ModelConfig`, `SamplingConfig`.
-        update: the learner's config, an instance of its `LearnerSpec.config_class` (`PPOConfig` for ppo and mappo,
-            `GRPOConfig` for grpo and magrpo, a plug-in's subclass of `UpdateConfig`); None = that class's
-            defaults.
-        task_options: the instance of the chosen task's options class (`cory_env.tasks.TaskSpec.options`, e.g.
-            `IMDBOptions` for ``imdb``); None for a task without options (or its defaults, as above).
-        unread: options that were given (a YAML file, a preset, an old ``config.yaml``) but belong to another
-            learner's or task's options: the run does not read them, and `unread_options` warns about those that
-            differ from their default. Not part of `to_flat`.
-        learner_spec, task_spec, scheme_spec: the `trainers.learning.registry.LearnerSpec` of ``run.learner``, the
-            `cory_env.tasks.TaskSpec` of ``env.task`` and the `trainers.matchmaking.SchemeSpec` of
-            ``run.matchmaking`` (a registered name, a ``module:attr`` or an entry point), looked up once when the
-            object is built: a mistake there is a `ValueError` before any folder or model. ``run.matchmaking_options``
-            becomes the scheme's options as a run records them (`trainers.matchmaking.canonical_options`: every
-            option, defaults included, as a mapping; None for a scheme without options), so every spelling of one
-            setting, an earlier version's included, records and resumes as one.
-
-    Raises:
-        TypeError: a section of the wrong class, or a config of another class than the spec declares.
-        ValueError: an unknown learner, task or matchmaking scheme (`trainers.learning.registry.learner_spec`,
-            `cory_env.tasks.task_spec`, `trainers.matchmaking.SCHEMES`), options the scheme refuses
-            (`trainers.matchmaking.scheme_options`), or an options class whose field names clash with another
-            config's.
-    """
-
-    run: CORYConfig = field(default_factory=CORYConfig)
-    update: Any = None
-    env: EnvConfig = field(default_factory=EnvConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    task_options: Any = None
-    unread: Mapping[str, Any] = field(default_factory=dict, compare=False)
-    learner_spec: Any = field(init=False, repr=False, compare=False)
-    task_spec: Any = field(init=False, repr=False, compare=False)
-    scheme_spec: Any = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        from trainers.learning.registry import learner_spec
-        from trainers.matchmaking import SCHEMES, canonical_options, scheme_options
-
-        for name, cls in (("run", CORYConfig), ("env", EnvConfig), ("model", ModelConfig),
-                          ("sampling", SamplingConfig)):
-            if not isinstance(getattr(self, name), cls):
-                raise TypeError(f"RunConfigs.{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
-        object.__setattr__(self, "learner_spec", learner_spec(self.run.learner))
-        object.__setattr__(self, "task_spec", task_spec(self.env.task))
-        object.__setattr__(self, "scheme_spec", SCHEMES.get(self.run.matchmaking))
-        self.run.matchmaking_options = canonical_options(scheme_options(self.scheme_spec, self.run.matchmaking_options,
-                                                                        name=self.run.matchmaking))
-        try:
-            object.__setattr__(self, "update", self.learner_spec.args(self.update))
-        except TypeError as err:
-            raise TypeError(f"RunConfigs.update: learner {self.run.learner!r} {err}") from None
-        options_cls = self.task_options_class
-        if options_cls is None:
-            if self.task_options is not None:
-                raise TypeError(f"RunConfigs.task_options: the chosen task reads no options of its own, got a "
-                                f"{type(self.task_options).__name__}")
-        elif self.task_options is None:
-            object.__setattr__(self, "task_options", options_cls())
-        elif not isinstance(self.task_options, options_cls):
-            raise TypeError(f"RunConfigs.task_options must be a {options_cls.__name__} (what the chosen task "
-                            f"declares), got {type(self.task_options).__name__}")
-        check_option_names(self.classes())
-
-    @property
-    def task_options_class(self) -> type | None:
-        return _option_class(self.task_spec.options)
-
-    def classes(self) -> list[type]:
-        """The config classes of this run, in `sections` order."""
-        return [type(section) for section in self.sections()]
-
-    def sections(self) -> list[Any]:
-        """The config objects in flat-dict order: env, task options, the learner's config, model, sampling, run."""
-        out = [self.env, self.task_options, self.update, self.model, self.sampling, self.run]
-        return [section for section in out if section is not None]
-
-    def to_flat(self) -> dict[str, Any]:
-        """The flat ``{field: value}`` dict (what ``config.yaml`` and checkpoints record), in `sections` order."""
-        return {name: value for section in self.sections() for name, value in dataclasses.asdict(section).items()}
-
-    @classmethod
-    def from_flat(cls, flat: dict[str, Any], *, strict: bool = False) -> RunConfigs:
-        """The configs from a flat dict; missing fields take their defaults (a run recorded before a field was
-        added reads as it ran). Which classes join the base ones follows from the dict's ``learner`` and ``task``
-        (their specs); keys of another known learner's or task's own options go to `unread`.
-
-        Args:
-            flat: ``{field: value}``, e.g. a run's ``config.yaml``, a checkpoint's ``trainer_state["config"]``, a
-                preset.
-            strict: raise on keys that are no option of any known config (else they are ignored).
-
-        Raises:
-            ValueError: an unknown key with `strict` (the valid ones are listed), an unknown learner or task, or a
-                value a config refuses.
-        """
-        from trainers.learning.registry import learner_spec
-
-        learner = learner_spec(flat.get("learner", CORYConfig.learner))
-        task = task_spec(flat.get("task", EnvConfig.task))
-        classes = {"env": EnvConfig, "update": learner.config_class, "model": ModelConfig, "sampling": SamplingConfig,
-                   "run": CORYConfig, "task_options": _option_class(task.options)}
-        read = {f.name for c in classes.values() if c is not None for f in dataclasses.fields(c)}
-        rest = set(flat) - read
-        others = option_fields() if rest else {}
-        unknown = sorted(rest - set(others))
-        if strict and unknown:
-            valid = sorted(read | set(others))
-            raise ValueError(f"unknown option(s) {unknown}; valid options: {', '.join(valid)}")
-        sections = {name: c(**{f.name: flat[f.name] for f in dataclasses.fields(c) if f.name in flat})
-                    for name, c in classes.items() if c is not None}
-        return cls(**sections, unread={k: flat[k] for k in sorted(rest) if k in others})
-
-
-def plugin_origins(configs: RunConfigs) -> dict[str, str]:
-    """Where the run's learner, task and reward came from (`cory_env.registry.Registry.origin`: ``module:attr``,
-    or an entry point and its distribution); a reward given as a callable is recorded by `reward_name` instead."""
-    from trainers.learning.registry import LEARNERS
-
-    out = {"learner": LEARNERS.origin(configs.run.learner), "task": TASKS.origin(configs.env.task)}
-    if configs.task_spec.reads and "reward" in configs.task_spec.reads and not configs.env.reward.startswith("<"):
-        try:
-            out["reward"] = REWARDS.origin(configs.env.reward)
-        except ValueError:
-            pass  # a reward the run replaced with a callable: config.yaml records its name
-    return out
-
-
-def all_config_classes(*, learners: Iterable[Any] = (), tasks: Iterable[Any] = ()) -> list[type]:
-    """`BASE_CLASSES` and the own options class of every learner and task this process knows, each once
-    (`option_fields`, the `learners` and `tasks` named included): every option a command line, a YAML file or a
-    preset may hold."""
-    owners = (owner for owner, _ in option_fields(learners=learners, tasks=tasks).values())
-    return [*BASE_CLASSES, UpdateConfig, *dict.fromkeys(owners)]
-
-
-def option_fields(*, learners: Iterable[Any] = (),
-                  tasks: Iterable[Any] = ()) -> dict[str, tuple[type, tuple[str, ...]]]:
-    """Every option of the own options of every learner and task this process knows (a learner's: its config's
-    fields beyond `UpdateConfig`, `own_fields`): ``{field: (class, (who, ...))}`` with ``who`` like ``"learner
-    grpo"``; what `RunConfigs.from_flat` and a YAML file accept but a run of another learner or task does not read.
-
-    Known are the built-in and registered ones and those looked up so far (`cory_env.registry.Registry.known`: no
-    installed plug-in is imported for this): so the names in `learners` and `tasks` (e.g. what a YAML file and the
-    command line name; None and non-strings are skipped) are looked up first, and their options are known whatever
-    is installed.
-
-    Raises:
-        ValueError: a name in `learners` or `tasks` that is not found (the registry's reason).
-    """
-    from trainers.learning.registry import LEARNERS
-
-    out: dict[str, tuple[type, tuple[str, ...]]] = {}
-    for kind, registry, attr, named in (("learner", LEARNERS, "config_class", learners),
-                                        ("task", TASKS, "options", tasks)):
-        for name in named:
-            if isinstance(name, str):
-                registry.get(name)
-        for name, spec in registry.known():
-            options = _option_class(getattr(spec, attr))
-            for f in own_fields(options) if options is not None else ():
-                owner, who = out.get(f.name, (options, ()))
-                out[f.name] = (owner, (*who, f"{kind} {name}"))
-    return out
-
-
-def flat_field_types(configs: RunConfigs | None = None, *, learners: Iterable[Any] = (),
-                     tasks: Iterable[Any] = ()) -> dict[str, Any]:
-    """Every flat field name -> its type hint (e.g. ``Optional[float]``), for checking YAML files and presets: the
-    base configs' and the options of every learner and task this process knows, the `learners` and `tasks` named
-    included (`all_config_classes`); with `configs`, only the classes of that run.
-
-    Raises:
-        ValueError: a name in `learners` or `tasks` that is not found (`option_fields`).
-    """
-    if configs is not None:
-        classes = [type(section) for section in configs.sections()]
-    else:
-        classes = all_config_classes(learners=learners, tasks=tasks)
-    out = {}
-    for config_cls in classes:
-        hints = typing.get_type_hints(config_cls)
-        for f in dataclasses.fields(config_cls):
-            out[f.name] = hints[f.name]
-    return out

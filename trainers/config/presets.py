@@ -5,6 +5,12 @@ Precedence: command-line flags > `--config FILE.yaml` > preset > dataclass defau
 
 from __future__ import annotations
 
+#: The learning ladder's tiny-model settings (benchmarks/rungs.py's ``TINY``), shared by its presets.
+_LADDER = {"model": "tiny", "seating": "cory", "context_len": 12, "heldout_fraction": 0.2, "batch_size": 512,
+           "mini_batch_size": 128, "ppo_epochs": 4, "learning_rate": 1e-3, "ent_coef": 0.01, "vf_coef": 0.5, "adap_kl_ctrl": False,
+           "init_kl_coef": 0.01, "role_exchange_period": 5, "eval_episodes": 512, "log_samples": 2,
+           "torch_threads": 1}
+
 PRESETS: dict[str, dict] = {
     # A tiny random model on the built-in openings: a full run of a few iterations in seconds (tests, trying flags).
     "tiny": {
@@ -20,15 +26,17 @@ PRESETS: dict[str, dict] = {
         "context_len": 12, "heldout_fraction": 0.2, "num_iterations": 40, "batch_size": 64, "learning_rate": 1e-3,
         "eval_episodes": 256, "log_samples": 2, "torch_threads": 1,
     },
-    # The 20-token cooperative task with the settings the learning ladder measured (benchmarks/learning.py,
-    # docs/results/learning.md): large batches (a tiny model's step costs the same for 32 or 256 rows), an entropy
-    # bonus against early collapse, a small fixed KL coefficient, a held-out fifth of the queries.
-    "tiny-vocab": {
-        "model": "tiny", "task": "tiny_vocab", "output_dir": "runs/tiny-vocab", "context_len": 12,
-        "heldout_fraction": 0.2, "num_iterations": 128, "batch_size": 256, "mini_batch_size": 64, "ppo_epochs": 4,
-        "learning_rate": 1e-3, "ent_coef": 0.01, "adap_kl_ctrl": False, "init_kl_coef": 0.01,
-        "role_exchange_period": 5, "log_samples": 2,
-    },
+    # The learning ladder's tiny-model rungs (benchmarks/rungs.py, docs/results/learning.md), the CORY arm of each
+    # with the ladder's settings and episode budget (tests/trainers/test_presets.py holds them equal): large batches
+    # (a tiny model's step costs the same for 32 or 512 rows), an entropy bonus against early collapse, a value-loss
+    # weight of 0.5, a small fixed KL coefficient, T_REx 5, a held-out fifth of the queries. The 20-token cooperative
+    # task (65,536 episodes):
+    "tiny-vocab": {**_LADDER, "task": "tiny_vocab", "output_dir": "runs/tiny-vocab", "num_iterations": 128},
+    # the relay task, where knowledge transfer is necessary (65,536 episodes; the pair of docs/partners.md)
+    "relay": {**_LADDER, "task": "relay", "output_dir": "runs/relay", "num_iterations": 128},
+    # the chain-relay task on a chain of three seats (131,072 episodes)
+    "chain-relay": {**_LADDER, "task": "chain_relay", "seating": "chain:3", "output_dir": "runs/chain-relay",
+                    "num_iterations": 256},
     # The README's first command: real SmolLM2-135M-Instruct on CPU in a few minutes, LoRA, VADER reward, IMDB
     # from the hub when reachable, else the built-in openings (or --data_path FILE). It ends by printing the
     # pioneer's held-out reward before and after training. CORY with GRPO learners (lr, beta and lengths from the

@@ -6,7 +6,7 @@ transformers' model code.
 
 from __future__ import annotations
 
-import importlib
+from cory_env.lazy import lazy_exports
 
 _EXPORTS = {
     "DEFAULT_MODEL": "agents.loading", "load_model_and_tokenizer": "agents.loading", "load_tokenizer": "agents.loading",
@@ -18,7 +18,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'agents' has no attribute {name!r}")
+__getattr__ = lazy_exports("agents", _EXPORTS)

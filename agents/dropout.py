@@ -4,8 +4,7 @@ function of the weights.
 PPO's importance ratio π_θ/π_old must be exactly 1 on the data the rollout just produced. The rollout scores old
 log-probabilities and values in eval mode (no dropout) while the update runs in train mode (activation checkpointing
 and peft need it); with any dropout active, the two forwards are different networks and the ratio and the value
-clipping see noise instead of policy change (measured with dropout on: ratio 0.9986 at LoRA dropout 0.1, value
-clipfrac 0.128 before any update with a value-head dropout of 0.1). TRL does the same (``disable_dropout=True``,
+clipping see noise instead of policy change. TRL does the same (``disable_dropout=True``,
 `trl.trainer.utils.disable_dropout_in_model`); CleanRL's policies have no dropout.
 """
 
@@ -23,14 +22,8 @@ FUNCTIONAL_DROPOUT_ATTRIBUTES = ("attention_dropout",)
 def disable_dropout(*modules: nn.Module) -> int:
     """Set every dropout probability inside `modules` to 0, in place: `nn.Dropout`-family modules (LoRA dropout,
     a value head's dropout, GPT-2's residual and attention dropout) and the float `attention_dropout` of attention
-    modules (and the model config's copy of it).
-
-    Args:
-        modules: models, value heads, `agents.LLMAgent` objects.
-
-    Returns:
-        The number of dropout sites whose probability was above 0.
-    """
+    modules (and the model config's copy of it). `modules`: models, value heads, `agents.LLMAgent` objects.
+    Returns the number of dropout sites whose probability was above 0."""
     changed = 0
     for root in modules:
         for module in root.modules():

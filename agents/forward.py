@@ -16,26 +16,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = [
-    "ResponseForward",
-    "check_response_inputs",
-    "entropy_from_logits",
-    "logprobs_from_logits",
-    "policy_logits",
-    "position_ids_from_mask",
-    "response_forward",
-]
+__all__ = ["ResponseForward", "check_response_inputs", "entropy_from_logits", "logprobs_from_logits", "policy_logits",
+           "position_ids_from_mask", "response_forward"]
 
 
 def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
-    """Position ids for a left-padded batch, as ``generate`` builds them.
-
-    Args:
-        mask: int or bool (B, S) attention mask, 0/False on padding.
-
-    Returns:
-        int64 (B, S): ``cumsum(mask) - 1`` on real tokens, 1 on padding.
-    """
+    """Position ids for a left-padded batch, as ``generate`` builds them, from its int or bool (B, S) attention
+    `mask` (0/False on padding): int64 (B, S), ``cumsum(mask) - 1`` on real tokens, 1 on padding."""
     mask = mask.long()
     return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
 
@@ -129,9 +116,8 @@ class ResponseForward:
     hidden: torch.Tensor | None
 
 
-def check_response_inputs(
-    query: torch.Tensor, query_mask: torch.Tensor, response: torch.Tensor, response_mask: torch.Tensor
-) -> None:
+def check_response_inputs(query: torch.Tensor, query_mask: torch.Tensor, response: torch.Tensor,
+                          response_mask: torch.Tensor) -> None:
     """Raise `ValueError` / `TypeError` unless query (B, Q) and response (B, T) and their masks line up."""
     for name, t in (("query", query), ("response", response)):
         if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.dtype != torch.long:
@@ -147,15 +133,8 @@ def check_response_inputs(
         raise ValueError(f"query and response need >= 1 column, got Q={query.shape[1]}, T={response.shape[1]}")
 
 
-def response_forward(
-    model: nn.Module,
-    query: torch.Tensor,
-    query_mask: torch.Tensor,
-    response: torch.Tensor,
-    response_mask: torch.Tensor,
-    *,
-    output_hidden: bool = False,
-) -> ResponseForward:
+def response_forward(model: nn.Module, query: torch.Tensor, query_mask: torch.Tensor, response: torch.Tensor,
+                     response_mask: torch.Tensor, *, output_hidden: bool = False) -> ResponseForward:
     """One forward over ``[query; response]`` keeping only the positions that predict response tokens.
 
     Position ``Q - 1 + t`` predicts response token ``t``; logits are computed only for those T positions
@@ -183,19 +162,11 @@ def response_forward(
     ids = torch.cat([query, response], dim=1)
     mask = torch.cat([query_mask.long(), response_mask.long()], dim=1)
     s = ids.shape[1]
-    # The T positions that predict the response, as an index tensor: the model gathers them into a contiguous
-    # (B, T, H) block and its output layer is one (B·T, H) × (H, V) matrix product. An int ``logits_to_keep``
-    # slices a strided view instead, which torch multiplies as B separate products, each reading the whole (V, H)
-    # output matrix again (B× the memory traffic; benchmarks/iteration_profile.py). Same maths; the different
-    # matrix-product blocking can move the last bit of a logit (measured: IMDB rung bit-identical, tiny models not).
+    # The T positions that predict the response, as an index tensor: the output layer is then one (B·T, H) × (H, V)
+    # matrix product, where an int ``logits_to_keep`` would make B separate ones (B× the memory traffic;
+    # benchmarks/iteration_profile.py). Same maths; the blocking can move the last bit of a logit.
     keep = torch.arange(s - t - 1, s - 1, device=ids.device)
-    out = model(
-        input_ids=ids,
-        attention_mask=mask,
-        position_ids=position_ids_from_mask(mask),
-        use_cache=False,
-        output_hidden_states=output_hidden,
-        logits_to_keep=keep,
-    )
+    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), use_cache=False,
+                output_hidden_states=output_hidden, logits_to_keep=keep)
     hidden = out.hidden_states[-1][:, s - t - 1:s - 1] if output_hidden else None
     return ResponseForward(logits=out.logits, hidden=hidden)

@@ -1,9 +1,8 @@
 """Model and tokenizer loading: Hugging Face hub ids, local folders, GGUF files and offline aliases.
 
 `load_model_and_tokenizer` accepts the names `cory_env.hub` resolves (alias, ``.gguf`` file, local folder, hub id;
-offline-first, GGUF converted once into the cache) and loads the causal LM with its tokenizer. The name resolution
-lives in `cory_env.hub` so the env, which must not import `agents`, takes the same tokenizer names; it is
-re-exported here.
+offline-first, GGUF converted once into the cache) and loads the causal LM with its tokenizer. The name resolution lives
+in `cory_env.hub` so the env, which must not import `agents`, takes the same tokenizer names; it is re-exported here.
 """
 
 from __future__ import annotations
@@ -14,21 +13,8 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from cory_env.hub import (  # noqa: F401 - re-exported: the loading API of `agents`
-    ALIASES,
-    CACHE_ENV_VAR,
-    DEFAULT_MODEL,
-    HUB_PROBE_TIMEOUT_S,
-    GGUFAlias,
-    cache_root,
-    convert_gguf,
-    find_alias_gguf,
-    hub_kwargs,
-    hub_reachable,
-    load_pretrained,
-    load_tokenizer,
-    offline_error,
-    resolve_local_dir,
-)
+    ALIASES, CACHE_ENV_VAR, DEFAULT_MODEL, HUB_PROBE_TIMEOUT_S, GGUFAlias, cache_root, convert_gguf, find_alias_gguf,
+    hub_kwargs, hub_reachable, load_pretrained, load_tokenizer, offline_error, resolve_local_dir)
 from cory_env.tokenizer import prepare_tokenizer  # noqa: F401 - re-exported: the loading API of `agents`
 
 
@@ -51,13 +37,9 @@ def load_model(name_or_path: str, tokenizer, *, dtype: torch.dtype = torch.float
     return model.eval()
 
 
-def load_model_and_tokenizer(
-    name_or_path: str,
-    *,
-    dtype: torch.dtype = torch.float32,
-    trust_remote_code: bool = False,
-    cache_dir: str | os.PathLike | None = None,
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load_model_and_tokenizer(name_or_path: str, *, dtype: torch.dtype = torch.float32, trust_remote_code: bool = False,
+                             cache_dir: str | os.PathLike | None = None
+                             ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer from an alias, a ``.gguf`` file, a local folder or a hub id.
 
     Args:

@@ -75,8 +75,7 @@ class LLMAgent(nn.Module):
         model: a ``transformers`` causal LM, or the shared ``PeftModel`` from `build_shared_lora` (then
             `adapter_name` selects this agent's adapter, activated before every forward).
         tokenizer: its tokenizer (saved with the agent; its pad id is not used for acting).
-        value_head: a `ValueHead`; default a fresh one (dropout `value_head_dropout`) sized to the model's hidden
-            size.
+        value_head: a `ValueHead`; default a fresh one (dropout `value_head_dropout`) sized to the model's hidden size.
         sampling: how `act` / `act_batch` sample; default `SamplingConfig()` (plain sampling, top_k 0).
         adapter_name: LoRA adapter of this agent inside a shared ``PeftModel``; None for a plain model.
         vocab_size: the env's action space size V; checked against the model's output vocabulary now (otherwise
@@ -94,19 +93,10 @@ class LLMAgent(nn.Module):
         TypeError: `sampling` is not a `SamplingConfig`.
     """
 
-    def __init__(
-        self,
-        model: nn.Module,
-        tokenizer: PreTrainedTokenizerBase,
-        value_head: ValueHead | None = None,
-        sampling: SamplingConfig | None = None,
-        adapter_name: str | None = None,
-        *,
-        vocab_size: int | None = None,
-        seed: int | None = None,
-        value_head_dropout: float = 0.1,
-        precision: str = "fp32",
-    ) -> None:
+    def __init__(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, value_head: ValueHead | None = None,
+                 sampling: SamplingConfig | None = None, adapter_name: str | None = None, *,
+                 vocab_size: int | None = None, seed: int | None = None, value_head_dropout: float = 0.1,
+                 precision: str = "fp32") -> None:
         super().__init__()
         sampling = SamplingConfig() if sampling is None else sampling
         if not isinstance(sampling, SamplingConfig):
@@ -117,9 +107,7 @@ class LLMAgent(nn.Module):
                                  f"{type(model).__name__}")
             if adapter_name not in model.peft_config:
                 raise ValueError(f"adapter {adapter_name!r} not in the PeftModel; it has {sorted(model.peft_config)}")
-        self.model = model
-        self.tokenizer = tokenizer
-        self.adapter_name = adapter_name
+        self.model, self.tokenizer, self.adapter_name = model, tokenizer, adapter_name
         self._sampling = sampling
         self._last_sampling = sampling  # what the last `act_batch` sampled with (`acting_scores_exact`)
         self.model_vocab_size = _output_vocab_size(model)
@@ -134,10 +122,7 @@ class LLMAgent(nn.Module):
         self.value_head = value_head.to(device)
         self.value_head.train(model.training)
         self.training = model.training
-        self.generator = None
-        if seed is not None:
-            self.generator = torch.Generator(device=device)
-            self.generator.manual_seed(seed)
+        self.generator = None if seed is None else torch.Generator(device=device).manual_seed(seed)
         self.precision = precision
         self._samplers = {sampling: KVCachedSampler(model, sampling, precision)}  # one per sampling config
         self.last_logprobs: torch.Tensor | None = None
@@ -157,11 +142,7 @@ class LLMAgent(nn.Module):
         self._sampling = value
 
     def _sampler_for(self, sampling: SamplingConfig) -> KVCachedSampler:
-        """The KV-cached sampler of `sampling` (built once per sampling config).
-
-        Raises:
-            TypeError: `sampling` is not a `SamplingConfig`.
-        """
+        """The KV-cached sampler of `sampling` (built once per sampling config); TypeError for a non-config."""
         if not isinstance(sampling, SamplingConfig):
             raise TypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
         if sampling not in self._samplers:
@@ -185,11 +166,9 @@ class LLMAgent(nn.Module):
     def check_vocab_size(self, vocab_size: int) -> None:
         """Raise `ValueError` naming both sizes unless the env's action space size equals the model's vocabulary."""
         if int(vocab_size) != self.model_vocab_size:
-            raise ValueError(
-                f"vocabulary mismatch: the env's action space has {int(vocab_size)} tokens but the model outputs "
-                f"{self.model_vocab_size} logits; build the env with this model's tokenizer (or resize the model's "
-                f"token embeddings to {int(vocab_size)})"
-            )
+            raise ValueError(f"vocabulary mismatch: the env's action space has {int(vocab_size)} tokens but the model "
+                             f"outputs {self.model_vocab_size} logits; build the env with this model's tokenizer (or "
+                             f"resize the model's token embeddings to {int(vocab_size)})")
 
     def _activate(self) -> None:
         if self.adapter_name is not None:
@@ -215,8 +194,7 @@ class LLMAgent(nn.Module):
 
         Args:
             obs: ``input_ids`` (L,) int64 left padded, ``attention_mask`` (L,), ``action_mask`` (V,) int8.
-            generator: RNG for sampling; default this agent's generator (see ``seed``).
-            sampling: how to sample (a seat's own settings); default `sampling`.
+            generator, sampling: as in `act_batch`.
 
         Returns:
             The sampled token id (an allowed action).
@@ -272,22 +250,13 @@ class LLMAgent(nn.Module):
             tokens, logprobs, logits = sampler(ids, mask, action_mask, generator)
             hidden = sampler.last_hidden
             self.last_values = None if hidden is None else self.value_head(hidden[:, None])[:, 0]
-        self.last_logits = logits
-        self.last_logprobs = logprobs
+        self.last_logits, self.last_logprobs = logits, logprobs
         return tokens.cpu().numpy().astype(np.int64, copy=False)
 
     # ------------------------------------------------------------------ scoring
-    def evaluate(
-        self,
-        query: torch.Tensor,
-        query_mask: torch.Tensor,
-        response: torch.Tensor,
-        response_mask: torch.Tensor,
-        *,
-        return_logits: bool = False,
-        allowed: torch.Tensor | None = None,
-        temperature: float | None = None,
-    ) -> EvalOutput:
+    def evaluate(self, query: torch.Tensor, query_mask: torch.Tensor, response: torch.Tensor,
+                 response_mask: torch.Tensor, *, return_logits: bool = False, allowed: torch.Tensor | None = None,
+                 temperature: float | None = None) -> EvalOutput:
         """Log-probabilities, values and entropies of the response tokens in one forward (gradients flow).
 
         Args:
@@ -319,12 +288,8 @@ class LLMAgent(nn.Module):
         real = response_mask.bool()
         if not bool(torch.isfinite(logprobs[real]).all()):
             raise ValueError("non-finite logits at real response tokens in evaluate; the weights hold NaN/inf")
-        return EvalOutput(
-            logprobs=logprobs,
-            values=self.value_head(out.hidden),
-            entropy=entropy_from_logits(logits),
-            logits=logits if return_logits else None,
-        )
+        return EvalOutput(logprobs=logprobs, values=self.value_head(out.hidden), entropy=entropy_from_logits(logits),
+                          logits=logits if return_logits else None)
 
     def forward(self, *args, **kwargs) -> EvalOutput:
         """Alias of `evaluate` so the agent works with ``nn.Module`` call semantics."""
@@ -337,25 +302,20 @@ class LLMAgent(nn.Module):
 
     # ------------------------------------------------------------------ persistence
     def save_pretrained(self, save_directory: str | os.PathLike) -> Path:
-        """Write the agent as a folder: LM (or LoRA adapter) + tokenizer + value head, safetensors only.
+        """Write the agent as a folder (returned as a `Path`): LM (or LoRA adapter) + tokenizer + value head,
+        safetensors only.
 
         Layout: a plain LM is saved at the top (``AutoModelForCausalLM.from_pretrained(dir)`` loads it); a LoRA
         agent saves only its adapter in ``dir/<adapter_name>`` (``PeftModel.from_pretrained(base, that)`` loads
         it). ``value_head.safetensors`` and ``cory_agent.json`` (sampling config, adapter name) sit at the top.
-
-        Returns:
-            The folder as a `Path`.
         """
         out = Path(save_directory)
         out.mkdir(parents=True, exist_ok=True)
-        meta: dict[str, Any] = {
-            "format_version": _FORMAT_VERSION,
-            "kind": "lora" if self.adapter_name is not None else "full",
-            "adapter_name": self.adapter_name,
-            "hidden_size": self.value_head.hidden_size,
-            "value_head_dropout": self.value_head.dropout.p,
-            "sampling": dataclasses.asdict(self.sampling),
-        }
+        meta: dict[str, Any] = {"format_version": _FORMAT_VERSION,
+                                "kind": "lora" if self.adapter_name is not None else "full",
+                                "adapter_name": self.adapter_name, "hidden_size": self.value_head.hidden_size,
+                                "value_head_dropout": self.value_head.dropout.p,
+                                "sampling": dataclasses.asdict(self.sampling)}
         if self.adapter_name is not None:
             self.model.save_pretrained(out, selected_adapters=[self.adapter_name], safe_serialization=True)
             meta["adapter_dir"] = "." if self.adapter_name == "default" else self.adapter_name
@@ -369,18 +329,11 @@ class LLMAgent(nn.Module):
         return out
 
     @classmethod
-    def from_pretrained(
-        cls,
-        directory: str | os.PathLike,
-        *,
-        model: nn.Module | None = None,
-        dtype: torch.dtype = torch.float32,
-        **kwargs: Any,
-    ) -> "LLMAgent":
+    def from_pretrained(cls, directory: str | os.PathLike, *, model: nn.Module | None = None,
+                        dtype: torch.dtype = torch.float32, **kwargs: Any) -> "LLMAgent":
         """Load an agent saved by `save_pretrained` (safetensors only; the value head must load exactly).
 
         Args:
-            directory: the folder.
             model: for a LoRA agent, the base to attach the adapter to: a shared ``PeftModel`` (the adapter is
                 added under its saved name) or a plain LM; default the base recorded in the adapter config,
                 loaded with `load_model_and_tokenizer`. Ignored for a plain agent.
@@ -423,7 +376,6 @@ class LLMAgent(nn.Module):
     @staticmethod
     def _load_adapter(path: Path, adapter_name: str, model: nn.Module | None, dtype: torch.dtype) -> nn.Module:
         from peft import PeftConfig, PeftModel
-
         if not (path / "adapter_model.safetensors").is_file():
             raise FileNotFoundError(f"{path / 'adapter_model.safetensors'} not found (safetensors only)")
         if model is not None and is_peft_model(model):

@@ -4,14 +4,11 @@
 
 * ``"fp32"``: everything in float32 (the default; the TRL-parity tests run in it).
 * ``"bf16-mixed"``: the model's forward passes (acting, scoring, the update) run under
-  ``torch.autocast(device, dtype=torch.bfloat16)``, so matmuls take bfloat16 inputs; the parameters, their
-  gradients and the Adam state stay float32 (master weights, as `torch.amp` intends). Everything read from a forward
-  is cast back to float32 before any RL maths: `agents.forward.policy_logits` casts the logits (so log-softmax,
-  log-probabilities, entropies and the full-vocabulary KL are float32), `agents.value_head.ValueHead` casts the
-  hidden state (values and the value loss), and the learners' advantages, ratios, KL estimates and losses are
-  computed outside the autocast region on those float32 tensors. bf16 keeps float32's exponent range, so no loss
-  scaling is needed (unlike fp16). Frozen weights (a LoRA base, the reference model) are cast once per change
-  instead of at every product (`CastOnceLinear`, applied by `trainers.loop.build.build_agents`; same numbers).
+  ``torch.autocast(device, dtype=torch.bfloat16)``; the parameters, their gradients and the Adam state stay float32.
+  Everything read from a forward is cast back to float32 before any RL maths (`agents.forward.policy_logits`: the
+  logits; `agents.value_head.ValueHead`: the hidden state), so advantages, ratios, KL estimates and losses are float32.
+  bf16 keeps float32's exponent range, so no loss scaling is needed (unlike fp16). Frozen weights (a LoRA base, the
+  reference model) are cast once per change (`CastOnceLinear`, applied by `trainers.loop.build.build_agents`).
 * ``"auto"``: ``"bf16-mixed"`` where the hardware computes bf16 natively (a CUDA GPU with bf16 support; a CPU with
   AVX512-BF16 or AMX), else ``"fp32"``; the choice is logged (`resolve_precision`).
 * ``"fp16-mixed"``: float16 autocast, CUDA only (CPU float16 kernels are missing or slower than float32; refused).
@@ -74,12 +71,8 @@ def resolve_precision(precision: str, device: torch.device | str) -> str:
 
 
 def autocast(precision: str, device: torch.device | str):
-    """The context a model forward runs under: ``torch.autocast`` for a mixed precision, else a no-op.
-
-    Args:
-        precision: a resolved precision ("fp32", "bf16-mixed", "fp16-mixed"; see `resolve_precision`).
-        device: the model's device.
-    """
+    """The context a model forward on `device` runs under: ``torch.autocast`` for a mixed `precision` (resolved:
+    `resolve_precision`), else a no-op."""
     dtype = _AUTOCAST_DTYPES.get(precision)
     if dtype is None:
         return contextlib.nullcontext()
@@ -125,4 +118,3 @@ def cast_frozen_weights_once(*models: torch.nn.Module, once: bool = True) -> int
                 module.__class__ = target
                 changed += 1
     return changed
-

@@ -1,8 +1,7 @@
 """The frozen reference model shared by every seat, and the two memory layouts that provide it.
 
-* **Full fine-tuning** (the paper's IMDB setting): `copy_for_agents` deep-copies the LM into N trainable
-  policies (llm1, llm2 for CORY's two seats) and keeps the original, frozen, as the reference model: N + 1 copies of
-  the weights.
+* **Full fine-tuning** (the paper's IMDB setting): `copy_for_agents` deep-copies the LM into N trainable policies (llm1,
+  llm2 for CORY's two seats) and keeps the original, frozen, as the reference model: N + 1 copies of the weights.
 * **Memory-shared LoRA**: `build_shared_lora` wraps one frozen base in a single ``PeftModel`` holding one adapter
   per seat ("llm1", "llm2", ...). Each `LLMAgent` holds that ``PeftModel`` plus its ``adapter_name`` and activates
   its adapter before every forward; the reference model is the same base with adapters disabled
@@ -82,11 +81,7 @@ def is_adapter_parameter(name: str, adapter_name: str) -> bool:
     return "lora_" in name and adapter_name in name.split(".")
 
 
-def build_shared_lora(
-    model: PreTrainedModel,
-    adapter_names: Sequence[str] = ("llm1", "llm2"),
-    lora_config=None,
-):
+def build_shared_lora(model: PreTrainedModel, adapter_names: Sequence[str] = ("llm1", "llm2"), lora_config=None):
     """Wrap one frozen base LM in a single ``PeftModel`` with one LoRA adapter per agent.
 
     Args:
@@ -105,7 +100,6 @@ def build_shared_lora(
         ValueError: if fewer than one or duplicate adapter names are given.
     """
     from peft import LoraConfig, get_peft_model
-
     names = list(adapter_names)
     if not names or len(set(names)) != len(names):
         raise ValueError(f"adapter_names must be distinct and non-empty, got {names}")
@@ -136,11 +130,7 @@ def copy_for_agents(model: PreTrainedModel, n: int = 2) -> tuple[list[PreTrained
         ValueError: n < 1.
     """
     check_number(n, "n", integer=True, low=1, fix="the number of policies")
-    policies = []
-    for _ in range(n):
-        policy = copy.deepcopy(model)
-        policy.requires_grad_(True)
-        policies.append(policy)
+    policies = [copy.deepcopy(model).requires_grad_(True) for _ in range(n)]
     return policies, ReferenceModel(model)
 
 
@@ -178,8 +168,7 @@ class ReferenceModel:
     def __init__(self, model: nn.Module, *, disable_adapters: bool | None = None, precision: str = "fp32") -> None:
         peft = is_peft_model(model)
         self.precision = precision
-        if disable_adapters is None:
-            disable_adapters = peft
+        disable_adapters = peft if disable_adapters is None else disable_adapters
         if disable_adapters and not peft:
             raise ValueError(f"disable_adapters=True needs a PeftModel, got {type(model).__name__}")
         self.model = model
@@ -215,17 +204,9 @@ class ReferenceModel:
         finally:
             self.model.train(was_training)
 
-    def evaluate(
-        self,
-        query: torch.Tensor,
-        query_mask: torch.Tensor,
-        response: torch.Tensor,
-        response_mask: torch.Tensor,
-        *,
-        return_logits: bool = False,
-        temperature: float = 1.0,
-        allowed: torch.Tensor | None = None,
-    ) -> ReferenceOutput:
+    def evaluate(self, query: torch.Tensor, query_mask: torch.Tensor, response: torch.Tensor,
+                 response_mask: torch.Tensor, *, return_logits: bool = False, temperature: float = 1.0,
+                 allowed: torch.Tensor | None = None) -> ReferenceOutput:
         """Reference log-probabilities of the response tokens (no gradients), aligned with `LLMAgent.evaluate`.
 
         Args:

@@ -29,13 +29,8 @@ from cory_env.generation import MAX_PENALTY, MIN_TEMPERATURE, SamplingConfig  # 
 
 
 def action_mask_tensor(action_mask: np.ndarray, device: torch.device) -> torch.Tensor | None:
-    """Bool (B, V) or (1, V) tensor of allowed tokens, or None when every token is allowed.
-
-    A read-only broadcast view (row stride 0, the env's uniform mask) is read once, not B times.
-
-    Args:
-        action_mask: int8 (B, V), 1 = allowed.
-    """
+    """Bool (B, V) or (1, V) tensor of the tokens `action_mask` (int8 (B, V), 1 = allowed) allows, or None when
+    every token is allowed. A read-only broadcast view (row stride 0, the env's uniform mask) is read once."""
     mask = np.asarray(action_mask)
     if mask.ndim == 2 and mask.strides[0] == 0:
         mask = mask[:1]
@@ -44,15 +39,9 @@ def action_mask_tensor(action_mask: np.ndarray, device: torch.device) -> torch.T
     return torch.from_numpy(np.array(mask, dtype=bool, copy=True)).to(device)
 
 
-def sample_step(
-    logits: torch.Tensor,
-    context_ids: torch.Tensor,
-    allowed: torch.Tensor | None,
-    penalties: LogitsProcessorList,
-    warpers: LogitsProcessorList,
-    generator: torch.Generator | None = None,
-    temperature: float = 1.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_step(logits: torch.Tensor, context_ids: torch.Tensor, allowed: torch.Tensor | None,
+                penalties: LogitsProcessorList, warpers: LogitsProcessorList, generator: torch.Generator | None = None,
+                temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row.
 
     Args:
@@ -90,11 +79,9 @@ def penalty_context(ids: np.ndarray, mask: np.ndarray) -> torch.Tensor:
     """The context a repetition penalty may read: the window with every padded position (attention mask 0)
     replaced by a real token of the same row, so padding counts as no token at all.
 
-    The penalty (transformers' `RepetitionPenaltyLogitsProcessor`) penalises every id present in its context. The
-    env left-pads its window with the pad id, which is EOS for SmolLM2 and GPT-2: handed the raw window, EOS counted
-    as already seen and lost probability before the model wrote anything (P(EOS) at the first step 0.042 instead of
-    generate's 0.250 on "The end."). Repeating a token already present changes nothing, so the
-    result equals the penalty over the real tokens alone.
+    The penalty (transformers' `RepetitionPenaltyLogitsProcessor`) penalises every id present in its context, and the
+    env left-pads its window with the pad id (EOS for SmolLM2 and GPT-2), which would count as already seen. Repeating
+    a token already present changes nothing, so the result equals the penalty over the real tokens alone.
 
     Args:
         ids: int64 (B, L) window; mask: int (B, L), 1 on real tokens (each row holds at least one).
@@ -142,13 +129,11 @@ class KVCachedSampler:
 
     Args:
         model: the causal LM (or ``PeftModel``; the caller activates the right adapter before each call).
-        sampling: the `SamplingConfig`.
         precision: the resolved precision the forwards run in (`agents.precision`: "fp32", "bf16-mixed", ...).
     """
 
     def __init__(self, model: torch.nn.Module, sampling: SamplingConfig, precision: str = "fp32") -> None:
-        self.model = model
-        self.precision = precision
+        self.model, self.precision = model, precision
         self._temperature = sampling.temperature
         self._penalties = sampling.penalty_processors()
         self._warpers = sampling.warpers()
@@ -160,13 +145,8 @@ class KVCachedSampler:
         """Drop the cache; the next call prefills."""
         self._kv = None
 
-    def __call__(
-        self,
-        ids: np.ndarray,
-        mask: np.ndarray,
-        action_mask: np.ndarray,
-        generator: torch.Generator | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def __call__(self, ids: np.ndarray, mask: np.ndarray, action_mask: np.ndarray,
+                 generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample one token per row (call under ``torch.inference_mode()``).
 
         Args:
@@ -213,11 +193,9 @@ class KVCachedSampler:
         if kv is None or kv.ids.shape != ids.shape:
             return False
         # A real (mask 1) token leaving the window would stay in the cache but not in a full forward.
-        return (
-            not kv.mask[:, 0].any()
-            and np.array_equal(ids[:, :-1], kv.ids[:, 1:])
-            and np.array_equal(mask[:, :-1], kv.mask[:, 1:])
-        )
+        return (not kv.mask[:, 0].any()
+                and np.array_equal(ids[:, :-1], kv.ids[:, 1:])
+                and np.array_equal(mask[:, :-1], kv.mask[:, 1:]))
 
     def _prefill(self, ids: np.ndarray, mask: np.ndarray, device: torch.device) -> torch.Tensor:
         # Columns that are padding in every row change nothing (masked keys, positions from the cumsum): skip

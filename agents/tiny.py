@@ -10,14 +10,8 @@ import importlib.resources
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import (
-    GPT2Config,
-    GPT2LMHeadModel,
-    LlamaConfig,
-    LlamaForCausalLM,
-    PreTrainedModel,
-    PreTrainedTokenizerFast,
-)
+from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedModel,
+                          PreTrainedTokenizerFast)
 
 from cory_env.checks import check_number
 
@@ -37,13 +31,8 @@ def training_lines(text: str) -> list[str]:
 
 
 def tiny_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
-    """A byte-level BPE tokenizer with `vocab_size` tokens, EOS = pad = `<|endoftext|>`, left padding.
-
-    Args:
-        vocab_size: total vocabulary size V including the 256 byte tokens and EOS; >= 300.
-
-    Returns:
-        A `PreTrainedTokenizerFast`; deterministic for a given `vocab_size`.
+    """A byte-level BPE `PreTrainedTokenizerFast` with `vocab_size` tokens (V, including the 256 byte tokens and
+    EOS; >= 300), EOS = pad = `<|endoftext|>`, left padding; deterministic for a given `vocab_size`.
 
     Raises:
         ValueError: if `vocab_size` < 300.
@@ -52,28 +41,17 @@ def tiny_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=[TINY_EOS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[TINY_EOS],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(_corpus(), trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=TINY_EOS, pad_token=TINY_EOS)
     fast.padding_side = "left"
     return fast
 
 
-def tiny_causal_lm(
-    tokenizer: PreTrainedTokenizerFast,
-    *,
-    arch: str = "llama",
-    hidden_size: int = 32,
-    num_layers: int = 2,
-    num_heads: int = 4,
-    max_positions: int = 1024,
-    seed: int = 0,
-) -> PreTrainedModel:
+def tiny_causal_lm(tokenizer: PreTrainedTokenizerFast, *, arch: str = "llama", hidden_size: int = 32,
+                   num_layers: int = 2, num_heads: int = 4, max_positions: int = 1024,
+                   seed: int = 0) -> PreTrainedModel:
     """A randomly initialised causal LM whose vocabulary matches `tokenizer` (fp32, eval mode).
 
     Args:
@@ -86,21 +64,16 @@ def tiny_causal_lm(
     Raises:
         ValueError: for an unknown `arch`.
     """
-    vocab = len(tokenizer)
-    eos = tokenizer.eos_token_id
+    vocab, eos = len(tokenizer), tokenizer.eos_token_id
     if arch == "llama":
-        config = LlamaConfig(
-            vocab_size=vocab, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-            num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_heads,
-            max_position_embeddings=max_positions, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos,
-            tie_word_embeddings=False,
-        )
+        config = LlamaConfig(vocab_size=vocab, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                             num_hidden_layers=num_layers, num_attention_heads=num_heads,
+                             num_key_value_heads=num_heads, max_position_embeddings=max_positions, bos_token_id=eos,
+                             eos_token_id=eos, pad_token_id=eos, tie_word_embeddings=False)
         cls = LlamaForCausalLM
     elif arch == "gpt2":
-        config = GPT2Config(
-            vocab_size=vocab, n_embd=hidden_size, n_layer=num_layers, n_head=num_heads,
-            n_positions=max_positions, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos,
-        )
+        config = GPT2Config(vocab_size=vocab, n_embd=hidden_size, n_layer=num_layers, n_head=num_heads,
+                            n_positions=max_positions, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos)
         cls = GPT2LMHeadModel
     else:
         raise ValueError(f"arch must be 'llama' or 'gpt2', got {arch!r}")

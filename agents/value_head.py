@@ -34,19 +34,12 @@ class ValueHead(nn.Module):
         self.summary = nn.Linear(hidden_size, 1, dtype=torch.float32)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """Values for every position.
-
-        Args:
-            hidden_states: float (B, T, H), any float dtype.
-
-        Returns:
-            float32 (B, T).
+        """Values for every position: float32 (B, T) from `hidden_states`, float (B, T, H) of any float dtype.
 
         Raises:
             ValueError: if the last dimension is not H.
         """
         if hidden_states.shape[-1] != self.hidden_size:
-            raise ValueError(
-                f"hidden_states last dim is {hidden_states.shape[-1]}, the value head expects {self.hidden_size}"
-            )
+            raise ValueError(f"hidden_states last dim is {hidden_states.shape[-1]}, the value head expects "
+                             f"{self.hidden_size}")
         return self.summary(self.dropout(hidden_states.to(self.summary.weight.dtype))).squeeze(-1)

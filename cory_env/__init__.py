@@ -13,22 +13,7 @@ from cory_env.seating import SEATS, Seat, Seating
 from cory_env.tasks import Task, make_task
 from cory_env.token_env import env, raw_env
 
-__all__ = [
-    "SEATS",
-    "BatchedCORYEnv",
-    "EnvConfig",
-    "EpisodeBatch",
-    "EpisodeTranscript",
-    "PioneerEnv",
-    "Seat",
-    "SeatTranscript",
-    "Seating",
-    "Task",
-    "collective_reward",
-    "env",
-    "make_reward_fn",
-    "make_task",
-    "raw_env",
-]
+__all__ = ["SEATS", "BatchedCORYEnv", "EnvConfig", "EpisodeBatch", "EpisodeTranscript", "PioneerEnv", "Seat",
+           "SeatTranscript", "Seating", "Task", "collective_reward", "env", "make_reward_fn", "make_task", "raw_env"]
 
 register_envs()

@@ -31,22 +31,16 @@ class BatchedCORYEnv:
     """B CORY episodes stepped together (see the module docstring and docs/architecture.md).
 
     Args:
-        config: an `EnvConfig`; keyword fields override it (or build one when it is None).
+        config, reward_fn, task, task_options: as for `cory_env.token_env.raw_env`.
+        **kwargs: as for `cory_env.token_env.raw_env`.
         tokenizer: tokenizer object or name (required); or seat -> tokenizer when the seats' models use different
             tokenizers (`EpisodeBatch`, docs/seats.md; `set_tokenizers` moves them at role exchange).
         batch_size: B.
-        reward_fn: reward name or callable overriding the task's.
-        task: a task name or `Task` object (default: ``config.task``).
         seating: a `cory_env.seating.Seating`, or a seating spec (``"cory"``, ``"ppo"``: the pioneer alone, the PPO
             baseline's and the evaluations' env, ``"chain:N"``); default ``config.seating`` (None: the task's
             default seating). `possible_agents`, rewards, infos and the transcript hold its seats.
-        task_options: the task's options (`cory_env.tasks.TaskSpec.options`: an instance or a dict; None: its
-            defaults).
         group_size: k, rows per query (GRPO's samples per query).
-        task_tokenizer: the tokenizer the task is (or a given `Task` object was) built with: its action mask's, and
-            the one the queries are drawn and cut in (a run's first model's, whoever sits in the first seat);
-            default the first seat's.
-        **kwargs: `EnvConfig` fields, and fields of the task's options (``min_review_chars=100`` for IMDB).
+        task_tokenizer: as for `EpisodeBatch` (default the first seat's).
 
     Raises:
         TypeError, ValueError: for bad arguments (see `EnvConfig`, `EpisodeBatch`).
@@ -154,10 +148,8 @@ class BatchedCORYEnv:
         return self.observe(), {"query_text": list(self._episode.query_text)}
 
     def step(self, actions) -> tuple[dict, dict, dict, dict, dict]:
-        """Append one token per row for the acting seat.
-
-        Args:
-            actions: int (B,) token ids (numpy or CPU tensor); ignored for rows in ``~active``.
+        """Append one token per row for the acting seat: `actions`, int (B,) token ids (numpy or CPU tensor), ignored
+        for rows in ``~active``.
 
         Returns:
             ``(obs, rewards, terminations, truncations, infos)``: the next acting seat's observation (the last

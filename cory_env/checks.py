@@ -114,9 +114,7 @@ def check_path(path, name: str, *, kind: str = "file", fix: str = "") -> "Path":
     """
     import os
     from pathlib import Path
-
     import stat
-
     path = Path(path)
     hint = f"; {fix}" if fix else ""
     try:
@@ -140,12 +138,9 @@ def check_path(path, name: str, *, kind: str = "file", fix: str = "") -> "Path":
 
 
 def check_groups(rows: int, group_size, *, fix: str = "choose batch_size as a multiple of group_size") -> int:
-    """The one group rule: `group_size` k is an int >= 1 and `rows` B splits into groups of k consecutive rows (each
-    group answers one query k times: GRPO's samples per query). Checked by `trainers.learning.configs.GRPOConfig`
-    before a run, and at the env's and the group maths' inputs.
-
-    Returns:
-        k.
+    """The one group rule: `group_size` k (returned) is an int >= 1 and `rows` B splits into groups of k consecutive
+    rows (each group answers one query k times: GRPO's samples per query). Checked by
+    `trainers.learning.configs.GRPOConfig` before a run, and at the env's and the group maths' inputs.
 
     Raises:
         ValueError: naming B, k and `fix`.
@@ -164,9 +159,8 @@ def check_finite_fields(config: object) -> None:
     a bool field takes a bool, an int field an int (not a bool, not a str), a float field a finite number
     (`cory_env.checks.check_number`), a str field a str; an Optional field also None.
 
-    Every config calls it first in ``__post_init__``: ``inf`` passes a ``> 0`` check (``--learning_rate inf``, YAML
-    ``.inf``), NaN fails every comparison silently, and ``"1e3"`` or ``True`` given from Python would be read as
-    something else, so the kinds are checked once, for every field, before the range checks.
+    Every config calls it first in ``__post_init__``: ``inf`` passes a ``> 0`` check, NaN fails every comparison
+    silently, and ``"1e3"`` or ``True`` would be read as something else.
     """
     hints = _type_hints(type(config))
     for f in dataclasses.fields(config):

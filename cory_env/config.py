@@ -16,8 +16,7 @@ from cory_env.overrides import convert_value, parse_overrides
 from cory_env.prompts import OBSERVER_REQUIRED, parse_template
 from cory_env.seating import canonical_seating_spec
 
-__all__ = ["ONE_SEAT", "EnvConfig", "RenderModeError",
-           "check_render_mode", "resolve_config"]
+__all__ = ["ONE_SEAT", "EnvConfig", "RenderModeError", "check_render_mode", "resolve_config"]
 
 
 #: Why a knowledge-transfer or partner option does nothing with a single seat (`EnvConfig._unread_when`, read by
@@ -61,112 +60,80 @@ class EnvConfig:
         "observer_template": lambda c, seating: observer_template_reason(seating),
     }
 
-    task: str = field(
-        default="imdb",
-        metadata={"help": "The task, by registry name (cory_env.tasks.TASKS; built in: imdb, the paper's sentiment "
-                          "continuation; gsm8k, grade-school maths; tiny_vocab, relay and chain_relay, toys with known "
-                          "optima), as an importable 'module:attr' of a TaskSpec, or by the name of an installed "
-                          "plug-in (entry-point group cory.tasks); docs/extending.md. A `Task` object can be passed "
-                          "to the env instead."},
-    )
-    data_path: str | None = field(
-        default=None,
-        metadata={"help": "Where the task's queries come from. None: built-in offline data (IMDB: the package's "
-                          "review openings); a local CSV/JSONL/Parquet file; or 'hub' (IMDB: Hugging Face "
-                          "`stanfordnlp/imdb`, split train, with an offline fallback to the built-in openings)."},
-    )
-    reward: str = field(
-        default="vader",
-        metadata={"help": "The task reward, by registry name (cory_env.rewards.REWARDS; built in, IMDB's: 'vader' "
-                          "(offline; VADER compound of query + response, in [-1, 1]), 'vader-gain' (VADER(q + a) - "
-                          "VADER(q)) or 'distilbert-imdb' (the paper's raw POSITIVE logit)), an importable "
-                          "'module:function' taking (queries, responses), or an installed plug-in's name (entry-point "
-                          "group cory.rewards). Read by the tasks whose TaskSpec says so (imdb); tasks with their own "
-                          "reward (gsm8k, the toys) ignore it. A callable goes to the env constructor as `reward_fn` "
-                          "(a run records it as module:function when importable)."},
-    )
-    heldout_fraction: float = field(
-        default=0.0,
-        metadata={"help": "Fraction of the queries kept out of training for evaluation (tasks whose TaskSpec reads it: imdb and the toys), chosen "
-                          "by a hash of each query's text (the same slice on every machine and run); 0 = none (eval "
-                          "then draws fresh-seed queries from the training data)."},
-    )
-    query_split: str = field(
-        default="train",
-        metadata={"help": "Which queries are drawn (tasks that read heldout_fraction): 'train' (all but the held-out slice) or "
-                          "'test' (the held-out slice; needs heldout_fraction > 0). `cory eval` picks 'test' when "
-                          "the run has a held-out slice."},
-    )
-    min_new_tokens: int = field(
-        default=4,
-        metadata={"help": "Lower end of the per-episode response length, in tokens, drawn from [min_new_tokens, "
-                          "max_new_tokens] and shared by both seats (paper/official code: 4). A response may "
-                          "still end earlier with EOS."},
-    )
-    max_new_tokens: int = field(
-        default=15,
-        metadata={"help": "Upper end of the per-episode response length, in tokens (official code: "
-                          "LengthSampler(4, 16), i.e. 15). Must be >= 1."},
-    )
-    stop_strings: typing.Optional[list[str]] = field(
-        default=None,
-        metadata={"help": "Strings that end a response (every seat, unless seat_generation sets the seat's own): "
-                          "the response ends at the token whose text completes one, kept as its last token (as "
-                          "transformers' generate stop_strings); None: only EOS and the length end it. On the command "
-                          "line each item's escapes are read (\\n a newline, \\t a tab, \\\\ a backslash); an "
-                          "empty item is refused."},
-    )
-    seat_generation: typing.Optional[list[str]] = field(
-        default=None,
-        metadata={"help": "Per-seat generation settings over the defaults (the sampling options, min/max_new_tokens, "
-                          "stop_strings): SEAT.FIELD=VALUE entries, e.g. observer.temperature=0.7 "
-                          "observer.max_new_tokens=24 pioneer.stop_strings=.,! (a comma list: write a comma as \\, "
-                          "a newline as \\n, a tab as \\t, a backslash as \\\\; or a JSON list such as "
-                          "[\"\\n\", \",\"]; an empty item is refused); in YAML a mapping "
-                          "{observer: {temperature: 0.7}}. Fields: temperature, top_k, top_p, repetition_penalty, "
-                          "min_new_tokens, max_new_tokens, stop_strings. Recorded as {seat: {field: value}}; "
-                          "docs/seats.md."},
-    )
-    context_len: int = field(
-        default=128,
-        metadata={"help": "L: length of the left-padded observation window, in tokens. Every prompt must leave "
-                          "room for max_new_tokens (prompt + max_new_tokens <= L)."},
-    )
-    truncate_query: bool = field(
-        default=True,
-        metadata={"help": "If a query does not fit the context window, keep its last tokens and log a warning "
-                          "(True) or raise ValueError (False)."},
-    )
-    seating: str | None = field(
-        default=None,
-        metadata={"help": "The seat line-up (cory_env.seating): cory (pioneer, then observer: the paper), ppo "
-                          "(the pioneer alone: the single-agent baseline; --algo is another name for this option), "
-                          "chain:N (N seats in order, 1 <= N <= 256; seat k reads the earlier seats); None: the "
-                          "task's default (cory; chain:3 for chain_relay).", "aliases": ["--algo"]},
-    )
-    knowledge_transfer: bool = field(
-        default=True,
-        metadata={"help": "True: each seat after the first reads the earlier seats' responses (the observer's "
-                          "prompt is the knowledge-transfer template over q and a1: CORY). False: no seat reads "
-                          "another; the observer sees the pioneer's prompt alone (the paper's 'w/o KT' ablation)."},
-    )
-    partner_reward_coef: float = field(
-        default=1.0,
-        metadata={"help": "c in the collective reward r_i + c * r_j, and off the diagonal of the reward matrix of "
-                          "N seats (paper: 1, cooperative; -1 competitive; 0 independent)."},
-    )
-    observer_template: str | None = field(
-        default=None,
-        metadata={"help": "Knowledge-transfer template with {query} and {response} placeholders (the prompt of "
-                          "a seat that sees the query and reads earlier seats); None: the task's default (IMDB, "
-                          "official code: 'I can make this sentence \"{query}{response}\" more positive: "
-                          "{query}')."},
-    )
-    pioneer_template: str | None = field(
-        default=None,
-        metadata={"help": "Pioneer prompt template with a {query} placeholder; None: the task's default "
-                          "('{query}')."},
-    )
+    task: str = field(default="imdb", metadata={
+        "help": "The task, by registry name (cory_env.tasks.TASKS; built in: imdb, the paper's sentiment "
+                "continuation; gsm8k, grade-school maths; tiny_vocab, relay and chain_relay, toys with known "
+                "optima), as an importable 'module:attr' of a TaskSpec, or by the name of an installed "
+                "plug-in (entry-point group cory.tasks); docs/extending.md. A `Task` object can be passed "
+                "to the env instead."})
+    data_path: str | None = field(default=None, metadata={
+        "help": "Where the task's queries come from. None: built-in offline data (IMDB: the package's "
+                "review openings); a local CSV/JSONL/Parquet file; or 'hub' (IMDB: Hugging Face "
+                "`stanfordnlp/imdb`, split train, with an offline fallback to the built-in openings)."})
+    reward: str = field(default="vader", metadata={
+        "help": "The task reward, by registry name (cory_env.rewards.REWARDS; built in, IMDB's: 'vader' "
+                "(offline; VADER compound of query + response, in [-1, 1]), 'vader-gain' (VADER(q + a) - "
+                "VADER(q)) or 'distilbert-imdb' (the paper's raw POSITIVE logit)), an importable "
+                "'module:function' taking (queries, responses), or an installed plug-in's name (entry-point "
+                "group cory.rewards). Read by the tasks whose TaskSpec says so (imdb); tasks with their own "
+                "reward (gsm8k, the toys) ignore it. A callable goes to the env constructor as `reward_fn` "
+                "(a run records it as module:function when importable)."})
+    heldout_fraction: float = field(default=0.0, metadata={
+        "help": "Fraction of the queries kept out of training for evaluation (tasks whose TaskSpec reads it: imdb "
+                "and the toys), chosen by a hash of each query's text (the same slice on every machine and run); 0 = "
+                "none (eval then draws fresh-seed queries from the training data)."})
+    query_split: str = field(default="train", metadata={
+        "help": "Which queries are drawn (tasks that read heldout_fraction): 'train' (all but the held-out slice) or "
+                "'test' (the held-out slice; needs heldout_fraction > 0). `cory eval` picks 'test' when "
+                "the run has a held-out slice."})
+    min_new_tokens: int = field(default=4, metadata={
+        "help": "Lower end of the per-episode response length, in tokens, drawn from [min_new_tokens, "
+                "max_new_tokens] and shared by both seats (paper/official code: 4). A response may "
+                "still end earlier with EOS."})
+    max_new_tokens: int = field(default=15, metadata={
+        "help": "Upper end of the per-episode response length, in tokens (official code: "
+                "LengthSampler(4, 16), i.e. 15). Must be >= 1."})
+    stop_strings: typing.Optional[list[str]] = field(default=None, metadata={
+        "help": "Strings that end a response (every seat, unless seat_generation sets the seat's own): "
+                "the response ends at the token whose text completes one, kept as its last token (as "
+                "transformers' generate stop_strings); None: only EOS and the length end it. On the command "
+                "line each item's escapes are read (\\n a newline, \\t a tab, \\\\ a backslash); an "
+                "empty item is refused."})
+    seat_generation: typing.Optional[list[str]] = field(default=None, metadata={
+        "help": "Per-seat generation settings over the defaults (the sampling options, min/max_new_tokens, "
+                "stop_strings): SEAT.FIELD=VALUE entries, e.g. observer.temperature=0.7 "
+                "observer.max_new_tokens=24 pioneer.stop_strings=.,! (a comma list: write a comma as \\, "
+                "a newline as \\n, a tab as \\t, a backslash as \\\\; or a JSON list such as "
+                "[\"\\n\", \",\"]; an empty item is refused); in YAML a mapping "
+                "{observer: {temperature: 0.7}}. Fields: temperature, top_k, top_p, repetition_penalty, "
+                "min_new_tokens, max_new_tokens, stop_strings. Recorded as {seat: {field: value}}; "
+                "docs/seats.md."})
+    context_len: int = field(default=128, metadata={
+        "help": "L: length of the left-padded observation window, in tokens. Every prompt must leave "
+                "room for max_new_tokens (prompt + max_new_tokens <= L)."})
+    truncate_query: bool = field(default=True, metadata={
+        "help": "If a query does not fit the context window, keep its last tokens and log a warning "
+                "(True) or raise ValueError (False)."})
+    seating: str | None = field(default=None, metadata={
+        "help": "The seat line-up (cory_env.seating): cory (pioneer, then observer: the paper), ppo "
+                "(the pioneer alone: the single-agent baseline; --algo is another name for this option), "
+                "chain:N (N seats in order, 1 <= N <= 256; seat k reads the earlier seats); None: the "
+                "task's default (cory; chain:3 for chain_relay).", "aliases": ["--algo"]})
+    knowledge_transfer: bool = field(default=True, metadata={
+        "help": "True: each seat after the first reads the earlier seats' responses (the observer's "
+                "prompt is the knowledge-transfer template over q and a1: CORY). False: no seat reads "
+                "another; the observer sees the pioneer's prompt alone (the paper's 'w/o KT' ablation)."})
+    partner_reward_coef: float = field(default=1.0, metadata={
+        "help": "c in the collective reward r_i + c * r_j, and off the diagonal of the reward matrix of "
+                "N seats (paper: 1, cooperative; -1 competitive; 0 independent)."})
+    observer_template: str | None = field(default=None, metadata={
+        "help": "Knowledge-transfer template with {query} and {response} placeholders (the prompt of "
+                "a seat that sees the query and reads earlier seats); None: the task's default (IMDB, "
+                "official code: 'I can make this sentence \"{query}{response}\" more positive: "
+                "{query}')."})
+    pioneer_template: str | None = field(default=None, metadata={
+        "help": "Pioneer prompt template with a {query} placeholder; None: the task's default "
+                "('{query}')."})
 
     def __post_init__(self) -> None:
         check_finite_fields(self)

@@ -22,13 +22,8 @@ _BUILDERS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parq
 
 
 def load_table(path: str | os.PathLike):
-    """Load a local CSV, JSON/JSONL or Parquet file with `datasets.load_dataset`.
-
-    Args:
-        path: file path; the suffix picks the format.
-
-    Returns:
-        A `datasets.Dataset`.
+    """Load a local CSV, JSON/JSONL or Parquet file (its suffix picks the format) with `datasets.load_dataset`, as a
+    `datasets.Dataset`.
 
     Raises:
         FileNotFoundError, IsADirectoryError, PermissionError: nothing at `path`, a folder, unreadable
@@ -42,7 +37,6 @@ def load_table(path: str | os.PathLike):
         raise ValueError(f"data_path {str(path)!r} has the unsupported suffix {path.suffix!r}; use one of "
                          f"{sorted(_BUILDERS)}")
     import datasets
-
     try:
         return datasets.load_dataset(builder, data_files=str(path), split="train")
     except (StopIteration, ValueError, datasets.exceptions.DatasetGenerationError) as exc:
@@ -56,10 +50,9 @@ def load_table(path: str | os.PathLike):
 def heldout_split(records: list[dict], split: str, heldout_fraction: float) -> list[dict]:
     """The records of one side of the held-out slice (`EnvConfig.heldout_fraction`, `EnvConfig.query_split`).
 
-    A record is held out when the first 32 bits of the SHA-256 of its ``"query"`` text, read as a fraction of 2^32,
-    fall below `heldout_fraction`: a fixed slice, the same on every machine, run and file order, so a run's
-    training queries never come from the reviews its `cory eval` uses. (Different reviews may still open with the
-    same words.)
+    A record is held out when the first 32 bits of the SHA-256 of its ``"query"`` text, read as a fraction of 2^32, fall
+    below `heldout_fraction`: a fixed slice, the same on every machine, run and file order, so a run's training queries
+    never come from the reviews its `cory eval` uses. (Different reviews may still open with the same words.)
 
     Args:
         records: ``{"query": text, ...}`` records.

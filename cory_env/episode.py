@@ -1,27 +1,25 @@
 """`EpisodeBatch`: the pure state of B CORY episodes advancing in lock-step (no PettingZoo).
 
-One episode is played by the seats of a `cory_env.seating.Seating`, in order: CORY's pioneer writes a response a1 to
-its prompt, one token per step; once every pioneer response in the batch has ended, each observer prompt is built by
-the knowledge-transfer template from the query q and a1 (token ids spliced, a1 without its trailing EOS); the
-observers write a2; then every seat gets its reward (R = M · r: the collective reward) and the episode is done. With
-N seats the phases continue the same way, seat k's prompt showing what its `Seat` sees (the query, the responses of
-the seats it reads). A response ends at EOS (kept as its last token) or at the episode's response length, drawn from
-[min_new_tokens, max_new_tokens] and shared by every seat (a seat with its own range, `EnvConfig.seat_generation`, draws
-its own after the shared draws). Seats may use different tokenizers (a model per slot): each acts in its own
-vocabulary and reads the others as text (`EpisodeBatch`, docs/seats.md); the queries themselves are drawn and cut in
-one reference tokenizer, the task's (`EpisodeBatch.query_tokenizer`: the run's first model's), so they are the same
-whoever sits in the first seat.
+One episode is played by the seats of a `cory_env.seating.Seating`, in order: CORY's pioneer writes a response a1 to its
+prompt, one token per step; once every pioneer response in the batch has ended, each observer prompt is built by the
+knowledge-transfer template from the query q and a1 (token ids spliced, a1 without its trailing EOS); the observers
+write a2; then every seat gets its reward (R = M · r: the collective reward) and the episode is done. With N seats the
+phases continue the same way, seat k's prompt showing what its `Seat` sees (the query, the responses of the seats it
+reads). A response ends at EOS (kept as its last token) or at the episode's response length, drawn from [min_new_tokens,
+max_new_tokens] and shared by every seat (a seat with its own range, `EnvConfig.seat_generation`, draws its own after
+the shared draws). Seats may use different tokenizers (a model per slot): each acts in its own vocabulary and reads the
+others as text (`EpisodeBatch`, docs/seats.md); the queries themselves are drawn and cut in one reference tokenizer, the
+task's (`EpisodeBatch.query_tokenizer`: the run's first model's), so they are the same whoever sits in the first seat.
 
 Each seat has a write-once buffer (B, L + T_max): its prompt is right-aligned at column L, token k of the
 response goes to column L + k, and its observation window after k tokens is columns [k, k + L). Rows whose
 response ended write the pad id with attention mask 0. Windows are read-only views into the buffer and stay
 valid until the next `reset` (which allocates new buffers), so callers can keep them without copying.
 
-Seeding: row i of ``reset(seed=s)`` draws from its own generator, stream ``(s, i)`` of numpy's `SeedSequence`
-(record index, query length, response length, in that order, whether or not an explicit query is given);
-``reset()`` without a seed continues the generators. Streams of different seeds are independent draws (``s + i``
-seeding made row i of seed s row i − 1 of seed s + 1), and ``stream_offset=o`` moves row i to stream ``(s, o + i)``.
-So a B-row batch equals B single-row batches reset with seed s and stream offsets 0, ..., B - 1.
+Seeding: row i of ``reset(seed=s)`` draws from its own generator, stream ``(s, i)`` of numpy's `SeedSequence` (record
+index, query length, response length, in that order, whether or not an explicit query is given); ``reset()`` without a
+seed continues the generators. Streams of different seeds are independent draws, and ``stream_offset=o`` moves row i to
+stream ``(s, o + i)``: a B-row batch equals B single-row batches reset with seed s and stream offsets 0, ..., B - 1.
 
 The AEC env (`cory_env.token_env`) is the B = 1 view, `cory_env.BatchedCORYEnv` the batched one. The single-agent
 seating (`Seating.single_agent()`, ``seating="ppo"``: the PPO baseline, evaluation) has the pioneer alone, rewarded
@@ -101,10 +99,8 @@ class EpisodeBatch:
     Args:
         task: the `Task` (records, reward function, templates, lengths, action mask, default seating).
         tokenizer: prepared tokenizer (`prepare_tokenizer`), V = ``len(tokenizer)``; or a mapping seat -> its
-            tokenizer when the seats' models use different ones (docs/seats.md): each seat then acts in its own
-            vocabulary (V_seat), its prompt is built with its own tokenizer, and what it reads of the query and of
-            earlier seats crosses as text (decoded by the writer's tokenizer, encoded by the reader's; seats that
-            share a tokenizer splice token ids as before). `set_tokenizers` moves them between episodes.
+            tokenizer when the seats' models use different ones (the module docstring; docs/seats.md).
+            `set_tokenizers` moves them between episodes.
         batch_size: B.
         context_len: L, observation window length in tokens.
         seating: the `Seating` (seats, what each sees, reward matrix); None: the task's default seating
@@ -115,9 +111,8 @@ class EpisodeBatch:
             and ``stop_strings``; the sampling fields are the agents'.
         stop_strings: strings that end every seat's response (a seat's own ``stop_strings`` replace them): the
             response ends at the token whose text completes one (kept), as `generate`'s ``stop_strings``.
-        task_tokenizer: the tokenizer the task was built with (its `Task.action_mask` is for it) and the one the
-            queries are drawn and cut in (`query_tokenizer`: the run's first model's, whoever sits in the first
-            seat); default the first seat's at construction.
+        task_tokenizer: the tokenizer the task was built with (its `Task.action_mask` is for it) and the queries
+            are drawn and cut in (`query_tokenizer`); default the first seat's at construction.
 
     Raises:
         ValueError: if B < 1, a seat has no valid template on the task (`Seating.template_of`) or an empty one, L
@@ -217,9 +212,7 @@ class EpisodeBatch:
         self.query_budget = self._query_budget(self._check_records())
 
     def _task_mask(self, tokenizer):
-        """The task's action mask for `tokenizer`: `Task.action_mask` for the tokenizer the task was built with
-        (`task_tokenizer`), else the task's `Task.action_mask_for` (a task without a mask has none for any
-        tokenizer)."""
+        """The task's action mask for `tokenizer` (`Task.action_mask`, else `Task.action_mask_for`)."""
         task = self.task
         if tokenizer is self.task_tokenizer or task.action_mask is None:
             return task.action_mask
@@ -239,12 +232,9 @@ class EpisodeBatch:
         to the task's options (`cory_env.tasks.env_arguments`); the resolved config is the result's `config`.
 
         Given objects are trusted as they are: a `Seating` object is played without being derived again, and a `Task`
-        object (built once by the caller, e.g. `plan_run`) takes only the config's templates when they are set. A
-        task given by name (or None: ``config.task``) is built from the config and the task options
-        (`cory_env.tasks.make_task`); a seating spec (or None: ``config.seating``) is built on the task with
-        ``config.knowledge_transfer`` and ``config.partner_reward_coef`` (`cory_env.seating.seating_of`).
-        `reward_fn` (a name or a callable) replaces the task's reward either way. `tokenizer` None takes the
-        tokenizer a task with its own vocabulary brings (`cory_env.tasks.task_tokenizer`).
+        object (built once by the caller, e.g. `plan_run`) takes only the config's templates when they are set; names
+        are built (`cory_env.tasks.make_task`, `cory_env.seating.seating_of`). `reward_fn` (a name or a callable)
+        replaces the task's reward either way. `tokenizer` None takes the task's own (`cory_env.tasks.task_tokenizer`).
 
         Raises:
             TypeError: a task that is neither a name nor a `Task`; an unknown keyword (`env_arguments`).
@@ -283,9 +273,8 @@ class EpisodeBatch:
         return episode
 
     def _query_budget(self, shortest: int) -> int:
-        """Most query tokens for which every seat's prompt + its max_new_tokens fits in L; refused when not even the
-        `shortest` query the task can draw fits whole (a context in which every query would be cut). A seat reading
-        earlier seats makes room for the longest of their responses."""
+        """Most query tokens for which every seat's prompt + its max_new_tokens fits in L (a reading seat counts the
+        longest read responses); refused when not even the `shortest` query the task can draw fits whole."""
         L = self.context_len
         room = []
         for seat in self.seating.seats:
@@ -303,14 +292,8 @@ class EpisodeBatch:
         return budget
 
     def _check_records(self) -> int:
-        """Refuse now, not when first drawn, any record whose query text encodes to no token (e.g. only characters
-        the tokenizer drops): the prefix that a query can use is encoded for every record, in one batch.
-
-        Returns:
-            The fewest query tokens an episode needs: ``query_tokens[0]`` when the task cuts queries to
-            ``(min, max)`` tokens; with whole queries the shortest record's length when ``truncate_query`` is False
-            (no query could be used), else 1 (a query too long is cut from the left, with a warning).
-        """
+        """Refuse now any record whose query encodes to no token; returns the fewest query tokens an episode needs
+        (``query_tokens[0]``; whole queries: the shortest when ``truncate_query`` is False, else 1)."""
         prefix = (self.task.query_tokens[1] + MAX_TOKENS_PER_CHAR) * MAX_TOKENS_PER_CHAR if self.task.query_tokens \
             else None
         texts = [str(r["query"])[:prefix] for r in self.task.records]
@@ -423,9 +406,8 @@ class EpisodeBatch:
         return out
 
     def _play_given(self, seat: str) -> None:
-        """Write `seat`'s given responses (`reset`'s ``responses``) as if sampled: row i's response, cut at its first
-        EOS and at the seat's longest response (`lengths`; not at the row's drawn length: another row's answer is
-        given whole), and end the phase."""
+        """Write `seat`'s given responses (`reset`'s ``responses``) as if sampled, each cut at its first EOS and at the
+        seat's longest response (`lengths`, not the row's drawn length), and end the phase."""
         L, given, eos, longest = self.context_len, self._given[seat], self.eos_ids[seat], self.lengths[seat][1]
         for i, row in enumerate(given):
             row = row[:row.index(eos) + 1] if eos in row else row
@@ -614,18 +596,16 @@ class EpisodeBatch:
         return self._seat_queries[seat]
 
     def _read(self, writer: str, reader: str, i: int) -> list[int]:
-        """Row i's answer of seat `writer` (without EOS) as seat `reader` reads it: the same ids when both share a
-        tokenizer, else its text (the writer's decode) encoded by the reader's tokenizer as plain text (the text
-        channel: a spelled special token stays text, `cory_env.tokenizer.encode_text`)."""
+        """Row i's answer of seat `writer` (without EOS) as seat `reader` reads it: the same ids with a shared
+        tokenizer, else its text encoded by the reader's tokenizer as plain text (`cory_env.tokenizer.encode_text`)."""
         answer = self._answers[writer][i]
         if self.tokenizers[writer] is self.tokenizers[reader]:
             return answer
         return encode_text(self.tokenizers[reader], self.tokenizers[writer].decode(answer, skip_special_tokens=True))
 
     def _seat_prompts(self, seat: str) -> list[list[int]]:
-        """Every row's prompt of `seat`: what it sees of the query (in its own tokens) and of the answers it reads,
-        through its template. With seats of different tokenizers a query re-encoded in a seat's tokens may be longer
-        than the budget counted: it keeps its last tokens (said once per phase, with the fix)."""
+        """Every row's prompt of `seat` through its template; a query re-encoded in a seat's own tokens beyond the
+        budget keeps its last tokens (said once per phase, with the fix)."""
         reads, template = self.seating.seat(seat).reads, self.prompts[seat]
         prompts, room, cut = [], self.context_len - self.lengths[seat][1], 0
         for i, q in enumerate(self._seat_query(seat)):
@@ -685,9 +665,7 @@ class EpisodeBatch:
     @property
     def active(self) -> np.ndarray:
         """bool (B,) copy: rows still writing in the current phase (all False once done)."""
-        if self.acting is not None:
-            return self._active.copy()
-        return np.zeros(self.batch_size, dtype=bool)
+        return self._active.copy() if self.acting is not None else np.zeros(self.batch_size, dtype=bool)
 
     @property
     def acting(self) -> str | None:
@@ -715,13 +693,9 @@ class EpisodeBatch:
 
 
 def partner_records(records: Sequence[dict], earlier: Sequence[Sequence[str]]) -> list[dict]:
-    """The records a later seat's rows are scored with: each row's record with the earlier seats' answers, the last
-    one as ``partner_response`` and all in seat order as ``partner_responses`` (partner-aware rewards: `relay`).
-
-    Args:
-        records: B records of the episodes.
-        earlier: per earlier seat (in seat order), its B response texts.
-    """
+    """The records a later seat's rows are scored with: each of the B `records` with the earlier seats' answers
+    (`earlier`: per earlier seat in seat order, its B response texts), the last one as ``partner_response`` and all
+    in seat order as ``partner_responses`` (partner-aware rewards: `relay`)."""
     return [{**r, "partner_response": earlier[-1][i], "partner_responses": [e[i] for e in earlier]}
             for i, r in enumerate(records)]
 

@@ -32,26 +32,18 @@ class SamplingConfig:
 
     _argument_group_name = "sampling options (SamplingConfig)"  # `cory train --help` group (transformers.HfArgumentParser)
 
-    temperature: float = field(
-        default=1.0,
-        metadata={"help": "Softmax temperature (>= 0.001); 1.0 samples from the policy itself (paper: 1.0). These "
-                  "sampling options are every seat's default; a seat's own: --seat_generation SEAT.FIELD=VALUE (e.g. "
-                  "observer.temperature=0.7; also top_k, top_p, repetition_penalty, min/max_new_tokens, stop_strings)."},
-    )
-    top_k: int = field(
-        default=0,
-        metadata={"help": "Keep only the k most likely tokens; 0 disables (paper IMDB: 0; GSM8K eval: 10). Passed "
-                  "explicitly: transformers' generate would default to 50."},
-    )
-    top_p: float = field(
-        default=1.0,
-        metadata={"help": "Nucleus sampling mass in (0, 1]; 1.0 disables (paper IMDB: 1.0; GSM8K eval: 0.7)."},
-    )
-    repetition_penalty: float = field(
-        default=1.0,
-        metadata={"help": "CTRL repetition penalty (in [0.001, 1000]) on tokens already in the context window; "
-                  "1.0 disables (paper: 1.1)."},
-    )
+    temperature: float = field(default=1.0, metadata={
+        "help": "Softmax temperature (>= 0.001); 1.0 samples from the policy itself (paper: 1.0). These "
+                "sampling options are every seat's default; a seat's own: --seat_generation SEAT.FIELD=VALUE (e.g. "
+                "observer.temperature=0.7; also top_k, top_p, repetition_penalty, min/max_new_tokens, stop_strings)."})
+    top_k: int = field(default=0, metadata={
+        "help": "Keep only the k most likely tokens; 0 disables (paper IMDB: 0; GSM8K eval: 10). Passed "
+                "explicitly: transformers' generate would default to 50."})
+    top_p: float = field(default=1.0, metadata={
+        "help": "Nucleus sampling mass in (0, 1]; 1.0 disables (paper IMDB: 1.0; GSM8K eval: 0.7)."})
+    repetition_penalty: float = field(default=1.0, metadata={
+        "help": "CTRL repetition penalty (in [0.001, 1000]) on tokens already in the context window; "
+                "1.0 disables (paper: 1.1)."})
 
     def __post_init__(self) -> None:
         check_finite_fields(self)
@@ -78,7 +70,6 @@ class SamplingConfig:
         """Processors applied before the action mask (they need the context ids): a transformers
         ``LogitsProcessorList``."""
         from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
-
         procs = LogitsProcessorList()
         if self.repetition_penalty != 1.0:
             procs.append(RepetitionPenaltyLogitsProcessor(penalty=self.repetition_penalty))
@@ -88,7 +79,6 @@ class SamplingConfig:
         """Temperature, top-k and top-p warpers, in `generate`'s order; disabled ones are left out (a transformers
         ``LogitsProcessorList``)."""
         from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
-
         procs = LogitsProcessorList()
         if self.temperature != 1.0:
             procs.append(TemperatureLogitsWarper(self.temperature))

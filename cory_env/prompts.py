@@ -1,12 +1,11 @@
 """Prompt templates of the seats, spliced at the token level (knowledge transfer).
 
-A template is a `str.format`-style string with the placeholders `{query}`, `{response}` (the responses of the seats
-it reads, concatenated in seat order) and `{<seat name>}` (one read seat's response); which a seat's template must
-use is the seating's rule (`cory_env.seating.check_template`). `PromptTemplate` tokenizes the literal text between
-placeholders once (``add_special_tokens=False``) and builds each prompt by concatenating those ids with the query's
-and the read responses' *exact* token ids. So the observer's prompt ends with exactly the query tokens the pioneer
-saw, and contains exactly the pioneer's tokens (no decode/re-encode round trip, which can merge or split tokens at
-the boundaries).
+A template is a `str.format`-style string with the placeholders `{query}`, `{response}` (the responses of the seats it
+reads, concatenated in seat order) and `{<seat name>}` (one read seat's response); which a seat's template must use is
+the seating's rule (`cory_env.seating.check_template`). `PromptTemplate` tokenizes the literal text between placeholders
+once (``add_special_tokens=False``) and builds each prompt by concatenating those ids with the query's and the read
+responses' *exact* token ids. So the observer's prompt ends with exactly the query tokens the pioneer saw, and contains
+exactly the pioneer's tokens (no decode/re-encode round trip, which can merge or split tokens at the boundaries).
 
 Source: CORY (arXiv 2410.06101) §3 "knowledge transfer". Each task brings its templates (`cory_env.tasks`).
 

@@ -24,12 +24,8 @@ plug-in is imported only by a `get` of its name, so a broken package (its module
 packages claiming one name fail only the runs that name it, in one line naming the package(s). A built-in name always
 means the built-in: an entry point claiming one is ignored, without a warning in runs (the built-in is what they
 asked for), and `listing` (``cory train --help``) names the package that claims it. Three views of the names:
-
-* `listing`: (name, one line) of every name, importing no plug-in (``--help``); a broken or conflicted plug-in is
-  named as such there;
-* `known`: the specs this process has loaded (the built-ins, and what was registered or looked up here), importing no
-  plug-in (the options every known learner and task declares);
-* `items`: every spec, importing every installed plug-in (one that does not load is logged once and left out).
+`listing` (every name, importing no plug-in), `known` (the specs this process has loaded, importing no plug-in) and
+`items` (every spec, importing every installed plug-in; one that does not load is logged once and left out).
 
 `Registry.origin` is what a run records, so that ``--resume`` and ``cory eval`` find the same object again.
 """
@@ -94,8 +90,7 @@ class Registry(Generic[T]):
             reward spec), or returns None when it cannot; None: only `spec_type` instances are accepted.
         option: the command-line option that takes the name (``"--learner"``), for messages.
 
-    The built-in entries may be given as ``"module:attr"`` strings: they are imported on first use, so an entry
-    whose module needs an extra package costs nothing until it is asked for.
+    The built-in entries may be given as ``"module:attr"`` strings, imported on first use.
     """
 
     def __init__(self, kind: str, spec_type: type, group: str, *, option: str,
@@ -243,9 +238,8 @@ class Registry(Generic[T]):
 
     def items(self) -> list[tuple[str, T]]:
         """(name, spec) of every registered name and entry point, **importing every installed plug-in** (`known` and
-        `listing` import none). One that does not load (a broken or conflicted plug-in package, a built-in whose
-        extra package is missing) is logged once and left out: `get` raises for it, so only a run that names it
-        fails."""
+        `listing` import none). One that does not load (a broken or conflicted plug-in package, a built-in whose extra
+        package is missing) is logged once and left out: `get` raises for it, so only a run that names it fails."""
         out = []
         for name in self.names():
             try:
@@ -253,15 +247,6 @@ class Registry(Generic[T]):
             except ValueError as err:
                 self._log_broken(name, err)
         return out
-
-    def imported(self) -> list[tuple[str, T]]:
-        """(name, spec) of the ``module:attr`` names looked up in this process (`get`), which `names` and `items`
-        leave out (nobody registered them); with `items`, every spec this process knows."""
-        return [(name, spec) for name, spec in self._entries.items() if ":" in name and not isinstance(spec, str)]
-
-    def values(self) -> list[T]:
-        """Every spec (`items`: imports every installed plug-in)."""
-        return [spec for _, spec in self.items()]
 
     def __len__(self) -> int:
         return len(self.names())
@@ -274,8 +259,7 @@ class Registry(Generic[T]):
 
     def entry_points(self) -> dict[str, importlib.metadata.EntryPoint]:
         """The installed packages' entry points of `group` by name, but those claiming a built-in name (read once;
-        imports nothing, never raises). A name two packages claim maps to the first: `get` refuses it, naming
-        both."""
+        imports nothing, never raises). A name two packages claim maps to the first: `get` refuses it, naming both."""
         return {name: claims[0] for name, claims in self._read().items() if name not in self._builtins}
 
     def _read(self) -> dict[str, list[importlib.metadata.EntryPoint]]:
@@ -353,8 +337,7 @@ class Registry(Generic[T]):
 
     @staticmethod
     def _describe(spec: Any) -> str:
-        module = getattr(spec, "__module__", None) or type(spec).__module__
-        return f"an object from {module}"
+        return f"an object from {getattr(spec, '__module__', None) or type(spec).__module__}"
 
 
 def _module_found(module: str) -> bool:

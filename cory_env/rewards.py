@@ -24,21 +24,9 @@ from cory_env.checks import MAX_REWARD, check_number
 from cory_env.registry import Registry, import_object
 from cory_env.seating import Seating
 
-__all__ = [
-    "REWARDS",
-    "REWARD_NAMES",
-    "RewardFn",
-    "REWARD_CONTRACT",
-    "RewardFunctionError",
-    "RewardSignatureError",
-    "RewardSpec",
-    "collective_reward",
-    "make_reward_fn",
-    "register_reward",
-    "reward_name",
-    "reward_label",
-    "score_texts",
-]
+__all__ = ["REWARDS", "REWARD_NAMES", "RewardFn", "REWARD_CONTRACT", "RewardFunctionError", "RewardSignatureError",
+           "RewardSpec", "collective_reward", "make_reward_fn", "register_reward", "reward_name", "reward_label",
+           "score_texts"]
 
 logger = logging.getLogger(__name__)
 
@@ -159,8 +147,7 @@ def make_reward_fn(spec: str | Callable) -> RewardFn:
                              "responses) -> floats; give a function, a class whose instances are one, or a RewardSpec")
     if not callable(spec):
         raise TypeError(f"reward must be a name or a callable, got {type(spec).__name__}: {spec!r}")
-    n_args = _call_form(spec)
-    return spec if n_args == 3 else _PairReward(spec)
+    return spec if _call_form(spec) == 3 else _PairReward(spec)
 
 
 def reward_name(fn: Callable) -> str:
@@ -186,11 +173,7 @@ def reward_name(fn: Callable) -> str:
 
 def _call_form(fn: Callable) -> int:
     """How `fn` is called: 3 (``fn(queries, responses, records)``: also for ``*args`` or an unreadable signature),
-    or 2 (``fn(queries, responses)``).
-
-    Raises:
-        RewardSignatureError: `fn` accepts neither call (one argument, four required ones, a required keyword).
-    """
+    or 2 (``fn(queries, responses)``); `RewardSignatureError` when neither."""
     if isinstance(fn, _PairReward):
         return 3
     try:
@@ -228,11 +211,8 @@ def _short(obj: Any, limit: int = 100) -> str:
 
 
 def _reward_values(raw: Any) -> np.ndarray:
-    """What a reward returned as float64 (K,): a sequence of real numbers (an (N, 1) column counts as one per row).
-
-    Raises:
-        ValueError: anything else, saying what (to complete "not a sequence of numbers").
-    """
+    """What a reward returned as float64 (K,): a sequence of real numbers (an (N, 1) column counts as one per row);
+    `ValueError` for anything else, saying what (to complete "not a sequence of numbers")."""
     if isinstance(raw, Mapping):
         raise ValueError("a mapping: its keys are not the pairs' rewards")
     if raw is None or isinstance(raw, (str, bytes, Set)) or not isinstance(raw, Iterable):
@@ -323,8 +303,7 @@ def collective_reward(r_pioneer: np.ndarray, r_observer: np.ndarray, coef: float
     ablation. The N-seat form is `cory_env.seating.Seating.rewards` (R = M · r), which this calls.
 
     Args:
-        r_pioneer: float (B,), task reward of the pioneer's response.
-        r_observer: float (B,), task reward of the observer's response.
+        r_pioneer, r_observer: float (B,), the task rewards of the pioneer's and the observer's responses.
         coef: c, the partner-reward coefficient (`EnvConfig.partner_reward_coef`).
 
     Returns:

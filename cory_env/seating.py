@@ -18,9 +18,8 @@ competitive, 0 independent); the single-agent baseline is the 1 × 1 identity.
 | `Seating.chain(n)` (spec ``"chain:N"``) | ``pioneer``, ``observer_1`` … ``observer_{N-1}`` | seat k reads seats < k (``reads="previous"``: seat k − 1 only) | 1 on the diagonal, c off it |
 
 Options of every constructor: ``knowledge_transfer=False`` (no seat reads another: the paper's w/o KT ablation),
-``private_query=True`` (only the first seat sees the query: the relay tasks), ``partner_reward_coef``. Seat names
-follow one convention (`seat_names`): ``pioneer`` alone, ``pioneer``/``observer`` for two seats, ``pioneer``,
-``observer_1``, ``observer_2``, … for more. Any `Seating` can also be written out seat by seat.
+``private_query=True`` (only the first seat sees the query: the relay tasks), ``partner_reward_coef``. Any `Seating`
+can also be written out seat by seat (seat names: `seat_names`).
 
 **Prompts.** A seat's template is its own (`Seat.template`) or the task's template for what the seat sees
 (`cory_env.tasks.Task`): ``pioneer_template`` (the query), ``observer_template`` (the query and the responses it
@@ -68,8 +67,7 @@ READS = ("all", "previous")
 #: Named seating specs (`EnvConfig.seating`, ``--seating``) and their number of seats; also ``chain:N``.
 SEATING_SPECS = {"cory": 2, "ppo": 1}
 #: Most seats of a seating. Each seat trains its own model copy (or LoRA adapter), and a chain's templates and
-#: checks grow with N² (a chain of 2,000 seats took 23 s to build, one of 100,000 ran out of memory): the bound
-#: turns such a typo into an error at once.
+#: checks grow with N²: the bound turns a typo such as 100,000 seats into an error at once.
 MAX_SEATS = 256
 #: Names a seat may not take: the template placeholders and the episode's end phase.
 RESERVED_NAMES = (*PLACEHOLDERS, "done")
@@ -169,9 +167,8 @@ class Seat:
 
 
 def check_template(template: str, seat: Seat, *, field: str) -> None:
-    """Raise `ValueError` unless `template` shows exactly what `seat` sees: ``{query}`` if and only if it sees the
-    query, every read seat (``{response}``, or ``{<seat>}`` for each), no seat it does not read. `field` names the
-    template in the message (a task field or the seat's own template)."""
+    """Raise `ValueError` unless `template` shows exactly what `seat` sees (the module docstring's **Prompts**);
+    `field` names the template in the message (a task field or the seat's own template)."""
     used = {p for _, p in parse_template(template, required=(), name=field, extra=seat.reads) if p}
     what = f"seat {seat.name!r}"
     if seat.sees_query and "query" not in used:
@@ -368,10 +365,7 @@ class Seating:
         return out
 
     def rewards(self, task_rewards: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
-        """Each seat's reward R = M · r.
-
-        Args:
-            task_rewards: N float arrays (B,), r_j of seat j in seat order.
+        """Each seat's reward R = M · r, from `task_rewards`: N float arrays (B,), r_j of seat j in seat order.
 
         Returns:
             Seat name -> float64 (B,) (new arrays); R_i = Σ_j M_ij · r_j summed in seat order (two seats: exactly

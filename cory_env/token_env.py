@@ -39,10 +39,10 @@ query, the responses of the seats it reads), and every seat terminates when the 
 
 ## Rewards
 
-Intermediate rewards are 0. When the observer's response ends, the task reward scores *text* (query + response,
-decoded with ``skip_special_tokens=True``; never the observer's template): r1 = r(q, a1), r2 = r(q, a2). Both
-seats then get their collective reward r_i + c * r_j (with N seats: R_i = Σ_j M_ij r_j, `Seating.reward_matrix`).
-The per-token KL penalty to the reference model is **not** part of the env reward: it is the learners' job (TRL-style PPO adds -beta * KL_t on every response token).
+Intermediate rewards are 0. When the last seat's response ends, the task reward scores *text* (query + response,
+decoded with ``skip_special_tokens=True``; never the observer's template): r_k = r(q, a_k), and seat i gets R_i =
+Σ_j M_ij r_j (`Seating.reward_matrix`; two seats: the collective reward r_i + c * r_j). The per-token KL penalty to
+the reference model is **not** part of the env reward: the learners add it (TRL-style PPO: -beta * KL_t per token).
 ``infos[seat]`` then holds ``task_reward`` (float), ``response_text`` (str) and ``response_len`` (int, tokens).
 
 ## Arguments
@@ -69,8 +69,7 @@ naming the problem (`env()` adds PettingZoo's wrappers, whose bounds assertion f
 
 ## Version history
 
-* v0: first release. Seeding (before any release): an episode draws from stream ``(seed, stream_offset)`` of
-  numpy's `SeedSequence` instead of ``seed + row``, so different seeds give independent episodes.
+* v0: first release; an episode draws from stream ``(seed, stream_offset)`` of numpy's `SeedSequence`.
 """
 
 from __future__ import annotations
@@ -93,9 +92,7 @@ logger = logging.getLogger(__name__)
 
 def env(**kwargs) -> AECEnv:
     """`raw_env` wrapped in PettingZoo's `AssertOutOfBoundsWrapper` and `OrderEnforcingWrapper`."""
-    aec = raw_env(**kwargs)
-    aec = wrappers.AssertOutOfBoundsWrapper(aec)
-    return wrappers.OrderEnforcingWrapper(aec)
+    return wrappers.OrderEnforcingWrapper(wrappers.AssertOutOfBoundsWrapper(raw_env(**kwargs)))
 
 
 class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
@@ -108,8 +105,7 @@ class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
         task: a task name or `Task` object (default: ``config.task``).
         seating: a `Seating` or a seating spec (default: ``config.seating``; None: the task's default seating).
         render_mode: None or "ansi".
-        task_options: the task's options (`cory_env.tasks.TaskSpec.options`: an instance or a dict; None: its
-            defaults).
+        task_options: the task's options (`cory_env.tasks.TaskSpec.options`: an instance or a dict; None: its defaults).
         **kwargs: `EnvConfig` fields, and fields of the task's options (``min_review_chars=100`` for IMDB).
 
     Raises:
@@ -199,8 +195,7 @@ class raw_env(AECEnv):  # noqa: N801 - PettingZoo naming convention
         Raises:
             RuntimeError: before `reset` or once every seat was removed.
             TypeError: for a non-integer action (the seat is named).
-            ValueError: for an id outside [0, V) or banned by the action mask, or a non-None action for a
-                finished seat.
+            ValueError: for an id outside [0, V) or banned by the action mask, or a non-None action for a finished seat.
         """
         if not self.agents:
             raise RuntimeError("step() before reset()" if self._episode.phase is None else

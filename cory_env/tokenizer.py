@@ -26,13 +26,7 @@ logger = logging.getLogger(__name__)
 
 
 def prepare_tokenizer(tokenizer):
-    """Resolve, check and prepare a tokenizer (see the module docstring).
-
-    Args:
-        tokenizer: a Hugging Face tokenizer object.
-
-    Returns:
-        The tokenizer, with pad = EOS when it had no pad token and ``padding_side="left"`` (modified in place).
+    """Check and prepare a Hugging Face tokenizer object in place, and return it (see the module docstring).
 
     Raises:
         ValueError: if it is missing, has no EOS token, or its EOS id is outside [0, len(tokenizer)).
@@ -62,13 +56,7 @@ def encode_text(tokenizer, texts):
     """Token ids of `texts` (one str, or a list of them) as plain text: no special token is added, and a special
     token's spelling inside the text is encoded as the characters it is (``split_special_tokens``); a tokenizer whose
     vocabulary holds the spelling as a word (a word-level one) gets its unknown token there (none: the id is dropped).
-
-    Args:
-        tokenizer: a prepared tokenizer (`prepare_tokenizer`).
-        texts: a str, or a list of str.
-
-    Returns:
-        list[int] for a str; list[list[int]] for a list.
+    Returns list[int] for a str, list[list[int]] for a list; `tokenizer` is a prepared one (`prepare_tokenizer`).
 
     >>> from agents.tiny import tiny_tokenizer
     >>> tok = tiny_tokenizer()

@@ -44,7 +44,6 @@ def _errno_of(exc: BaseException, path: Path) -> tuple[int, bool]:
         if os.statvfs(path.parent).f_bavail == 0:
             return errno.ENOSPC, False
         import resource
-
         limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
         if limit != resource.RLIM_INFINITY and path.exists() and path.stat().st_size >= limit:
             return errno.EFBIG, False

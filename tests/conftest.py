@@ -78,12 +78,14 @@ def smollm2_tokenizer():
 
 @pytest.fixture()
 def registries():
-    """The learner, task and reward registries, restored after the test (a test may register plug-ins)."""
+    """The learner, task and reward registries (yielded), and the matchmaking schemes', restored after the test (a
+    test may register plug-ins)."""
     from cory_env.rewards import REWARDS
     from cory_env.tasks import TASKS
     from trainers.learning.registry import LEARNERS
+    from trainers.matchmaking import SCHEMES
 
-    saved = [(registry, registry.snapshot()) for registry in (LEARNERS, TASKS, REWARDS)]
+    saved = [(registry, registry.snapshot()) for registry in (LEARNERS, TASKS, REWARDS, SCHEMES)]
     yield LEARNERS, TASKS, REWARDS
     for registry, snapshot in saved:
         registry.restore(snapshot)

@@ -38,6 +38,13 @@ def test_the_guide_runs_and_trains_its_plugins(registries, tmp_path, caplog, mon
     beta = namespace["configs"].update.init_kl_coef  # REINFORCE reads the shared β: combined = r - β · KL
     for row in history:
         assert row["pioneer/combined_reward"] == pytest.approx(row["pioneer/task_reward"] - beta * row["pioneer/kl"])
+    from trainers.matchmaking import SCHEMES
+
+    assert "main-vs-league" in SCHEMES.names()  # the matchmaking block: llm1 always the pioneer, the league in turn
+    league = namespace["league_history"]
+    assert [row["cory/llm1_seat"] for row in league] == [0.0, 0.0]
+    assert [row["cory/llm2_seat"] for row in league] == [1.0, -1.0]
+    assert namespace["league"].evaluated_model == "llm1"
     config = (tmp_path / "runs" / "keyword-reinforce" / "config.yaml").read_text()
     assert "keyword: the" in config and "baseline_decay: 0.5" in config
 

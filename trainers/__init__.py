@@ -19,7 +19,7 @@ Names are imported lazily so `import trainers.learning.ppo_math` stays light (to
 
 from __future__ import annotations
 
-import importlib
+from cory_env.lazy import lazy_exports
 
 _EXPORTS = {
     "CORYConfig": "trainers.config", "ModelConfig": "trainers.config", "PPOConfig": "trainers.config",
@@ -38,7 +38,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'trainers' has no attribute {name!r}")
+__getattr__ = lazy_exports("trainers", _EXPORTS)

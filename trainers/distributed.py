@@ -35,7 +35,6 @@ __all__ = ["DataParallel", "check_device", "full_tensor", "is_sharded", "launche
 def is_sharded(tensor: torch.Tensor) -> bool:
     """True for a ``DTensor`` (a parameter, gradient or optimizer state that FSDP2 sharded)."""
     from torch.distributed.tensor import DTensor
-
     return isinstance(tensor, DTensor)
 
 
@@ -84,14 +83,11 @@ class DataParallel:
     """
 
     def __init__(self, state=None, *, device: torch.device | str | None = None) -> None:
-        self._state = state
-        self._mesh = None
+        self._state, self._mesh = state, None
         self.closed = False  # set by close(): the process group is destroyed
         self.world_size = 1 if state is None else int(state.num_processes)
         self.rank = 0 if state is None else int(state.process_index)
-        if device is None:
-            device = "cpu" if state is None else state.device
-        device = torch.device(device)
+        device = torch.device(("cpu" if state is None else state.device) if device is None else device)
         self.device = torch.device("cpu") if device.type == "cpu" else device  # one spelling of the CPU
 
     @classmethod
@@ -114,11 +110,8 @@ class DataParallel:
                 # accelerate's simple launcher: asked for several processes (it set MASTER_PORT) but started one
                 raise ValueError("accelerate launch started one process although several were asked for; add "
                                  "--multi_gpu (it selects the torchrun launcher, also on CPU-only machines)")
-            if device == "auto":
-                return cls(device="cuda" if not cpu else "cpu")
-            return cls(device=device)
+            return cls(device=("cuda" if not cpu else "cpu") if device == "auto" else device)
         from accelerate import PartialState
-
         state = PartialState(cpu=cpu)
         if state.num_processes != world:
             raise RuntimeError(f"the launcher set WORLD_SIZE={world} but accelerate started {state.num_processes} "
@@ -151,7 +144,6 @@ class DataParallel:
         """The 1-D ``DeviceMesh`` over every process (FSDP2's layout), built on the existing process group once."""
         if self._mesh is None:
             from torch.distributed.device_mesh import init_device_mesh
-
             self._mesh = init_device_mesh(self.device.type, (self.world_size,))
         return self._mesh
 
@@ -163,14 +155,13 @@ class DataParallel:
     def close(self, *, wait: bool = False) -> None:
         """Destroy this process's process group (torch's documented shutdown; call once per process, at the end).
 
-        Without it, gloo's worker threads can outlive the interpreter and abort the process at exit (SIGABRT,
-        ``terminate called without an active exception``), which the launcher reports as a failed run although
-        training finished. No collective may follow; a second call, or a call with one process, does nothing.
+        Without it, gloo's worker threads can outlive the interpreter and abort the process at exit, which the
+        launcher reports as a failed run. No collective may follow; a second call, or one process, does nothing.
 
         Args:
             wait: first wait at a barrier until every process is here (a clean end of the run: no process tears down
-                its connections while a peer is still in a collective; one abort in 18 sharded runs was seen
-                without it). False (after an error) does not wait: the others may never arrive.
+                its connections while a peer is still in a collective). False (after an error) does not wait: the
+                others may never arrive.
         """
         if self.enabled and not self.closed:
             if wait:
@@ -181,15 +172,11 @@ class DataParallel:
 
     # ------------------------------------------------------------------ collectives
     def sum(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Element-wise sum of `tensor` over all processes (a new tensor; the input itself when W = 1).
-
-        Args:
-            tensor: any float or integer tensor of the same shape and dtype on every process.
-        """
+        """Element-wise sum of `tensor` (any float or integer tensor of the same shape and dtype on every process)
+        over all processes (a new tensor; the input itself when W = 1)."""
         if not self.enabled:
             return tensor
         from accelerate.utils import reduce
-
         return reduce(tensor.detach().to(self.device), reduction="sum").to(tensor.device)  # reduce sums a copy
 
     def mean_stats(self, stats: Mapping[str, float]) -> dict[str, float]:
@@ -241,7 +228,6 @@ class DataParallel:
         if not self.enabled:
             return
         import torch.distributed as torch_dist
-
         params = [p for p in params if p.requires_grad and not is_sharded(p)]
         if not params:
             return
@@ -272,7 +258,6 @@ class DataParallel:
         if not self.enabled:
             return
         import torch.distributed as torch_dist
-
         with torch.no_grad():
             for p in params:  # in place, one tensor at a time: no second copy of the weights
                 if not is_sharded(p):
@@ -284,7 +269,6 @@ class DataParallel:
         if not self.enabled:
             return 0.0
         from accelerate.utils import broadcast, gather
-
         flat = torch.cat([full_tensor(p.detach()).reshape(-1).to(torch.float32) for p in params]).to(self.device)
         reference = broadcast(flat.clone(), from_process=0)
         return float(gather((flat - reference).abs().max().reshape(1)).max().item())

@@ -24,9 +24,8 @@ __all__ = ["CHECK_SHAPE", "CHECK_TOLERANCE", "check_export", "check_out", "expor
 
 
 def check_out(out: Path, checkpoint: str | Path) -> None:
-    """Refuse an export folder that exists and is not empty, that lies inside the run's ``checkpoints/``, or that
-    is a path a run owns (`trainers.loop.outputs.run_owner`: its ``tensorboard/``, a ``samples.jsonl`` not yet
-    written, ...).
+    """Refuse an export folder that exists and is not empty, that lies inside the run's ``checkpoints/``, or that is a
+    path a run owns (`trainers.loop.outputs.run_owner`: its ``tensorboard/``, a ``samples.jsonl`` not yet written, ...).
 
     Raises:
         FileExistsError: `out` is a file, or a folder that is not empty (nothing is overwritten).
@@ -54,10 +53,7 @@ def untie_adapted_embeddings(model) -> bool:
     adapts that layer alone during training, but merging writes the update into the shared tensor (both layers
     move) and a saved config that still says "tied" makes the loader tie them again. peft warns so and documents
     the fix, merging "after cloning the weights (to untie the embeddings)" (``BaseTuner._check_merge_allowed``;
-    huggingface/peft#2018, #2777).
-
-    Args:
-        model: a ``PeftModel`` (edited in place: pass a copy).
+    huggingface/peft#2018, #2777). `model`: a ``PeftModel``, edited in place (pass a copy).
 
     Returns:
         True when it untied, False when the embeddings are not tied or no adapter wraps them.
@@ -77,18 +73,11 @@ def untie_adapted_embeddings(model) -> bool:
 def merged_agent(agent):
     """A plain-LM copy of a LoRA agent: its adapter merged into a copy of the base (peft's ``merge_and_unload``;
     tied embeddings untied first when the adapter wraps one: `untie_adapted_embeddings`), with a copy of its value
-    head and its sampling config. `agent` and the ``PeftModel`` it shares are unchanged.
-
-    Args:
-        agent: an `agents.LLMAgent` with an ``adapter_name`` inside a ``PeftModel``.
-
-    Returns:
-        A new `agents.LLMAgent` over a plain ``transformers`` LM (``adapter_name`` None) whose logits equal the
-        agent's (up to float rounding of the merged weights; `check_export` measures it).
-    """
+    head and its sampling config. `agent` (an `agents.LLMAgent` with an ``adapter_name``) and the ``PeftModel`` it
+    shares are unchanged; the copy's logits equal the agent's up to float rounding of the merged weights
+    (`check_export` measures it)."""
     from agents import LLMAgent
     from agents.reference import preserved_requires_grad
-
     model = copy.deepcopy(agent.model)  # the base and every adapter: merging edits the base's weights in place
     with preserved_requires_grad(model):
         model.set_adapter(agent.adapter_name)
@@ -103,17 +92,13 @@ def merged_agent(agent):
 CHECK_SHAPE = (4, 32)
 #: `check_export`: the largest absolute logit difference allowed, as a fraction of 1 + the trained model's largest
 #: absolute logit, by the dtype of the written weights. Both models are evaluated in float32, so what remains is the
-#: rounding of the merged weights to their dtype. SmolLM2-135M, random adapters, largest absolute logit ~ 34: float32
-#: difference 1.4e-4 (4e-6 of it); bfloat16 0.3 (0.009 of it; float16 rounds 8x finer). A merge into tied embeddings
-#: moves logits by about as much as training did (37).
+#: rounding of the merged weights to their dtype (SmolLM2-135M: 4e-6 of it in float32, 0.009 in bfloat16).
 CHECK_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-4, torch.bfloat16: 3e-2, torch.float16: 4e-3}
 
 
 def _float32(model):
     """`model` if all its weights are float32, else a float32 copy (the weights exactly, the compute in float32)."""
-    if all(p.dtype == torch.float32 for p in model.parameters()):
-        return model
-    return copy.deepcopy(model).float()
+    return model if all(p.dtype == torch.float32 for p in model.parameters()) else copy.deepcopy(model).float()
 
 
 def _reload(out: Path, written):
@@ -121,10 +106,8 @@ def _reload(out: Path, written):
     from_pretrained(out)``, or the adapter alone onto a copy of the base with ``PeftModel.from_pretrained``."""
     if written.adapter_name is None:
         from transformers import AutoModelForCausalLM
-
         return AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
     from peft import PeftModel
-
     base = copy.deepcopy(written.model).unload().float()  # the frozen base, without any adapter
     return PeftModel.from_pretrained(base, str(out / written.adapter_name), adapter_name=written.adapter_name)
 
@@ -146,7 +129,6 @@ def check_export(out: Path, trained, written) -> float:
             times 1 + the largest absolute trained logit.
     """
     from agents.reference import activate_adapter
-
     if trained.adapter_name is not None:
         activate_adapter(trained.model, trained.adapter_name)
     dtype = next(written.model.parameters()).dtype
@@ -179,8 +161,6 @@ def _remove_written(out: Path, created: Path | None) -> None:
             child.unlink()
 
 
-
-
 def model_card(target, kind: str) -> str:
     """The exported model's card (``README.md``): what it is, the run it comes from, how it was trained and how to
     load it."""
@@ -188,9 +168,11 @@ def model_card(target, kind: str) -> str:
     return (f"# {target.model_name} of a cory run\n\n"
             f"A {kind} exported by `cory export` from `{target.checkpoint}`: model `{target.model_name}` of a "
             f"`{c.run.learner}` run on task `{c.env.task}` (seating `{c.env.seating or 'the task default'}`, "
-            f"{c.run.num_iterations} iterations, seed {c.run.seed}), base model `{c.model.model}`.\n\n"
-            "Its training config is `cory_training.yaml` beside this card (`cory train --config cory_training.yaml` "
-            "trains the run again).\n\n```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n"
+            f"{c.run.num_iterations} iteration{'s' * (c.run.num_iterations != 1)}, seed {c.run.seed}), base model "
+            f"`{c.model.model}`.\n\n"
+            "Its training config is `cory_training.yaml` beside this card (`cory train --config cory_training.yaml "
+            "--output_dir NEW_FOLDER` trains the run again).\n\n"
+            "```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n"
             "model = AutoModelForCausalLM.from_pretrained(FOLDER)\ntokenizer = AutoTokenizer.from_pretrained(FOLDER)\n"
             "```\n\nA LoRA adapter alone (`--merge_lora false`) loads onto the run's base with peft's "
             "`PeftModel.from_pretrained(base, FOLDER/<model_name>)`.\n")

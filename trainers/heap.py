@@ -5,15 +5,12 @@ A CORY/PPO/GRPO iteration allocates and frees the same large tensors over and ov
 log-softmax temporaries (8 × 12 × 49,152 fp32 = 18.9 MB per mini-batch with SmolLM2), the attention and MLP
 activations, the gradients. glibc serves a block above its mmap threshold (128 KiB at first, raised as mapped blocks
 are freed, up to 32 MiB) from a fresh ``mmap`` and unmaps it on ``free``, and it trims the heap's free top above its
-trim threshold, so such tensors' pages are faulted in and zeroed by the kernel again step after step: ≈ 180,000
-minor page faults and ≈ 0.25 s of system time per GRPO iteration on the IMDB rung's settings
-(docs/results/performance.md). With blocks up to `MMAP_THRESHOLD` served from the heap and up to `TRIM_THRESHOLD`
-freed bytes kept, the same iteration faults a handful of pages. The arithmetic is untouched: every number a run
-computes is the same.
+trim threshold, so such tensors' pages are faulted in and zeroed by the kernel again step after step (measured:
+docs/results/performance.md). With blocks up to `MMAP_THRESHOLD` served from the heap and up to `TRIM_THRESHOLD`
+freed bytes kept, the same iteration faults a handful of pages. Every number a run computes is the same.
 
-Memory: a GRPO run's peak RSS moved by ≈ 1 % (docs/results/performance.md); the process's resident memory no longer
-shrinks back after a peak, since freed memory stays in the heap. Blocks above `MMAP_THRESHOLD` (a full fine-tune's
-113 MB embedding gradient) are still mapped as before.
+Memory: peak RSS moves by about 1 %; the resident memory no longer shrinks back after a peak, since freed memory
+stays in the heap. Blocks above `MMAP_THRESHOLD` are still mapped.
 
 The settings are the process's and stay for its life (glibc has no call that restores its dynamic threshold).
 `CORYTrainer` applies them when `CORYConfig.heap_reuse` is on (the default), as it applies ``torch_threads``. They are
@@ -46,10 +43,8 @@ _GLIBC_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_
 
 
 def user_allocator_settings(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The allocator settings the user gave this process, which `reuse_heap` leaves alone.
-
-    Args:
-        environ: the environment to read (default ``os.environ``).
+    """The allocator settings the user gave this process (`environ`, default ``os.environ``), which `reuse_heap`
+    leaves alone.
 
     Returns:
         The names of the set variables among glibc's ``MALLOC_*`` (`_GLIBC_VARIABLES`), ``GLIBC_TUNABLES`` when it

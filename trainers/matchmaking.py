@@ -12,16 +12,13 @@ CORY's role exchange is the smallest population: as many models as seats, rotati
 | ``snapshots`` | self-play against lagged frozen snapshots: after every K iterations a frozen copy of every model joins the pool (the `keep` latest per model); the first seat holds a learning model, each later seat a snapshot with probability `p_snapshot` (else another learning model); snapshots never learn |
 
 A scheme is a plug-in like a learner or a task: a `SchemeSpec` in `SCHEMES` (a registered name, an importable
-``module:attr``, or an installed package's entry point in group ``cory.matchmaking``), whose `factory` builds the
-scheme from its own options dataclass (`SchemeSpec.options`; given as ``--matchmaking_options KEY=VALUE``). A
-scheme is a function of the iteration (``assign(t)``), so a resumed run seats the same models as an uninterrupted
-one. Each model keeps its own learner state and trains only on the seats it played (the learners update the models
-of `JointBatch.models`); its episodes are counted per model (`trainers.loop.population.Population.episodes`), so
-budgets can be matched per model. A scheme may also create frozen partners (`Scheme.created`, `Scheme.retired`: the
-``snapshots`` scheme): the `trainers.loop.population.Population` copies the source model
-(`trainers.loop.build.freeze_bundle`), seats it like any model, never updates it, and checkpoints and restores it.
-This module holds the schemes and their registry only (no model, no learner), so the configs can ask a scheme
-what it reads.
+``module:attr``, or an installed package's entry point in group ``cory.matchmaking``), whose `factory` builds the scheme
+from its own options dataclass (``--matchmaking_options KEY=VALUE``); `register_scheme` adds one in a process
+(docs/extending.md has a worked plug-in). Each model keeps its own learner state, trains only on the seats it played
+and has its episodes counted (`trainers.loop.role_exchange.RoleExchange.episodes`), so budgets can be matched per
+model. The frozen partners a scheme creates (`Scheme.created`) are copied (`trainers.loop.build.freeze_bundle`),
+seated, checkpointed and restored by the role-exchange wrapper, never updated. This module holds no model and no
+learner, so the configs can ask a scheme what it reads.
 """
 
 from __future__ import annotations
@@ -38,7 +35,7 @@ from cory_env.overrides import override_types, parse_options
 from cory_env.registry import PluginContractError, Registry
 
 __all__ = ["MAX_POPULATION", "SCHEMES", "Scheme", "SchemeSpec", "build_scheme", "canonical_options", "check_assignment",
-           "check_population", "scheme_options"]
+           "check_population", "register_scheme", "scheme_options"]
 
 logger = logging.getLogger(__name__)
 
@@ -244,10 +241,21 @@ for _name, _attr in (("role-exchange", "ROLE_EXCHANGE"), ("rotation", "ROTATION"
     SCHEMES.register(_name, f"trainers.matchmaking:{_attr}")
 
 
+def register_scheme(name: str, spec: SchemeSpec, *, overwrite: bool = False) -> None:
+    """Make `spec` available as ``--matchmaking name`` in this process (an installed package uses the entry-point
+    group ``cory.matchmaking`` instead, which every process, launched workers included, finds by itself).
+
+    Raises:
+        ValueError, TypeError: as `cory_env.registry.Registry.register` (a name already registered, or claimed by
+            an installed package's entry point, without `overwrite`: naming both).
+    """
+    SCHEMES.register(name, spec, overwrite=overwrite, plugin=True,
+                     origin=f"{getattr(spec.factory, '__module__', '?')}:{getattr(spec.factory, '__qualname__', '?')}")
+
+
 def scheme_options(spec: SchemeSpec, given: Mapping[str, Any] | Sequence[str] | str | None, *, name: str):
-    """The scheme's options object from ``--matchmaking_options``: ``KEY=VALUE`` strings (a list, or one string),
-    or a mapping (YAML, Python); string values are converted to the option's type (`cory_env.overrides.
-    parse_options`, the one ``KEY=VALUE`` parser).
+    """The scheme's options object from ``--matchmaking_options``: ``KEY=VALUE`` strings (a list, or one string) or a
+    mapping, string values converted to the option's type (`cory_env.overrides.parse_options`).
 
     Raises:
         ValueError: options for a scheme without any, an entry that is not ``KEY=VALUE``, an unknown key (the valid
@@ -269,9 +277,8 @@ def scheme_options(spec: SchemeSpec, given: Mapping[str, Any] | Sequence[str] | 
 
 
 def canonical_options(options: Any) -> dict[str, Any] | None:
-    """A scheme's options object as the mapping a run records (every option, defaults included, in the dataclass's
-    order), so that two spellings of one setting (reordered, the default written out, the command line's
-    ``KEY=VALUE`` or YAML's mapping) record and resume as one; None for a scheme without options."""
+    """A scheme's options object as the mapping a run records (every option, defaults included, in field order), so
+    that two spellings of one setting record and resume as one; None for a scheme without options."""
     return dataclasses.asdict(options) if options is not None else None
 
 
@@ -319,11 +326,11 @@ def check_assignment(assignment: Any, *, scheme: str, call: str, seats: Sequence
 def build_scheme(spec: SchemeSpec, *, name: str, options: Any, models: Sequence[str], seats: Sequence[str], seed: int,
                  period: int) -> Scheme:
     """The run's scheme: ``spec.factory(options, models, seats, seed, period)``, its result and its first
-    assignment checked against the `Scheme` contract.
+    assignments (``assign(0)``, ``evaluated(0)``) checked against the `Scheme` contract.
 
     Raises:
-        PluginContractError: the factory returned no `Scheme`, or ``assign(0)`` breaks the contract (one line naming
-            the scheme, what it returned and the contract).
+        PluginContractError: the factory returned no `Scheme`, or ``assign(0)`` or ``evaluated(0)`` breaks the
+            contract (one line naming the scheme, what it returned and the contract).
         ValueError: what the factory refuses. A plug-in's own other exception propagates, named in a log line before
             its traceback.
     """
@@ -338,10 +345,12 @@ def build_scheme(spec: SchemeSpec, *, name: str, options: Any, models: Sequence[
         raise PluginContractError(f"matchmaking scheme {name!r}: its factory returned {type(scheme).__name__} "
                                   f"{scheme!r}, not a trainers.matchmaking.Scheme; a factory returns an object of a "
                                   "Scheme subclass that defines assign(iteration) (docs/extending.md)")
-    try:
-        first = scheme.assign(0)
-    except Exception:
-        logger.error("matchmaking scheme %r raised in assign(0); its traceback follows", name)
-        raise
-    check_assignment(first, scheme=name, call="assign(0)", seats=seats, models=models)
+    for call in ("assign", "evaluated"):
+        try:
+            first = getattr(scheme, call)(0)
+        except Exception:
+            logger.error("matchmaking scheme %r raised in %s(0); its traceback follows", name, call)
+            raise
+        if first is not None or call == "assign":
+            check_assignment(first, scheme=name, call=f"{call}(0)", seats=seats, models=models)
     return scheme

@@ -32,9 +32,8 @@ class ActingScores:
 
 def sampling_generator(seed: int, agent: object) -> torch.Generator:
     """A `torch.Generator` seeded `seed` on the device `agent` samples on (its ``device``; CPU for an agent
-    without one): `torch.multinomial` refuses a generator on another device than its probabilities ("Expected a
-    'cuda' device type for generator but found 'cpu'" for a CPU generator and a model on a GPU). On a CPU it is
-    ``torch.Generator().manual_seed(seed)``, so seeded CPU runs are unchanged."""
+    without one): `torch.multinomial` refuses a generator on another device than its probabilities. On a CPU it is
+    ``torch.Generator().manual_seed(seed)``."""
     return torch.Generator(device=getattr(agent, "device", "cpu")).manual_seed(seed)
 
 
@@ -123,15 +122,8 @@ def rollout_from_transcript(transcript, seat: str, pad_id: int | None = None,
         zero = torch.zeros(())
         logprobs = torch.where(response_mask, acting.logprobs[:, :width], zero)
         values = None if acting.values is None else torch.where(response_mask, acting.values[:, :width], zero)
-    return Rollout(
-        query=query,
-        query_mask=query_mask,
-        response=response,
-        response_mask=response_mask,
-        scores=torch.as_tensor(np.asarray(seat_t.reward, dtype=np.float32)),
-        task_reward=torch.as_tensor(np.asarray(seat_t.task_reward, dtype=np.float32)),
-        allowed=None if allowed is None else torch.as_tensor(np.asarray(allowed, dtype=bool)),
-        logprobs=logprobs,
-        values=values,
-        temperature=temperature,
-    )
+    return Rollout(query=query, query_mask=query_mask, response=response, response_mask=response_mask,
+                   scores=torch.as_tensor(np.asarray(seat_t.reward, dtype=np.float32)),
+                   task_reward=torch.as_tensor(np.asarray(seat_t.task_reward, dtype=np.float32)),
+                   allowed=None if allowed is None else torch.as_tensor(np.asarray(allowed, dtype=bool)),
+                   logprobs=logprobs, values=values, temperature=temperature)

@@ -67,9 +67,6 @@ def make_task(name: str, config, tokenizer, options: Any = None) -> Task:
         tokenizer: the env's tokenizer (a builder may use it, e.g. for an action mask), or None.
         options: the run's instance of the task's options class (`TaskSpec.options`); None: its defaults.
 
-    Returns:
-        The `Task`.
-
     Raises:
         ValueError: for an unknown name (`task_spec`), or what the builder refuses.
         TypeError: `options` of the wrong class (`TaskSpec.build`).

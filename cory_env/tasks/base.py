@@ -142,16 +142,13 @@ class TaskSpec:
             own group, a run's ``config.yaml`` records them, and `RunConfigs.task_options` holds them.
         tokenizer: ``() -> tokenizer`` for a task that brings its own vocabulary (the tiny model is built over it;
             the Gymnasium view's default tokenizer), or None: the model's tokenizer.
-        reads: the `OPTIONAL_ENV_FIELDS` the task reads (a run that sets another one is warned that it does
-            nothing).
+        reads: the `OPTIONAL_ENV_FIELDS` the task reads (a run that sets another one is warned that it does nothing).
         evaluation: how `cory eval` scores it: a built-in evaluation's name (`EVALUATIONS`), or the task's own
-            callable ``evaluate(target, args) -> Path`` (``target``: `trainers.cli.eval.EvalTarget`, the model to
-            evaluate with its run's configs; ``args``: the parsed ``cory eval`` options), which prints what it found
-            and returns the file it wrote.
+            callable ``evaluate(target, args) -> Path`` (``target``: `trainers.loop.evaluate.EvalTarget`; ``args``:
+            the parsed ``cory eval`` options), which prints what it found and returns the file it wrote.
         resolve: ``(config) -> config``, run once per run before any env is built: decide where the data comes
-            from (IMDB: ``data_path="hub"`` becomes None, the built-in openings, when the hub is unreachable), so
-            that every env of the run reads the same source and the decision is logged once; None: nothing to
-            decide.
+            from (IMDB: ``data_path="hub"`` becomes None when the hub is unreachable), so that every env of the run
+            reads the same source; None: nothing to decide.
         summary: one line for tables and ``--help``.
 
     Raises:
@@ -193,8 +190,7 @@ class TaskSpec:
         return "test", None
 
     def build(self, config, tokenizer, options: Any = None) -> Task:
-        """The `Task`: ``builder(config, tokenizer[, options=])`` with `options` (None: the options class's
-        defaults).
+        """The `Task`: ``builder(config, tokenizer[, options=])`` with `options` (None: the options class's defaults).
 
         Raises:
             TypeError: `options` of another class than `options` (or any, for a task without options).

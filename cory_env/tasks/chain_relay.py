@@ -25,9 +25,8 @@ nothing and does not see q, so its prompt (``": ?"``) is the same for every quer
 of q. For any fixed answer, E[r_k] = E[|set(A_k) ∩ q|] / 2 = Σ_{s ∈ set(A_k)} P(s ∈ q) / 2 ≤ p (at most two distinct
 symbols count); a random answer is a mixture of fixed ones, so E[r_k] ≤ p too. The pioneer sees q and earns at most
 1. Summing, E[R] ≤ 1 + (N − 1)·p, reached by a pioneer that names two query symbols and later seats that always name
-the two most frequent symbols. On the held-out fifth used by the learning ladder p is `heldout_blind_value`
-(0.273 for ``heldout_fraction=0.2``: that slice of 364 queries is not exactly uniform), so its ceiling there is
-1.546.
+the two most frequent symbols. On the held-out fifth used by the learning ladder p is `heldout_blind_value` (0.273 for
+``heldout_fraction=0.2``: that slice of 364 queries is not exactly uniform), so its ceiling there is 1.546.
 
 A uniformly random policy scores ≈ 0.23 per seat (≈ 0.69 collective for N = 3). The learning ladder's ``chain_relay``
 rung trains the chain with and without knowledge transfer (`benchmarks/learning.py --rung chain_relay`).
@@ -76,16 +75,8 @@ def without_kt_optimum(num_seats: int = NUM_SEATS, heldout_fraction: float = 0.0
 
 
 def make_chain_relay_task(config=None, tokenizer=None) -> Task:
-    """The chain-relay task (see the module docstring).
-
-    Args:
-        config: `EnvConfig` or None; ``heldout_fraction`` / ``query_split`` pick a side of the same held-out slice as
-            `tiny_vocab`.
-        tokenizer: with the `tiny_vocab` tokenizer, the action mask allows only the 16 symbols and EOS.
-
-    Returns:
-        ``Task(name="chain_relay", num_seats=3, private_query=True, seat_reads="previous", ...)``.
-    """
+    """The chain-relay task (see the module docstring), ``Task(name="chain_relay", num_seats=3, private_query=True,
+    seat_reads="previous", ...)``; `config` and `tokenizer` as `cory_env.tasks.tiny_vocab.make_tiny_vocab_task`'s."""
     return symbol_task("chain_relay", chain_relay_reward, config, tokenizer, private_query=True,
                        num_seats=NUM_SEATS, seat_reads="previous")
 

@@ -33,11 +33,8 @@ def first_symbol_reward(queries: list[str], responses: list[str]) -> list[float]
 
 
 def make_first_symbol_task(config=None, tokenizer=None) -> Task:
-    """The first-symbol bandit (see the module docstring); `config` and `tokenizer` as `tiny_vocab`'s.
-
-    Returns:
-        ``Task(name="first_symbol", ...)``.
-    """
+    """The first-symbol bandit (see the module docstring), ``Task(name="first_symbol", ...)``; `config` and
+    `tokenizer` as `tiny_vocab`'s."""
     return symbol_task("first_symbol", first_symbol_reward, config, tokenizer)
 
 

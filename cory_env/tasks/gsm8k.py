@@ -27,37 +27,20 @@ import functools
 import json
 import logging
 import os
-from pathlib import Path
 from typing import Any
 
 from cory_env.checks import check_number, check_path
 from cory_env.hub import hub_reachable
 from cory_env.tasks.base import Task, TaskSpec
-from cory_env.tasks.gsm8k_answers import (
-    answers_match,
-    extract_answer,
-    gsm8k_reward,
-    gsm8k_reward_fn,
-    has_answer_format,
-    normalize_number,
-    parse_gold,
-    score_completion,
-)
-from cory_env.tasks.gsm8k_prompts import (
-    DEFAULT_INSTRUCTION,
-    DEFAULT_OBSERVER_INSTRUCTION,
-    ONE_SHOT_ANSWER,
-    ONE_SHOT_QUESTION,
-    build_observer_template,
-    build_pioneer_template,
-)
+from cory_env.tasks.gsm8k_answers import (answers_match, extract_answer, gsm8k_reward, gsm8k_reward_fn,
+                                          has_answer_format, normalize_number, parse_gold, score_completion)
+from cory_env.tasks.gsm8k_prompts import (DEFAULT_INSTRUCTION, DEFAULT_OBSERVER_INSTRUCTION, ONE_SHOT_ANSWER,
+                                          ONE_SHOT_QUESTION, build_observer_template, build_pioneer_template)
 
-__all__ = [
-    "SPEC", "DEFAULT_INSTRUCTION", "DEFAULT_OBSERVER_INSTRUCTION", "HUB_CONFIG", "HUB_DATASET", "ONE_SHOT_ANSWER",
-    "ONE_SHOT_QUESTION", "answers_match", "build_observer_template", "build_pioneer_template", "extract_answer",
-    "gsm8k_reward", "gsm8k_reward_fn", "has_answer_format", "load_gsm8k", "make_gsm8k_task", "normalize_number",
-    "parse_gold", "score_completion",
-]
+__all__ = ["SPEC", "DEFAULT_INSTRUCTION", "DEFAULT_OBSERVER_INSTRUCTION", "HUB_CONFIG", "HUB_DATASET",
+           "ONE_SHOT_ANSWER", "ONE_SHOT_QUESTION", "answers_match", "build_observer_template",
+           "build_pioneer_template", "extract_answer", "gsm8k_reward", "gsm8k_reward_fn", "has_answer_format",
+           "load_gsm8k", "make_gsm8k_task", "normalize_number", "parse_gold", "score_completion"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,9 +52,8 @@ def _record(question: Any, answer: Any, where: str) -> dict[str, str]:
     if not isinstance(question, str) or not question.strip():
         raise ValueError(f"{where}: missing or empty 'question' field; each GSM8K row needs 'question' and 'answer'")
     if not isinstance(answer, str):
-        raise ValueError(
-            f"{where}: missing 'answer' field (got {answer!r}); each GSM8K row needs 'question' and 'answer'"
-        )
+        raise ValueError(f"{where}: missing 'answer' field (got {answer!r}); each GSM8K row needs 'question' and "
+                         "'answer'")
     try:
         gold = parse_gold(answer)
     except ValueError as err:
@@ -129,37 +111,23 @@ def _load_hub(split: str, limit: int | None) -> list[dict[str, str]]:
     if split not in ("train", "test"):
         raise ValueError(f"GSM8K hub split must be 'train' or 'test', got {split!r} (use 'hub:train' or 'hub:test')")
     if not hub_reachable(datasets=True):
-        raise ConnectionError(
-            f"GSM8K: the Hugging Face hub is unreachable (offline, HF_HUB_OFFLINE set, or the connection probe "
-            f"failed), so {HUB_DATASET!r} split {split!r} cannot be loaded; pass a local JSONL instead, e.g. "
-            f"--data_path $CORY_SHARED_DATA/gsm8k_{split}.jsonl (the data folder: docs/getting-started.md)"
-        )
+        raise ConnectionError(f"GSM8K: the Hugging Face hub is unreachable (offline, HF_HUB_OFFLINE set, or the "
+                              f"connection probe failed), so {HUB_DATASET!r} split {split!r} cannot be loaded; pass a "
+                              f"local JSONL instead, e.g. --data_path $CORY_SHARED_DATA/gsm8k_{split}.jsonl (the data "
+                              "folder: docs/getting-started.md)")
     from datasets import load_dataset
-
     hub_split = split if limit is None else f"{split}[:{limit}]"
     dataset = load_dataset(HUB_DATASET, HUB_CONFIG, split=hub_split)
-    records = [
-        _record(row["question"], row["answer"], f"{HUB_DATASET} ({HUB_CONFIG}) split {split!r}, row {i}")
-        for i, row in enumerate(dataset)
-    ]
+    records = [_record(row["question"], row["answer"], f"{HUB_DATASET} ({HUB_CONFIG}) split {split!r}, row {i}")
+               for i, row in enumerate(dataset)]
     logger.info("loaded %d GSM8K problems from %s split %s", len(records), HUB_DATASET, split)
     return records
 
 
-def make_gsm8k_task(
-    config: Any,
-    tokenizer: Any,
-    *,
-    split: str = "train",
-    one_shot: bool = True,
-    max_new_tokens: int | None = None,
-    min_new_tokens: int | None = None,
-    correct_reward: float = 1.0,
-    wrong_reward: float = 0.0,
-    format_reward: float = 0.0,
-    limit: int | None = None,
-    use_chat_template: bool | None = None,
-) -> Task:
+def make_gsm8k_task(config: Any, tokenizer: Any, *, split: str = "train", one_shot: bool = True,
+                    max_new_tokens: int | None = None, min_new_tokens: int | None = None, correct_reward: float = 1.0,
+                    wrong_reward: float = 0.0, format_reward: float = 0.0, limit: int | None = None,
+                    use_chat_template: bool | None = None) -> Task:
     """The GSM8K CORY task: records, correctness reward and the pioneer / observer templates.
 
     Args:
@@ -196,25 +164,14 @@ def make_gsm8k_task(
     if max_new < 64:
         logger.warning("GSM8K with max_new_tokens=%d: step-by-step answers usually need 150-256 tokens (paper "
                        "evaluation: 256); use --preset gsm8k-quick or --max_new_tokens 256", max_new)
-    data_path = config.data_path
-    source = f"hub:{split}" if data_path in (None, "hub") else data_path
-    records = load_gsm8k(source, limit=limit)
+    records = load_gsm8k(f"hub:{split}" if config.data_path in (None, "hub") else config.data_path, limit=limit)
     pioneer_template = build_pioneer_template(tokenizer, one_shot=one_shot, use_chat_template=use_chat_template)
     observer_template = build_observer_template(tokenizer, use_chat_template=use_chat_template)
-    reward_fn = functools.partial(
-        gsm8k_reward_fn, correct_reward=correct_reward, wrong_reward=wrong_reward, format_reward=format_reward,
-    )
-    return Task(
-        name="gsm8k",
-        records=records,
-        reward_fn=reward_fn,
-        pioneer_template=pioneer_template,
-        observer_template=observer_template,
-        query_tokens=None,
-        min_new_tokens=min_new,
-        max_new_tokens=max_new,
-        action_mask=None,
-    )
+    reward_fn = functools.partial(gsm8k_reward_fn, correct_reward=correct_reward, wrong_reward=wrong_reward,
+                                  format_reward=format_reward)
+    return Task(name="gsm8k", records=records, reward_fn=reward_fn, pioneer_template=pioneer_template,
+                observer_template=observer_template, query_tokens=None, min_new_tokens=min_new, max_new_tokens=max_new,
+                action_mask=None)
 
 
 SPEC = TaskSpec(make_gsm8k_task, evaluation="pass@k", reads=("data_path", "min_new_tokens", "max_new_tokens"),

@@ -1,10 +1,9 @@
 """GSM8K answers: number extraction, gold parsing and the correctness reward.
 
 Answer extraction follows the authors' evaluation script (docs/paper.md §2): the prediction is the first number after
-the last "The answer is" (any case), else the number after the last `####`, else the last number in the text.
-Numbers compare by value (exact fractions: commas, a leading `$`, a trailing `.`, `%`, units and `**` are ignored;
-`3.50` equals `3.5`, `3/4` equals `0.75`, `-5` equals `−5` with the Unicode minus); nothing is ever evaluated as
-code.
+the last "The answer is" (any case), else the number after the last `####`, else the last number in the text. Numbers
+compare by value (exact fractions: commas, a leading `$`, a trailing `.`, `%`, units and `**` are ignored; `3.50` equals
+`3.5`, `3/4` equals `0.75`, `-5` equals `−5` with the Unicode minus); nothing is ever evaluated as code.
 
 | function | what |
 |---|---|
@@ -26,19 +25,15 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
 
-__all__ = [
-    "answers_match", "extract_answer", "gsm8k_reward", "gsm8k_reward_fn", "has_answer_format", "normalize_number",
-    "parse_gold", "score_completion",
-]
+__all__ = ["answers_match", "extract_answer", "gsm8k_reward", "gsm8k_reward_fn", "has_answer_format",
+           "normalize_number", "parse_gold", "score_completion"]
 
 #: A number: optional sign (`-` or the Unicode minus U+2212), optional `$`, comma-grouped or plain digits, then
 #: optional decimals or a `/denominator` (a fraction such as `3/4`); or a bare `.5`. A trailing sentence dot is
 #: never part of the number. A minus after an operand (`10 - 5`) is dropped later.
-_NUMBER_RE = re.compile(
-    r"(?P<sign>[-\u2212])?\$?\s?"
-    r"(?:(?P<int>\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:(?P<frac>\.\d+)|/(?P<den>\d+)(?![\d.]\d))?"
-    r"|(?<![\w.])(?P<bare>\.\d+))"
-)
+_NUMBER_RE = re.compile(r"(?P<sign>[-\u2212])?\$?\s?"
+                        r"(?:(?P<int>\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:(?P<frac>\.\d+)|/(?P<den>\d+)(?![\d.]\d))?"
+                        r"|(?<![\w.])(?P<bare>\.\d+))")
 _ANSWER_MARKER_RE = re.compile(r"the answer is", re.IGNORECASE)
 _GOLD_MARKER = "####"
 _FORMAT_RE = re.compile(r"the answer is\W{0,6}\d", re.IGNORECASE)
@@ -108,16 +103,8 @@ def _first_number_after(text: str, start: int) -> str | None:
 
 
 def extract_answer(text: str) -> str | None:
-    """The predicted final number of a completion.
-
-    Order: the first number after the last "The answer is" (any case) that has a number after it; else the number
-    after the last `####`; else the last number in the text.
-
-    Args:
-        text: the decoded completion.
-
-    Returns:
-        The canonical number string (see `normalize_number`), or None when the text holds no number.
+    """The predicted final number of the decoded completion `text`, in the module docstring's order: the canonical
+    number string (see `normalize_number`), or None when the text holds no number.
 
     Raises:
         TypeError: if `text` is not a str.
@@ -144,13 +131,8 @@ def extract_answer(text: str) -> str | None:
 
 
 def parse_gold(answer: str) -> str:
-    """The gold number of a GSM8K answer field: the number after `####`, canonicalised.
-
-    Args:
-        answer: the dataset's full answer field, ending with `#### <number>`.
-
-    Returns:
-        The canonical number string, e.g. `"1080"` for `"... #### 1,080"`.
+    """The gold number of a GSM8K answer field (the dataset's full field, ending with `#### <number>`): the number
+    after `####` as a canonical string, e.g. `"1080"` for `"... #### 1,080"`.
 
     Raises:
         TypeError: if `answer` is not a str.
@@ -160,9 +142,8 @@ def parse_gold(answer: str) -> str:
         raise TypeError(f"answer must be a str, got {type(answer).__name__}")
     at = answer.rfind(_GOLD_MARKER)
     if at < 0:
-        raise ValueError(
-            f"GSM8K answer has no '####' gold marker: {answer[-80:]!r}; the answer field must end with '#### <number>'"
-        )
+        raise ValueError(f"GSM8K answer has no '####' gold marker: {answer[-80:]!r}; the answer field must end with "
+                         "'#### <number>'")
     rest = answer[at + len(_GOLD_MARKER):].strip()
     match = _NUMBER_RE.search(rest)
     if match is None:
@@ -175,15 +156,8 @@ def parse_gold(answer: str) -> str:
 
 
 def answers_match(prediction: str | None, gold: str) -> bool:
-    """Whether two number strings are equal by value (`"3.50"` equals `"3.5"`, `"1,000"` equals `"1000"`).
-
-    Args:
-        prediction: a number string or None (no prediction: never a match).
-        gold: a number string.
-
-    Returns:
-        True when both parse to the same `Decimal` value.
-    """
+    """Whether two number strings are equal by value (`"3.50"` equals `"3.5"`, `"1,000"` equals `"1000"`); a
+    `prediction` of None (no prediction) never matches."""
     if prediction is None:
         return False
     pred, ref = normalize_number(prediction), normalize_number(gold)
@@ -195,14 +169,8 @@ def has_answer_format(completion: str) -> bool:
     return _FORMAT_RE.search(completion) is not None
 
 
-def gsm8k_reward(
-    completion: str,
-    answer: str,
-    *,
-    correct_reward: float = 1.0,
-    wrong_reward: float = 0.0,
-    format_reward: float = 0.0,
-) -> float:
+def gsm8k_reward(completion: str, answer: str, *, correct_reward: float = 1.0, wrong_reward: float = 0.0,
+                 format_reward: float = 0.0) -> float:
     """Task reward of one completion against a GSM8K answer field.
 
     Args:
@@ -212,26 +180,15 @@ def gsm8k_reward(
         wrong_reward: reward otherwise (also when no number is found).
         format_reward: added when the completion contains "The answer is <number>"; 0 disables.
 
-    Returns:
-        The reward, a float.
-
     Raises:
         ValueError: if `answer` has no `####` gold.
     """
-    return score_completion(
-        completion, parse_gold(answer),
-        correct_reward=correct_reward, wrong_reward=wrong_reward, format_reward=format_reward,
-    )
+    return score_completion(completion, parse_gold(answer),
+                            correct_reward=correct_reward, wrong_reward=wrong_reward, format_reward=format_reward)
 
 
-def score_completion(
-    completion: str,
-    gold: str,
-    *,
-    correct_reward: float = 1.0,
-    wrong_reward: float = 0.0,
-    format_reward: float = 0.0,
-) -> float:
+def score_completion(completion: str, gold: str, *, correct_reward: float = 1.0, wrong_reward: float = 0.0,
+                     format_reward: float = 0.0) -> float:
     """Like `gsm8k_reward` but against an already parsed gold number string (a record's `"gold"`)."""
     correct = answers_match(extract_answer(completion), gold)
     reward = correct_reward if correct else wrong_reward
@@ -240,16 +197,8 @@ def score_completion(
     return float(reward)
 
 
-
-def gsm8k_reward_fn(
-    query_texts: Sequence[str],
-    response_texts: Sequence[str],
-    records: Sequence[dict[str, Any]],
-    *,
-    correct_reward: float = 1.0,
-    wrong_reward: float = 0.0,
-    format_reward: float = 0.0,
-) -> list[float]:
+def gsm8k_reward_fn(query_texts: Sequence[str], response_texts: Sequence[str], records: Sequence[dict[str, Any]], *,
+                    correct_reward: float = 1.0, wrong_reward: float = 0.0, format_reward: float = 0.0) -> list[float]:
     """Batched task reward in the `Task.reward_fn` signature: `score_completion` of each response vs its record.
 
     Args:
@@ -265,10 +214,8 @@ def gsm8k_reward_fn(
         ValueError: if the three lists differ in length or a record has neither `"gold"` nor `"answer"`.
     """
     if not len(query_texts) == len(response_texts) == len(records):
-        raise ValueError(
-            f"query_texts, response_texts and records must have the same length, got "
-            f"{len(query_texts)}, {len(response_texts)}, {len(records)}"
-        )
+        raise ValueError(f"query_texts, response_texts and records must have the same length, got "
+                         f"{len(query_texts)}, {len(response_texts)}, {len(records)}")
     rewards = []
     for i, (response, record) in enumerate(zip(response_texts, records)):
         if "gold" in record:
@@ -276,11 +223,8 @@ def gsm8k_reward_fn(
         elif "answer" in record:
             gold = parse_gold(record["answer"])
         else:
-            raise ValueError(
-                f"record {i} has neither 'gold' nor 'answer' (keys {sorted(record)}); GSM8K rewards need records "
-                "from load_gsm8k, not bare queries (e.g. explicit reset queries carry no gold)"
-            )
-        rewards.append(score_completion(
-            response, gold, correct_reward=correct_reward, wrong_reward=wrong_reward, format_reward=format_reward,
-        ))
+            raise ValueError(f"record {i} has neither 'gold' nor 'answer' (keys {sorted(record)}); GSM8K rewards need "
+                             "records from load_gsm8k, not bare queries (e.g. explicit reset queries carry no gold)")
+        rewards.append(score_completion(response, gold, correct_reward=correct_reward, wrong_reward=wrong_reward,
+                                        format_reward=format_reward))
     return rewards

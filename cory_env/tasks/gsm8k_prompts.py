@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = [
-    "DEFAULT_INSTRUCTION", "DEFAULT_OBSERVER_INSTRUCTION", "ONE_SHOT_ANSWER", "ONE_SHOT_QUESTION",
-    "build_observer_template", "build_pioneer_template",
-]
+__all__ = ["DEFAULT_INSTRUCTION", "DEFAULT_OBSERVER_INSTRUCTION", "ONE_SHOT_ANSWER", "ONE_SHOT_QUESTION",
+           "build_observer_template", "build_pioneer_template"]
 
 DEFAULT_INSTRUCTION = (
     'Solve the math problem step by step. Finish with a line "The answer is N." where N is a number.'
@@ -25,10 +23,8 @@ DEFAULT_OBSERVER_INSTRUCTION = (
 )
 #: Our own 1-shot example, in the format of the authors' evaluation prompt
 #: (``Question: ... Answer: ...``).
-ONE_SHOT_QUESTION = (
-    "A baker makes 3 trays of 12 cookies each. He sells 20 cookies and gives 4 to a friend. "
-    "How many cookies does he have left?"
-)
+ONE_SHOT_QUESTION = ("A baker makes 3 trays of 12 cookies each. He sells 20 cookies and gives 4 to a friend. "
+                     "How many cookies does he have left?")
 ONE_SHOT_ANSWER = (
     "The baker makes 3 * 12 = 36 cookies. He sells 20 and gives away 4, so 20 + 4 = 24 cookies are gone. "
     "He has 36 - 24 = 12 cookies left. The answer is 12."
@@ -63,13 +59,8 @@ def _render(tokenizer: Any, messages: list[dict[str, str]], plain: str, use_chat
     return _finish(rendered)
 
 
-def build_pioneer_template(
-    tokenizer: Any,
-    *,
-    one_shot: bool = True,
-    instruction: str = DEFAULT_INSTRUCTION,
-    use_chat_template: bool | None = None,
-) -> str:
+def build_pioneer_template(tokenizer: Any, *, one_shot: bool = True, instruction: str = DEFAULT_INSTRUCTION,
+                           use_chat_template: bool | None = None) -> str:
     """The pioneer's prompt template, with a `{query}` placeholder for the question.
 
     Plain text (no chat template): the instruction, the optional 1-shot `Question: ... Answer: ...` example, then
@@ -82,9 +73,6 @@ def build_pioneer_template(
         instruction: the task instruction placed first.
         use_chat_template: None = use it when the tokenizer has one; True = require it; False = plain text.
 
-    Returns:
-        The template string.
-
     Raises:
         ValueError: if `use_chat_template` is True and the tokenizer has no chat template.
     """
@@ -92,36 +80,23 @@ def build_pioneer_template(
     if one_shot:
         example_q = f"Question: {ONE_SHOT_QUESTION}"
         plain = f"{instruction}\n\n{example_q}\nAnswer: {ONE_SHOT_ANSWER}\n\n{question}\nAnswer:"
-        messages = [
-            {"role": "user", "content": f"{instruction}\n\n{example_q}"},
-            {"role": "assistant", "content": ONE_SHOT_ANSWER},
-            {"role": "user", "content": question},
-        ]
+        messages = [{"role": "user", "content": f"{instruction}\n\n{example_q}"},
+                    {"role": "assistant", "content": ONE_SHOT_ANSWER}, {"role": "user", "content": question}]
     else:
         plain = f"{instruction}\n\n{question}\nAnswer:"
         messages = [{"role": "user", "content": f"{instruction}\n\n{question}"}]
     return _render(tokenizer, messages, plain, use_chat_template)
 
 
-def build_observer_template(
-    tokenizer: Any,
-    *,
-    instruction: str = DEFAULT_OBSERVER_INSTRUCTION,
-    use_chat_template: bool | None = None,
-) -> str:
+def build_observer_template(tokenizer: Any, *, instruction: str = DEFAULT_OBSERVER_INSTRUCTION,
+                            use_chat_template: bool | None = None) -> str:
     """The observer's knowledge-transfer template, with `{query}` and `{response}` (the pioneer's answer).
 
     Our own wording (the paper does not publish its GSM8K template): the instruction, the question, the pioneer's
     solution as a reference that may be wrong, then `Answer:`. No 1-shot example (the reference shows the format and
     keeps the prompt short). Braces are escaped as in `build_pioneer_template`.
 
-    Args:
-        tokenizer: a Hugging Face tokenizer; its `chat_template` (if any) is used.
-        instruction: the task instruction placed first.
-        use_chat_template: None = use it when the tokenizer has one; True = require it; False = plain text.
-
-    Returns:
-        The template string.
+    Arguments as `build_pioneer_template`'s (`instruction`: the task instruction placed first).
 
     Raises:
         ValueError: if `use_chat_template` is True and the tokenizer has no chat template.

@@ -39,21 +39,15 @@ class IMDBOptions:
 
     _argument_group_name = "IMDB task options (--task imdb)"  # `cory train --help` group
 
-    min_review_chars: int = field(
-        default=200,
-        metadata={"help": "IMDB: drop reviews shorter than this many characters after removing `<br />` "
-                          "(official baseline script: 200; the paper's text: 100; 0 keeps every non-empty review). "
-                          "Not applied to the built-in openings."},
-    )
-    query_min_tokens: int = field(
-        default=2,
-        metadata={"help": "IMDB: fewest tokens kept from the start of a review as the query q (paper: 2). The "
-                          "query length is drawn per episode from [query_min_tokens, query_max_tokens]."},
-    )
-    query_max_tokens: int = field(
-        default=7,
-        metadata={"help": "IMDB: most tokens kept from the start of a review as the query q (paper: 7)."},
-    )
+    min_review_chars: int = field(default=200, metadata={
+        "help": "IMDB: drop reviews shorter than this many characters after removing `<br />` "
+                "(official baseline script: 200; the paper's text: 100; 0 keeps every non-empty review). "
+                "Not applied to the built-in openings."})
+    query_min_tokens: int = field(default=2, metadata={
+        "help": "IMDB: fewest tokens kept from the start of a review as the query q (paper: 2). The "
+                "query length is drawn per episode from [query_min_tokens, query_max_tokens]."})
+    query_max_tokens: int = field(default=7, metadata={
+        "help": "IMDB: most tokens kept from the start of a review as the query q (paper: 7)."})
 
     def __post_init__(self) -> None:
         check_number(self.min_review_chars, "min_review_chars", integer=True, low=0, fix="0 keeps every review")
@@ -64,17 +58,14 @@ class IMDBOptions:
 
 
 def make_imdb_task(config, tokenizer=None, options: IMDBOptions | None = None) -> Task:
-    """The IMDB sentiment-continuation task.
+    """The IMDB sentiment-continuation task: ``Task(name="imdb", ...)`` with the official code's knowledge-transfer
+    template by default.
 
     Args:
-        config: `EnvConfig`; reads ``data_path``, ``heldout_fraction``, ``query_split``
-            (`cory_env.data.heldout_split`), ``reward``, ``min_new_tokens``, ``max_new_tokens`` and the two
-            templates.
+        config: `EnvConfig`; reads ``data_path``, ``heldout_fraction``, ``query_split`` (`cory_env.data.heldout_split`),
+            ``reward``, ``min_new_tokens``, ``max_new_tokens`` and the two templates.
         tokenizer: unused (IMDB allows every token).
         options: `IMDBOptions` (None: the defaults).
-
-    Returns:
-        ``Task(name="imdb", ...)`` with the official code's knowledge-transfer template by default.
 
     Raises:
         FileNotFoundError, ValueError: from `cory_env.tasks.imdb_data.load_imdb_records` and
@@ -86,16 +77,10 @@ def make_imdb_task(config, tokenizer=None, options: IMDBOptions | None = None) -
     source = "built-in review openings" if config.data_path is None else f"reviews of {config.data_path}"
     side = f" (the {config.query_split} side of the held-out slice)" if config.heldout_fraction else ""
     logger.info("IMDB queries: %d of %d %s%s", len(records), len(loaded), source, side)
-    return Task(
-        name="imdb",
-        records=records,
-        reward_fn=config.reward,  # resolved by Task (make_reward_fn)
-        observer_template=OBSERVER_TEMPLATE,
-        pioneer_template=PIONEER_TEMPLATE,
-        query_tokens=(options.query_min_tokens, options.query_max_tokens),
-        min_new_tokens=config.min_new_tokens,
-        max_new_tokens=config.max_new_tokens,
-    )
+    return Task(name="imdb", records=records, reward_fn=config.reward,  # resolved by Task (make_reward_fn)
+                observer_template=OBSERVER_TEMPLATE, pioneer_template=PIONEER_TEMPLATE,
+                query_tokens=(options.query_min_tokens, options.query_max_tokens),
+                min_new_tokens=config.min_new_tokens, max_new_tokens=config.max_new_tokens)
 
 
 def resolve_data_source(config):

@@ -38,11 +38,8 @@ def load_builtin_openings() -> list[dict]:
 
 def resolve_imdb_source(data_path: str | os.PathLike | None, *, probe_timeout: float = 3.0) -> str | None:
     """Where IMDB queries really come from: `data_path` itself, except ``"hub"`` (or ``"stanfordnlp/imdb"``) when
-    the hub is unreachable, which becomes None (the built-in openings) with one log line.
-
-    Resolve once and build every env of a run from the result (`trainers.loop.CORYTrainer` does): the probe then
-    runs, and its fallback line prints, once per run instead of once per env (training, evaluation before and after).
-    """
+    the hub is unreachable, which becomes None (the built-in openings) with one log line. A run resolves it once
+    (`cory_env.tasks.imdb.resolve_data_source`) and builds every env from the result."""
     if data_path is None or str(data_path) not in {"hub", HUB_IMDB}:
         return None if data_path is None else str(data_path)
     if hub_reachable(probe_timeout, datasets=True):
@@ -77,7 +74,6 @@ def load_imdb_records(data_path: str | os.PathLike | None = None, *, min_review_
         return records
     if data_path in {"hub", HUB_IMDB}:
         import datasets
-
         table, source = datasets.load_dataset(HUB_IMDB, split="train"), f"hub {HUB_IMDB} (train)"
     else:
         table, source = load_table(data_path), str(data_path)

@@ -1,5 +1,4 @@
-"""The IMDB task's rewards (docs/paper.md §2: positive sentiment of query + response), registered as ``--reward``
-names.
+"""The IMDB task's rewards (docs/paper.md §2: positive sentiment of query + response), registered as ``--reward`` names.
 
 | name | score | offline |
 |---|---|---|
@@ -8,9 +7,8 @@ names.
 | ``"distilbert-imdb"`` | raw POSITIVE logit of ``lvwerra/distilbert-imdb`` (paper) | needs the model |
 
 ``vader-gain`` subtracts a number that depends on the query alone, so it ranks a query's responses exactly as
-``vader`` does and leaves the optimal policy unchanged; it removes the query's own sentiment (which carries about
-60 % of the variance of ``vader`` over IMDB openings: correlation 0.78) from what a learner's value head must learn
-before its advantages mean anything.
+``vader`` does and leaves the optimal policy unchanged; it removes the query's own sentiment (most of the variance
+of ``vader`` over IMDB openings) from what a learner's value head must learn before its advantages mean anything.
 """
 
 from __future__ import annotations
@@ -33,7 +31,6 @@ class VaderReward:
 
     def __init__(self) -> None:
         from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
-
         self._analyzer = SentimentIntensityAnalyzer()
 
     def __call__(self, queries: list[str], responses: list[str], records: list[dict] | None = None) -> list[float]:
@@ -59,17 +56,13 @@ class DistilbertImdbReward:
         device: pipeline device (None: CPU).
     """
 
-    def __init__(self, model: str = "lvwerra/distilbert-imdb", *, batch_size: int = 16,
-                 device: Any = None) -> None:
-        self.model = model
-        self.batch_size = batch_size
-        self.device = device
+    def __init__(self, model: str = "lvwerra/distilbert-imdb", *, batch_size: int = 16, device: Any = None) -> None:
+        self.model, self.batch_size, self.device = model, batch_size, device
         self._pipe = None
 
     def __call__(self, queries: list[str], responses: list[str], records: list[dict] | None = None) -> list[float]:
         if self._pipe is None:
             from transformers import pipeline
-
             logger.info("loading sentiment reward model %s", self.model)
             self._pipe = pipeline("sentiment-analysis", model=self.model, device=self.device)
         texts = [q + r for q, r in zip(queries, responses)]

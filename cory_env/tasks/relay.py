@@ -16,12 +16,11 @@ hidden from the observer (same 20-token vocabulary, queries, held-out slice and 
 | Task reward r(q, a) | pioneer: r1 = |set(a1) ∩ q| / 2; observer: r2 = |set(a2) ∩ set(a1) ∩ q| / 2 (repeat the pioneer's valid symbols) |
 
 Optimum with knowledge transfer: the pioneer names 2 query symbols (r1 = 1) and the observer repeats them (r2 = 1):
-collective reward 2. Without knowledge transfer the observer's prompt is the same for every query, so its answer
-cannot depend on q: the best pair is a fixed observer answer (say ``a b``) and a pioneer that names ``a`` and ``b``
-whenever q holds them, giving E[r2] = (P(a ∈ q) + P(b ∈ q)) / 2 = 1/4 and a collective optimum of **1.25**. A
-uniformly random pair scores ≈ 0.23. Unlike `tiny_vocab`, no convention on q can replace the transfer: the gap
-between CORY (→ 2) and CORY w/o KT (≤ 1.25) is the value of knowledge transfer (`benchmarks/learning.py --rung
-relay`).
+collective reward 2. Without knowledge transfer the observer's prompt is the same for every query, so its answer cannot
+depend on q: the best pair is a fixed observer answer (say ``a b``) and a pioneer that names ``a`` and ``b`` whenever q
+holds them, giving E[r2] = (P(a ∈ q) + P(b ∈ q)) / 2 = 1/4 and a collective optimum of **1.25**. A uniformly random pair
+scores ≈ 0.23. Unlike `tiny_vocab`, no convention on q can replace the transfer: the gap between CORY (→ 2) and CORY w/o
+KT (≤ 1.25) is the value of knowledge transfer (`benchmarks/learning.py --rung relay`).
 """
 
 from __future__ import annotations
@@ -62,17 +61,9 @@ def relay_reward(queries: list[str], responses: list[str], records: list[dict]) 
 
 
 def make_relay_task(config=None, tokenizer=None) -> Task:
-    """The relay task (see the module docstring).
-
-    Args:
-        config: `EnvConfig` or None; ``heldout_fraction`` / ``query_split`` pick a side of the same held-out slice as
-            `tiny_vocab` (the config's templates, `cory_env.tasks.base.with_templates`: the observer template is the
-            prompt of a seat that sees q, which relay's own seating has not).
-        tokenizer: with the `tiny_vocab` tokenizer, the action mask allows only the 16 symbols and EOS.
-
-    Returns:
-        ``Task(name="relay", private_query=True, ...)``.
-    """
+    """The relay task (see the module docstring), ``Task(name="relay", private_query=True, ...)``; `config` and
+    `tokenizer` as `cory_env.tasks.tiny_vocab.make_tiny_vocab_task`'s (the config's observer template is the prompt
+    of a seat that sees q, which relay's own seating has not)."""
     return symbol_task("relay", relay_reward, config, tokenizer, private_query=True)
 
 

@@ -41,24 +41,9 @@ import numpy as np
 from cory_env.data import heldout_split
 from cory_env.tasks.base import Task, TaskSpec
 
-__all__ = [
-    "SPEC", "ANSWER_LEN",
-    "BLANK_TEMPLATE",
-    "CONTEXT_LEN",
-    "OBSERVER_TEMPLATE",
-    "PIONEER_TEMPLATE",
-    "QUERY_LEN",
-    "RESPONSE_ONLY_TEMPLATE",
-    "SYMBOLS",
-    "VOCAB",
-    "make_tiny_vocab_task",
-    "seat_symbol_mask",
-    "symbol_action_mask",
-    "symbol_task",
-    "tiny_vocab_records",
-    "tiny_vocab_reward",
-    "tiny_vocab_tokenizer",
-]
+__all__ = ["SPEC", "ANSWER_LEN", "BLANK_TEMPLATE", "CONTEXT_LEN", "OBSERVER_TEMPLATE", "PIONEER_TEMPLATE", "QUERY_LEN",
+           "RESPONSE_ONLY_TEMPLATE", "SYMBOLS", "VOCAB", "make_tiny_vocab_task", "seat_symbol_mask",
+           "symbol_action_mask", "symbol_task", "tiny_vocab_records", "tiny_vocab_reward", "tiny_vocab_tokenizer"]
 
 #: The 16 answer symbols.
 SYMBOLS = tuple("abcdefghijklmnop")
@@ -86,7 +71,6 @@ def tiny_vocab_tokenizer():
     """
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
-
     tok = Tokenizer(models.WordLevel(dict(VOCAB), unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>", unk_token="<unk>")
@@ -171,9 +155,6 @@ def make_tiny_vocab_task(config=None, tokenizer=None) -> Task:
             replace the task's when the task is built through its spec (`cory_env.tasks.base.with_templates`). The
             response length is the task's (`ANSWER_LEN`), not ``min/max_new_tokens``.
         tokenizer: with the task's own tokenizer, the action mask allows only the 16 symbols and EOS.
-
-    Returns:
-        ``Task(name="tiny_vocab", ...)``.
     """
     return symbol_task("tiny_vocab", tiny_vocab_reward, config, tokenizer)
 
@@ -190,24 +171,13 @@ def symbol_task(name: str, reward_fn, config, tokenizer, *, private_query: bool 
         tokenizer: with the task's own tokenizer, the action mask allows only the 16 symbols and EOS.
         private_query, num_seats, seat_reads: the task's default seating (`Task`).
     """
-    return Task(
-        name=name,
-        records=(tiny_vocab_records() if config is None
-                 else heldout_split(tiny_vocab_records(), config.query_split, config.heldout_fraction)),
-        reward_fn=reward_fn,
-        observer_template=OBSERVER_TEMPLATE,
-        pioneer_template=PIONEER_TEMPLATE,
-        response_only_template=RESPONSE_ONLY_TEMPLATE,
-        blank_template=BLANK_TEMPLATE,
-        num_seats=num_seats,
-        private_query=private_query,
-        seat_reads=seat_reads,
-        query_tokens=None,
-        min_new_tokens=ANSWER_LEN,
-        max_new_tokens=ANSWER_LEN,
-        action_mask=symbol_action_mask(tokenizer),
-        action_mask_for=seat_symbol_mask,
-    )
+    records = tiny_vocab_records() if config is None else heldout_split(tiny_vocab_records(), config.query_split,
+                                                                         config.heldout_fraction)
+    return Task(name=name, records=records, reward_fn=reward_fn, observer_template=OBSERVER_TEMPLATE,
+                pioneer_template=PIONEER_TEMPLATE, response_only_template=RESPONSE_ONLY_TEMPLATE,
+                blank_template=BLANK_TEMPLATE, num_seats=num_seats, private_query=private_query, seat_reads=seat_reads,
+                query_tokens=None, min_new_tokens=ANSWER_LEN, max_new_tokens=ANSWER_LEN,
+                action_mask=symbol_action_mask(tokenizer), action_mask_for=seat_symbol_mask)
 
 
 SPEC = TaskSpec(make_tiny_vocab_task, tokenizer=tiny_vocab_tokenizer, reads=("heldout_fraction", "query_split"),

@@ -269,7 +269,8 @@ def test_main_job_output_log_lines_and_eval_json(tmp_path):
 @pytest.mark.parametrize("args, message", [(["--eta", "inf"], "--eta=inf is invalid: use a finite number"),
                                            (["--episodes", "0"], "--episodes=0 is invalid: use an integer >= 1"),
                                            (["--seed", "-1"], "--seed=-1 is invalid: use an integer >= 0"),
-                                           (["--episode", "1"], "not used by the HfArgumentParser: ['--episode'")])
+                                           (["--episode", "1"], "not used by the HfArgumentParser: ['--episode'"),
+                                           (["--model_name", ""], "--model_name '' names no model")])
 def test_eval_numbers_and_abbreviations_are_refused_before_any_model_loads(tmp_path, capsys, args, message):
     from trainers.cli import main
 
@@ -324,3 +325,16 @@ def test_every_flag_shows_its_fields_help_and_the_default_this_run_has(argv):
     text = parser.format_help()
     for switch in ("--adap_kl_ctrl", "--no_adap_kl_ctrl"):  # both twins in the help, not only in the usage line
         assert f"\n  {switch}" in text
+
+
+def test_train_help_imports_no_model_or_training_code():
+    """`cory train --help` spent most of its start-up importing the model loading code (`agents.loading`:
+    transformers' model classes, accelerate), `datasets` and the training loop, none of which the help reads; now
+    it imports the option dataclasses only. A new process, so that nothing another test imported counts."""
+    heavy = ("agents.loading", "agents.policy", "trainers.loop.cory", "transformers.generation",
+             "transformers.models.auto.configuration_auto", "datasets", "accelerate", "scipy", "pandas")
+    code = ("import sys\nfrom trainers.cli import main\ntry:\n    main(['train', '--help'])\nexcept SystemExit:\n"
+            "    pass\nprint(sorted(m for m in %r if m in sys.modules), file=sys.stderr)" % (heavy,))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=300)
+    assert proc.stderr.strip().splitlines()[-1] == "[]", proc.stderr[-2000:]
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: cory train"), proc.stderr[-2000:]

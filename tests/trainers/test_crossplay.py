@@ -4,6 +4,8 @@ ordered pair of distinct models, the JSON and the heatmap), and the refusal of r
 from __future__ import annotations
 
 import json
+import logging
+import re
 
 import pytest
 
@@ -54,6 +56,14 @@ def _hand_made_result():
             "groups": group_summary(pairs, run_of, groups)}
 
 
+def _seed_disjoint():
+    """`_hand_made_result` with the pop group on seeds 6 (pop0) and 5 (pop1): no seed shared with the pair's."""
+    result = _hand_made_result()
+    for run, seed in (("pop0", 6), ("pop1", 5)):
+        result["run_meta"][run]["seed"] = seed
+    return result
+
+
 def test_the_marl_eval_export_holds_each_groups_runs_by_seed_in_the_pairs_order():
     raw = to_marl_eval(_hand_made_result())
     algorithms = raw["cory_relay"]["crossplay"]
@@ -69,10 +79,10 @@ def test_the_marl_eval_export_holds_each_groups_runs_by_seed_in_the_pairs_order(
     result["run_meta"]["pop1"]["seed"] = 0
     with pytest.raises(ValueError, match=r"the groups have \{'pair': \[0, 1\], 'pop': \[0, 0\]\}"):
         to_marl_eval(result)
-    result = _hand_made_result()  # seed-disjoint groups (pop on seeds 5 and 6) are read as they are
-    for run, seed in (("pop0", 5), ("pop1", 6)):
-        result["run_meta"][run]["seed"] = seed
-    assert set(to_marl_eval(result)["cory_relay"]["crossplay"]["pop"]) == {"seed_5", "seed_6"}
+    result = _seed_disjoint()  # pop on seeds 6 and 5: its runs are the group's runs in seed order
+    pop = to_marl_eval(result)["cory_relay"]["crossplay"]["pop"]
+    assert list(pop) == ["seed_0", "seed_1"] and pop == {"seed_0": algorithms["pop"]["seed_1"],
+                                                         "seed_1": algorithms["pop"]["seed_0"]}
     result["run_meta"]["pop1"]["seed"] = 5
     result["groups"]["pop"]["runs"] = ["pop0"]
     with pytest.raises(ValueError, match="groups of as many runs"):
@@ -84,8 +94,8 @@ def test_the_marl_eval_export_holds_each_groups_runs_by_seed_in_the_pairs_order(
 
 
 def test_marl_evals_own_checks_accept_the_crossplay_export():
-    """Read by marl-eval itself (``pip install --no-deps id-marl-eval==0.0.4``, as for the ladder's export): its
-    checks pass, and its probability of improvement ranks the population's cross-play above the pair's."""
+    """Read by marl-eval itself (``pip install --no-deps id-marl-eval==0.0.4``, as for the ladder's export), with
+    seed-disjoint groups: its checks pass, and its probability of improvement ranks the population's cross-play above the pair's."""
     pytest.importorskip("colorama")
     pytest.importorskip("marl_eval")
     import copy
@@ -93,7 +103,7 @@ def test_marl_evals_own_checks_accept_the_crossplay_export():
     from marl_eval.utils.data_processing_utils import create_matrices_for_rliable, data_process_pipeline
     from marl_eval.utils.diagnose_data_errors import DiagnoseData
 
-    raw = to_marl_eval(_hand_made_result())
+    raw = to_marl_eval(_seed_disjoint())  # marl-eval looks the pop runs up by the pair's keys (issue #60.2)
     assert all(DiagnoseData(copy.deepcopy(raw)).check_data()["cory_relay"].values())
     processed = data_process_pipeline(copy.deepcopy(raw), metrics_to_normalize=[])
     matrices, _ = create_matrices_for_rliable(processed, "cory_relay", [])
@@ -139,7 +149,7 @@ def test_groups_name_given_runs_once():
         parse_groups(["a=r9"], ["r1"])
 
 
-def test_crossplay_plays_every_ordered_pair_of_two_runs(tiny_run, tmp_path, capsys):
+def test_crossplay_plays_every_ordered_pair_of_two_runs(tiny_run, tmp_path, capsys, caplog):
     runs = []
     for seed in (0, 1):
         trainer = CORYTrainer(tiny_run(f"s{seed}", task="relay", context_len=12, batch_size=8, mini_batch_size=4,
@@ -147,8 +157,15 @@ def test_crossplay_plays_every_ordered_pair_of_two_runs(tiny_run, tmp_path, caps
         trainer.train()
         runs.append(str(trainer.output_dir))
     out = tmp_path / "cp" / "crossplay.json"
-    assert main(["crossplay", *runs, "--episodes", "8", "--out", str(out), "--groups", f"x={runs[0]}",
-                 f"y={runs[1]}"]) == 0
+    with caplog.at_level(logging.INFO):
+        assert main(["crossplay", *runs, "--episodes", "8", "--out", str(out), "--groups", f"x={runs[0]}",
+                     f"y={runs[1]}", "--log_every_seconds", "0"]) == 0
+    printed = capsys.readouterr().out
+    # the console: each group's IQM with its interval (n = 2: the range, said so) and P(A > B) with its interval
+    assert re.search(r"x: self-play [\d.]+ \(n=1\); cross-play [\d.]+ \[[\d.]+, [\d.]+\] \(n=2, \[min, max\]\)",
+                     printed), printed
+    assert re.search(r"P\(x > y\) on cross-play: [\d.]+ \[[\d.]+, [\d.]+\]", printed), printed
+    assert re.search(r"line-up 12/12 \(100%\), .* ETA 0s: collective reward", caplog.text)  # the progress line
     result = json.loads(out.read_text())
     assert len(result["pairs"]) == 4 * 3 and out.with_suffix(".png").exists()
     assert {(p["pioneer"], p["observer"]) for p in result["pairs"]} == \
@@ -179,7 +196,8 @@ def test_crossplay_plays_every_ordered_pair_of_two_runs(tiny_run, tmp_path, caps
     assert len(runs_of_all["seed_0"]["step_0"]["return"]) == 8  # 2 models x 2 partners x 2 seats
 
 
-def test_runs_of_another_game_are_refused(tiny_run, tmp_path, capsys):
+def test_runs_of_another_game_are_refused_and_each_seat_samples_with_its_settings(tiny_run, tmp_path, capsys,
+                                                                                   monkeypatch):
     runs = []
     for name, options in (("relay", {"task": "relay"}), ("tiny_vocab", {"task": "tiny_vocab"}),
                           ("hot", {"task": "relay", "seat_generation": ["observer.temperature=2"]})):
@@ -189,10 +207,32 @@ def test_runs_of_another_game_are_refused(tiny_run, tmp_path, capsys):
     # a seat that sampled otherwise played another game: its numbers would not compare
     assert main(["crossplay", runs[0], runs[2], "--out", str(tmp_path / "x.json")]) == 2
     assert "seat_generation=" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
+    # the runs' own per-seat settings are applied: whoever sits in the observer seat samples at temperature 2
+    from agents.policy import LLMAgent
+
+    seen, act_batch = [], LLMAgent.act_batch
+
+    def spy(self, obs, generator=None, *, sampling=None):
+        seen.append((self.adapter_name or id(self), sampling.temperature))
+        return act_batch(self, obs, generator, sampling=sampling)
+
+    monkeypatch.setattr(LLMAgent, "act_batch", spy)
+    assert main(["crossplay", runs[2], "--episodes", "2", "--out", str(tmp_path / "hot.json")]) == 0
+    result = json.loads((tmp_path / "hot.json").read_text())
+    assert result["played"]["seat_generation"] == {"observer": {"temperature": 2.0}}  # what was played, recorded
+    temperatures = [t for _, t in dict.fromkeys(seen)]  # each (model, temperature) once, in order of first use
+    assert sorted(temperatures) == [1.0, 1.0, 2.0, 2.0]  # both models sat in both seats, each seat at its own
     assert main(["crossplay", *runs, "--out", str(tmp_path / "x.json")]) == 2
     assert "played another game than" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
     assert main(["crossplay", runs[0], str(tmp_path / "nowhere"), "--out", str(tmp_path / "x.json")]) == 2
     assert "nowhere' does not exist" in capsys.readouterr().err
+
+
+def test_the_help_shows_each_options_default(capsys):
+    with pytest.raises(SystemExit):
+        main(["crossplay", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "held-out queries per line-up (default: 64)" in text and "(default: crossplay.json)" in text
 
 
 def test_runs_of_one_folder_name_under_different_parents_keep_apart():

@@ -154,3 +154,31 @@ def test_a_task_brings_its_own_evaluation_callable(tiny_run, tmp_path, capsys, r
     with pytest.raises(ValueError, match="TaskSpec.evaluation must be one of .* or a callable"):
         dataclasses.replace(TASKS.get("imdb"), evaluation="bleu")
     assert isinstance(TASKS.get("imdb"), TaskSpec)
+
+
+def test_cory_eval_defaults_to_the_model_the_runs_own_evaluation_followed(tmp_path, capsys):
+    """A model per slot: the run's held-out evaluations follow llm1 (eval.json's ``model``, the checkpoint's
+    ``evaluated``) also after an odd number of role exchanges, when llm2 sits in the pioneer seat. Before, `cory eval
+    RUN` took the pioneer seat's model (llm2): another model than eval.json's, presented as the run's evaluation."""
+    run = tmp_path / "slots"
+    assert cory_main(["train", "--preset", "tiny", "--output_dir", str(run), "--num_iterations", "1",
+                      "--role_exchange_period", "1", "--models", "llm2=tiny-bpe", "--heldout_fraction", "0.2",
+                      "--eval_episodes", "4", "--torch_threads", "1", "--tensorboard", "false"]) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["cory/role_exchange"] == 1.0  # llm2 is in the pioneer seat now
+    ran = json.loads((run / "eval.json").read_text())
+    capsys.readouterr()
+    assert cory_main(["eval", str(run)]) == 0
+    printed = capsys.readouterr().out
+    (written,) = run.glob("eval-*.json")
+    result = json.loads(written.read_text())
+    assert (written.name, result["model_name"], ran["model"]) == ("eval-llm1-iter-000000.json", "llm1", "llm1")
+    assert result["after"]["rewards"] == ran["after"]["rewards"] and result["gain"] == ran["gain"]
+    line = next(line for line in printed.splitlines() if "in the pioneer seat" in line)
+    assert line.startswith("llm1 in the pioneer seat")
+    state = json.loads(next(run.glob("checkpoints/iter-*/trainer_state.json")).read_text())
+    assert state["evaluated"] == "llm1"
+    # an empty --model_name is refused in one line, not read as "the default"
+    assert cory_main(["eval", str(run), "--model_name", ""]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cory eval: error: --model_name '' names no model") and err.count("\n") == 1

@@ -118,3 +118,24 @@ def test_export_refuses_an_out_inside_the_runs_checkpoints(tiny_run, tmp_path, c
     with pytest.raises(SystemExit) as exit_info:  # argparse: one usage line and the error
         cory_main(["export", str(run), "--merge_lora", "maybe", "--out", str(tmp_path / "x")])
     assert exit_info.value.code == 2 and "--merge_lora: Truthy value expected: got maybe" in capsys.readouterr().err
+
+
+def test_export_writes_a_model_card_and_the_runs_training_config(tiny_run, tmp_path, capsys):
+    """TRL writes a model card and the training arguments beside a saved model; before, `cory export` wrote neither:
+    the folder did not say which run, model or settings it came from. The config reloads as the run's own."""
+    import yaml
+
+    from trainers.config.parser import parse_train_args
+
+    run = Path(_train(tiny_run, "card", seed=3))
+    out = tmp_path / "exported"
+    result = _export(capsys, str(run), "--out", str(out))
+    written = out / "cory_training.yaml"
+    assert yaml.safe_load(written.read_text()) == yaml.safe_load((run / "config.yaml").read_text())
+    again = parse_train_args(["--config", str(written)])  # `cory train --config cory_training.yaml`
+    assert again.to_flat() == tiny_run("card", num_iterations=1, seed=3).to_flat()
+    card = (out / "README.md").read_text()
+    assert card.startswith(f"# {result['model_name']} of a cory run\n")
+    for said in (f"from `{result['checkpoint']}`", f"model `{result['model_name']}`", "task `imdb`",
+                 "1 iteration", "seed 3", "base model `tiny`", "`cory_training.yaml`"):
+        assert said in card, said

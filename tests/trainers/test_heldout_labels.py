@@ -59,3 +59,48 @@ def test_spec_without_reads_has_no_split():
 
     assert isinstance(NOSPLIT, TaskSpec)
     assert NOSPLIT.heldout_split(EnvConfig(task="tiny_vocab", heldout_fraction=0.5))[0] == "train"
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["no-split", "held-out"])
+def test_cory_train_progress_lines_say_held_out_only_for_held_out_queries(tmp_path, capsys, caplog, split):
+    """Before: `cory train --eval_episodes N` logged "evaluating the pioneer on N held-out queries" and "held-out
+    reward before training" for a run without a held-out slice (the tiny preset: heldout_fraction 0), whose evaluation
+    draws training queries; a run with one still says held-out."""
+    from trainers.cli import main
+
+    argv = ["train", "--preset", "tiny", "--output_dir", str(tmp_path / "run"), "--num_iterations", "1",
+            "--eval_episodes", "2", "--torch_threads", "1", "--tensorboard", "false"]
+    with caplog.at_level(logging.INFO):
+        assert main(argv + (["--heldout_fraction", "0.2"] if split else [])) == 0
+    capsys.readouterr()
+    lines = [r.getMessage() for r in caplog.records
+             if r.getMessage().startswith("evaluating ") or " reward before training" in r.getMessage()
+             or " reward after training" in r.getMessage()]
+    assert len(lines) == 4, lines  # what each evaluation starts on, and its reward
+    if split:
+        assert "on 2 held-out queries (before training)" in lines[0]
+        assert lines[1].startswith("held-out reward before training")
+    else:
+        assert all("held-out" not in line.replace("not held-out", "") for line in lines), lines
+        assert "on 2 training (not held-out) queries (before training)" in lines[0]
+        assert lines[1].startswith("evaluation reward before training")
+
+
+def test_crossplay_of_a_task_without_a_split_says_it_plays_training_queries(tiny_run, tmp_path, capsys, caplog):
+    """As `cory eval` does: before, cross-play of such runs played training queries without a word (its JSON said
+    heldout_fraction 0.25)."""
+    import json
+
+    from trainers.cli import main
+
+    trainer = CORYTrainer(tiny_run("nosplit", task=NOSPLIT_NAME, heldout_fraction=0.25, context_len=12,
+                                   num_iterations=1))
+    trainer.train()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert main(["crossplay", str(trainer.output_dir), "--episodes", "2", "--out", str(tmp_path / "cp.json")]) == 0
+    capsys.readouterr()
+    said = [r.getMessage() for r in caplog.records if "held-out" in r.getMessage() or "held out" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("cross-play plays training queries, not held-out ones: task ")
+    assert "has no held-out split" in said[0]
+    assert json.loads((tmp_path / "cp.json").read_text())["heldout"]["query_split"] == "train"

@@ -229,6 +229,74 @@ def test_joint_learners_train_and_resume_exactly(tiny_run, learner, extra):
     assert full[2]["cory/pioneer_is_llm1"] == 1.0 and full[3]["cory/pioneer_is_llm1"] == 0.0  # exchanged after 3
 
 
+RELAY = {"task": "relay", "context_len": 12, "batch_size": 8, "mini_batch_size": 4}
+
+
+def test_mappo_trains_beside_frozen_snapshots(tiny_run):
+    """#60.9b: a centralized critic in a snapshots population: the frozen partner's rollout stays in the batch (the
+    critic reads its answers), only the learning seats update (was: ValueError 'a centralized critic needs at least
+    two seats, got ['pioneer']' at the first iteration with a frozen seat, after training the ones before)."""
+    trainer = CORYTrainer(tiny_run("mappo-snap", num_iterations=3, learner="mappo", population=2, **RELAY,
+                                   matchmaking="snapshots", matchmaking_options=["every=1", "p_snapshot=1.0"]))
+    rows = trainer.train()
+    assert [r.get("cory/observer_frozen", 0.0) for r in rows] == [0.0, 1.0, 1.0]
+    assert all("pioneer/value_loss" in r for r in rows)  # the learning seat trained with its critic every iteration
+    assert ["observer/value_loss" in r for r in rows] == [True, False, False]  # the snapshot never learns
+
+
+def test_a_failed_update_keeps_the_iteration_before_resumable(tiny_run, tmp_path, monkeypatch):
+    """#60.9b: an update that fails at iteration 2 before any weight changed (a learner's ValueError, as MAPPO's critic
+    beside a frozen seat raised) leaves the checkpoint of iteration 1, complete and holding the weights of then, even
+    without periodic checkpoints; --resume continues from it exactly (was: nothing saved, every iteration lost)."""
+    from tests.trainers.test_cory_trainer import _strip_time
+    from tests.trainers.test_nonfinite import _assert_weights_are_the_checkpoints
+    from trainers.loop.checkpoint import latest_checkpoint
+
+    opts = dict(learner="mappo", num_iterations=4, checkpoint_every=0, checkpoint_every_minutes=0)
+    full = CORYTrainer(tiny_run("full", **opts)).train()
+    step, calls = MAPPO.step, []
+
+    def fails_at_iteration_2(self, batch):
+        calls.append(1)
+        if len(calls) == 3:
+            raise ValueError("the learner failed in iteration 2")
+        return step(self, batch)
+
+    monkeypatch.setattr(MAPPO, "step", fails_at_iteration_2)
+    trainer = CORYTrainer(tiny_run("cut", **opts))
+    with pytest.raises(ValueError, match="failed in iteration 2"):
+        trainer.train()
+    last = latest_checkpoint(tmp_path / "cut")
+    assert last is not None and last.name == "iter-000001" and (last / "trainer_state.json").is_file()
+    _assert_weights_are_the_checkpoints(trainer, last)
+    monkeypatch.undo()
+    resumed = CORYTrainer(tiny_run("cut", resume=True, **opts))
+    assert resumed.start_iteration == 2
+    assert _strip_time(resumed.train()) == _strip_time(full[2:])
+
+
+def test_magrpo_joint_reward_is_the_collective_reward_whoever_is_frozen(tiny_run, tmp_path):
+    """#60.12: MAGRPO trains every learning seat on the joint reward, the sum of every seat's task reward, a frozen
+    snapshot's included, so in every iteration of a snapshots population it equals the collective reward (was: a frozen
+    partner's task reward left out of the joint reward)."""
+    from trainers.loop.metrics import read_jsonl
+
+    seats = ("pioneer", "observer_1", "observer_2")
+    CORYTrainer(tiny_run("magrpo-snap", num_iterations=6, learner="magrpo", group_size=2, seating="chain:3",
+                         population=3, **RELAY, matchmaking="snapshots",
+                         matchmaking_options=["every=1", "keep=2", "p_snapshot=0.5"])).train()
+    rows = read_jsonl(tmp_path / "magrpo-snap" / "metrics.jsonl")
+    frozen = [{s for s in seats if r.get(f"cory/{s}_frozen")} for r in rows]
+    assert set().union(*frozen) == {"observer_1", "observer_2"}  # each later seat held a snapshot at some point
+    # the case that tells: a frozen seat that scored (its reward was the part left out)
+    assert any(r[f"{s}/task_reward"] != 0 for r, f in zip(rows, frozen) for s in f)
+    for row, f in zip(rows, frozen):
+        collective = row["cory/collective_reward"]
+        assert collective == pytest.approx(sum(row[f"{s}/task_reward"] for s in seats))  # M is all ones
+        for seat in set(seats) - f:  # every learning seat optimised the joint reward
+            assert row[f"{seat}/score"] == pytest.approx(collective), (row["iteration"], seat)
+
+
 @pytest.mark.parametrize("overrides, message", [
     ({"seating": "ppo", "learner": "mappo"}, "needs at least two seats"),
     ({"learner": "magrpo", "group_size": 1}, "needs at least 2 samples per query"),

@@ -27,11 +27,12 @@ def registry(registries):
 
 
 def _guide_code() -> str:
-    """The guide's python blocks but its training one, in order (a task, a reward, the REINFORCE learner with its
-    options, then the joint learner on it); `tests/test_extending.py` runs them all."""
+    """The guide's learner blocks but its training one, in order (a task, a reward, the REINFORCE learner with its
+    options, then the joint learner on it; the matchmaking scheme's two blocks follow them);
+    `tests/test_extending.py` runs them all."""
     blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), flags=re.S)
-    assert len(blocks) == 5 and "CORYTrainer(configs)" in blocks[3]
-    return "\n".join(blocks[:3] + blocks[4:])
+    assert len(blocks) == 7 and "CORYTrainer(configs)" in blocks[3] and "register_scheme" in blocks[5]
+    return "\n".join(blocks[:3] + blocks[4:5])
 
 
 def test_guide_learner_runs_cory_through_the_registry(registry, tiny_run):

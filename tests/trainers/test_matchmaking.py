@@ -123,6 +123,34 @@ def test_a_plugin_scheme_by_module_attr(tiny_run, monkeypatch):
     assert [(r["cory/llm3_seat"], r["cory/llm1_seat"], r["cory/llm2_seat"]) for r in rows] == [(0.0, 1.0, -1.0)] * 2
 
 
+def test_a_scheme_names_the_model_the_runs_evaluations_follow_even_with_a_model_per_slot(tiny_run, tmp_path, capsys):
+    """`Scheme.evaluated` decides what the held-out evaluations seat; its first seat's model is what the run records
+    (``evaluated``) and what `cory eval` takes by default, also when the slots hold different models (where CORY's
+    own role exchange follows llm1)."""
+    module = types.ModuleType("my_eval_schemes")
+
+    class Llm2First(Scheme):
+        def assign(self, iteration):
+            return {"pioneer": "llm1", "observer": "llm2"}
+
+        def evaluated(self, iteration):
+            return {"pioneer": "llm2", "observer": "llm1"}
+
+    module.SPEC = SchemeSpec(lambda options, models, seats, seed, period: Llm2First(), reads_period=False)
+    sys.modules["my_eval_schemes"] = module
+    try:
+        trainer = CORYTrainer(tiny_run("follow", num_iterations=1, **RELAY, models=["llm2=tiny-bpe"],
+                                       matchmaking="my_eval_schemes:SPEC"))
+        trainer.train()
+        assert trainer.evaluated_model == "llm2"
+        state = json.loads(next(trainer.output_dir.glob("checkpoints/iter-*/trainer_state.json")).read_text())
+        assert state["evaluated"] == "llm2"
+        assert main(["eval", str(trainer.output_dir), "--episodes", "4", "--out", str(tmp_path / "e.json")]) == 0
+        assert json.loads((tmp_path / "e.json").read_text())["model_name"] == "llm2"
+    finally:
+        del sys.modules["my_eval_schemes"]
+
+
 def test_scheme_options_belong_to_the_scheme():
     assert scheme_options(SCHEMES.get("uniform"), ["stream=3"], name="uniform").stream == 3
     # one KEY=VALUE string (YAML's `matchmaking_options: stream=1`, Python) is one entry, a mapping another spelling

@@ -9,10 +9,9 @@ answer with a fixed partner policy and the pioneer is paid its seat reward) → 
 ``sb3_contrib.MaskablePPO("MultiInputPolicy")``, which reads the action mask from the env's ``action_masks()``.
 The policy sees the Dict observation; SB3 turns every Box into floats, so token ids would reach an MLP as
 magnitudes (id 7 "between" ids 6 and 8). `TokenEmbedding` (an SB3 ``BaseFeaturesExtractor``) embeds them
-instead: an ``nn.Embedding`` is a one-hot encoding followed by a linear layer, without materialising the
-(L · V) one-hot vector (7 · 20 floats for the pioneer alone, L · 49,152 with SmolLM2's tokenizer). Padding
-(attention mask 0) gets its own id V. `make_env` sizes the window L for the seating (`trainers.adapters.window`: a
-whole query and every response a seat reads fit), and `TokenEmbedding` reads L and V from the observation space.
+instead: a one-hot encoding followed by a linear layer, without materialising the (L · V) one-hot vector. Padding
+(attention mask 0) gets its own id V. `make_env` sizes the window L for the seating (`trainers.adapters.window`), and
+`TokenEmbedding` reads L and V from the observation space.
 
 `train_and_evaluate` is the entry point of `examples/sb3_baseline.py` and of the ladder arm ``sb3-maskable-ppo``
 (`benchmarks/learning.py`). Importing this module imports Stable-Baselines3 and sb3-contrib.
@@ -146,8 +145,7 @@ def evaluate(model: MaskablePPO, episodes: int, seed: int, seating: str | None =
         for _ in range(episodes):
             done, reward = False, 0.0
             while not done:
-                action, _ = model.predict(obs, deterministic=False,
-                                          action_masks=env.unwrapped.action_masks())
+                action, _ = model.predict(obs, deterministic=False, action_masks=env.unwrapped.action_masks())
                 obs, reward, terminated, truncated, _ = env.step(int(action))
                 done = terminated or truncated
             total += float(reward)

@@ -7,10 +7,8 @@ Tianshou trains PettingZoo envs through `tianshou.env.PettingZooEnv`, which expe
 written as the extra id V so a token embedding of size V + 1 can tell it apart.
 
 Tianshou's `MultiAgentOnPolicyAlgorithm` (one algorithm per seat; `possible_agents` order = reward-vector columns)
-stores one transition per env step and ends the episode on the step whose ``terminated`` flag is set: the last
-seat's last token. The seats' rewards arrive on that step only, so the other seats' transitions never carry them and
-their last transitions are not terminal (Tianshou issue #399). `redistribute_terminal_reward` moves each seat's
-column of the terminal reward onto that seat's own last transition, marked terminated, whoever acted last;
+ends the episode on the last seat's last token, where every seat's reward arrives, so the other seats' transitions
+never carry it (Tianshou issue #399): `redistribute_terminal_reward` fixes that, and
 `SequentialMultiAgentOnPolicyAlgorithm` runs it before each seat's GAE.
 
 `make_env` sizes the window for the seating (`trainers.adapters.window`: a whole query and every response a seat
@@ -198,12 +196,10 @@ class TokenMLP(torch.nn.Module):
 
 
 def make_env(task: str = "tiny_vocab", seating: str | None = None, *, context_len: int | None = None) -> PettingZooEnv:
-    """Tianshou's view of the CORY AEC env of a toy task (its own tokenizer) and seating (a spec; None: the task's
-    default).
+    """Tianshou's view of the CORY AEC env of a toy task with its own tokenizer (``tiny_vocab``, ``relay``,
+    ``chain_relay``) and a seating spec (``"cory"``, ``"chain:N"``; None: the task's default seats).
 
     Args:
-        task: a task with its own tokenizer (``tiny_vocab``, ``relay``, ``chain_relay``).
-        seating: a seating spec (``"cory"``, ``"chain:N"``); None: the task's default seats.
         context_len: the window L in tokens; None: the ladder's 12 when a whole query and every response a seat
             reads fit, else the smallest window that holds them (`trainers.adapters.window.default_context_len`).
 
@@ -278,10 +274,9 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, ep
     logging.getLogger("tianshou.data.stats").setLevel(logging.ERROR)
     torch.manual_seed(seed)
     np.random.seed(seed)
-    size = episode_size(task, seating)
+    steps_per_episode = episode_size(task, seating).max_episode_steps
     context_len = default_context_len(task, seating) if context_len is None else context_len
     env = make_env(task, seating, context_len=context_len)
-    steps_per_episode = size.max_episode_steps
     algorithm = build_algorithm(env, lr)
     train_envs = DummyVectorEnv([lambda: make_env(task, seating, context_len=context_len) for _ in range(num_envs)])
     test_envs = DummyVectorEnv([lambda: make_env(task, seating, context_len=context_len)])

@@ -9,12 +9,9 @@ categorical_actions=True)``: one group per seat, ``(seat, "observation")`` = the
 with ``trajs_per_batch`` (whole episodes only, concatenated) → `seat_transitions` → per seat ``GAE`` and
 ``ClipPPOLoss`` over an MLP on the embedded token window (`TokenMLP`), actions from a ``MaskedCategorical``.
 
-**Sequential reward** (the trap of Tianshou issue #399): TorchRL records, at every step, every seat's reward from
-PettingZoo's ``rewards`` dict. Every seat's reward arrives on the last seat's last step, so the earlier seats'
-rewards sit on a step where they did not act (their ``mask`` is False) and their own transitions all show reward 0
-and ``done`` False. `seat_transitions` gives each seat its own transitions (the steps where it acts), credits every
-reward the seat receives until its next action to its latest action, and marks the seat's last action of each
-episode terminal, whoever acts last. Without it, PPO on the pioneer's steps learns from zero rewards.
+**Sequential reward** (the trap of Tianshou issue #399): every seat's reward arrives on the last seat's last step,
+where the earlier seats did not act, so their own transitions all show reward 0 and ``done`` False;
+`seat_transitions` credits each seat's rewards to its own latest action and ends its episodes there.
 
 `make_env` sizes the window for the seating (`trainers.adapters.window`: a whole query and every response a seat
 reads fit); the networks read the window L and the vocabulary V from the env's specs (`token_sizes`).
@@ -130,11 +127,10 @@ def make_actor_critic(seat: str, vocab_size: int, context_len: int) -> tuple[Pro
 def seat_transitions(data: TensorDict, seat: str) -> TensorDict:
     """One seat's own transitions from a turn-based rollout, with its rewards and ends where PPO needs them.
 
-    `data` is a flat rollout of whole episodes in time order (``Collector(..., trajs_per_batch=n,
-    traj_format="cat")``): batch (T,), with ``(seat, "mask")`` bool (T, 1) = the seat acts at that step, and
-    ``("next", seat, "reward")`` float (T, 1, 1) = what PettingZoo's ``rewards[seat]`` held after the step,
-    whoever acted. For the k-th step where the seat acts, at time t_k, the result holds the seat's observation,
-    action and log-prob at t_k, and:
+    `data` is a flat rollout of whole episodes in time order (``Collector(..., trajs_per_batch=n, traj_format="cat")``):
+    batch (T,), with ``(seat, "mask")`` bool (T, 1) = the seat acts at that step, and ``("next", seat, "reward")`` float
+    (T, 1, 1) = what PettingZoo's ``rewards[seat]`` held after the step, whoever acted. For the k-th step where the seat
+    acts, at time t_k, the result holds the seat's observation, action and log-prob at t_k, and:
 
     * ``("next", seat, "reward")``: the sum of the seat's rewards over steps t_k .. t_{k+1} - 1 (up to its next
       action, or the episode's end): the collective reward that arrives on the partner's last step is credited to
@@ -288,14 +284,12 @@ def train_and_evaluate(seed: int, episodes: int, eval_episodes: int = 256, *, ep
         check_number(value, name, integer=True, low=1)
     cpu0 = time.process_time()
     torch.manual_seed(seed)
-    size = episode_size(task, seating)
+    steps = episode_size(task, seating).max_episode_steps
     env_kwargs = {"task": task, "seating": seating,
                   "context_len": default_context_len(task, seating) if context_len is None else context_len}
     env = make_batched_env(num_envs, seed, **env_kwargs)
-    seats = seats_of(env)
-    steps = size.max_episode_steps
     learners, actors = [], []
-    for seat in seats:
+    for seat in seats_of(env):
         actor, critic = make_actor_critic(seat, *token_sizes(env, seat))
         actors.append(actor)
         learners.append(SeatPPO(seat, actor, critic, lr=lr, epochs=epochs, minibatch_size=minibatch_size,

@@ -48,15 +48,10 @@ class EpisodeSize:
 
 
 def episode_size(task: str = "tiny_vocab", seating: Seating | str | None = None) -> EpisodeSize:
-    """The sizes of an episode of a task that brings its own tokenizer (`cory_env.tasks.TaskSpec.tokenizer`), played
-    with `seating` and the env's defaults (knowledge transfer on).
-
-    Args:
-        task: a task name with its own tokenizer (``tiny_vocab``, ``relay``, ``chain_relay``).
-        seating: a `Seating` or a seating spec (``"cory"``, ``"ppo"``, ``"chain:N"``); None: the task's default.
-
-    Returns:
-        `EpisodeSize`; ``context_len`` grows with the seats: seat k of ``chain:N`` reads k - 1 responses.
+    """The sizes of an episode of a task that brings its own tokenizer (``tiny_vocab``, ``relay``, ``chain_relay``;
+    `cory_env.tasks.TaskSpec.tokenizer`), played with `seating` (a `Seating` or a spec; None: the task's default) and
+    the env's defaults (knowledge transfer on). ``context_len`` grows with the seats: seat k of ``chain:N`` reads
+    k - 1 responses.
 
     Raises:
         ValueError: a task without a tokenizer of its own (the adapters' networks embed the task's vocabulary), an
@@ -69,8 +64,7 @@ def episode_size(task: str = "tiny_vocab", seating: Seating | str | None = None)
     tokenizer = prepare_tokenizer(task_tokenizer(task))
     config = EnvConfig(task=task)
     built = make_task(task, config, tokenizer)
-    seats = seating if isinstance(seating, Seating) else config_seating(
-        EnvConfig(task=task, seating=seating), built)
+    seats = seating if isinstance(seating, Seating) else config_seating(EnvConfig(task=task, seating=seating), built)
     T = built.max_new_tokens
     if built.query_tokens:
         longest = built.query_tokens[1]
@@ -101,7 +95,5 @@ def aec_env(task: str = "tiny_vocab", seating: Seating | str | None = None, *, c
             shortest query (the env's error names the length needed).
     """
     from cory_env import env
-
-    if context_len is None:
-        context_len = default_context_len(task, seating)
+    context_len = default_context_len(task, seating) if context_len is None else context_len
     return env(task=task, tokenizer=task_tokenizer(task), context_len=context_len, seating=seating)

@@ -44,7 +44,6 @@ def quiet_library_progress_bars() -> None:
     import datasets
     import huggingface_hub.utils
     import transformers
-
     transformers.utils.logging.disable_progress_bar()
     huggingface_hub.utils.disable_progress_bars()
     datasets.disable_progress_bars()
@@ -55,9 +54,7 @@ def report_error(line: str) -> None:
     the launcher instead, which prints each distinct line once (`trainers.cli.launch.process_errors`)."""
     import os
     from pathlib import Path
-
     from trainers.cli.launch import ERROR_DIR_ENV
-
     folder = os.environ.get(ERROR_DIR_ENV)
     rank = os.environ.get("RANK")
     if folder and rank is not None and Path(folder).is_dir():

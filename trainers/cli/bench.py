@@ -80,7 +80,6 @@ def arm_flags(name: str) -> list[str]:
     for prefix, seating in LEARNER_ARMS.items():
         if name.startswith(prefix) and name != prefix:
             from trainers.learning.registry import learner_spec
-
             learner_spec(name[len(prefix):])  # found, or refused naming it
             return [*seating, "--learner", name[len(prefix):]]
     raise ValueError(f"unknown arm {name!r}; valid arms: {', '.join(ARMS)}, or a learner as "
@@ -138,17 +137,12 @@ def summary_table(results: dict[str, list[dict]]) -> str:
 
 def _run_complete(run_dir: Path, num_iterations: int | None) -> bool:
     path = run_dir / METRICS_FILE
-    if not path.exists() or num_iterations is None:
-        return False
-    return len(read_jsonl(path)) >= num_iterations
+    return path.exists() and num_iterations is not None and len(read_jsonl(path)) >= num_iterations
 
 
 def run_bench(argv: Sequence[str]) -> int:
-    if "--" in argv:
-        cut = list(argv).index("--")
-        own, shared = list(argv[:cut]), list(argv[cut + 1:])
-    else:
-        own, shared = list(argv), []
+    cut = list(argv).index("--") if "--" in argv else len(argv)
+    own, shared = list(argv[:cut]), list(argv[cut + 1:])
     parser = argparse.ArgumentParser(prog="cory bench", description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--arms", nargs="+", default=["cory", "ppo"], help=f"Arms ({', '.join(ARMS)}); name:n = first n seeds.")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="Seeds for every arm.")

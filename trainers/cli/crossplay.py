@@ -9,8 +9,12 @@ group comparison in the raw-data format of InstaDeep's ``marl-eval`` (environmen
 ``crossplay``, one algorithm per group, one run per seed; `trainers.evaluation.crossplay.to_marl_eval`). A model is
 labelled by its run's path (relative to the runs' common folder) and its name.
 
-Runs of another task, seating, knowledge transfer, data or held-out split than the first are refused in one line
+Runs that played another game than the first (any env setting: task, reward, seating, data, held-out split,
+lengths, context, per-seat settings; or sampling, or task options: `trainers.evaluation.crossplay.played`, recorded
+in the JSON as ``played``) and one run given twice (a link, one of its checkpoint folders) are refused in one line
 (exit 2), and so are outputs that exist (without ``--overwrite``) or that name one file twice, before any model loads.
+Each seat samples with the runs' settings for that seat. A progress line reports the line-ups done and the time left;
+the groups' numbers are printed with their intervals.
 """
 
 from __future__ import annotations
@@ -78,14 +82,12 @@ def run_crossplay(argv: Sequence[str]) -> int:
     import logging
     import math
     import time
-
     from cory_env.generation import seat_sampling
     from trainers.evaluation import crossplay as cp
     from trainers.evaluation.evaluator import EVAL_SEED, Evaluator
     from trainers.loop import checkpoint as ckpt
     from trainers.loop.cast import load_cast
     from trainers.loop.progress import Progress
-
     logger = logging.getLogger("cory")
     parser = argparse.ArgumentParser(prog="cory crossplay", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -117,10 +119,7 @@ def run_crossplay(argv: Sequence[str]) -> int:
     if marl:
         cp.check_marl_eval_groups(groups, {run: m["seed"] for run, m in run_meta.items()})
     for run, state in states.items():
-        total = state["config"]["num_iterations"]
-        if run_meta[run]["iterations"] < total:
-            logger.warning("run %s is unfinished: its latest checkpoint holds %d of %d iterations (still training, or "
-                           "stopped); its models are played as they are there", run, run_meta[run]["iterations"], total)
+        ckpt.warn_if_unfinished(run, state, use="played")
     models, refs, run_of, configs, canonical, query_tok = {}, {}, {}, None, {}, None
     labels = cp.run_labels(args.runs)
     for run, path in found.items():
@@ -139,8 +138,8 @@ def run_crossplay(argv: Sequence[str]) -> int:
     seats = cp.seat_names(env_cfg, query_tok, configs.task_options)
     evaluator = Evaluator(env_cfg, None, seat_sampling(configs.sampling, env_cfg.seat_generation, seats),
                           task_options=configs.task_options, query_tokenizer=query_tok, warn=False)
-    progress = Progress(0, math.perm(len(models), len(seats)), "cross-play", enabled=True, every_s=args.log_every_seconds, unit="line-up",
-                        shown={"collective_reward": "collective reward"})
+    progress = Progress(0, math.perm(len(models), len(seats)), "cross-play", enabled=True, unit="line-up",
+                        every_s=args.log_every_seconds, shown={"collective_reward": "collective reward"})
     try:
         pairs = cp.crossplay(models, refs, evaluator, seats, episodes=args.episodes, seed=args.seed,
                              progress=progress.update)

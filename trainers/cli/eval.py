@@ -6,24 +6,17 @@ evaluation queries; the task's spec says how (`cory_env.tasks.TaskSpec.evaluatio
   run trained), of the trained model and of the model before training on the same episodes; prints the same line
   as training (the gain with its standard error clustered by query, the combined reward, KL, distinct-2) and the
   file it wrote (`trainers.evaluation.episodes`).
-* GSM8K (`--task gsm8k`): pass@1..5 on the test split (or its first `--limit N` problems) from `--num_samples`
-  answers per problem, with the unbiased estimator and the paper's "any of the first k" form
-  (`trainers.evaluation.passk.evaluate_pass_at_k`), sampled like the authors' script (top_k 10, top_p 0.7,
-  temperature 1.0, repetition penalty 1.1, 256 new tokens). A checkpoint, or a base model without training
-  (`--model`).
+* GSM8K (`--task gsm8k`): pass@1..5 on the test split (or its first `--limit N` problems) from `--num_samples` answers
+  per problem, with the unbiased estimator and the paper's "any of the first k" form
+  (`trainers.evaluation.passk.evaluate_pass_at_k`), sampled like the authors' script (top_k 10, top_p 0.7, temperature
+  1.0, repetition penalty 1.1, 256 new tokens). A checkpoint, or a base model without training (`--model`).
 
-The JSON goes next to the checkpoint (or to `--out`: never a file of a run, a folder, or an existing file without
-``--overwrite``; checked before any model loads, `trainers.loop.outputs`), written atomically; it records the query
-data (``data``: the data path and the fingerprint of the run's queries). The pioneer evaluation refuses a run whose
-query data changed since it trained (the checkpoint's data fingerprint, as ``--resume``): other queries are not the
-run's own evaluation; ``--data_path`` evaluates on other data on purpose, with a warning, and the JSON records both
-fingerprints. A gain over fewer than two distinct queries has no standard error: it is said before the evaluation,
-and the numbers are written with ``gain_sem`` null and the reason. The model is rebuilt from the run's recorded configs
-with the training run's own builder and its trained weights are loaded (`trainers.loop.evaluate.load_target`):
-no learner or optimizer is built. By default the model evaluated is the one the run's own held-out evaluations follow
-(``evaluated`` in the checkpoint: the model in the pioneer seat under CORY's role exchange, ``llm1`` in a population or
-with a model per slot), named in the printed line. The sampling options (`--temperature`,
-`--top_k`, `--top_p`, `--repetition_penalty`: `agents.SamplingConfig`) apply to GSM8K only.
+The JSON goes next to the checkpoint (or to `--out`, checked before any model loads, `trainers.loop.outputs`),
+written atomically, with the query data it read (`trainers.loop.evaluate.run_data`: a run whose query data changed
+since it trained is refused unless ``--data_path`` is given). A gain over fewer than two distinct queries has no
+standard error: ``gain_sem`` is null, with the reason. The model is rebuilt from the checkpoint without a learner or
+optimizer (`trainers.loop.evaluate.load_target`). The sampling options (`--temperature`, `--top_k`, `--top_p`,
+`--repetition_penalty`: `agents.SamplingConfig`) apply to GSM8K only.
 
 Examples:
     cory eval runs/imdb-quick

@@ -42,7 +42,6 @@ from typing import Sequence
 
 def _bool(text: str) -> bool:
     from transformers.hf_argparser import string_to_bool
-
     return string_to_bool(text)
 
 
@@ -72,9 +71,9 @@ def run_export(argv: Sequence[str]) -> int:
     """
     from trainers.loop.evaluate import load_target
     from trainers.export import check_out, export_model
-
     args = build_parser().parse_args(list(argv))
     out = Path(args.out)
     check_out(out, args.checkpoint)
-    print(json.dumps(export_model(load_target(args.checkpoint, args.model_name), out, merge_lora=args.merge_lora)))
+    target = load_target(args.checkpoint, args.model_name, use="exported")
+    print(json.dumps(export_model(target, out, merge_lora=args.merge_lora)))
     return 0

@@ -17,18 +17,14 @@ from trainers.config import RunConfigs
 
 
 def preflight(configs: RunConfigs, num_processes: int) -> None:
-    """The checks every training process would run, once, before any process starts: `trainers.loop.plan.plan_run`
-    on the same parsed configs (the device, the sharding, the task and the seating, the learner and its options,
-    the run directory, and for ``--resume`` the process count and the config against the checkpoint's), so that a
-    mistake is one error line and exit 2, not one traceback per process. The tokenizer is loaded here (a GGUF model
-    is converted into the shared cache once, before the processes start).
+    """The checks every training process would run (`trainers.loop.plan.plan_run` on the same parsed configs), once,
+    before any process starts. The tokenizer is loaded here (a GGUF model is converted into the shared cache once).
 
     Raises:
         ValueError / FileExistsError / FileNotFoundError / OSError: as `plan_run`.
     """
     from trainers.loop.loading import load_run_tokenizers
     from trainers.loop.plan import plan_run
-
     plan_run(configs, load_run_tokenizers(configs), num_processes=num_processes)
 
 
@@ -69,11 +65,9 @@ def accelerate_launch(argv: Sequence[str]) -> int:
     instead of leaving a ``torchelastic_*`` folder in the system's temp directory at every run."""
     import logging
     import os
-
     from accelerate.commands.launch import launch_command as accelerate_launch_command
     from accelerate.commands.launch import launch_command_parser
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     argv = list(argv)
     if os.environ.get(ERROR_DIR_ENV) and "--log_dir" not in argv:  # torch's own logs go with the launcher's folder
@@ -95,7 +89,6 @@ def run_launcher(cmd: list[str]) -> int:
     """
     import os
     import tempfile
-
     errors = tempfile.TemporaryDirectory(prefix="cory-errors-")
     env = {**os.environ, ERROR_DIR_ENV: errors.name}
     # the terminal's Ctrl-C reaches us only: no double signal
@@ -120,13 +113,11 @@ def run_launcher(cmd: list[str]) -> int:
 
 
 def process_errors(folder: str) -> list[str]:
-    """The distinct error lines the training processes wrote into `folder` (``rank-N.txt``, `trainers.cli.main`),
-    lowest rank first. Lines that differ only inside quotes (each process quotes its own offending text) are one
-    error, printed once as the lowest rank wrote it; when the processes failed differently, each line names its
-    processes."""
+    """The distinct error lines the training processes wrote into `folder` (``rank-N.txt``, `trainers.cli.main`), lowest
+    rank first. Lines that differ only inside quotes (each process quotes its own offending text) are one error, printed
+    once as the lowest rank wrote it; when the processes failed differently, each line names its processes."""
     import re
     from pathlib import Path
-
     by_error: dict[str, tuple[str, list[int]]] = {}
     files = sorted(Path(folder).glob("rank-*.txt"), key=lambda p: int(p.stem.removeprefix("rank-")))
     for path in files:

@@ -1,9 +1,5 @@
 """`cory plot RUN_DIR...`: PNG figures from run directories: learning curves (per seat and per model identity) and
-a Pareto scatter (`trainers.loop.plots`; matplotlib Figures saved straight to PNG, no backend switch).
-
-Each PNG is checked before anything is drawn and written atomically (`trainers.loop.outputs`): ``--out`` must be a
-folder (or a new path), never a run's ``checkpoints/`` or ``tensorboard/``; PNGs already there are replaced only
-with ``--overwrite`` (the default folder, the first run directory, is this command's own: a rerun replaces them).
+a Pareto scatter (`trainers.loop.plots`, which says how the PNGs are checked and written).
 """
 
 from __future__ import annotations
@@ -29,4 +25,3 @@ def run_plot(argv: Sequence[str]) -> int:
                           option="--out" if args.out else "output folder"):
         print(path)
     return 0
-

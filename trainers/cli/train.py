@@ -25,7 +25,6 @@ def run_train(argv: Sequence[str]) -> int:
     """``cory train ...``; returns the exit status (130 when a stop signal ended training early)."""
     from trainers.cli.launch import launch_command, preflight, run_launcher
     from trainers.distributed import launched_world_size
-
     first = first_pass(argv)
     num_processes, argv = first.num_processes, first.rest
     launched = launched_world_size()
@@ -42,7 +41,6 @@ def run_train(argv: Sequence[str]) -> int:
     from trainers.evaluation.report import before_after_line
     from trainers.loop.cory import CORYTrainer
     from trainers.loop.job import heldout_eval, stop_report, stop_signals_interrupt, training_summary, write_eval
-
     stage, history, before, after = "starting", [], None, None
     with stop_signals_interrupt():  # outside training's own handler a stop signal interrupts, then is reported
         try:
@@ -76,5 +74,3 @@ def run_train(argv: Sequence[str]) -> int:
     if trainer.stopped_early and trainer.dist.is_main:
         print(stop_report(trainer, "training", history), file=sys.stderr, flush=True)
     return 130 if trainer.stopped_early or trainer._stop_requested else 0
-
-

@@ -20,10 +20,8 @@ checkpoints), the task's options and the matchmaking scheme's options.
 Each field carries its meaning, unit, range and the origin of its default in `metadata["help"]`; that help is the
 only copy (the CLI reads it through `transformers.HfArgumentParser`, the docs' Options page is built from it). PPO knob
 names and defaults are TRL 0.7–0.11 `PPOConfig`'s, so the paper's settings (official code: TRL 0.7.10) copy over.
-
-Field names are unique across a run's classes, so a run's settings are also one flat ``{field: value}`` dict: the
-CLI flags (``--batch_size``), presets, ``--config FILE.yaml``, a run's ``config.yaml`` and a checkpoint's
-``trainer_state.json``. `RunConfigs.to_flat` / `RunConfigs.from_flat` are the one conversion between the two forms.
+Field names are unique across a run's classes, so a run's settings are also one flat ``{field: value}`` dict (the
+CLI flags, presets, YAML files, ``config.yaml``, checkpoints; `RunConfigs.to_flat` / `RunConfigs.from_flat`).
 """
 
 from trainers.config.names import (BASE_CLASSES, CLI_OPTIONS, all_config_classes, check_option_names,

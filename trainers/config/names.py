@@ -101,16 +101,13 @@ def option_fields(*, learners: Iterable[Any] = (),
     fields beyond `UpdateConfig`, `own_fields`): ``{field: (class, (who, ...))}`` with ``who`` like ``"learner
     grpo"``; what `RunConfigs.from_flat` and a YAML file accept but a run of another learner or task does not read.
 
-    Known are the built-in and registered ones and those looked up so far (`cory_env.registry.Registry.known`: no
-    installed plug-in is imported for this): so the names in `learners` and `tasks` (e.g. what a YAML file and the
-    command line name; None and non-strings are skipped) are looked up first, and their options are known whatever
-    is installed.
+    Known are the built-in and registered ones and those looked up so far (`cory_env.registry.Registry.known`), so
+    the names in `learners` and `tasks` (None and non-strings skipped) are looked up first.
 
     Raises:
         ValueError: a name in `learners` or `tasks` that is not found (the registry's reason).
     """
     from trainers.learning.registry import LEARNERS
-
     out: dict[str, tuple[type, tuple[str, ...]]] = {}
     for kind, registry, attr, named in (("learner", LEARNERS, "config_class", learners),
                                         ("task", TASKS, "options", tasks)):
@@ -125,8 +122,7 @@ def option_fields(*, learners: Iterable[Any] = (),
     return out
 
 
-def flat_field_types(configs=None, *, learners: Iterable[Any] = (),
-                     tasks: Iterable[Any] = ()) -> dict[str, Any]:
+def flat_field_types(configs=None, *, learners: Iterable[Any] = (), tasks: Iterable[Any] = ()) -> dict[str, Any]:
     """Every flat field name -> its type hint (e.g. ``Optional[float]``), for checking YAML files and presets: the
     base configs' and the options of every learner and task this process knows, the `learners` and `tasks` named
     included (`all_config_classes`); with `configs`, only the classes of that run.
@@ -134,10 +130,7 @@ def flat_field_types(configs=None, *, learners: Iterable[Any] = (),
     Raises:
         ValueError: a name in `learners` or `tasks` that is not found (`option_fields`).
     """
-    if configs is not None:
-        classes = [type(section) for section in configs.sections()]
-    else:
-        classes = all_config_classes(learners=learners, tasks=tasks)
+    classes = configs.classes() if configs is not None else all_config_classes(learners=learners, tasks=tasks)
     out = {}
     for config_cls in classes:
         hints = typing.get_type_hints(config_cls)

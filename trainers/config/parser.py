@@ -93,11 +93,10 @@ def first_sentence(text: str, limit: int = 100) -> str:
 
 def shape_help(parser: argparse.ArgumentParser, learner: tuple[str, type], task: tuple[str, Any], *,
                listings: bool = True, short: bool = False) -> None:
-    """Make `parser`'s help tell what this run reads: the optional `EnvConfig` fields the task does not read are
-    hidden (still accepted, and warned about when set), the groups are named after the chosen learner and task, the
-    registries are listed under ``--learner`` / ``--task`` / ``--reward`` (without importing an installed plug-in:
-    `cory_env.registry.Registry.listing`), and each ``--no_X`` switch says what it does (its default is its
-    ``--X``'s).
+    """Make `parser`'s help tell what this run reads: the optional `EnvConfig` fields the task does not read are hidden
+    (still accepted, and warned about when set), the groups are named after the chosen learner and task, the registries
+    are listed under ``--learner`` / ``--task`` / ``--reward`` (without importing an installed plug-in:
+    `cory_env.registry.Registry.listing`), and each ``--no_X`` switch says what it does (its default is its ``--X``'s).
 
     Args:
         learner: (the chosen learner's name, its config class); task: (the chosen task's name, its
@@ -147,8 +146,6 @@ def shape_help(parser: argparse.ArgumentParser, learner: tuple[str, type], task:
                          f"task {name!r}, each with the first sentence of its help. cory train --help_all lists all "
                          f"{total} options with their whole help (and docs/options.md); cory train --learner NAME "
                          "--task NAME --help shows another learner's and task's.")
-
-
 
 
 def _type_ok(value: Any, hint: Any) -> bool:
@@ -290,11 +287,9 @@ def first_pass(argv: Sequence[str]) -> FirstPass:
 
 def build_train_parser(argv: Sequence[str], first: FirstPass | None = None
                        ) -> tuple[ConfigParser, list[type], dict[str, Any]]:
-    """(the `cory train` parser of the run `argv` names, its config classes, the preset's and YAML's values): the chosen learner's config
-    class and the chosen task's options, grouped and with the preset's and YAML's values as defaults, which
-    ``--help`` shows. The learner and the task are looked up once here (flags > YAML > preset > defaults)."""
+    """(the `cory train` parser of the run `argv` names, its config classes, the preset's and YAML's values, which
+    are the defaults ``--help`` shows). The learner and the task are looked up once here."""
     from trainers.learning.registry import learner_spec
-
     first = first_pass(argv) if first is None else first
     defaults: dict[str, Any] = {}
     if first.preset:
@@ -351,10 +346,8 @@ def _refuse_unknown(parser: argparse.ArgumentParser, remaining: list[str], learn
 
 
 def parse_train_args(argv: Sequence[str], first: FirstPass | None = None) -> RunConfigs:
-    """Resolve `cory train` arguments into the run's configs (flags > YAML > preset > defaults): the first pass
-    (`first_pass`), then one parse into each config class, each built once; ``--help`` prints the options of the
-    chosen learner and task (see the module docstring). Options of another learner or task carried by the preset or
-    the YAML file go to `RunConfigs.unread` (the run warns that they do nothing); given as flags they are an error.
+    """Resolve `cory train` arguments into the run's configs (the module docstring); options of another learner or
+    task carried by the preset or the YAML file go to `RunConfigs.unread`.
 
     Raises:
         ValueError: an unknown option (close matches named), another learner's or task's option given as a flag,
@@ -378,5 +371,3 @@ def parse_train_args(argv: Sequence[str], first: FirstPass | None = None) -> Run
                          if cls not in (CORYConfig, ModelConfig, EnvConfig, SamplingConfig, type(update))), None)
     return RunConfigs(run=run, update=update, env=env, model=by_class[ModelConfig], sampling=by_class[SamplingConfig],
                       task_options=task_options, unread=unread)
-
-

@@ -13,11 +13,9 @@ _LADDER = {"model": "tiny", "seating": "cory", "context_len": 12, "heldout_fract
 
 PRESETS: dict[str, dict] = {
     # A tiny random model on the built-in openings: a full run of a few iterations in seconds (tests, trying flags).
-    "tiny": {
-        "model": "tiny", "output_dir": "runs/tiny", "num_iterations": 4, "role_exchange_period": 2,
-        "batch_size": 4, "mini_batch_size": 2, "ppo_epochs": 2, "learning_rate": 1e-3,
-        "min_new_tokens": 3, "max_new_tokens": 6, "context_len": 64, "log_samples": 2,
-    },
+    "tiny": {"model": "tiny", "output_dir": "runs/tiny", "num_iterations": 4, "role_exchange_period": 2,
+             "batch_size": 4, "mini_batch_size": 2, "ppo_epochs": 2, "learning_rate": 1e-3,
+             "min_new_tokens": 3, "max_new_tokens": 6, "context_len": 64, "log_samples": 2},
     # A learner's first check (docs/extending.md): the first-symbol bandit on the tiny model, one seat, learning from
     # about 0.2 to 0.9 held-out reward within a minute on one CPU thread. It sets no option of a particular learner
     # (only the learning rate and batch size every learner reads), so a plug-in learner is warned of nothing.
@@ -41,8 +39,7 @@ PRESETS: dict[str, dict] = {
     # from the hub when reachable, else the built-in openings (or --data_path FILE). It ends by printing the
     # pioneer's held-out reward before and after training. CORY with GRPO learners (lr, beta and lengths from the
     # IMDB rung of benchmarks/learning.py). 24 iterations with exchanges after 12 and 24 (llm1 ends in the pioneer
-    # seat) and 128 held-out episodes: at 16 iterations and 64 episodes seed 0 gained only 1.4 standard errors
-    # (benchmarks/results/main_job_seeds.json holds seeds 0-4 of this preset).
+    # seat) and 128 held-out episodes (benchmarks/results/main_job_seeds.json holds seeds 0-4 of this preset).
     "imdb-quick": {
         "model": "smollm2-135m-instruct", "output_dir": "runs/imdb-quick", "data_path": "hub",
         "learner": "grpo", "group_size": 4,

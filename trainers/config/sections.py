@@ -8,7 +8,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
-from agents.precision import PRECISIONS
 from cory_env.checks import check_field, check_finite_fields
 from cory_env.config import ONE_SEAT
 from cory_env.overrides import override_types, parse_overrides
@@ -89,6 +88,7 @@ class ModelConfig:
         check_finite_fields(self)
         self.models = parse_overrides(self.models, MODEL_SLOT_TYPES, name="models", default_key="model")
         check_field(self.dtype in DTYPES, "dtype", self.dtype, f"use one of {tuple(DTYPES)}")
+        from agents.precision import PRECISIONS  # here: torch stays out of `cory train --help`
         check_field(self.precision in PRECISIONS, "precision", self.precision, f"use one of {PRECISIONS}")
         check_field(self.lora_r >= 1, "lora_r", self.lora_r, "use a rank >= 1")
         check_field(self.lora_alpha > 0, "lora_alpha", self.lora_alpha,
@@ -125,9 +125,7 @@ class CORYConfig:
     sampling `agents.SamplingConfig`, the seat line-up `EnvConfig.seating`)."""
 
     _argument_group_name = "run options (CORYConfig)"  # `cory train --help` group (transformers.HfArgumentParser)
-    #: When a field does nothing, declared beside it (read by `trainers.config.unread`): field -> rule
-    #: ``(configs, seating) -> reason or None``; `_unread_when` rules are checked when the field differs from
-    #: its default, `_unread_always` rules at any value.
+    #: When a field does nothing: as `ModelConfig._unread_when`.
     _unread_when = {
         "role_exchange_period": lambda c, seating: ONE_SEAT if seating.num_seats == 1 else period_unread(c),
         "reset_on_exchange": lambda c, seating: (None if exchanges_happen(c, seating) or period_unread(c)

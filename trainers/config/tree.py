@@ -1,7 +1,6 @@
 """`RunConfigs`: the configs of one run as a tree (the run, the model, sampling, the env, the learner's config, the
-task's options and the scheme's options), with the learner's, the task's and the scheme's specs resolved once, and
-the one conversion between the tree and the flat ``{field: value}`` dict (`RunConfigs.to_flat`,
-`RunConfigs.from_flat`)."""
+task's options and the scheme's options), with the learner's, the task's and the scheme's specs resolved once, and the
+one conversion between the tree and the flat ``{field: value}`` dict (`RunConfigs.to_flat`, `RunConfigs.from_flat`)."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ class RunConfigs:
     Attributes:
         run, env, model, sampling: `CORYConfig`, `EnvConfig`, `ModelConfig`, `SamplingConfig`.
         update: the learner's config, an instance of its `LearnerSpec.config_class` (`PPOConfig` for ppo and mappo,
-            `GRPOConfig` for grpo and magrpo, a plug-in's subclass of `UpdateConfig`); None = that class's
-            defaults.
+            `GRPOConfig` for grpo and magrpo, a plug-in's subclass of `UpdateConfig`); None = that class's defaults.
         task_options: the instance of the chosen task's options class (`cory_env.tasks.TaskSpec.options`, e.g.
             `IMDBOptions` for ``imdb``); None for a task without options (or its defaults, as above).
         unread: options that were given (a YAML file, a preset, an old ``config.yaml``) but belong to another
@@ -40,15 +38,13 @@ class RunConfigs:
             ``run.matchmaking`` (a registered name, a ``module:attr`` or an entry point), looked up once when the
             object is built: a mistake there is a `ValueError` before any folder or model.
         scheme_options: the scheme's options as its own dataclass (`trainers.matchmaking.SchemeSpec.options`), from
-            ``run.matchmaking_options`` (which `CORYConfig` records as the mapping of every option of its scheme),
-            None for a scheme without options: a section like `task_options`.
+            ``run.matchmaking_options``; None for a scheme without options.
 
     Raises:
         TypeError: a section of the wrong class, or a config of another class than the spec declares.
         ValueError: an unknown learner, task or matchmaking scheme (`trainers.learning.registry.learner_spec`,
             `cory_env.tasks.task_spec`, `trainers.matchmaking.SCHEMES`), options the scheme refuses
-            (`trainers.matchmaking.scheme_options`), or an options class whose field names clash with another
-            config's.
+            (`trainers.matchmaking.scheme_options`), or an options class whose field names clash with another config's.
     """
 
     run: CORYConfig = field(default_factory=CORYConfig)
@@ -65,7 +61,6 @@ class RunConfigs:
 
     def __post_init__(self) -> None:
         from trainers.learning.registry import learner_spec
-
         for name, cls in (("run", CORYConfig), ("env", EnvConfig), ("model", ModelConfig),
                           ("sampling", SamplingConfig)):
             if not isinstance(getattr(self, name), cls):
@@ -124,7 +119,6 @@ class RunConfigs:
                 value a config refuses.
         """
         from trainers.learning.registry import learner_spec
-
         learner = learner_spec(flat.get("learner", CORYConfig.learner))
         task = task_spec(flat.get("task", EnvConfig.task))
         classes = {"env": EnvConfig, "update": learner.config_class, "model": ModelConfig, "sampling": SamplingConfig,
@@ -145,7 +139,6 @@ def plugin_origins(configs: RunConfigs) -> dict[str, str]:
     """Where the run's learner, task and reward came from (`cory_env.registry.Registry.origin`: ``module:attr``,
     or an entry point and its distribution); a reward given as a callable is recorded by `reward_name` instead."""
     from trainers.learning.registry import LEARNERS
-
     out = {"learner": LEARNERS.origin(configs.run.learner), "task": TASKS.origin(configs.env.task)}
     if configs.task_spec.reads and "reward" in configs.task_spec.reads and not configs.env.reward.startswith("<"):
         try:

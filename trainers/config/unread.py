@@ -1,7 +1,6 @@
 """Options a run does not read, named at its start instead of being ignored silently.
 
-Nothing here is a table of combinations: every message is derived from a declaration that lives with what it
-declares.
+Nothing here is a table of combinations: every message is derived from a declaration that lives with what it declares.
 
 * **the learner's spec** (`trainers.learning.registry.LearnerSpec`): whether it trains a value head
   (``value_head_dropout``); what it reads is its config class (`trainers.learning.configs`), so a learner never
@@ -10,11 +9,10 @@ declares.
   ``reward``, ``heldout_fraction``, ...);
 * **another spec's options** carried by a YAML file or a preset into this run (`RunConfigs.unread`: ``group_size``
   with ``--learner ppo``, ``min_review_chars`` with ``--task gsm8k``; given as a flag, they are an error);
-* **a field's own rule**, declared beside the fields of its config class: ``_unread_when = {field: (configs,
-  seating) -> reason or None}``, checked when the field differs from its default (``lora_r`` without
-  ``use_lora``), and ``_unread_always``, checked at any value (a default ``role_exchange_period`` that
-  ``num_iterations`` never reaches); the model options' rules hold for a model slot's own options too
-  (``--models llm2.lora_r=8`` in a slot without LoRA).
+* **a field's own rule**, declared beside the fields of its config class: ``_unread_when = {field: (configs, seating) ->
+  reason or None}``, checked when the field differs from its default (``lora_r`` without ``use_lora``), and
+  ``_unread_always``, checked at any value (a default ``role_exchange_period`` that ``num_iterations`` never reaches);
+  the model options' rules hold for a model slot's own options too (``--models llm2.lora_r=8`` in a slot without LoRA).
 
 An option counts only when it differs from its default (``inert_always`` aside), so the defaults and the presets are
 quiet. One message per reason, naming the options, their values, why, and what to change.
@@ -60,9 +58,8 @@ def _field_reasons(configs: RunConfigs, seating: Seating) -> list[tuple[str, Any
 
 
 def _slot_reasons(configs: RunConfigs, seating: Seating) -> list[tuple[str, Any, str]]:
-    """(``slot.field``, value, reason) of every model slot's own option (``--models llm2.lora_r=8``) that the
-    model options' own rules (``ModelConfig._unread_when``) say does nothing in that slot (LoRA options of a slot
-    trained without LoRA)."""
+    """(``slot.field``, value, reason) of every model slot's own option (``--models llm2.lora_r=8``) that
+    ``ModelConfig._unread_when`` says does nothing in that slot."""
     out = []
     rules = getattr(type(configs.model), "_unread_when", {})
     for slot, options in (configs.model.models or {}).items():
@@ -101,15 +98,9 @@ def _spec_reasons(configs: RunConfigs) -> list[tuple[str, Any, str]]:
 
 
 def unread_options(configs: RunConfigs, seating: Seating) -> list[str]:
-    """Messages for the options that do nothing in this run (empty when every option counts).
-
-    Args:
-        configs: the run's configs.
-        seating: the run's seating (`cory_env.seating.config_seating` of ``configs.env`` on its task).
-
-    Returns:
-        One message per reason, naming every option it covers with its value, in config order.
-    """
+    """Messages for the options that do nothing in the run of `configs` and `seating` (its
+    `cory_env.seating.config_seating`): one per reason, naming every option it covers with its value, in config
+    order; empty when every option counts."""
     by_reason: dict[str, list[str]] = {}
     for name, value, reason in _field_reasons(configs, seating) + _slot_reasons(configs, seating) + \
             _spec_reasons(configs):

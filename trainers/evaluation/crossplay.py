@@ -8,14 +8,13 @@ with the runs' per-seat settings (`trainers.evaluation.evaluator.Evaluator.pair`
 reward, each seat's task reward and KL to its own model's reference, and each later seat's influence and copy rate.
 
 Runs are told apart by what they are (`run_origin`), not by the path given: two paths of one run (a symbolic link, one
-of its checkpoint folders) are one run (its ``run_id``, drawn when it started), and are refused given twice; runs
-that started from the same weights and saw the same queries (one seed, one base model, one model layout) share an
-**origin**. So a line-up is **self-play** (its models come from one run: they trained together), **same-origin**
-(different runs of one origin: they never met, but started as the same model on the same queries, which makes them
-alike without any partner skill) or **cross-play** (different origins: Melting Pot's held-out co-players). Per group
-of runs: self-play (each run's mean over its self-play line-ups; IQM [95 % CI] over runs), cross-play (each model's
-mean over its cross-play line-ups; IQM [CI] over models), same-origin apart, the gap self − cross, and P(A > B)
-between groups on cross-play, with its interval (`trainers.evaluation.stats`). Runs that played another game
+of its checkpoint folders) are one run (its ``run_id``), refused given twice; runs that started from the same weights
+and saw the same queries (one seed, one base model, one model layout) share an **origin**. So a line-up is
+**self-play** (its models trained together in one run), **same-origin** (different runs of one origin: they never met,
+but are alike without any partner skill) or **cross-play** (different origins: Melting Pot's held-out co-players).
+Per group of runs: self-play (each run's mean over its self-play line-ups; IQM [95 % CI] over runs), cross-play (each
+model's mean over its cross-play line-ups; IQM [CI] over models), same-origin apart, the gap self − cross, and
+P(A > B) between groups on cross-play, with its interval (`trainers.evaluation.stats`). Runs that played another game
 (`played`: the env, sampling and task options differ) are refused. `to_marl_eval` writes the group comparison in
 InstaDeep marl-eval's raw-data format.
 """
@@ -35,8 +34,6 @@ __all__ = ["IMPROVEMENT", "check_compatible", "check_marl_eval_groups", "crosspl
            "kind_of", "matrix", "parse_groups", "played", "run_labels", "run_origin", "seat_names", "to_marl_eval"]
 
 IMPROVEMENT = "p_improvement_cross_play"
-#: The kinds of a line-up (`kind_of`).
-KINDS = ("self", "same_origin", "cross")
 
 
 def played(state: dict) -> dict:
@@ -44,7 +41,6 @@ def played(state: dict) -> dict:
     held-out split, the reward, the seating, the lengths and per-seat settings, the context), its sampling config and
     its task's own options, as one flat dict; two runs whose models are played together must agree on all of it."""
     from trainers.config import RunConfigs
-
     configs = RunConfigs.from_flat(state["config"])
     sections = [configs.env, configs.sampling] + ([configs.task_options] if configs.task_options is not None else [])
     return {k: v for section in sections for k, v in dataclasses.asdict(section).items() if k != "query_split"}
@@ -54,7 +50,6 @@ def run_origin(state: dict) -> str:
     """The origin of a run (a short hash): its seed, the fingerprint of its base models and its model options. Two
     runs of one origin started from the same weights on the same query stream."""
     from trainers.config import ModelConfig
-
     config = state["config"]
     model = {f.name: config.get(f.name) for f in dataclasses.fields(ModelConfig)}
     key = json.dumps([state["seed"], state["inputs"]["model"], model], sort_keys=True, default=str)
@@ -86,11 +81,9 @@ def check_compatible(states: dict[str, dict]) -> None:
 
 
 def seat_names(env_config, tokenizer, task_options=None) -> tuple[str, ...]:
-    """The seats of the seating `env_config` plays (its spec on its task, built with `tokenizer`), in acting
-    order."""
+    """The seats of the seating `env_config` plays (its spec on its task, built with `tokenizer`), in acting order."""
     from cory_env.seating import config_seating
     from cory_env.tasks import make_task
-
     return config_seating(env_config, make_task(env_config.task, env_config, tokenizer, task_options)).names
 
 
@@ -129,7 +122,6 @@ def kind_of(pair: dict, run_of: dict[str, str], origin_of: dict[str, str]) -> st
 
 def _summary(values: list[float]) -> dict | None:
     from trainers.evaluation.stats import arm_summary
-
     if not values:
         return None
     out = {**arm_summary(values), "values": values}
@@ -150,7 +142,6 @@ def group_summary(pairs: list[dict], run_of: dict[str, str], groups: dict[str, l
             its origin (`run_origin`; None: every run its own).
     """
     from trainers.evaluation.stats import probability_of_improvement, probability_of_improvement_ci
-
     origin_of = origin_of or {run: run for run in set(run_of.values())}
     kinds = [kind_of(p, run_of, origin_of) for p in pairs]
     out: dict = {}
@@ -177,13 +168,16 @@ def group_summary(pairs: list[dict], run_of: dict[str, str], groups: dict[str, l
 def to_marl_eval(result: dict) -> dict:
     """A `cory crossplay` result in marl-eval's raw-data format::
 
-        {"cory_<task>": {"crossplay": {group: {"seed_<s>": {"step_0": M, "absolute_metrics": M}}}}}
+        {"cory_<task>": {"crossplay": {group: {"seed_<k>": {"step_0": M, "absolute_metrics": M}}}}}
 
     where ``M`` = ``{"step_count": trained queries, "return": [...], "self_play_return": [...]}``: ``return`` lists
     the collective reward of every cross-play line-up (partners of another origin) that a model of the run plays, in
     any seat, in the order of ``result["pairs"]`` (which names the models of each); ``self_play_return`` the run's
     self-play line-ups; same-origin line-ups are in neither. marl-eval means each list per run, as it means
-    evaluation episodes. Groups may hold runs of different seeds (each group one run per seed).
+    evaluation episodes. ``seed_<k>`` is the group's k-th run in the order of its seeds (their seeds and paths are
+    in ``result["run_meta"]``): marl-eval looks every group's runs up by the first group's keys, so seed-disjoint
+    groups (each one run per seed) share the keys ``seed_0`` ... ``seed_<n-1>``; its statistics treat the runs of
+    two groups as independent, which seed-disjoint runs are.
 
     Raises:
         ValueError: see `check_marl_eval_groups`.
@@ -195,19 +189,19 @@ def to_marl_eval(result: dict) -> dict:
     out: dict = {}
     for group, runs in groups.items():
         out[group] = {}
-        for run in runs:
+        for k, run in enumerate(sorted(runs, key=lambda r: meta[r]["seed"])):
             played_ = [p for p in pairs if run in {run_of[m] for m in p["line_up"]}]
             kinds = [kind_of(p, run_of, origin_of) for p in played_]
             metrics = {"step_count": meta[run]["queries"],
                        "return": [p["collective_reward"] for p, k in zip(played_, kinds) if k == "cross"],
                        "self_play_return": [p["collective_reward"] for p, k in zip(played_, kinds) if k == "self"]}
-            out[group][f"seed_{meta[run]['seed']}"] = {"step_0": metrics, "absolute_metrics": dict(metrics)}
+            out[group][f"seed_{k}"] = {"step_0": metrics, "absolute_metrics": dict(metrics)}
     return {f"cory_{result['task']}": {"crossplay": out}}
 
 
 def check_marl_eval_groups(groups: dict[str, list[str]], seed_of: dict[str, int]) -> None:
-    """Refuse groups that marl-eval cannot read: a run is a seed of its group (``seed_<s>``), so a group holds one run
-    per seed, and marl-eval compares groups of as many runs. Groups may use different seeds (seed-disjoint groups:
+    """Refuse groups that marl-eval cannot read: a group holds one run per seed (its runs are ``seed_0`` ... in the
+    order of their seeds), and marl-eval compares groups of as many runs. Groups may use different seeds (seed-disjoint groups:
     no run of one group shares its initial weights and query stream with a run of another).
 
     Raises:
@@ -219,8 +213,9 @@ def check_marl_eval_groups(groups: dict[str, list[str]], seed_of: dict[str, int]
                          "or drop --marl_eval")
     seeds = {g: sorted(seed_of[run] for run in runs) for g, runs in groups.items()}
     if any(len(set(s)) != len(s) for s in seeds.values()):
-        raise ValueError(f"--marl_eval needs one run per seed in each group (marl-eval names a group's runs by their "
-                         f"seed); the groups have {seeds}: give each run of a group its own seed")
+        raise ValueError(f"--marl_eval needs one run per seed in each group (two runs of one seed started alike: "
+                         f"marl-eval would count them as independent); the groups have {seeds}: give each run of a "
+                         "group its own seed")
     if len({len(s) for s in seeds.values()}) > 1:
         raise ValueError(f"--marl_eval needs groups of as many runs (marl-eval compares groups of equal size); the "
                          f"groups have {seeds}: give each group as many runs")
@@ -242,7 +237,6 @@ def heatmap(pairs: list[dict], labels: list[str], seats: Sequence[str] = ("pione
     """The `matrix` of collective reward (rows: the first seat's model, columns: the second's) as a matplotlib
     ``Figure`` (the command writes it)."""
     from matplotlib.figure import Figure
-
     matrix_ = np.array([[np.nan if v is None else v for v in row] for row in matrix(pairs, labels)])
     fig = Figure(figsize=(1.2 + 0.6 * len(labels), 1.0 + 0.6 * len(labels)))
     ax = fig.subplots()

@@ -26,9 +26,8 @@ PIONEER_ALONE = "ppo"
 
 
 def distinct_n(texts: Sequence[str], n: int) -> float:
-    """Distinct-n (Li et al. 2016, arXiv:1510.03055): unique n-grams / all n-grams over whitespace tokens.
-
-    Returns 0.0 when the texts hold no n-gram.
+    """Distinct-n (Li et al. 2016, arXiv:1510.03055): unique n-grams / all n-grams over whitespace tokens (0.0 when
+    the texts hold none).
 
     Raises:
         ValueError: if n < 1.
@@ -72,13 +71,10 @@ def clustered_sem(values: Sequence[float], clusters: Sequence[str]) -> float:
 
 
 def gain_summary(before: dict, after: dict) -> dict:
-    """The held-out gain of one model over another on the same episodes (`evaluate_pioneer` results of the same
-    queries and sampling seeds): the mean per-episode difference of the task reward, its standard error clustered
-    by query (`clustered_sem`: episodes that drew the same query are not independent), the episodes, the distinct
-    queries, and the combined reward (task reward − η·KL) before and after.
-
-    With fewer than two distinct queries there is no spread to estimate: ``gain_sem`` is None and ``gain_sem_note``
-    says why (every other number is there); otherwise ``gain_sem_note`` is None.
+    """The held-out gain of one model over another on the same episodes (`evaluate_pioneer` results): the mean
+    per-episode difference of the task reward, its standard error clustered by query (`clustered_sem`), the
+    episodes, the distinct queries, and the combined reward before and after. With fewer than two distinct queries
+    ``gain_sem`` is None and ``gain_sem_note`` says why (`sem_unavailable_note`); otherwise the note is None.
 
     Raises:
         ValueError: results of different episodes (other queries or counts).
@@ -112,8 +108,7 @@ def sem_unavailable_note(episodes: int, distinct_queries: int) -> str | None:
 
 def heldout_sem_warning(env, episodes: int) -> str | None:
     """Said before a held-out evaluation starts: why the gain of `episodes` episodes on `env` (from `heldout_env`)
-    cannot have a standard error (one episode, or a query source of one record), with the fix; None when it can.
-    The numbers are still computed and written (`gain_summary`)."""
+    cannot have a standard error (one episode, or a query source of one record), with the fix; None when it can."""
     records = len(env.task.records)
     note = sem_unavailable_note(episodes, min(episodes, records))
     if note is None:
@@ -184,16 +179,13 @@ def evaluate_pioneer(agent, ref_model, env, *, num_batches: int, seed: int, eta:
     """Run the pioneer alone on `num_batches` batches of the (single-agent) env.
 
     Args:
-        agent: the model to evaluate, seated as pioneer.
-        ref_model: the reference model (for KL).
+        agent, ref_model: the model to evaluate, seated as pioneer, and its reference model (for KL).
         env: a single-seat `BatchedCORYEnv` (``seating="ppo"``).
-        num_batches: batches of `env.batch_size` queries.
-        seed: query/sampling seed (use one the training run did not use for held-out queries).
+        num_batches, seed: as in `evaluate_collective` (a seed the training run did not use).
         eta: coefficient of the combined reward = task_reward − eta · KL.
         num_samples: texts to include.
         kl_penalty: KL estimator summed into `kl` (the one that shaped the run's reward, as its training `kl`).
-        sampling: the `SamplingConfig` the pioneer samples with (the pioneer seat's own settings); None: the agent's
-            default.
+        sampling: the `SamplingConfig` the pioneer samples with; None: the agent's default.
 
     Returns:
         dict: task_reward, kl (the `kl_penalty` estimator), kl_k1 (the k1 estimate logp − ref_logp, comparable

@@ -70,9 +70,8 @@ class Evaluator:
                  task_options=None, reward_fn=None, kl_penalty: str = "kl", eta: float | None = None,
                  query_tokenizer=None, warn: bool = True) -> None:
         self.env_config, self.seating, self.seat_sampling = env_config, seating, dict(seat_sampling or {})
-        self.query_tokenizer = query_tokenizer
+        self.query_tokenizer, self.warn = query_tokenizer, warn
         self.task_options, self.reward_fn, self.kl_penalty, self.eta = task_options, reward_fn, kl_penalty, eta
-        self.warn = warn
         self._envs: dict[tuple, Any] = {}
 
     def env(self, episodes: int, collective: bool, tokenizer):
@@ -98,8 +97,7 @@ class Evaluator:
     def pioneer(self, agent, ref_model, *, episodes: int, seed: int, beta: float = 0.0, env=None) -> dict:
         """`agent` alone in the first seat, sampling with that seat's settings, on `episodes` held-out queries
         (rounded up to whole batches): `evaluate_pioneer`'s numbers (``reward`` = its task reward, kl in nats,
-        combined_reward with η = `eta` or `beta`, distinct-n, samples), ``query_split``. Any model wrapped as an
-        `agents.LLMAgent` can be evaluated this way, e.g. one trained by another library. `env`: another held-out env
+        combined_reward with η = `eta` or `beta`, distinct-n, samples), ``query_split``. `env`: another held-out env
         of the pioneer alone (``cory eval --data_path``).
 
         Raises:
@@ -115,8 +113,7 @@ class Evaluator:
 
     def collective(self, seats: Mapping[str, Any], *, episodes: int, seed: int) -> dict:
         """Agents in every seat (seat -> agent), knowledge transfer included: the collective reward (``reward``: the
-        first seat's R = (M · r)_0), each seat's task reward, ``query_split``, ``num_queries``
-        (`evaluate_collective`).
+        first seat's R = (M · r)_0), each seat's task reward, ``query_split``, ``num_queries`` (`evaluate_collective`).
 
         Raises:
             ValueError: `episodes` < 1, a single seat, or an agent missing for a seat.

@@ -84,8 +84,7 @@ def influence(env, seats: Mapping[str, object], *, num_batches: int, seed: int, 
 
     Returns:
         ``{seat: {"reward_real", "reward_other", "reward_empty", "influence", "influence_empty", "copy_rate"}}``
-        for each seat after the first (none for a single seat; a seat that reads nothing, e.g. without knowledge
-        transfer, scores influence 0: the floor, and its copy rate is chance), with ``num_queries``.
+        for each seat after the first (none for a single seat), with ``num_queries``.
 
     Raises:
         ValueError: B < 2, or an agent missing for a seat.

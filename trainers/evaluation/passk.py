@@ -6,8 +6,8 @@ or not against the gold number, and the per-problem correctness lists give
 * `pass_at_k`: the unbiased estimator of Chen et al. 2021, 1 − C(n−c, k) / C(n, k) (c correct of n);
 * `pass_at_k_first`: the authors' evaluation script, "any of the first k samples is correct" (docs/paper.md §2).
 
-`evaluate_pass_at_k` batches the sampling: several problems × n samples are one `BatchedCORYEnv` batch
-(single agent, explicit queries), so one KV-cached `act_batch` call advances every sample by one token.
+`evaluate_pass_at_k` batches the sampling: several problems × n samples are one `BatchedCORYEnv` batch, so one
+KV-cached `act_batch` call advances every sample by one token.
 
 Example:
     >>> round(pass_at_k(5, 2, 2), 6)
@@ -75,14 +75,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def pass_at_k_first(correct: Sequence[bool], k: int) -> float:
-    """The paper's pass@k: 1.0 if any of the first k samples is correct, else 0.0.
-
-    Args:
-        correct: per-sample correctness of one problem, in sampling order.
-        k: budget, 1 <= k <= len(correct).
-
-    Returns:
-        1.0 or 0.0.
+    """The paper's pass@k: 1.0 if any of the first k samples of one problem (`correct`, in sampling order) is
+    correct, else 0.0.
 
     Raises:
         ValueError: if k < 1 or k > len(correct).
@@ -91,12 +85,8 @@ def pass_at_k_first(correct: Sequence[bool], k: int) -> float:
     return float(any(bool(x) for x in correct[:k]))
 
 
-def pass_at_k_table(
-    correctness: Sequence[Sequence[bool]],
-    ks: Sequence[int] = (1, 2, 3, 4, 5),
-    *,
-    estimator: str = "unbiased",
-) -> dict[int, float]:
+def pass_at_k_table(correctness: Sequence[Sequence[bool]], ks: Sequence[int] = (1, 2, 3, 4, 5), *,
+                    estimator: str = "unbiased") -> dict[int, float]:
     """Mean pass@k over problems, for each k in `ks`.
 
     Args:
@@ -149,23 +139,12 @@ def _check_args(records: Sequence[dict], num_samples: int, ks: Sequence[int], pr
                 f"use budgets in [1, num_samples={num_samples}]; draw num_samples >= max(ks) answers per problem")
 
 
-def evaluate_pass_at_k(
-    agent,
-    task,
-    *,
-    records: Sequence[dict] | None = None,
-    num_samples: int = 5,
-    ks: Sequence[int] = (1, 2, 3, 4, 5),
-    problems_per_batch: int = 8,
-    seed: int = 0,
-    num_examples: int = 3,
-    callback: Callable[[dict[str, Any]], None] | None = None,
-    sampling: SamplingConfig | None = None,
-) -> dict[str, Any]:
-    """Sample `num_samples` pioneer answers per problem and report pass@k (both estimators).
-
-    The agent samples with `sampling` (`PAPER_EVAL_SAMPLING` for the paper's evaluation; None: its own default) for
-    up to `task.max_new_tokens` tokens per answer; EOS ends an answer early.
+def evaluate_pass_at_k(agent, task, *, records: Sequence[dict] | None = None, num_samples: int = 5,
+                       ks: Sequence[int] = (1, 2, 3, 4, 5), problems_per_batch: int = 8, seed: int = 0,
+                       num_examples: int = 3, callback: Callable[[dict[str, Any]], None] | None = None,
+                       sampling: SamplingConfig | None = None) -> dict[str, Any]:
+    """Sample `num_samples` pioneer answers per problem, of up to `task.max_new_tokens` tokens (EOS ends one early),
+    and report pass@k (both estimators).
 
     Args:
         agent: an `agents.LLMAgent` (or anything with `act_batch(obs, generator=)` and `reset_cache()`).
@@ -173,14 +152,14 @@ def evaluate_pass_at_k(
             and the records when `records` is None.
         records: the problems, each with `"query"` and `"gold"`; None = `task.records`.
         num_samples: n, answers per problem (>= max(ks)).
-        ks: the budgets k to report.
         problems_per_batch: problems per env batch; one batch holds `problems_per_batch * num_samples` answers.
         seed: sampling seed; batch b samples from a generator seeded ``seed + b`` on the agent's device
             (`trainers.rollout.sampling_generator`).
         num_examples: answers (query, response, prediction, gold) kept verbatim in the result.
         callback: called after every batch with the partial result (same keys; `finished` False), e.g. to save
             progress of a long CPU run.
-        sampling: the `SamplingConfig` the pioneer samples with; None: the agent's default.
+        sampling: the `SamplingConfig` the pioneer samples with (`PAPER_EVAL_SAMPLING` for the paper's evaluation);
+            None: the agent's default.
 
     Returns:
         dict: `pass_at_k` and `pass_at_k_first` (`{k: mean over problems}`), `accuracy` (fraction of correct
@@ -190,8 +169,7 @@ def evaluate_pass_at_k(
         `examples`, `finished` (True).
 
     Raises:
-        ValueError: for no records, records without `"gold"`, ks outside [1, num_samples], or non-positive
-            counts.
+        ValueError: for no records, records without `"gold"`, ks outside [1, num_samples], or non-positive counts.
     """
     records = list(task.records if records is None else records)
     _check_args(records, num_samples, ks, problems_per_batch)
@@ -241,22 +219,12 @@ def evaluate_pass_at_k(
 
 def _summary(correct, predictions, records, ks, lengths, formatted, examples, num_samples, max_new_tokens,
              seconds, *, finished: bool) -> dict[str, Any]:
-    answers = len(lengths)
     return {
-        "pass_at_k": pass_at_k_table(correct, ks),
-        "pass_at_k_first": pass_at_k_table(correct, ks, estimator="first"),
-        "accuracy": float(np.mean([x for row in correct for x in row])),
-        "format_rate": formatted / answers,
-        "response_len": float(np.mean(lengths)),
-        "num_problems": len(correct),
-        "num_samples": num_samples,
-        "max_new_tokens": max_new_tokens,
-        "generated_tokens": int(sum(lengths)),
-        "seconds": round(seconds, 2),
-        "tokens_per_s": sum(lengths) / seconds if seconds > 0 else 0.0,
-        "correct": correct,
-        "predictions": predictions,
-        "golds": [r["gold"] for r in records[:len(correct)]],
-        "examples": examples,
+        "pass_at_k": pass_at_k_table(correct, ks), "pass_at_k_first": pass_at_k_table(correct, ks, estimator="first"),
+        "accuracy": float(np.mean([x for row in correct for x in row])), "format_rate": formatted / len(lengths),
+        "response_len": float(np.mean(lengths)), "num_problems": len(correct), "num_samples": num_samples,
+        "max_new_tokens": max_new_tokens, "generated_tokens": int(sum(lengths)), "seconds": round(seconds, 2),
+        "tokens_per_s": sum(lengths) / seconds if seconds > 0 else 0.0, "correct": correct,
+        "predictions": predictions, "golds": [r["gold"] for r in records[:len(correct)]], "examples": examples,
         "finished": finished,
     }

@@ -5,27 +5,18 @@ Source: R. Agarwal, M. Schwarzer, P. S. Castro, A. Courville, M. G. Bellemare, "
 Edge of the Statistical Precipice", NeurIPS 2021 (arXiv:2108.13264), and its library ``rliable``, whose definitions
 these functions follow with scipy's numerics (``scipy.stats.trim_mean``, ``scipy.stats.bootstrap``):
 
-- **IQM**: the mean of the middle 50 % of the runs (``trim_mean(x, 0.25)``: ``floor(n / 4)`` runs cut from each
-  end, so with fewer than 4 runs nothing is cut and the IQM is the mean).
-- **Confidence interval**: the 95 % percentile bootstrap over runs. ``rliable``'s stratified bootstrap resamples
-  runs within each task; a ladder rung is one task, so it is the plain bootstrap of the N runs (and, for two arms,
-  each arm's runs resampled on their own). Percentile, not BCa: ``rliable``'s default, so intervals compare with
-  papers that use it; and BCa's jackknife acceleration rests on the N leave-one-out values, which with the ladder's
-  3 seeds are 3 points (and undefined, NaN with a warning, when every resample gives the same value, e.g. P = 1).
-  With 3 seeds the 95 % percentile interval of the IQM is the range of the seeds: honest, and wide.
-- **Probability of improvement** P(A > B) = P(X > Y) + ½ P(X = Y) over all n·m pairs of a run X of arm A and a run Y
-  of arm B: the Mann-Whitney U statistic divided by n·m. It is defined over *independent* runs and needs no pairing:
-  two arms compare whatever their seed sets (arms run on other seeds, or a KL level that some seeds never reach).
-  ``improvement_summary(..., paired=True)`` is the paired variant for runs that share seeds by design (each seed a
-  matched pair, e.g. one arm in two precisions): the share of seeds on which A beats B, its interval from resampling
-  seeds with both arms' values together; it needs the same seeds in both arms.
+- **IQM**: the mean of the middle 50 % of the runs (`iqm`: with fewer than 4 runs, the mean).
+- **Confidence interval**: the 95 % percentile bootstrap over runs (`bootstrap_ci`): ``rliable``'s stratified
+  bootstrap with one task per ladder rung, and for two arms each arm's runs resampled on their own. Percentile, not
+  BCa: ``rliable``'s default, and BCa's jackknife rests on N leave-one-out values (3 with the ladder's 3 seats). With
+  3 seeds the 95 % interval of the IQM is the range of the seeds: honest, and wide.
+- **Probability of improvement** P(A > B) = P(X > Y) + ½ P(X = Y) over all n·m pairs of independent runs of arms A
+  and B (the Mann-Whitney U statistic / n·m), whatever their seed sets; ``improvement_summary(..., paired=True)`` is
+  the paired variant for runs that share seeds by design.
 
-Bad input, one policy: the numeric functions (`iqm`, `bootstrap_ci`, `probability_of_improvement`,
-`probability_of_improvement_ci`) raise ``ValueError`` on input they cannot answer (no values, a non-finite value,
-an interval from one value). The summaries the ladder reports (`arm_summary`, `improvement_summary`) never raise
-on the cases a ladder meets in normal use and never invent an interval: one seed gives ``"ci": None`` with
-``"why": "one seed"``, and a paired comparison of arms whose seed sets differ gives ``"p": None`` with a ``"why"``
-naming both seed sets; empty input still raises ``ValueError``.
+Bad input, one policy: the numeric functions raise ``ValueError`` on input they cannot answer (no values, a
+non-finite value, an interval from one value); the summaries the ladder reports (`arm_summary`,
+`improvement_summary`) never invent an interval, and say ``"why"`` instead (empty input still raises).
 """
 
 from __future__ import annotations
@@ -99,7 +90,6 @@ def bootstrap_ci(values: Sequence[float], statistic: Callable = iqm, *, confiden
             is called once on a batch of resamples, else once per resample.
         confidence: the interval's level, in (0, 1).
         seed: the resampling seed; the same seed and input give the same interval.
-        n_resamples: bootstrap resamples.
 
     Returns:
         ``(low, high)``, floats in the unit of `values`; ``low == high`` when every value is the same.
@@ -163,9 +153,7 @@ def probability_of_improvement_ci(a: Sequence[float], b: Sequence[float], *, con
     Args:
         a: float (N,), arm A's runs, N >= 2.
         b: float (M,), arm B's runs, M >= 2.
-        confidence: the interval's level, in (0, 1).
-        seed: the resampling seed; the same seed and input give the same interval.
-        n_resamples: bootstrap resamples.
+        confidence, seed, n_resamples: as in `bootstrap_ci`.
 
     Returns:
         ``(low, high)`` in [0, 1].
@@ -197,8 +185,7 @@ def arm_summary(values: Sequence[float], *, confidence: float = CONFIDENCE, seed
 
     Args:
         values: float (N,), one value per seed (e.g. final held-out reward, or gain over the base model).
-        confidence: the interval's level.
-        seed: the resampling seed.
+        confidence, seed: as in `bootstrap_ci`.
 
     Returns:
         ``{"iqm": float, "ci": [low, high], "n": N, "mean": float}``; with one seed ``"ci": None`` and
@@ -213,10 +200,8 @@ def arm_summary(values: Sequence[float], *, confidence: float = CONFIDENCE, seed
     x = _finite(values)
     out = {"iqm": iqm(x), "ci": None, "n": int(x.size), "mean": float(x.mean())}
     if x.size < 2:
-        out["why"] = "one seed"
-    else:
-        out["ci"] = list(bootstrap_ci(x, confidence=confidence, seed=seed))
-    return out
+        return {**out, "why": "one seed"}
+    return {**out, "ci": list(bootstrap_ci(x, confidence=confidence, seed=seed))}
 
 
 def improvement_summary(a: Mapping[int, float], b: Mapping[int, float], *, names: tuple[str, str] = ("A", "B"),
@@ -231,8 +216,7 @@ def improvement_summary(a: Mapping[int, float], b: Mapping[int, float], *, names
             arm's runs resampled on their own; the seed sets may differ. True (runs that share seeds by design):
             P(A_s > B_s) + ½ P(A_s = B_s) over the seeds s, the seeds resampled with both values together; n/a
             when the seed sets differ.
-        confidence: the interval's level.
-        seed: the resampling seed.
+        confidence, seed: as in `bootstrap_ci`.
 
     Returns:
         ``{"p": float, "ci": [low, high], "n": [N, M], "seeds": [...]}`` (``"seeds"``: A's seeds when both arms

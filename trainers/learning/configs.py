@@ -24,7 +24,6 @@ from cory_env.checks import MAX_MAGNITUDE, check_field, check_number
 from cory_env.checks import check_finite_fields
 from cory_env.checks import check_groups
 from trainers.learning.kl_control import PROPORTIONAL_ERROR_CLIP
-from trainers.learning.ppo_math import KL_PENALTY_KINDS
 
 __all__ = ["GRPOConfig", "PPOConfig", "TOKEN_MEAN_OVER", "UpdateConfig", "check_kl_horizon"]
 
@@ -99,20 +98,17 @@ class UpdateConfig:
         for name in ("batch_size", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs"):
             check_field(getattr(self, name) >= 1, name, getattr(self, name), "use a positive integer")
         if self.batch_size < 2:
-            raise ValueError(
-                f"batch_size={self.batch_size} is too small: the learners whiten the advantages (PPO) and the scores "
-                "(score scaling) with the unbiased variance over the batch, which needs at least 2 tokens or scores, "
-                "and a batch of one 1-token response has one; use batch_size >= 2"
-            )
-        backward = self.mini_batch_size * self.gradient_accumulation_steps
-        if self.batch_size % backward:
-            raise ValueError(
-                f"batch_size={self.batch_size} is not divisible by mini_batch_size={self.mini_batch_size} * "
-                f"gradient_accumulation_steps={self.gradient_accumulation_steps} = {backward}; "
-                "choose batch_size as a multiple of their product"
-            )
+            raise ValueError(f"batch_size={self.batch_size} is too small: the learners whiten the advantages (PPO) "
+                             "and the scores (score scaling) with the unbiased variance over the batch, which needs at "
+                             "least 2 tokens or scores, and a batch of one 1-token response has one; use "
+                             "batch_size >= 2")
+        if self.batch_size % self.backward_batch_size:
+            raise ValueError(f"batch_size={self.batch_size} is not divisible by mini_batch_size={self.mini_batch_size} "
+                             f"* gradient_accumulation_steps={self.gradient_accumulation_steps} = "
+                             f"{self.backward_batch_size}; choose batch_size as a multiple of their product")
         check_field(self.token_mean_over in TOKEN_MEAN_OVER, "token_mean_over", self.token_mean_over,
                     f"use one of {TOKEN_MEAN_OVER}")
+        from trainers.learning.ppo_math import KL_PENALTY_KINDS  # here: torch stays out of `cory train --help`
         check_field(self.kl_penalty in KL_PENALTY_KINDS, "kl_penalty", self.kl_penalty,
                     f"use one of {KL_PENALTY_KINDS}")
         check_field(self.learning_rate > 0, "learning_rate", self.learning_rate, "use a positive learning rate")

@@ -100,7 +100,6 @@ def score_rollout(agent, ref_model, rollout: Rollout, *, return_logits: bool = F
         without `need_values`), entropies (None when reused), and the (B, T, V) logits when `return_logits`.
     """
     from agents.policy import EvalOutput
-
     agent.eval()  # modules that score a rollout run without dropout (LoRA, value head)
     temperature = agent.sampling.temperature if rollout.temperature is None else rollout.temperature
     reuse = rollout.logprobs is not None and not return_logits and (rollout.values is not None or not need_values)
@@ -117,12 +116,8 @@ def score_rollout(agent, ref_model, rollout: Rollout, *, return_logits: bool = F
 
 
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int, *, side: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pad token-id lists into a (B, max_len) int64 tensor and a bool mask.
-
-    Args:
-        seqs: B lists of token ids (may be empty).
-        pad_id: id written into padding positions.
-        side: "left" (prompts, for generation) or "right" (responses).
+    """Pad B token-id lists `seqs` (each may be empty) with `pad_id` into a (B, max_len) int64 tensor and a bool mask,
+    on the `side` "left" (prompts, for generation) or "right" (responses).
 
     Raises:
         ValueError: for an unknown `side` or an empty batch.

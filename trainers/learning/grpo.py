@@ -90,18 +90,9 @@ def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: bool = Tr
     return centred.reshape(-1)
 
 
-def grpo_loss(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    ref_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    cliprange: float = 0.2,
-    kl_coef: float = 0.0,
-    entropy: torch.Tensor | None = None,
-    ent_coef: float = 0.0,
-) -> tuple[torch.Tensor, dict[str, float]]:
+def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor, advantages: torch.Tensor,
+              mask: torch.Tensor, *, cliprange: float = 0.2, kl_coef: float = 0.0, entropy: torch.Tensor | None = None,
+              ent_coef: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
     """The GRPO mini-batch loss: clipped surrogate with sequence advantages, plus β·k3-KL to the reference.
 
     loss = policy_loss(logp, old_logp, A_i on every token of response i, ε)
@@ -168,13 +159,10 @@ class GRPOLearner(PolicyLearner):
     `PolicyLearner.step` with GRPO's advantages and loss).
 
     Args:
-        agent: an `agents.LLMAgent` with `evaluate(...)` and `trainable_parameters()` (its value head is unused).
-        ref_model: the shared frozen `agents.ReferenceModel`.
-        config: `GRPOConfig` (the shared update: learning_rate, batch sizes, ppo_epochs, cliprange, ent_coef, the
-            KL controller, kl_penalty, max_grad_norm, token_mean_over; and group_size, scale_rewards, kl_in_loss);
-            sizes count this process's rows.
-        dist: the data-parallel group (default single process): gradients averaged, the loss a global token mean,
-            the KL controller on the global KL (groups never span processes: rows of one query stay together).
+        agent, ref_model: as `PolicyLearner`'s (the agent's value head is unused).
+        config: `GRPOConfig` (the shared update and group_size, scale_rewards, kl_in_loss); sizes count this
+            process's rows.
+        dist: the data-parallel group (default single process); groups never span processes.
 
     `step(rollout, generator=)` returns flat stats: the mini-batch means policy_loss, kl_loss (k3 to the reference,
     token mean; logged also when the KL is in the reward), approx_kl, policy_kl, clipfrac, ratio, entropy;
@@ -188,9 +176,6 @@ class GRPOLearner(PolicyLearner):
     """
 
     name = "grpo"
-
-    def __init__(self, agent, ref_model, config: GRPOConfig, *, dist=None) -> None:
-        super().__init__(agent, ref_model, config, dist=dist)
 
     # ------------------------------------------------------------------ the update
     def prepare(self, rollout: Rollout, critic: Rollout | None = None) -> dict[str, torch.Tensor]:

@@ -2,19 +2,17 @@
 and updates the models it owns.
 
 The per-seat `Learner` (`trainers.learning.registry`) sees one seat's rollout and updates one model: independent
-learning (IPPO). Algorithms that couple the seats need them together: a centralized critic reads the joint
-transcript (MAPPO, `trainers.learning.mappo`), a group baseline is taken over joint samples (MAGRPO,
-`trainers.learning.magrpo`), sequential-update methods order the models' updates. So the trainer hands every
-iteration to one `JointLearner`:
+learning (IPPO). Algorithms that couple the seats need them together: a centralized critic reads the joint transcript
+(MAPPO, `trainers.learning.mappo`), a group baseline is taken over joint samples (MAGRPO, `trainers.learning.magrpo`),
+sequential-update methods order the models' updates. So the trainer hands every iteration to one `JointLearner`:
 
     batch = JointBatch(rollouts={seat: Rollout}, models={seat: model name}, generators={seat: torch.Generator})
     stats = algorithm.step(batch)            # {seat: {stat: float}}
 
-A joint learner owns one per-model learner object per model (`JointLearner.learners`, by model name): that object
-carries what travels with the model at role exchange and into checkpoints (its `state_dict` / `load_state_dict` /
-`reset_state`, Adam kept as ``.optimizer`` for FSDP2 re-sharding), exactly as a per-seat learner does, so role
-exchange, checkpoints, exact resume and data parallelism work unchanged. `IndependentLearners` runs the per-seat
-learners through this protocol (today's CORY: IPPO with the collective reward).
+A joint learner owns one per-model learner object per model (`JointLearner.learners`; Adam kept as ``.optimizer``
+for FSDP2 re-sharding), exactly as a per-seat learner does, so role exchange, checkpoints, exact resume and data
+parallelism work unchanged. `IndependentLearners` runs the per-seat learners through this protocol (CORY: IPPO
+with the collective reward).
 
 Seats are in acting order (the pioneer first, then the observer; an N-seat chain would add more in order) and every
 helper here loops over them, so nothing assumes two seats.
@@ -115,10 +113,8 @@ def check_joint_batch(batch: JointBatch, owned: Mapping[str, Any], *, algo: str)
 
 class IndependentLearners:
     """The per-seat learners as one joint learner: each seat's model updates on its own rollout (independent
-    learning, IPPO; CORY's paper setting with the collective reward in every seat's rollout).
-
-    Args:
-        learners: model name -> its `Learner` (`make_learner`).
+    learning, IPPO; CORY's paper setting with the collective reward in every seat's rollout). `learners`: model
+    name -> its `Learner` (`make_learner`).
 
     `step` calls ``learners[models[seat]].step(rollouts[seat], generator=generators[seat])`` for each learning seat
     in acting order, so independent learning under this protocol gives the same numbers as one learner per seat

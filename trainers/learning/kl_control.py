@@ -89,19 +89,14 @@ class AdaptiveKLController:
             ValueError: if the keys are not exactly those of `state_dict`.
         """
         _check_keys(self, state)
-        self.value = float(state["value"])
-        self.target = float(state["target"])
-        self.horizon = float(state["horizon"])
+        self.value, self.target, self.horizon = (float(state[key]) for key in ("value", "target", "horizon"))
 
     def __repr__(self) -> str:
         return f"AdaptiveKLController(value={self.value:g}, target={self.target:g}, horizon={self.horizon:g})"
 
 
 class FixedKLController:
-    """Constant β.
-
-    Args:
-        kl_coef: β ≥ 0 (`PPOConfig.init_kl_coef` with `adap_kl_ctrl=False`).
+    """Constant β = `kl_coef` ≥ 0 (`PPOConfig.init_kl_coef` with `adap_kl_ctrl=False`).
 
     Raises:
         ValueError: on a β that is not a number >= 0 (`cory_env.checks.check_number`).
@@ -121,11 +116,7 @@ class FixedKLController:
         return {"value": float(self.value)}
 
     def load_state_dict(self, state: dict[str, float]) -> None:
-        """Restore a state from `state_dict`.
-
-        Raises:
-            ValueError: if the keys are not exactly those of `state_dict`.
-        """
+        """As `AdaptiveKLController.load_state_dict`."""
         _check_keys(self, state)
         self.value = float(state["value"])
 
@@ -136,15 +127,12 @@ class FixedKLController:
 def _check_keys(ctl: Union[AdaptiveKLController, FixedKLController], state: dict[str, float]) -> None:
     expected = set(ctl.state_dict())
     if set(state) != expected:
-        raise ValueError(
-            f"{type(ctl).__name__} state keys {sorted(state)} != {sorted(expected)}; load a state saved by the "
-            "same controller kind (check adap_kl_ctrl)"
-        )
+        raise ValueError(f"{type(ctl).__name__} state keys {sorted(state)} != {sorted(expected)}; load a state saved "
+                         "by the same controller kind (check adap_kl_ctrl)")
 
 
-def make_kl_controller(
-    adap_kl_ctrl: bool, init_kl_coef: float, target: float = 6.0, horizon: float = 10000.0
-) -> Union[AdaptiveKLController, FixedKLController]:
+def make_kl_controller(adap_kl_ctrl: bool, init_kl_coef: float, target: float = 6.0,
+                       horizon: float = 10000.0) -> Union[AdaptiveKLController, FixedKLController]:
     """Build the KL controller named by the PPO config.
 
     Args:
@@ -152,9 +140,6 @@ def make_kl_controller(
         init_kl_coef: initial β (`PPOConfig.init_kl_coef`).
         target: adaptive target KL, nats (`PPOConfig.target`, default 6); ignored when fixed.
         horizon: adaptive horizon, samples (`PPOConfig.horizon`, default 10000); ignored when fixed.
-
-    Returns:
-        The controller.
 
     Raises:
         ValueError: see the controllers.

@@ -54,10 +54,8 @@ class MAGRPO:
 
     Args:
         agents: model name -> `agents.LLMAgent` (each gets a `GRPOLearner`; its value head is unused).
-        ref_model: the shared frozen `agents.ReferenceModel`, or model name -> its own (models of different bases:
-            `trainers.learning.registry.reference_of`).
-        config: `GRPOConfig` (the update: learning rate, batch sizes, epochs, cliprange, KL controller; group_size
-            k ≥ 2, scale_rewards, kl_in_loss).
+        ref_model: as for `trainers.learning.mappo.MAPPO`.
+        config: `GRPOConfig` (group_size k ≥ 2).
         dist: the data-parallel group (groups never span processes; gradients and statistics pooled per model).
 
     `step(batch)` returns ``{seat: GRPO's statistics}``; ``score`` and ``reward_std`` there are the joint reward's.

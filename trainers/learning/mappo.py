@@ -58,8 +58,7 @@ def joint_critic_inputs(rollouts: Mapping[str, Rollout],
         own) or None for the first seat.
 
     Raises:
-        ValueError: fewer than two seats (a single seat has nothing to centralise), or seats with different
-            batch sizes.
+        ValueError: fewer than two seats (a single seat has nothing to centralise), or seats with different batch sizes.
     """
     seats = list(rollouts)
     if len(seats) < 2:
@@ -87,8 +86,7 @@ def joint_critic_inputs(rollouts: Mapping[str, Rollout],
         own = rollouts[seat]
         out[seat] = Rollout(query=query.to(own.query.device), query_mask=query_mask.to(own.query.device),
                             response=own.response, response_mask=own.response_mask, scores=own.scores,
-                            task_reward=own.task_reward, allowed=own.allowed,
-                            temperature=own.temperature)
+                            task_reward=own.task_reward, allowed=own.allowed, temperature=own.temperature)
     return out
 
 

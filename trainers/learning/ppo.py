@@ -11,10 +11,8 @@ One `step(rollout)`:
 5. the KL controller update with the batch-mean sequence KL and n_steps = batch size.
 
 Steps 4 and 5 and the statistics are the step every learner shares (`trainers.learning.update.PolicyLearner`); this
-module holds what is PPO's: steps 1–3 (`prepare`), the mini-batch loss, early stopping and its statistics.
-
-The learner owns everything that travels with a model at role exchange: the optimizer state, the KL controller and
-the score statistics (`state_dict` / `load_state_dict`, `reset_state` for the official code's reset-on-swap).
+module holds what is PPO's: steps 1–3 (`prepare`), the mini-batch loss, early stopping, its statistics and the
+score statistics that travel with the model (`reset_state`).
 """
 
 from __future__ import annotations
@@ -45,8 +43,7 @@ class PPOLearner(PolicyLearner):
     advantages and loss).
 
     Args:
-        agent: an `agents.LLMAgent` (policy + value head) with `evaluate(...)` and `trainable_parameters()`.
-        ref_model: the shared frozen `agents.ReferenceModel` (never optimised).
+        agent, ref_model: as `PolicyLearner`'s (the agent's value head is trained).
         config: `PPOConfig` (`batch_size` and `mini_batch_size` count this process's rows).
         dist: the data-parallel group (`trainers.distributed.DataParallel`); default single process. With several
             processes every statistic that steers the update (score moments, advantage whitening, the ratio guard,
@@ -79,11 +76,8 @@ class PPOLearner(PolicyLearner):
 
     # ------------------------------------------------------------------ the update
     def prepare(self, rollout: Rollout, critic: Rollout | None = None) -> dict[str, Any]:
-        """Scores, old logprobs/values, reference logprobs, shaped rewards, advantages and returns (no grad).
-
-        Args:
-            critic: the value head's input (same responses, another prompt: `PolicyLearner.step`); None = the
-                rollout's own prompt.
+        """Scores, old logprobs/values, reference logprobs, shaped rewards, advantages and returns (no grad); `critic`:
+        the value head's input (`PolicyLearner.step`), None = the rollout's own prompt.
 
         Returns:
             dict with float32 tensors: scores (B,), logprobs, ref_logprobs, values, kl, rewards, non_score_reward,
@@ -91,11 +85,8 @@ class PPOLearner(PolicyLearner):
         """
         cfg = self.config
         mask = rollout.response_mask
-        scores = scale_scores(
-            rollout.scores.float(), self.score_moments,
-            use_score_scaling=cfg.use_score_scaling, use_score_norm=cfg.use_score_norm, score_clip=cfg.score_clip,
-            reduce_sum=self._reduce_sum,
-        )
+        scores = scale_scores(rollout.scores.float(), self.score_moments, use_score_scaling=cfg.use_score_scaling,
+                              use_score_norm=cfg.use_score_norm, score_clip=cfg.score_clip, reduce_sum=self._reduce_sum)
         full = cfg.kl_penalty == "full"
         old, ref = score_rollout(self.agent, self.ref_model, rollout, return_logits=full, need_values=critic is None)
         values = old.values if critic is None else critic_values(self.agent, critic)
@@ -105,11 +96,9 @@ class PPOLearner(PolicyLearner):
         )
         advantages, returns = ppo_math.gae_advantages(rewards, values, mask, cfg.gamma, cfg.lam,
                                                       whiten_rewards=cfg.whiten_rewards, reduce_sum=self._reduce_sum)
-        return {
-            "scores": scores, "logprobs": old.logprobs, "ref_logprobs": ref.logprobs, "values": values * mask,
-            "kl": kl, "rewards": rewards, "non_score_reward": non_score_reward,
-            "advantages": advantages, "returns": returns, "critic": critic,
-        }
+        return {"scores": scores, "logprobs": old.logprobs, "ref_logprobs": ref.logprobs, "values": values * mask,
+                "kl": kl, "rewards": rewards, "non_score_reward": non_score_reward,
+                "advantages": advantages, "returns": returns, "critic": critic}
 
     def _stop_after_epoch(self):
         """PPO's early stopping: after an epoch whose last mini-batch's policy KL (over every process) exceeds
@@ -137,26 +126,17 @@ class PPOLearner(PolicyLearner):
             cmb = data["critic"].select(idx)
             values = self.agent.evaluate(cmb.query, cmb.query_mask, cmb.response, cmb.response_mask,
                                          allowed=cmb.allowed, temperature=cmb.temperature).values
-        loss, stats = ppo_math.ppo_loss(
-            logprobs=new.logprobs,
-            old_logprobs=data["logprobs"][idx, :width],
-            values=values,
-            old_values=data["values"][idx, :width],
-            advantages=data["advantages"][idx, :width],
-            returns=data["returns"][idx, :width],
-            mask=mb.response_mask,
-            entropy=new.entropy,
-            ent_coef=self.config.ent_coef,
-            cliprange=self.config.cliprange,
-            cliprange_value=self.config.cliprange_value,
-            vf_coef=self.config.vf_coef,
-            ratio_threshold=self.config.ratio_threshold,
-            reduce_sum=self._reduce_sum,
-        )
-        loss, stats = pooled_minibatch_loss(
+        loss, stats = ppo_math.ppo_loss(logprobs=new.logprobs, old_logprobs=data["logprobs"][idx, :width],
+                                        values=values, old_values=data["values"][idx, :width],
+                                        advantages=data["advantages"][idx, :width],
+                                        returns=data["returns"][idx, :width], mask=mb.response_mask,
+                                        entropy=new.entropy, ent_coef=self.config.ent_coef,
+                                        cliprange=self.config.cliprange, cliprange_value=self.config.cliprange_value,
+                                        vf_coef=self.config.vf_coef, ratio_threshold=self.config.ratio_threshold,
+                                        reduce_sum=self._reduce_sum)
+        return pooled_minibatch_loss(
             self.dist, loss, stats, mb.response_mask, algo="PPO", terms=("policy_loss", "value_loss"),
             fix="lower learning_rate or enable max_grad_norm / score_clip; the last checkpoint is intact")
-        return loss, stats
 
 
 SPEC = LearnerSpec(PPOLearner, config_class=PPOConfig, supports_sharding=True,

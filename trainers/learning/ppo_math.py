@@ -41,21 +41,8 @@ from cory_env.checks import check_number
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "KL_PENALTY_KINDS",
-    "approx_kl",
-    "compute_rewards",
-    "gae_advantages",
-    "kl_penalty",
-    "masked_delta",
-    "masked_mean",
-    "masked_var",
-    "masked_whiten",
-    "policy_kl",
-    "policy_loss",
-    "ppo_loss",
-    "value_loss",
-]
+__all__ = ["KL_PENALTY_KINDS", "approx_kl", "compute_rewards", "gae_advantages", "kl_penalty", "masked_delta",
+           "masked_mean", "masked_var", "masked_whiten", "policy_kl", "policy_loss", "ppo_loss", "value_loss"]
 
 KL_PENALTY_KINDS = ("kl", "abs", "mse", "full", "k3")
 """Valid `kind` values of `kl_penalty` (same names as `PPOConfig.kl_penalty`)."""
@@ -67,9 +54,7 @@ SumFn = Callable[[torch.Tensor], torch.Tensor]
 """Sums a tensor over the data-parallel processes (`trainers.distributed.DataParallel.sum`)."""
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Argument checks (private)
-# --------------------------------------------------------------------------------------------------------------------
+# ----- Argument checks (private) --------------------------------------------------------------------------------------
 
 
 def _check_mask(mask: torch.Tensor, like: torch.Tensor, name: str = "x") -> None:
@@ -77,10 +62,8 @@ def _check_mask(mask: torch.Tensor, like: torch.Tensor, name: str = "x") -> None
         got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise TypeError(f"mask must be a torch.bool tensor, got {got}; pass `mask.bool()` (True = real token)")
     if mask.shape != like.shape:
-        raise ValueError(
-            f"mask shape {tuple(mask.shape)} does not match {name} shape {tuple(like.shape)}; "
-            "pass the response mask aligned with the (B, T) response tokens"
-        )
+        raise ValueError(f"mask shape {tuple(mask.shape)} does not match {name} shape {tuple(like.shape)}; "
+                         "pass the response mask aligned with the (B, T) response tokens")
 
 
 def _check_same_shape(**tensors: torch.Tensor) -> None:
@@ -88,24 +71,19 @@ def _check_same_shape(**tensors: torch.Tensor) -> None:
     first_name, first = items[0]
     for name, tensor in items[1:]:
         if tensor.shape != first.shape:
-            raise ValueError(
-                f"{name} shape {tuple(tensor.shape)} does not match {first_name} shape {tuple(first.shape)}; "
-                "all per-token tensors must be (B, T) over the same response tokens"
-            )
+            raise ValueError(f"{name} shape {tuple(tensor.shape)} does not match {first_name} shape "
+                             f"{tuple(first.shape)}; all per-token tensors must be (B, T) over the same response "
+                             "tokens")
 
 
 def _check_rows_nonempty(mask: torch.Tensor) -> None:
     empty = (~mask.any(dim=-1)).nonzero().flatten()
     if empty.numel():
-        raise ValueError(
-            f"mask selects no token in row(s) {empty.tolist()}; every response needs at least one real token "
-            "(EOS is kept as the last response token)"
-        )
+        raise ValueError(f"mask selects no token in row(s) {empty.tolist()}; every response needs at least one real "
+                         "token (EOS is kept as the last response token)")
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Masked statistics
-# --------------------------------------------------------------------------------------------------------------------
+# ----- Masked statistics ----------------------------------------------------------------------------------------------
 
 
 def masked_delta(a: torch.Tensor, b: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
@@ -122,7 +100,6 @@ def masked_delta(a: torch.Tensor, b: torch.Tensor, mask: Optional[torch.Tensor])
     if mask is None:
         return delta
     return torch.where(mask, delta, torch.zeros((), dtype=delta.dtype, device=delta.device))
-
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: Optional[int] = None) -> torch.Tensor:
@@ -177,10 +154,9 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
     _check_mask(mask, x)
     n = int(mask.sum())
     if n < (2 if unbiased else 1):
-        raise ValueError(
-            f"mask selects {n} element(s); the {'unbiased ' if unbiased else ''}variance needs at least "
-            f"{2 if unbiased else 1} (PPO whitens over the whole batch's response tokens: use batch_size >= 2)"
-        )
+        raise ValueError(f"mask selects {n} element(s); the {'unbiased ' if unbiased else ''}variance needs at least "
+                         f"{2 if unbiased else 1} (PPO whitens over the whole batch's response tokens: use "
+                         "batch_size >= 2)")
     mean = masked_mean(x, mask)
     variance = masked_mean((x - mean) ** 2, mask)
     if unbiased:
@@ -236,20 +212,12 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, 
     return whitened
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# KL penalty and shaped rewards
-# --------------------------------------------------------------------------------------------------------------------
+# ----- KL penalty and shaped rewards ----------------------------------------------------------------------------------
 
 
-def kl_penalty(
-    logprobs: torch.Tensor,
-    ref_logprobs: torch.Tensor,
-    kind: str = "kl",
-    *,
-    logits: Optional[torch.Tensor] = None,
-    ref_logits: Optional[torch.Tensor] = None,
-    mask: Optional[torch.Tensor] = None,
-) -> torch.Tensor:
+def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "kl", *,
+               logits: Optional[torch.Tensor] = None, ref_logits: Optional[torch.Tensor] = None,
+               mask: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Per-token estimate of KL(π‖π_ref) between the policy and the reference model on sampled tokens.
 
     With Δ = logp − ref_logp of the sampled token:
@@ -261,11 +229,9 @@ def kl_penalty(
     - "full": Σ_v π(v)·(log π(v) − log π_ref(v)), the exact KL over the vocabulary from the two (B, T, V) logits.
 
     Args:
-        logprobs: float (B, T), log π of the sampled response tokens.
-        ref_logprobs: float (B, T), log π_ref of the same tokens.
+        logprobs, ref_logprobs: float (B, T), log π and log π_ref of the sampled response tokens.
         kind: one of `KL_PENALTY_KINDS` (`PPOConfig.kl_penalty`; paper: "full").
-        logits: float (B, T, V), the policy's logits; required for "full".
-        ref_logits: float (B, T, V), the reference model's logits; required for "full".
+        logits, ref_logits: float (B, T, V), the policy's and the reference model's logits; required for "full".
         mask: bool (B, T) or None. Given, padded positions are 0 and never reach k3's exp (whose overflow at a
             padded position would make the gradient NaN through inf · 0); None: every position is computed (mask
             the result yourself).
@@ -288,10 +254,8 @@ def kl_penalty(
             raise ValueError("kind='full' needs logits and ref_logits (B, T, V); pass both or use kind='kl'")
         _check_same_shape(logits=logits, ref_logits=ref_logits)
         if logits.shape[:-1] != logprobs.shape:
-            raise ValueError(
-                f"logits shape {tuple(logits.shape)} does not fit logprobs shape {tuple(logprobs.shape)}; "
-                "logits must be (B, T, V)"
-            )
+            raise ValueError(f"logits shape {tuple(logits.shape)} does not fit logprobs shape {tuple(logprobs.shape)}; "
+                             "logits must be (B, T, V)")
         logp = F.log_softmax(logits, dim=-1)
         ref_logp = F.log_softmax(ref_logits, dim=-1)
         lowest = torch.finfo(logp.dtype).min
@@ -311,29 +275,18 @@ def kl_penalty(
     return (ratio - 1) + delta
 
 
-def compute_rewards(
-    scores: torch.Tensor,
-    logprobs: torch.Tensor,
-    ref_logprobs: torch.Tensor,
-    mask: torch.Tensor,
-    kl_coef: float,
-    kind: str = "kl",
-    *,
-    logits: Optional[torch.Tensor] = None,
-    ref_logits: Optional[torch.Tensor] = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def compute_rewards(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor,
+                    kl_coef: float, kind: str = "kl", *, logits: Optional[torch.Tensor] = None,
+                    ref_logits: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token rewards: −β·KL on every response token, plus the sequence score on the last real token.
 
     Args:
         scores: float (B,), the sequence-level reward (for CORY the collective reward, after `scale_scores`).
             Cast to `logprobs.dtype`.
-        logprobs: float (B, T), log π of the sampled response tokens (no gradient needed).
-        ref_logprobs: float (B, T), log π_ref of the same tokens.
+        logprobs, ref_logprobs: as in `kl_penalty` (no gradient needed).
         mask: bool (B, T); each row needs at least one True.
         kl_coef: β ≥ 0, the KL controller's current value (`PPOConfig.init_kl_coef` at the start).
-        kind: KL estimator, see `kl_penalty`.
-        logits: float (B, T, V) policy logits, for kind="full".
-        ref_logits: float (B, T, V) reference logits, for kind="full".
+        kind, logits, ref_logits: the KL estimator and its logits, see `kl_penalty`.
 
     Returns:
         (rewards, non_score_reward, kl), each float (B, T) and 0 at padding: rewards = non_score_reward + score at
@@ -349,10 +302,8 @@ def compute_rewards(
     _check_mask(mask, logprobs, "logprobs")
     _check_same_shape(logprobs=logprobs, ref_logprobs=ref_logprobs)
     if scores.shape != logprobs.shape[:1]:
-        raise ValueError(
-            f"scores shape {tuple(scores.shape)} does not match batch size {logprobs.shape[0]}; pass one score "
-            "per response, shape (B,)"
-        )
+        raise ValueError(f"scores shape {tuple(scores.shape)} does not match batch size {logprobs.shape[0]}; pass one "
+                         "score per response, shape (B,)")
     kl_coef = check_number(float(kl_coef), "kl_coef", low=0, fix="check the KL controller's value")
     _check_rows_nonempty(mask)
     kl = kl_penalty(logprobs, ref_logprobs, kind, logits=logits, ref_logits=ref_logits, mask=mask)
@@ -364,22 +315,12 @@ def compute_rewards(
     return rewards, non_score_reward, kl
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# GAE
-# --------------------------------------------------------------------------------------------------------------------
+# ----- GAE ------------------------------------------------------------------------------------------------------------
 
 
-def gae_advantages(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    mask: torch.Tensor,
-    gamma: float = 1.0,
-    lam: float = 0.95,
-    *,
-    whiten: bool = True,
-    whiten_rewards: bool = False,
-    reduce_sum: Optional[SumFn] = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
+                   lam: float = 0.95, *, whiten: bool = True, whiten_rewards: bool = False,
+                   reduce_sum: Optional[SumFn] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over the response tokens, then masked whitening of the advantages.
 
     Rewards and values are first multiplied by the mask, so padding carries no reward and no bootstrap value;
@@ -430,18 +371,11 @@ def gae_advantages(
     return torch.where(mask, advantages, zero), torch.where(mask, returns, zero)
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# PPO losses
-# --------------------------------------------------------------------------------------------------------------------
+# ----- PPO losses -----------------------------------------------------------------------------------------------------
 
 
-def policy_loss(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    cliprange: float = 0.2,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                cliprange: float = 0.2) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO clipped surrogate loss.
 
     ratio = exp(logp − old_logp); loss = masked_mean(max(−A·ratio, −A·clip(ratio, 1 − ε, 1 + ε))).
@@ -472,13 +406,8 @@ def policy_loss(
     return loss, clipfrac
 
 
-def value_loss(
-    values: torch.Tensor,
-    old_values: torch.Tensor,
-    returns: torch.Tensor,
-    mask: torch.Tensor,
-    cliprange_value: float = 0.2,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
+               cliprange_value: float = 0.2) -> tuple[torch.Tensor, torch.Tensor]:
     """Clipped value-head loss.
 
     V_clip = clip(V, V_old − c, V_old + c); loss = ½·masked_mean(max((V − R)², (V_clip − R)²)).
@@ -512,12 +441,8 @@ def value_loss(
 def approx_kl(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Approximate KL between the rollout policy and the current policy: ½·masked_mean((logp − old_logp)²).
 
-    Not the KL to the reference model (that is `kl_penalty`).
-
-    Args:
-        logprobs: float (B, T), current log π_θ.
-        old_logprobs: float (B, T), log π at rollout time.
-        mask: bool (B, T).
+    Not the KL to the reference model (that is `kl_penalty`). `logprobs`, `old_logprobs`, `mask`: as in
+    `policy_loss`.
 
     Returns:
         float () in nats.
@@ -532,12 +457,8 @@ def approx_kl(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Te
 def policy_kl(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """k1 estimate of KL(π_old‖π_θ) on the rollout tokens: masked_mean(old_logp − logp).
 
-    TRL's `early_stopping` compares this (not `approx_kl`) with 1.5 · `target_kl`.
-
-    Args:
-        logprobs: float (B, T), current log π_θ.
-        old_logprobs: float (B, T), log π at rollout time.
-        mask: bool (B, T).
+    TRL's `early_stopping` compares this (not `approx_kl`) with 1.5 · `target_kl`. `logprobs`, `old_logprobs`,
+    `mask`: as in `policy_loss`.
 
     Returns:
         float () in nats (can be negative).
@@ -559,36 +480,19 @@ def _stat_var(x: torch.Tensor, mask: torch.Tensor, reduce_sum: Optional[SumFn]) 
     return masked_var(x, mask) if int(mask.sum()) > 1 else torch.tensor(float("nan"))
 
 
-def ppo_loss(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    values: torch.Tensor,
-    old_values: torch.Tensor,
-    advantages: torch.Tensor,
-    returns: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    cliprange: float = 0.2,
-    cliprange_value: float = 0.2,
-    vf_coef: float = 0.1,
-    entropy: Optional[torch.Tensor] = None,
-    ent_coef: float = 0.0,
-    ratio_threshold: Optional[float] = None,
-    reduce_sum: Optional[SumFn] = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+def ppo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, values: torch.Tensor, old_values: torch.Tensor,
+             advantages: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, *, cliprange: float = 0.2,
+             cliprange_value: float = 0.2, vf_coef: float = 0.1, entropy: Optional[torch.Tensor] = None,
+             ent_coef: float = 0.0, ratio_threshold: Optional[float] = None,
+             reduce_sum: Optional[SumFn] = None) -> tuple[torch.Tensor, dict[str, float]]:
     """The PPO mini-batch loss policy_loss + vf_coef · value_loss − ent_coef · entropy, with TRL's statistics.
 
     If the mean policy ratio over real tokens exceeds `ratio_threshold`, the mini-batch is skipped as in TRL: the
     loss (and the logged policy/value losses) are multiplied by 0 and a warning is logged.
 
     Args:
-        logprobs: float (B, T), current log π_θ (with gradient).
-        old_logprobs: float (B, T), log π at rollout time.
-        values: float (B, T), current value predictions (with gradient).
-        old_values: float (B, T), value predictions at rollout time.
-        advantages: float (B, T), whitened, from `gae_advantages`.
-        returns: float (B, T), from `gae_advantages`.
-        mask: bool (B, T).
+        logprobs, old_logprobs, advantages, mask: as in `policy_loss` (the advantages whitened).
+        values, old_values, returns: as in `value_loss`.
         cliprange: policy ratio clip ε (default 0.2).
         cliprange_value: value clip c (default 0.2).
         vf_coef: value loss coefficient (default 0.1).
@@ -634,10 +538,8 @@ def ppo_loss(
         decisive = totals[0] / totals[1]
     skipped = ratio_threshold is not None and float(decisive) > ratio_threshold
     if skipped:
-        logger.warning(
-            "mean policy ratio %.2f exceeds ratio_threshold=%s: skipping this mini-batch (loss set to 0)",
-            float(decisive), ratio_threshold,
-        )
+        logger.warning("mean policy ratio %.2f exceeds ratio_threshold=%s: skipping this mini-batch (loss set to 0)",
+                       float(decisive), ratio_threshold)
         pg_loss, vf_loss, loss = pg_loss * 0.0, vf_loss * 0.0, loss * 0.0
     with torch.no_grad():
         stats = {

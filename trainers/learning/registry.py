@@ -11,14 +11,11 @@ Two kinds plug in (guide and worked examples: docs/extending.md):
   models it owns.
 
 Each learner module declares its `LearnerSpec` as ``SPEC`` next to its class (`trainers.learning.ppo.SPEC`, ...;
-a plug-in the same way): the class itself as the factory, its config class (a subclass of
-`trainers.learning.configs.UpdateConfig`: the update every learner shares plus the learner's own options, TRL's
-one-``*Config``-per-trainer layout), and what the trainer must know before building it (responses per query, the
-KL estimator it logs, checks, whether it needs several seats or supports FSDP2). The registry names the built-in
-specs by ``module:SPEC`` and imports one when a run names it. `trainers.loop.plan.plan_run` checks the spec against
-the run once (`LearnerSpec.check_run`); `LearnerSpec.build` then builds without checking again. Agents act, learners
-learn (Tianshou's Policy/Algorithm split): a learner never samples, it re-scores the rollout with `agent.evaluate`
-(and the reference model) and updates the agent's trainable parameters in place.
+a plug-in the same way; a config class per learner, TRL's one-``*Config``-per-trainer layout). The registry names
+the built-in specs by ``module:SPEC`` and imports one when a run names it. `trainers.loop.plan.plan_run` checks the
+spec against the run once (`LearnerSpec.check_run`); `LearnerSpec.build` then builds without checking again. Agents
+act, learners learn (Tianshou's Policy/Algorithm split): a learner never samples, it re-scores the rollout with
+`agent.evaluate` (and the reference model) and updates the agent's trainable parameters in place.
 
 The registered learners (`LEARNERS`; the docs site renders this table, docs/extending.md links to it):
 
@@ -53,9 +50,8 @@ class Learner(Protocol):
 
     * `step(rollout, generator=...)`: one update on this seat's `Rollout`; returns flat float stats. Keys the trainer
       reads: `task_reward` and `kl` (sequence KL to the reference, nats, the estimator the learner penalises).
-    * `kl_coef`: β, the KL coefficient the next `step` penalises with (the KL controller's value; 0 for a learner
-      without a KL term). The trainer reads it before each step for the logged combined reward r − β·KL and for
-      the evaluations' η.
+    * `kl_coef`: β, the KL coefficient the next `step` penalises with (0 without a KL term), read before each step
+      for the logged combined reward r − β·KL and the evaluations' η.
     * `reset_state()`: fresh optimizer / controller state (role exchange with `reset_on_exchange`).
     * `state_dict()` / `load_state_dict(state)`: everything but the weights, for checkpoints; `state["optimizer"]`
       must be a `torch.optim` state dict (saved with torch.save, loaded with weights_only=True), the rest JSON-able.
@@ -152,8 +148,7 @@ class LearnerSpec:
 
     def check_run(self, args: UpdateConfig, *, name: str, seats: int = 2, num_processes: int = 1,
                   sharded: bool = False, reward_matrix=None) -> None:
-        """Check, before any model is built, that this learner fits the run (`trainers.loop.plan.plan_run` calls it
-        once; `build` does not check again).
+        """Check, before any model is built, that this learner fits the run.
 
         Args:
             args: the run's `config_class` instance; name: the learner's name, for messages.
@@ -307,8 +302,7 @@ def reference_of(ref_model, name: str):
 def make_joint_learner(name: str, agents: dict[str, Any], ref_model, args: UpdateConfig | None = None, *,
                        dist=None, sharded: bool = False) -> JointLearner:
     """Python API: the learner registered as `name` over `agents` (model name -> agent), checked
-    (`LearnerSpec.check_run` with one seat per model) and built (`LearnerSpec.build`); `args` None = its
-    config class's defaults.
+    (`LearnerSpec.check_run` with one seat per model) and built; `args` None = its config class's defaults.
 
     Raises:
         ValueError / TypeError / PluginContractError: an unknown name, a config of another class, what

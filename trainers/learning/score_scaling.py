@@ -112,15 +112,9 @@ class RunningMoments:
             setattr(self, key, float(state[key]))
 
 
-def scale_scores(
-    scores: torch.Tensor,
-    moments: Optional[RunningMoments],
-    *,
-    use_score_scaling: bool = True,
-    use_score_norm: bool = False,
-    score_clip: Optional[float] = None,
-    reduce_sum: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
-) -> torch.Tensor:
+def scale_scores(scores: torch.Tensor, moments: Optional[RunningMoments], *, use_score_scaling: bool = True,
+                 use_score_norm: bool = False, score_clip: Optional[float] = None,
+                 reduce_sum: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> torch.Tensor:
     """TRL's score preprocessing: running-std scaling, optional normalisation, optional clipping.
 
     With score scaling on (`moments` given and `use_score_scaling`): first `moments.update(scores)` (this mutates

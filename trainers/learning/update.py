@@ -2,17 +2,8 @@
 pooling, the batch-mean sequence KL and the checks around them.
 
 `PPOLearner` (`trainers.learning.ppo`) and `GRPOLearner` (`trainers.learning.grpo`) differ only in what they compute
-per mini-batch (their loss) and before it (advantages); one `step` of either reads, in order:
-
-1. `checked_rollout`: the seat's `Rollout` on the learner's device, exactly `batch_size` rows;
-2. per epoch, `backward_batches`: shuffled mini-batch indices grouped per optimiser step; each mini-batch's loss goes
-   through `pooled_minibatch_loss` (data-parallel token means, a non-finite loss raises `NonFiniteLossError` on every
-   process) and is weighted by its share of the step's tokens (`step_loss_weights`), then `optimizer_step`
-   (gradient averaging, a finite gradient norm checked, optional clipping, Adam from `make_adam`);
-3. `global_sequence_kl` for the KL controller and the logged ``kl``; `mean_over_minibatches` for the statistics.
-
-`PolicyLearner` is that step, with the learner-specific parts (`prepare`, the mini-batch loss, extra statistics)
-left to `PPOLearner` and `GRPOLearner`. A custom learner can reuse any of these (docs/extending.md).
+per mini-batch (their loss) and before it (advantages): `PolicyLearner.step` is the step both take (its class
+docstring lists it in order). A custom learner can reuse any of these (docs/extending.md).
 """
 
 from __future__ import annotations
@@ -32,22 +23,9 @@ from trainers.learning.experience import Rollout
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "NonFiniteLossError",
-    "PolicyLearner",
-    "backward_batches",
-    "checked_rollout",
-    "checked_trainable_parameters",
-    "first_nonfinite",
-    "global_sequence_kl",
-    "gradients_checked",
-    "make_adam",
-    "mean_over_minibatches",
-    "optimizer_step",
-    "pooled_minibatch_loss",
-    "run_epochs",
-    "step_loss_weights",
-]
+__all__ = ["NonFiniteLossError", "PolicyLearner", "backward_batches", "checked_rollout", "checked_trainable_parameters",
+           "first_nonfinite", "global_sequence_kl", "gradients_checked", "make_adam", "mean_over_minibatches",
+           "optimizer_step", "pooled_minibatch_loss", "run_epochs", "step_loss_weights"]
 
 _FUSED_ADAM_DEVICES = ("cpu", "cuda")
 _FUSED_ADAM_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -58,14 +36,9 @@ _GRADIENTS_CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar("gradi
 def make_adam(params: list[torch.nn.Parameter], lr: float) -> torch.optim.Adam:
     """Adam with torch's defaults (betas (0.9, 0.999), eps 1e-8, no weight decay), as TRL's `PPOTrainer` builds it.
 
-    Uses the fused kernel (one pass over each tensor per step) when every parameter is a float tensor on CPU or
-    CUDA: the same update rule, equal to the default for-loop implementation up to float32 round-off (~1e-7), and
-    about 4-5x faster per step on CPU (benchmarks/README.md), which is ~1.1 s per step saved for a 135M-parameter
-    full fine-tune. Falls back to the default implementation otherwise.
-
-    Args:
-        params: the parameters to optimise.
-        lr: learning rate.
+    Uses the fused kernel when every parameter is a float tensor on CPU or CUDA: the same update rule, equal to the
+    default for-loop implementation up to float32 round-off (~1e-7), about 4-5x faster per step on CPU
+    (benchmarks/README.md); else the default implementation.
     """
     fused = all(p.device.type in _FUSED_ADAM_DEVICES and p.dtype in _FUSED_ADAM_DTYPES for p in params)
     if fused:
@@ -84,13 +57,10 @@ class NonFiniteLossError(FloatingPointError):
 def first_nonfinite(tensors: Sequence[torch.Tensor]) -> int | None:
     """The index of the first tensor holding a NaN or ±inf, or None when every one is finite.
 
-    One fused pass (the 2-norm of each tensor, in float32, then one host sync), as long as one `clip_grad_norm_`:
-    0.04-0.1 s for 135M float32 parameters on one CPU thread. Only when a norm is not finite are the tensors read
-    one by one, so that a norm overflowing on huge but finite values is not taken for a NaN. An FSDP2 ``DTensor`` is
-    read as this process's shard (the caller combines processes).
-
-    Args:
-        tensors: float tensors of any shapes, on one device.
+    One fused pass (the 2-norm of each tensor, in float32, then one host sync), as long as one `clip_grad_norm_`;
+    only when a norm is not finite are the tensors read one by one, so that a norm overflowing on huge but finite
+    values is not taken for a NaN. An FSDP2 ``DTensor`` is read as this process's shard (the caller combines
+    processes). `tensors`: float tensors of any shapes, on one device.
     """
     local = [t.detach().to_local() if hasattr(t, "to_local") else t.detach() for t in tensors]
     if not local:
@@ -112,10 +82,8 @@ def checked_trainable_parameters(agent, ref_model) -> list[torch.nn.Parameter]:
     ref_params = {id(p) for p in ref_model.parameters()}
     shared = [p for p in params if id(p) in ref_params]
     if shared:
-        raise ValueError(
-            f"the reference model shares {len(shared)} trainable parameter tensors with the policy; "
-            "the reference must be a frozen copy (agents.copy_for_agents) or the LoRA base with adapters off"
-        )
+        raise ValueError(f"the reference model shares {len(shared)} trainable parameter tensors with the policy; the "
+                         "reference must be a frozen copy (agents.copy_for_agents) or the LoRA base with adapters off")
     if not params:
         raise ValueError("the agent has no trainable parameter; check use_lora / requires_grad settings")
     return params
@@ -141,10 +109,8 @@ def checked_rollout(rollout: Rollout, config: UpdateConfig, device: torch.device
         ValueError: another number of rows (both numbers named).
     """
     if rollout.batch_size != config.batch_size:
-        raise ValueError(
-            f"rollout has {rollout.batch_size} rows but batch_size={config.batch_size}; "
-            "roll out exactly batch_size episodes per update"
-        )
+        raise ValueError(f"rollout has {rollout.batch_size} rows but batch_size={config.batch_size}; "
+                         "roll out exactly batch_size episodes per update")
     return rollout.to(device)
 
 
@@ -162,10 +128,7 @@ def optimizer_step(optimizer: torch.optim.Optimizer, params: list[torch.nn.Param
     """
     if dist is not None:
         dist.sync_gradients(params)
-    if max_grad_norm is not None:
-        norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-    else:
-        norm = _grad_norm(params)
+    norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm) if max_grad_norm is not None else _grad_norm(params)
     if not math.isfinite(float(norm)):
         raise NonFiniteLossError("gradient norm is not finite; the last checkpoint is intact")
     token = _GRADIENTS_CHECKED.set(True)
@@ -228,8 +191,7 @@ def pooled_minibatch_loss(dist: DataParallel, loss: torch.Tensor, stats: dict[st
 
     One all-reduce (`DataParallel.pool_token_means`) gives the statistics as token means over every process's
     tokens. A non-finite loss on any process raises on every process, so none is left waiting in a collective. The
-    loss itself is returned as it is (this process's token mean): `run_epochs` weights it by its share of the
-    optimiser step's tokens.
+    loss itself is returned as it is (this process's token mean).
 
     Args:
         loss: float (), this process's differentiable mini-batch loss (a token mean over `mask`).
@@ -296,20 +258,16 @@ def run_epochs(config: UpdateConfig, optimizer: torch.optim.Optimizer, params: l
                dist: DataParallel | None, generator: torch.Generator | None, minibatch_loss, *,
                row_tokens: torch.Tensor | None = None, stop_after_epoch=None) -> tuple[list[dict[str, float]], int, bool]:
     """`config.ppo_epochs` passes over the rollout: shuffled mini-batches (`backward_batches`), their losses
-    accumulated over `config.gradient_accumulation_steps`, one `optimizer_step` per backward batch.
-
-    Each mini-batch's loss is weighted by `step_loss_weights` (`config.token_mean_over`): by default by its share
-    of the optimiser step's tokens, so that accumulated mini-batches and data-parallel shards give the gradient of
-    the undivided step's token mean.
+    weighted by `step_loss_weights` (`config.token_mean_over`) and accumulated over
+    `config.gradient_accumulation_steps`, one `optimizer_step` per backward batch.
 
     Args:
         config: `UpdateConfig` (ppo_epochs, batch sizes, gradient accumulation, max_grad_norm, token_mean_over).
         optimizer, params: the learner's optimizer and the parameters it updates.
         dist: the data-parallel group (gradients averaged before each step), or None.
         generator: the mini-batch order's generator (seeded by the trainer).
-        minibatch_loss: ``minibatch_loss(idx) -> (loss, stats)`` for the rows `idx` (int64 (b,)): a differentiable
-            float () loss, this process's token mean over those rows (`pooled_minibatch_loss`), and python-float
-            statistics.
+        minibatch_loss: ``minibatch_loss(idx) -> (loss, stats)`` for the rows `idx` (int64 (b,)): a differentiable float
+            () loss, this process's token mean over those rows (`pooled_minibatch_loss`), and python-float statistics.
         row_tokens: float or int (B,), tokens per row of the rollout (the response lengths); None counts one
             token per row (a per-row mean loss).
         stop_after_epoch: ``stop_after_epoch(last_stats) -> bool``, asked after each epoch with the statistics of
@@ -348,8 +306,9 @@ class PolicyLearner:
     per-token KL it penalises, advantages, ...) and `_minibatch_loss` (its loss on some rows), and may add
     `_stop_after_epoch` and `_update_stats`. `step` then runs the same sequence for every learner:
 
-    1. `checked_rollout`; `prepare`; β = the KL controller's value;
-    2. `run_epochs` over `_minibatch_loss` in train mode (eval mode again after it);
+    1. `checked_rollout` (the seat's `Rollout` on the learner's device, exactly `batch_size` rows); `prepare`;
+       β = the KL controller's value;
+    2. `run_epochs` over `_minibatch_loss` (through `pooled_minibatch_loss`) in train mode (eval mode again after);
     3. the KL controller's update with the batch-mean sequence KL (`global_sequence_kl` of ``prepare``'s ``kl``,
        n_steps = the global batch size);
     4. statistics: the mini-batch means, then task_reward, score, kl, kl_k1, kl_coef (β of this step), then the

@@ -1,12 +1,6 @@
 """The agents of one loaded base model in one layout (`build_agents`), their frozen copies (a population's snapshots:
 `freeze_bundle`, `discard_snapshot`), the context check and the run's seeding; the cast of a run is built from them
-(`trainers.loop.cast`).
-
-Layouts (docs/paper.md §1), for N models (`llm1` … `llmN`: one per seat, or a population):
-
-* full fine-tuning: N trainable copies of the loaded model; the loaded model is the frozen reference model.
-* memory-shared LoRA (`use_lora`): one frozen base with N adapters; the reference model is the same base with
-  adapters disabled, so there is no extra copy of the weights.
+(`trainers.loop.cast`). The two layouts (full fine-tuning copies, memory-shared LoRA) are `agents.reference`'s.
 """
 
 from __future__ import annotations
@@ -83,7 +77,6 @@ def build_agents(model, tokenizer, model_config: ModelConfig, sampling: Sampling
                        model_config.dtype)
     if model_config.use_lora:
         from peft import LoraConfig
-
         lora = {n: LoraConfig(r=c.lora_r, lora_alpha=c.lora_alpha, lora_dropout=c.lora_dropout,
                               target_modules=c.lora_modules, bias="none", task_type="CAUSAL_LM")
                 for n, c in slots.items()}
@@ -129,7 +122,6 @@ def freeze_bundle(bundle: Bundle, name: str) -> Bundle:
     agent = bundle.agent
     if agent.adapter_name is not None:
         from agents.reference import is_adapter_parameter, preserved_requires_grad
-
         shared = agent.model
         with preserved_requires_grad(shared):
             shared.add_adapter(name, copy.deepcopy(shared.peft_config[agent.adapter_name]))
@@ -154,7 +146,6 @@ def discard_snapshot(bundle: Bundle) -> None:
     agent = bundle.agent
     if agent.adapter_name is not None and agent.adapter_name in agent.model.peft_config:
         from agents.reference import preserved_requires_grad
-
         with preserved_requires_grad(agent.model):  # peft would make the next active adapter trainable, others not
             agent.model.delete_adapter(agent.adapter_name)
 
@@ -165,10 +156,7 @@ def seed_everything(seed: int, deterministic: bool) -> None:
 
     That fill (NaN into every ``torch.empty``) is a debugging aid that torch's documentation says to turn off for
     speed in a program that never reads memory before writing it: every op here writes its output first, so the
-    results are the same with it off, and an iteration skips ≈ 15,000 fills (the largest the (B, T, V) logits'
-    temporaries; docs/results/performance.md). Like ``use_deterministic_algorithms``, the setting stays for the rest
-    of the process (set ``torch.utils.deterministic.fill_uninitialized_memory = True`` again to debug a read of
-    uninitialised memory).
+    results are the same with it off (docs/results/performance.md). The setting stays for the rest of the process.
     """
     torch.manual_seed(seed)
     if deterministic:

@@ -107,9 +107,7 @@ class Cast:
 
 def build_cast(slots: Mapping[str, ModelConfig], tokenizers: Mapping[str, Any], sampling: SamplingConfig, *,
                seed: int, device, task_tok=None, model=None) -> Cast:
-    """The cast of `slots`: each base model (name, dtype) loaded once; within it the slots of one layout
-    (`ModelConfig.layout`) built together by `build_agents` (LoRA: one frozen base, one adapter per slot, each with
-    its own rank and targets); each model's frozen reference is its own base.
+    """The cast of `slots`, built as the module docstring says (a LoRA adapter per slot with its own rank and targets).
 
     Args:
         slots: model name -> its `ModelConfig` (`slot_configs`).

@@ -18,9 +18,8 @@ temporary folder, and a temporary folder left by a killed process is removed by 
 missing or points nowhere, `latest_checkpoint` falls back to the newest complete `iter-*` folder. A model whose
 trainable tensors hold NaN/inf is never written (`refuse_nonfinite`), so `latest` always holds finite weights.
 
-Loading: `load_checkpoint` restores a whole run (every bundle, the seats, the RNG) for ``--resume``; `load_agent`
-restores one model's trained weights into an agent for inference (`cory eval`), with no learner or optimizer state;
-`read_learner_state` reads a model's KL controller and score statistics without a model.
+Loading: `load_checkpoint` restores a whole run for ``--resume``; `load_agent` one model's trained weights for inference
+(`cory eval`); `read_learner_state` a model's KL controller and score statistics without a model.
 
 Safe loading: only safetensors and `torch.load(weights_only=True)` are used to read, so a checkpoint cannot execute
 code; anything else (a pickle with a code-running payload, a torn or foreign file) raises `CheckpointError`.
@@ -46,10 +45,8 @@ from cory_env.write_errors import write_errors
 
 logger = logging.getLogger(__name__)
 
-#: The layout of ``trainer_state.json`` this version writes and reads (`read_trainer_state`); an earlier one is
-#: refused in one line naming it. 2: every run's models under ``models`` (base, dtype, layout, vocabulary size,
-#: tokenizer fingerprint, β), the role-exchange wrapper's state (seats, iteration, episodes, snapshots), the model the
-#: run's held-out evaluations follow (``evaluated``) and the run's identity (``run_id``, ``seed``).
+#: The layout of ``trainer_state.json`` this version writes and reads (`read_trainer_state`): the run's models under
+#: ``models``, the role-exchange state, ``evaluated``, ``run_id`` and ``seed``; another one is refused naming it.
 FORMAT = 2
 #: The last commit whose cory reads a checkpoint without a format number (format 1), for the refusal's message.
 FORMAT_1_COMMIT = "ec5be2f"
@@ -100,16 +97,13 @@ def load_trainable_state(agent, state: dict[str, torch.Tensor], *, where: str) -
     own = set(trainable_state_names(agent))
     missing, unexpected = own - set(state), set(state) - own
     if missing or unexpected:
-        raise CheckpointError(
-            f"{where} does not match this model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}; "
-            "was it written by a run with another model or use_lora setting?"
-        )
+        raise CheckpointError(f"{where} does not match this model: missing {sorted(missing)[:5]}, unexpected "
+                              f"{sorted(unexpected)[:5]}; was it written by a run with another model or use_lora "
+                              "setting?")
     for name, tensor in state.items():
         if params[name].shape != tensor.shape:
-            raise CheckpointError(
-                f"{where}: parameter {name} has shape {tuple(tensor.shape)} in the checkpoint but "
-                f"{tuple(params[name].shape)} in the model (another model or vocabulary?)"
-            )
+            raise CheckpointError(f"{where}: parameter {name} has shape {tuple(tensor.shape)} in the checkpoint but "
+                                  f"{tuple(params[name].shape)} in the model (another model or vocabulary?)")
         if not tensor.dtype.is_floating_point:
             raise CheckpointError(f"{where}: parameter {name} has dtype {tensor.dtype} in the checkpoint; "
                                   "expected floating-point weights")
@@ -220,9 +214,8 @@ def save_checkpoint(output_dir: str | os.PathLike, iteration: int, *, states: It
         The checkpoint folder.
 
     Raises:
-        OSError: if writing fails (e.g. errno ENOSPC, disk full); the message names the checkpoint and the one
-            `latest` still points at. The previous checkpoint and `latest` are untouched and the temporary
-            folder is removed.
+        OSError: if writing fails (e.g. errno ENOSPC, disk full); the message names the checkpoint and the one `latest`
+            still points at. The previous checkpoint and `latest` are untouched and the temporary folder is removed.
         NonFiniteLossError: a model's trainable tensor holds NaN/inf (`refuse_nonfinite`): nothing is written,
             `latest` is untouched.
     """
@@ -361,7 +354,6 @@ def find_checkpoint(path: str | os.PathLike, *, name: str = "checkpoint") -> Pat
             (`cory_env.checks.check_path`); a folder that is neither a checkpoint nor a run directory with one.
     """
     from cory_env.checks import check_path
-
     fix = "give a run directory (runs/x) or one of its checkpoint folders"
     path = check_path(path, name, kind="folder", fix=fix)
     if (path / STATE_FILE).exists():
@@ -374,16 +366,24 @@ def find_checkpoint(path: str | os.PathLike, *, name: str = "checkpoint") -> Pat
     return latest
 
 
+def warn_if_unfinished(run: str | os.PathLike, state: dict[str, Any], *, use: str) -> None:
+    """Log a warning when `run`'s latest checkpoint (its `state`) holds fewer iterations than the run was given:
+    the run is still training or stopped, and its models are `use` ("played", "evaluated", "exported") as they are."""
+    done, total = int(state["iteration"]) + 1, int(state["config"]["num_iterations"])
+    if done < total:
+        logger.warning("run %s is unfinished: its latest checkpoint holds %d of %d iterations (still training, or "
+                       "stopped); its models are %s as they are there", run, done, total, use)
+
+
 def _safe_torch_load(path: Path) -> Any:
     if not path.is_file():
         raise CheckpointError(f"{path} is missing: incomplete checkpoint")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # pickle payloads that weights_only refuses land here
-        raise CheckpointError(
-            f"refusing to load {path}: it is not a plain tensor/state file ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0][:200] if str(exc) else ''}). cory only loads weights_only checkpoints."
-        ) from exc
+        raise CheckpointError(f"refusing to load {path}: it is not a plain tensor/state file ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0][:200] if str(exc) else ''}). cory only loads weights_only "
+                              "checkpoints.") from exc
 
 
 def _safe_load_file(path: Path) -> dict[str, torch.Tensor]:

@@ -7,10 +7,6 @@ reward); (2) the MARL algorithm updates every learning model from the seats' rol
 model; (3) log ``scope/quantity`` metrics for seats and models (`trainers.loop.metrics.iteration_metrics`); (4) role
 exchange by the run's matchmaking scheme; checkpoints and held-out evaluations when due (`train`).
 
-The run's pieces are built once, before the loop, and never change kind: the plan (`trainers.loop.plan.plan_run`),
-the cast of models (`trainers.loop.cast`), the algorithm (`LearnerSpec.build`), the role-exchange wrapper
-(`trainers.loop.role_exchange.RoleExchange`) and the evaluator (`trainers.evaluation.evaluator.Evaluator`).
-
 Same seed ⇒ same metrics on CPU: every source of randomness is derived from (seed, iteration), so a resumed run
 continues exactly as an uninterrupted one. Ctrl-C finishes the current iteration, writes a checkpoint and returns.
 Data-parallel (``cory train --num_processes N``): every process rolls out its own ``batch_size`` episodes (rank r
@@ -77,9 +73,9 @@ class CORYTrainer:
             episodes.
 
     Attributes:
-        plan, seating, env: what `trainers.loop.plan.plan_run` checked and built. cast: the models
-            (`trainers.loop.cast.Cast`). algorithm: the run's joint learner. exchange: the role-exchange wrapper.
-            evaluator: the held-out evaluations.
+        plan, seating, env: what `trainers.loop.plan.plan_run` checked and built, once, before the loop. cast: the
+            models (`trainers.loop.cast.Cast`). algorithm: the run's joint learner (`LearnerSpec.build`). exchange:
+            `trainers.loop.role_exchange.RoleExchange`. evaluator: `trainers.evaluation.evaluator.Evaluator`.
 
     Raises:
         TypeError: `configs` is not a `RunConfigs`.
@@ -145,9 +141,8 @@ class CORYTrainer:
         self.stopped_early = False  # set when a stop signal ended train() before num_iterations
 
     def close(self, *, wait: bool = False) -> None:
-        """End this process's part of the run (`DataParallel.close`; `wait`: meet the others at a barrier first):
-        in every process of a launched run once training and evaluation are over (``with CORYTrainer(...)`` does it
-        on leaving the block, waiting when it ended normally). With one process it does nothing."""
+        """End this process's part of the run (`DataParallel.close`; `wait`: meet the others at a barrier first);
+        ``with CORYTrainer(...)`` does it on leaving the block. With one process it does nothing."""
         self.dist.close(wait=wait)
 
     def __enter__(self) -> "CORYTrainer":
@@ -158,9 +153,8 @@ class CORYTrainer:
         self.close(wait=exc_type is None)
 
     def restore_replaced(self) -> bool:
-        """Put back the run that ``--overwrite`` moved aside, if this run has not written a checkpoint yet (it failed
-        or was stopped before its first one); True if a run was put back. Called on leaving ``with CORYTrainer(...)``
-        and when `train` fails; after the first checkpoint the old run is gone and this does nothing."""
+        """Put back the run that ``--overwrite`` moved aside, if this run has not written a checkpoint yet; True if
+        a run was put back (`trainers.loop.run_dir.restore_replaced`)."""
         aside, self._replaced = self._replaced, None
         if aside is None:
             return False
@@ -252,9 +246,7 @@ class CORYTrainer:
 
     def heldout_evaluation(self) -> dict:
         """The run's own held-out evaluation: the pioneer alone (`evaluated_model`) on `CORYConfig.eval_episodes`
-        queries with the seed `EVAL_SEED` (the same queries and sampling streams every time, so two points differ only
-        by training); with `CORYConfig.eval_influence`, each later seat's influence and copy rate on the same
-        queries (`influence`)."""
+        queries with the seed `EVAL_SEED` (the same every time); with `CORYConfig.eval_influence`, also `influence`."""
         out = self.evaluate(episodes=self.config.eval_episodes, seed=EVAL_SEED)
         if self.config.eval_influence:
             out.update(self.influence(episodes=self.config.eval_episodes, seed=EVAL_SEED))

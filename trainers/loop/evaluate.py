@@ -48,10 +48,8 @@ EVALUATIONS = ("pioneer", "pass@k")
 
 @dataclasses.dataclass
 class EvalTarget:
-    """What ``cory eval`` evaluates, handed to the task's evaluation (a built-in one of `EVALUATIONS`, or a plug-in
-    task's own callable ``evaluate(target, args) -> Path``, which prints what it found and returns the file it
-    wrote): the agent, its reference model, its name and checkpoint folder (None for a base model), the run's
-    configs and a label for the output."""
+    """What ``cory eval`` evaluates, handed to the task's evaluation (`evaluation_of`; a plug-in's callable prints
+    what it found and returns the file it wrote); `checkpoint` is None for a base model."""
 
     agent: LLMAgent
     ref_model: Any
@@ -66,12 +64,13 @@ class EvalTarget:
     query_tokenizer: Any = None  # the run's first model's tokenizer: the queries are drawn and cut in it
 
 
-def load_target(checkpoint: str | Path, model_name: str | None = None, *, with_base: bool = False) -> EvalTarget:
+def load_target(checkpoint: str | Path, model_name: str | None = None, *, with_base: bool = False,
+                use: str = "evaluated") -> EvalTarget:
     """One model of a checkpoint (a checkpoint folder, or a run directory: its latest checkpoint): `model_name`
-    (``"llm1"``, ``"llm2"``; default the model the run's own held-out evaluations follow, ``evaluated`` in the
-    checkpoint), rebuilt with the run's layout and its trained weights loaded (`trainers.loop.cast.load_cast`); with
-    `with_base`, also one agent of its layout never loaded, the model before training (`EvalTarget.base`). Used by
-    ``cory eval`` and ``cory export``.
+    (default the model the run's own held-out evaluations follow, ``evaluated`` in the checkpoint), rebuilt with its
+    trained weights (`trainers.loop.cast.load_cast`); with `with_base`, also the model before training
+    (`EvalTarget.base`). A run directory whose latest checkpoint is not its last is named unfinished in a warning
+    (its model is `use`, "evaluated" or "exported", as it is there).
 
     Raises:
         FileNotFoundError: no checkpoint there. ValueError / CheckpointError: a model name the checkpoint lacks (or
@@ -79,6 +78,8 @@ def load_target(checkpoint: str | Path, model_name: str | None = None, *, with_b
     """
     path = ckpt.find_checkpoint(checkpoint)
     state = ckpt.read_trainer_state(path)
+    if path != Path(checkpoint):  # a run directory: its latest checkpoint, which may not be its last
+        ckpt.warn_if_unfinished(checkpoint, state, use=use)
     trained = sorted(state["models"])
     name = state["evaluated"] if model_name is None else model_name
     if name not in trained:
@@ -115,9 +116,7 @@ def run_reward(recorded: str, override: str | None) -> str:
 
 def pioneer_result(target: EvalTarget, *, episodes: int | None = None, seed: int | None = None,
                    eta: float | None = None, reward: str | None = None, data_path: str | None = None) -> dict:
-    """The evaluation ``"pioneer"``: the run's own held-out evaluation of `target`'s model (`CORYTrainer.
-    heldout_evaluation`: its held-out slice, `EVAL_SEED`, its ``--eval_episodes``, the pioneer seat's sampling) and of
-    the model before training (`EvalTarget.base`) on the same episodes, with `gain_summary` of the two.
+    """The evaluation ``"pioneer"`` (the module docstring), with `gain_summary` of the two models.
 
     Args:
         episodes: default the run's ``eval_episodes``, else `DEFAULT_EPISODES`; seed: default `EVAL_SEED`.
@@ -159,10 +158,8 @@ def pioneer_result(target: EvalTarget, *, episodes: int | None = None, seed: int
 
 
 def run_data(target: EvalTarget, env_cfg: EnvConfig, heldout_records: list[dict], *, override: bool) -> dict:
-    """The query data a pioneer evaluation reads, checked against the run's: the fingerprint of the training-side
-    records `env_cfg` builds (what the run recorded at its start, `trainers.loop.fingerprint.data_fingerprint`,
-    key ``data``) and of the evaluated records `heldout_records` (key ``heldout_data``, when the checkpoint records
-    it), each beside the checkpoint's.
+    """The query data a pioneer evaluation reads, checked against the run's: the fingerprints of the training-side
+    records `env_cfg` builds (the checkpoint's ``data``) and of `heldout_records` (``heldout_data``, when recorded).
 
     Returns:
         ``{"data_path", "fingerprint", "run_fingerprint", "queries_fingerprint", "run_queries_fingerprint",
@@ -200,9 +197,8 @@ def run_data(target: EvalTarget, env_cfg: EnvConfig, heldout_records: list[dict]
 
 
 def default_out(checkpoint: Path | None, stem: str, label: str = "") -> Path:
-    """Where an evaluation goes by default: beside the run's ``checkpoints/`` (``runs/x/eval-llm1-iter-000023.json``),
-    which checkpoint rotation never deletes; into the checkpoint folder when it lies outside a run; without a
-    checkpoint ``eval-gsm8k-<label>.json`` here."""
+    """Where an evaluation goes by default: beside the run's ``checkpoints/`` (``runs/x/eval-llm1-iter-000023.json``,
+    safe from rotation); into a checkpoint folder outside a run; without a checkpoint ``eval-gsm8k-<label>.json``."""
     if checkpoint is None:
         return Path(f"eval-gsm8k-{re.sub(r'[^A-Za-z0-9._-]+', '_', label)}.json")
     root = ckpt.checkpoints_root(checkpoint)
@@ -220,7 +216,6 @@ def passk_result(target: EvalTarget, *, sampling, data_path: str | None, limit: 
     """
     from cory_env.tasks.gsm8k import make_gsm8k_task
     from trainers.evaluation.passk import evaluate_pass_at_k
-
     env_cfg = dataclasses.replace(target.configs.env, task="gsm8k", data_path=data_path, pioneer_template=None,
                                   observer_template=None)
     task = make_gsm8k_task(env_cfg, target.agent.tokenizer, split="test", limit=limit, max_new_tokens=max_new_tokens,

@@ -1,10 +1,9 @@
 """Content fingerprints of what a run depends on: the model's weights, the tokenizer, the query data and the reward.
 
 A resume must train against the same inputs as the run it continues. Names are not enough: ``--model`` may point at
-a folder whose weights were replaced, and the reference model is rebuilt from them (a resume with
-another tiny model of the same shapes, unchecked, logged ``pioneer/kl`` 0.2881 at iteration 2 instead of 0.0125). The functions
-here hash each input by content (`INPUTS`); `CORYTrainer` records them in every checkpoint (``trainer_state.json``,
-key ``inputs``) and `check_fingerprints` refuses a resume whose inputs changed, naming which.
+a folder whose weights were replaced, and the reference model is rebuilt from them. The functions here hash each
+input by content (`INPUTS`); `CORYTrainer` records them in every checkpoint (``trainer_state.json``, key ``inputs``)
+and `check_fingerprints` refuses a resume whose inputs changed, naming which.
 
 Hashes are BLAKE2b (16-byte digests, hex). The weights are hashed as loaded (before LoRA or the copies for two
 agents), names, dtypes and shapes included: about 1 s for SmolLM2-135M on this machine class. A reward is hashed by
@@ -30,12 +29,10 @@ __all__ = ["INPUTS", "check_fingerprints", "data_fingerprint", "model_fingerprin
            "tokenizer_fingerprint"]
 
 #: What a fingerprint covers, with what a change means to a resume (the keys of `fingerprints`).
-INPUTS = {
-    "model": "the policy model's weights (the reference model is rebuilt from them)",
-    "tokenizer": "the tokenizer (vocabulary, merges, special tokens, padding)",
-    "data": "the task's queries (records after loading and filtering)",
-    "reward": "the reward function (its name and, when readable, its code and the module constants it reads)",
-}
+INPUTS = {"model": "the policy model's weights (the reference model is rebuilt from them)",
+          "tokenizer": "the tokenizer (vocabulary, merges, special tokens, padding)",
+          "data": "the task's queries (records after loading and filtering)",
+          "reward": "the reward function (its name and, when readable, its code and the module constants it reads)"}
 
 #: Values of module constants a reward's code may read, hashed by `repr` (anything else is hashed by name only).
 _CONSTANTS = (bool, int, float, complex, str, bytes, type(None))
@@ -88,10 +85,9 @@ def reward_fingerprint(reward_fn: Callable, name: str) -> str:
 
     Built-ins, C extensions and code typed at a prompt (no readable source) are hashed by name alone.
     """
-    parts = _computes(reward_fn, depth=3)
     h = _hasher()
     h.update(f"code|{name}".encode())
-    for part in parts:
+    for part in _computes(reward_fn, depth=3):
         h.update(b"\0" + part.encode())
     return h.hexdigest()
 
@@ -104,10 +100,7 @@ def _source(obj: Any) -> str | None:
 
 
 def _computes(obj: Any, depth: int) -> list[str]:
-    """What `obj` computes, as texts to hash (empty when Python cannot read any of its source): for a function or
-    a method, its code (`_code_text`) and the module constants it reads (`_constants`), then the same of the
-    functions its closure holds; for a callable object, its class's code and the functions (not the objects) its
-    attributes hold. `depth` bounds the functions followed."""
+    """What `obj` computes, as texts to hash (`reward_fingerprint`); `depth` bounds the functions followed."""
     if inspect.ismethod(obj):
         obj = obj.__func__
     if inspect.isfunction(obj):
@@ -150,9 +143,8 @@ def _code_text(source: str) -> str:
 
 
 def _constants(fn: Callable, source: str) -> dict[str, str]:
-    """``{name: repr(value)}`` of the module constants (numbers, strings, None) that `fn` reads by name. Its
-    closure's values are left out: a builder's arguments (a device, a batch size) may change between a run and its
-    resume without changing the reward."""
+    """``{name: repr(value)}`` of the module constants (numbers, strings, None) that `fn` reads by name; its closure's
+    values are left out (a builder's arguments may change between a run and its resume)."""
     try:
         names = {node.id for node in ast.walk(ast.parse(textwrap.dedent(source))) if isinstance(node, ast.Name)}
     except SyntaxError:
@@ -163,9 +155,8 @@ def _constants(fn: Callable, source: str) -> dict[str, str]:
 
 
 def models_fingerprint(fingerprints: Mapping[str, str]) -> str:
-    """One fingerprint of the run's models (or tokenizers): the one value when every model has the same (one model
-    copied into every slot, as every run before a model per slot), else the hash (`_hasher`) of the sorted
-    ``name: fingerprint`` pairs (a model per slot, docs/seats.md)."""
+    """One fingerprint of the run's models (or tokenizers): the one value when every model has the same, else the
+    hash (`_hasher`) of the sorted ``name: fingerprint`` pairs (a model per slot, docs/seats.md)."""
     values = set(fingerprints.values())
     if len(values) == 1:
         return values.pop()

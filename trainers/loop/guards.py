@@ -12,17 +12,13 @@ therefore runs every update (`JointLearner.step`) through one guard, which
 3. adds to every `NonFiniteLossError` of the update the checkpoint the run can resume from (`latest`, which then
    still holds finite weights: `trainers.loop.checkpoint.refuse_nonfinite`) and that ``--resume`` continues there;
 4. warns once per statistic that a learner returns as NaN/inf, naming the statistic, the learner and the model;
-5. when the update fails before any weight changed (an exception raised before the first optimizer step: every
-   trainable tensor's in-place version counter unchanged), puts back the learners' other state (KL controller, score
-   statistics: what `Learner.state_dict` holds beside the optimizer, which only steps with the weights) and sets
-   `UpdateGuard.unchanged`, so the trainer can keep the checkpoint of the iteration before
-   (`trainers.loop.run_state.save_before_failure`).
+5. when the update fails before any weight changed (every trainable tensor's in-place version counter unchanged),
+   puts back the learners' other state (KL controller, score statistics) and sets `UpdateGuard.unchanged`, so the
+   trainer can keep the checkpoint of the iteration before (`trainers.loop.run_state.save_before_failure`).
 
-Each check is one fused pass over the tensors (`trainers.learning.update.first_nonfinite`). The gradient check is
-skipped for a step through `trainers.learning.update.optimizer_step` (the built-in learners'), which has just checked
-the same gradients' norm, so a built-in learner pays one pass over its weights per update and a plug-in one pass more
-per optimizer step; a LoRA run's adapter tensors cost nothing measurable. With several processes they decide together
-(`DataParallel.any`), so none is left waiting in a collective.
+Each check is one fused pass over the tensors (`trainers.learning.update.first_nonfinite`); the gradient check is
+skipped for a step through `trainers.learning.update.optimizer_step`, which has just checked the same gradients' norm.
+With several processes they decide together (`DataParallel.any`), so none is left waiting in a collective.
 """
 
 from __future__ import annotations

@@ -43,7 +43,6 @@ def stop_signals_interrupt():
 def stop_report(trainer, stage: str, history: list[dict]) -> str:
     """What a run that stopped during `stage` kept, and the command that continues it."""
     from trainers.loop.checkpoint import latest_checkpoint
-
     out = trainer.output_dir
     where = out.resolve()  # the command works from any folder, its paths quoted for a shell
     resume = (f"cory train --config {shlex.quote(str(where / 'config.yaml'))} --output_dir "
@@ -88,9 +87,8 @@ def training_summary(trainer, last: dict) -> dict:
     follows)."""
     seats = {seat: next((m for m in trainer.agents if last.get(f"cory/{m}_seat") == float(k)), "a frozen snapshot")
              for k, seat in enumerate(trainer.seating.names)}  # a snapshot partner logs only its task reward
-    batch = {f"{seat} ({model})": {key: round(last[f"{seat}/{key}"], 4) for key in ("task_reward", "kl",
-                                                                               "combined_reward")
-                                   if f"{seat}/{key}" in last}
+    keys = ("task_reward", "kl", "combined_reward")
+    batch = {f"{seat} ({model})": {key: round(last[f"{seat}/{key}"], 4) for key in keys if f"{seat}/{key}" in last}
              for seat, model in seats.items()}
     return {"output_dir": str(trainer.output_dir), "last_iteration": last["iteration"],
             "last_training_batch": batch, "collective_reward": round(last["cory/collective_reward"], 4),
@@ -99,13 +97,10 @@ def training_summary(trainer, last: dict) -> dict:
 
 def write_eval(trainer, before: dict, after: dict) -> dict:
     """Write ``eval.json`` (atomically, `trainers.loop.outputs.write_output`): the pioneer's held-out reward before and
-    after training, with the noise of the difference (`trainers.evaluation.episodes.gain_summary`: the standard error
-    clustered by query, since the episodes share queries; none with fewer than two distinct queries, and the numbers
-    are still written), the model evaluated, and the query data it drew from (the run's ``data_path`` and the
-    fingerprint of its training queries); returns what it wrote."""
+    after training with `trainers.evaluation.episodes.gain_summary`, the model evaluated, and the query data it drew
+    from (the run's ``data_path`` and the fingerprint of its training queries); returns what it wrote."""
     gain = gain_summary(before, after)
     data = {"data_path": trainer.env.config.data_path, "fingerprint": trainer.inputs.get("data")}
     result = {"before": before, "after": after, "model": after["model"], "data": data, **gain}
     write_output(trainer.output_dir / EVAL_FILE, json.dumps(result, indent=2))
     return result
-

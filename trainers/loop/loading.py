@@ -14,7 +14,6 @@ from trainers.config import DTYPES, RunConfigs
 __all__ = ["TINY_MODELS", "load_model_tokenizer", "load_policy_model", "load_run_model", "load_run_tokenizers",
            "run_model_names", "tiny_variant", "torch_dtype"]
 
-TINY_MODEL = "tiny"
 #: The tiny random models (`tiny_variant`): ``tiny`` (Llama), ``tiny-gpt2`` (GPT-2), each over the task's own
 #: tokenizer when it has one (else the tiny byte-level BPE), and ``tiny-bpe`` / ``tiny-gpt2-bpe`` over the tiny BPE
 #: whatever the task: a second model with another architecture and another tokenizer (docs/seats.md).
@@ -79,7 +78,6 @@ def load_run_tokenizers(configs: RunConfigs) -> dict[str, object]:
     before the models (`load_model_tokenizer`); models of one tokenizer share the object (their seats splice ids, no
     text channel)."""
     from trainers.loop.fingerprint import tokenizer_fingerprint
-
     names = run_model_names(configs)
     if len(names) == 1:
         return {names[0]: load_model_tokenizer(names[0], configs.task_spec)}

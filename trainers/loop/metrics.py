@@ -1,8 +1,7 @@
 """Run logs: one JSON line per iteration in `metrics.jsonl`, sample texts in `samples.jsonl`, TensorBoard scalars.
 
 Keys are `scope/quantity` (the glossary: docs/metrics.md). The x-axis is the CORY iteration (0-based). On resume,
-lines past the checkpoint's iteration are dropped first so the resumed run appends exactly where the checkpoint
-stopped.
+lines past the checkpoint's iteration are dropped first (`truncate_jsonl`).
 """
 
 from __future__ import annotations
@@ -28,9 +27,7 @@ TENSORBOARD_DIR = "tensorboard"
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return value
+    return str(value) if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
@@ -143,7 +140,6 @@ class MetricsLogger:
             self._samples = open(self.output_dir / SAMPLES_FILE, "a", encoding="utf-8")
             if tensorboard:
                 from torch.utils.tensorboard import SummaryWriter
-
                 self._tb = SummaryWriter(log_dir=str(self.output_dir / TENSORBOARD_DIR), purge_step=purge_step)
                 if config_text is not None and not purge_step:
                     self._tb.add_text("config", f"```yaml\n{config_text}\n```", 0)

@@ -43,12 +43,9 @@ __all__ = ["OVERWRITE_HELP", "RUN_OWNED_FILES", "RUN_OWNED_FOLDERS", "add_overwr
 
 
 def run_owner(path: str | os.PathLike) -> str | None:
-    """What owns `path` when a run does (a description for a message), else None.
-
-    A run owns, in a run directory (`trainers.loop.run_dir.is_run`): the files `RUN_OWNED_FILES` and everything
-    under `RUN_OWNED_FOLDERS`; in a checkpoint folder (one holding ``trainer_state.json``, also outside a run):
-    `trainers.loop.checkpoint.CHECKPOINT_FILES` and everything in its subfolders. `path` need not exist.
-    """
+    """What owns `path` when a run does (a description for a message), else None: in a run directory the files
+    `RUN_OWNED_FILES` and everything under `RUN_OWNED_FOLDERS`; in a checkpoint folder (also outside a run)
+    `trainers.loop.checkpoint.CHECKPOINT_FILES` and everything in its subfolders. `path` need not exist."""
     target = Path(path).resolve()
     parent = target.parent
     if target.name in RUN_OWNED_FILES + RUN_OWNED_FOLDERS and is_run(parent):

@@ -9,10 +9,9 @@ line and exit 2 whichever path runs, and nothing is written before it passes:
 3. the task's data source once (`cory_env.tasks.TaskSpec.resolve`: the IMDB hub probe), then the `Task`, built
    once with the run's tokenizer and reward, the `Seating`, built once on it (`cory_env.seating.config_seating`),
    and the training env over both (every prompt fits the context window);
-4. the learner against the seating, the process count and its config (`LearnerSpec.check_run`, once: `build`
-   does not check again);
-   the held-out side of the queries when the run evaluates on one (an empty side is refused here), or a warning that
-   its evaluation is not held out (`cory_env.tasks.TaskSpec.heldout_split`);
+4. the learner against the seating, the process count and its config (`LearnerSpec.check_run`, once: `build` does not
+   check again); the held-out side of the queries when the run evaluates on one (an empty side is refused here), or a
+   warning that its evaluation is not held out (`cory_env.tasks.TaskSpec.heldout_split`);
 5. the run folder: ``--resume`` / ``--overwrite``, writability, and a resume's config against the checkpoint's, its
    seating compared as built seatings (`trainers.loop.run_dir.check_output_dir`);
 6. the options the run does not read (`trainers.config.unread`), as messages for the caller to log.
@@ -70,9 +69,10 @@ class RunPlan:
         seat_sampling: seat -> the `SamplingConfig` of the model sitting there (`cory_env.generation.seat_sampling`).
         scheme: the `trainers.matchmaking.Scheme` that seats the models (CORY's role exchange unless
             ``--matchmaking`` names another).
-        follow: the model a pioneer-alone held-out evaluation follows when the slots hold different models (``llm1``:
-            one model across role exchanges), else None (the scheme's: `trainers.loop.role_exchange.RoleExchange.
-            evaluated_model`).
+        follow: the model a pioneer-alone held-out evaluation follows when the slots hold different models and the
+            scheme evaluates the models where they sit (CORY's role exchange: ``llm1``, one model across role
+            exchanges), else None (the scheme's `trainers.matchmaking.Scheme.evaluated`: `trainers.loop.
+            role_exchange.RoleExchange.evaluated_model`).
         task_tokenizer: the tokenizer the task was built with (the first slot's; its action mask is for it).
     """
 
@@ -149,4 +149,5 @@ def plan_run(configs: RunConfigs, tokenizers: Mapping[str, Any], *, num_processe
     has_run = check_output_dir(run, num_processes, flat, task=task)
     return RunPlan(configs=configs, env_config=env_config, task=task, seating=seating, env=env, flat=flat,
                    has_run=has_run, warnings=[*unread_options(configs, seating), *notes], slots=slots,
-                   seat_sampling=samplings, scheme=scheme, follow="llm1" if differ else None, task_tokenizer=task_tok)
+                   seat_sampling=samplings, scheme=scheme, task_tokenizer=task_tok,
+                   follow="llm1" if differ and getattr(scheme, "seated_evaluation", False) else None)

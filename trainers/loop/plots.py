@@ -1,9 +1,8 @@
 """PNG figures from run directories (``cory plot``, ``cory bench``): learning curves (per seat and per model
 identity), a Pareto scatter, and the arm means of a bench.
 
-Figures are `matplotlib.figure.Figure` objects saved straight to PNG (matplotlib's Agg renderer), without pyplot:
-no display is needed and matplotlib's global backend is never changed, so importing this module leaves an
-interactive session's plotting alone.
+Figures are `matplotlib.figure.Figure` objects saved straight to PNG (Agg), without pyplot: no display is needed and
+matplotlib's global backend is never changed.
 
 Each PNG is checked before anything is drawn and written atomically (`trainers.loop.outputs`): ``--out`` must be a
 folder (or a new path), never a run's ``checkpoints/`` or ``tensorboard/``; PNGs already there are replaced only
@@ -64,10 +63,7 @@ def load_runs(run_dirs: Sequence[str | Path]) -> dict[str, list[dict]]:
 def final_point(records: list[dict], scope: str = PIONEER, last: int = 3) -> tuple[float, float] | None:
     """(task_reward, kl) averaged over the last `last` iterations for `scope`, or None if absent."""
     rows = [r for r in records if f"{scope}/task_reward" in r][-last:]
-    if not rows:
-        return None
-    return (sum(r[f"{scope}/task_reward"] for r in rows) / len(rows),
-            sum(r[f"{scope}/kl"] for r in rows) / len(rows))
+    return tuple(sum(r[f"{scope}/{q}"] for r in rows) / len(rows) for q in ("task_reward", "kl")) if rows else None
 
 
 def _run_colors(runs: dict[str, list[dict]]) -> dict[str, tuple]:
@@ -127,8 +123,7 @@ def plot_curves(runs: dict[str, list[dict]], out: Path) -> Path:
     if any(role_exchanges(records) for records in runs.values()):
         handles.append(Line2D([], [], color="grey", ls=":", label="role exchange"))
     handles.append(Line2D([], [], color="grey", ls="", marker=".", alpha=0.5, label="one iteration (raw)"))
-    if handles:
-        fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 6), fontsize=8)
+    fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 6), fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
     with atomic_output(out) as tmp:
         fig.savefig(tmp, dpi=70)
@@ -147,8 +142,7 @@ def pareto_markers(runs: dict[str, list[dict]]) -> dict[str, str]:
 
 def plot_pareto(runs: dict[str, list[dict]], out: Path) -> Path:
     """Final task reward vs KL per run (pioneer seat; each model llm1, llm2, ... too where the run has several):
-    colour = run, marker = scope, both explained by legends beside the axes (no text at the points, which
-    overlapped when two points were close)."""
+    colour = run, marker = scope, both explained by legends beside the axes."""
     fig = Figure(figsize=(7.5, 4.2))
     ax = fig.subplots()
     colors = _run_colors(runs)
@@ -191,29 +185,24 @@ def plot_pareto(runs: dict[str, list[dict]], out: Path) -> Path:
 
 def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *, replace: bool = True,
               option: str = "output folder") -> list[Path]:
-    """Write `curves.png` and `pareto.png` for `run_dirs` into `out_dir`; returns the paths. Every run directory is
-    read and both output paths are checked (`trainers.loop.outputs.check_output_file`) before anything is created,
-    so a bad one leaves no empty output folder behind.
-
-    Args:
-        replace: PNGs already in `out_dir` may be replaced; `option`: what named `out_dir`, for the messages.
+    """Write `curves.png` and `pareto.png` for `run_dirs` into `out_dir`; returns the paths. Everything is checked
+    before anything is created (the module docstring). `replace`: PNGs already in `out_dir` may be replaced;
+    `option`: what named `out_dir`, for the messages.
 
     Raises:
         FileNotFoundError: a run directory without metrics.jsonl. FileExistsError: a PNG exists and not `replace`.
         NotADirectoryError: `out_dir` is a file. ValueError: `out_dir` is inside a run's checkpoints/ or tensorboard/.
     """
     runs = load_runs(run_dirs)
-    out_dir = Path(out_dir)
-    paths = [check_output_file(out_dir / name, option=option, replace=replace) for name in ("curves.png",
-                                                                                           "pareto.png")]
-    return [plot_curves(runs, paths[0]), plot_pareto(runs, paths[1])]
+    curves, pareto = (check_output_file(Path(out_dir) / name, option=option, replace=replace)
+                      for name in ("curves.png", "pareto.png"))
+    return [plot_curves(runs, curves), plot_pareto(runs, pareto)]
 
 
 def plot_arm_means(arms: dict[str, list[list[dict]]], out: Path, *, scope: str = PIONEER, window: int = 3) -> Path:
     """Per arm, the mean over its seeds of `scope`'s task reward, KL and combined reward per iteration, smoothed
     with a trailing moving average of `window` iterations (shaded: ± one std over seeds, same smoothing)."""
     import numpy as np
-
     fig = Figure(figsize=(4.2 * len(QUANTITIES), 3.0))
     axes = fig.subplots(1, len(QUANTITIES), squeeze=False)
     cmap = matplotlib.colormaps["tab10"]

@@ -11,9 +11,8 @@ with another scheme (rotation, uniform pairing, frozen snapshots, a plug-in). No
 moments, β and score statistics travel with their model; `reset_on_exchange=True` replicates the official code,
 whose swap through disk silently starts every one of those afresh.
 
-A scheme that creates frozen partners (`Scheme.created`, `Scheme.retired`: ``snapshots``) gets them made by the
-`freeze` function (a copy of the source bundle whose learner does nothing, `trainers.learning.joint.FrozenLearner`)
-and dropped by `discard`; they sit in seats like any model, never learn, and are checkpointed and restored.
+A scheme that creates frozen partners (`Scheme.created`, `Scheme.retired`: ``snapshots``) gets them made by
+`freeze` and dropped by `discard`; they sit in seats like any model, never learn, and are checkpointed and restored.
 """
 
 from __future__ import annotations
@@ -49,12 +48,10 @@ class RoleExchange:
         scheme: the `trainers.matchmaking.Scheme` (its registered `name` for messages); None: CORY's role exchange
             over N = seats models with period `period`.
         period: T_REx of the default scheme, iterations between exchanges; 0 disables (ablation w/o REx).
-        rows: episodes per seat and iteration (the batch): what each seated model is counted per iteration
-            (`episodes`).
+        rows: episodes per seat and iteration (the batch): what each seated model is counted per iteration (`episodes`).
         reset_on_exchange: reset a model's learner state whenever its seat changes (official-code replication).
-        freeze: ``freeze(bundle, name) -> bundle``: a frozen copy named `name` (`trainers.loop.build.
-            freeze_bundle`), for a scheme that creates snapshots; discard: ``discard(bundle)`` frees a retired
-            snapshot's weights (its LoRA adapter).
+        freeze: ``freeze(bundle, name) -> bundle``: a frozen copy named `name` whose learner does nothing
+            (`trainers.loop.build.freeze_bundle`); discard: ``discard(bundle)`` frees a retired snapshot's weights.
         follow: the model a pioneer-alone held-out evaluation follows (`evaluated_model`); None: the first seat's
             model of `evaluation_seats`.
 
@@ -70,7 +67,6 @@ class RoleExchange:
                  freeze: Callable[[Bundle, str], Bundle] | None = None,
                  discard: Callable[[Bundle], None] | None = None, follow: str | None = None) -> None:
         from cory_env.checks import check_number
-
         bundles, self.seat_names = list(bundles), tuple(seats)
         names = [b.name for b in bundles]
         if scheme is None:

@@ -8,9 +8,8 @@ a run, `cory eval` and `cory plot` write there. A folder that holds a run is nev
 
 * only a folder that is a cory run (`is_run`: its marker, or the config and checkpoints of a run written before the
   marker existed) can be replaced, and only when it holds nothing but what the run wrote (`foreign_files`): a user's
-  file beside the run, another tool's ``checkpoints/`` or ``config.yaml``, makes ``--overwrite`` refuse, naming
-  them; the current folder and its parents, a symbolic link, and a folder whose parent cannot be written are
-  refused as well;
+  file beside the run, another tool's ``checkpoints/`` or ``config.yaml``, makes ``--overwrite`` refuse, naming them;
+  the current folder and its parents, a symbolic link, and a folder whose parent cannot be written are refused as well;
 * a new run starts only in a new or empty folder;
 * ``--overwrite`` moves the old run aside (`start_output_dir`) and deletes it only once the new run has written its
   first checkpoint (`discard_replaced`); if the new run fails or is stopped before that, the old run is put back
@@ -97,9 +96,8 @@ def _is_cory_config(path: Path) -> bool:
 
 
 def is_run(output_dir: str | os.PathLike) -> bool:
-    """True when `output_dir` is a cory run folder: it holds the marker ``.cory-run``, or (a run written before the
-    marker existed) a ``config.yaml`` of cory options, or a cory checkpoint in ``checkpoints/``. Another tool's
-    ``config.yaml`` or ``checkpoints/`` does not make a folder a run."""
+    """True when `output_dir` holds the marker ``.cory-run``, or (a run written before the marker existed) a
+    ``config.yaml`` of cory options (`_is_cory_config`) or a cory checkpoint in ``checkpoints/``."""
     out = Path(output_dir)
     if not out.is_dir():
         return False
@@ -182,13 +180,10 @@ def replaced_runs(output_dir: str | os.PathLike) -> list[Path]:
 
 
 def check_replaceable(output_dir: str | os.PathLike) -> None:
-    """Raise unless ``--overwrite`` may replace the run in `output_dir`: it must be a cory run (`is_run`) holding
-    only what runs write (`foreign_files`), not a symbolic link, not the current folder or one of its parents, and
-    its parent must be writable (the old run is moved aside there until the new one has a checkpoint).
+    """Raise unless ``--overwrite`` may replace the run in `output_dir` (the module docstring's first point).
 
     Raises:
-        ValueError: naming the folder, what is wrong (the foreign files, the link's target, the current folder) and
-            the fix; nothing is changed.
+        ValueError: naming the folder, what is wrong and the fix; nothing is changed.
         OSError: the parent folder cannot be written.
     """
     given = Path(output_dir)
@@ -220,20 +215,15 @@ def check_process_count(state: dict[str, Any], num_processes: int, output_dir: P
     """Raise `ValueError` unless a checkpoint's `trainer_state` was written by a run of `num_processes` processes."""
     saved = int(state.get("num_processes", 1))
     if saved != num_processes:
-        raise ValueError(
-            f"cannot resume {output_dir} with {num_processes} process(es): it was trained with {saved} "
-            f"(batch_size counts one process's episodes, so the global batch would change). "
-            f"Resume with --num_processes {saved}"
-        )
+        raise ValueError(f"cannot resume {output_dir} with {num_processes} process(es): it was trained with {saved} "
+                         f"(batch_size counts one process's episodes, so the global batch would change). "
+                         f"Resume with --num_processes {saved}")
 
 
 def check_writable(output_dir: Path) -> None:
     """Raise `OSError` (naming the folder and the fix) unless a run can write into `output_dir` and its
-    ``checkpoints/``: a file is created and removed in each that exists, else in the nearest existing parent.
-
-    A run that cannot write learns it at its first checkpoint, after the work it was meant to keep (unchecked,
-    a ``--resume`` into a read-only ``checkpoints/`` trains two iterations, then fails).
-    """
+    ``checkpoints/``: a file is created and removed in each that exists, else in the nearest existing parent (so a
+    run does not learn it at its first checkpoint, after the work it was meant to keep)."""
     out = Path(output_dir)
     for folder in (out, out / ckpt.CHECKPOINT_DIR):
         probe = folder
@@ -278,10 +268,9 @@ def check_output_dir(config: CORYConfig, num_processes: int = 1, flat_config: di
                        "back, move %s out of the way first, then rename %s to %s", path, out, out, path, out)
     has_run = is_run(out)
     if has_run and not config.resume and not config.overwrite:
-        raise FileExistsError(
-            f"{out} already holds a run (config.yaml / metrics.jsonl / checkpoints); nothing was changed. "
-            "Pass --resume to continue it, --overwrite to replace it, or choose another --output_dir"
-        )
+        raise FileExistsError(f"{out} already holds a run (config.yaml / metrics.jsonl / checkpoints); nothing was "
+                              "changed. Pass --resume to continue it, --overwrite to replace it, or choose another "
+                              "--output_dir")
     if config.resume and not has_run:
         raise FileNotFoundError(f"--resume: {out} holds no run to resume; drop --resume to start one")
     if not has_run and out.is_dir() and any(out.iterdir()):
@@ -322,9 +311,8 @@ SEATING_FIELDS = ("seating", "knowledge_transfer", "partner_reward_coef")
 
 def check_resumable(saved: dict[str, Any], current: dict[str, Any], output_dir: Path, *, task=None) -> None:
     """Raise `ValueError` naming every field (other than `RESUMABLE_CHANGES`) where the flat config of a resume
-    differs from the checkpoint's; a field added after the run started reads as its default, a field of another
-    learner's or task's options (recorded by an earlier version for every run) is left out; both sides read as this
-    version records them (`RunConfigs`: e.g. matchmaking options as the scheme's full mapping). With `task`, the
+    differs from the checkpoint's; a field added after the run started reads as its default, another learner's or
+    task's options are left out, and both sides read as this version records them (`RunConfigs`). With `task`, the
     seating fields are compared as the seatings they build on it (`SEATING_FIELDS`)."""
     saved = RunConfigs.from_flat(saved).to_flat()
     skip = set(RESUMABLE_CHANGES) | (set(SEATING_FIELDS) if task is not None else set())
@@ -361,12 +349,8 @@ def replaced_path(output_dir: Path) -> Path:
 
 def start_output_dir(output_dir: Path, flat_config: dict[str, Any], *, replace: bool) -> Path | None:
     """Create the run folder with its marker and config.yaml; returns where the replaced run was moved, or None.
-
-    With `replace` (``--overwrite`` of a run, checked by `check_replaceable`) the old run is moved aside
-    (`replaced_path`) and stays there until `discard_replaced` (the new run's first checkpoint is on disk) or
-    `restore_replaced` (the new run failed or stopped before it). If creating the new folder fails, the old run is
-    put back at once.
-    """
+    With `replace` the old run is moved aside (`replaced_path`, the module docstring's last point), and put back at
+    once if creating the new folder fails."""
     out = Path(output_dir).resolve() if replace else Path(output_dir)
     aside = replaced_path(out) if replace else None
     if aside is not None:
@@ -385,7 +369,7 @@ def start_output_dir(output_dir: Path, flat_config: dict[str, Any], *, replace: 
 
 
 def discard_replaced(aside: Path | None) -> None:
-    """Delete the run that ``--overwrite`` moved aside (`start_output_dir`), once the new run has a checkpoint."""
+    """Delete the run that ``--overwrite`` moved aside (`start_output_dir`)."""
     if aside is not None and aside.exists():
         shutil.rmtree(aside)
         logger.info("--overwrite: removed the replaced run (%s) now that this run has a checkpoint", aside)

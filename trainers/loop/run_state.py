@@ -70,8 +70,7 @@ def save(trainer, iteration: int) -> Path:
     with FSDP2 shards first gather the models with it); returns its path.
 
     Raises:
-        OSError: the write failed (every process raises it); NonFiniteLossError: a model holds NaN/inf weights.
-    """
+        OSError: the write failed (every process raises it); NonFiniteLossError: a model holds NaN/inf weights."""
     path, error = ckpt.checkpoint_path(trainer.output_dir, iteration), None
     states = ckpt.bundle_states(trainer.exchange.bundles, keep=trainer.dist.is_main)
     if trainer.dist.is_main:
@@ -153,9 +152,8 @@ def resume(trainer) -> int:
 
 @contextlib.contextmanager
 def stop_signals(handler) -> Iterator[None]:
-    """While the block runs, `STOP_SIGNALS` (Ctrl-C, a scheduler's TERM) call `handler` (the trainer finishes the
-    iteration, writes a checkpoint and returns); the previous handlers come back after. Off the main thread (where
-    Python takes no signal handler) nothing changes."""
+    """While the block runs, `STOP_SIGNALS` call `handler`; the previous handlers come back after. Off the main
+    thread (where Python takes no signal handler) nothing changes."""
     previous = {}
     for signum in STOP_SIGNALS:
         try:

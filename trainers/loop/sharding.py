@@ -15,8 +15,7 @@ Who does what:
   token-weighted loss scaling (`trainers.learning.update.step_loss_weights`) stays as it is, so the averaged gradient
   is the gradient of the token mean over the whole step, as in the replicated mode.
 * Rollouts (`gathered_for_generation`): each process generates until its own batch is done, so processes take
-  different numbers of forward steps; per-layer all-gathers at every step would then wait forever, or fail once
-  the other process is done (measured: "Connection closed by peer"). The acting
+  different numbers of forward steps, and per-layer all-gathers at every step would wait forever or fail. The acting
   agent's weights are therefore gathered once when it starts acting (``FSDPModule.unshard``, kept through the
   episode's steps) and freed when the next agent acts or the rollout ends: the memory of one full policy during
   generation, as TRL's ``unwrap_model_for_generation`` does for DeepSpeed ZeRO-3.
@@ -55,12 +54,7 @@ __all__ = ["SHARDINGS", "check_sharding", "full_state", "full_tensor", "gathered
 
 
 def check_sharding(sharding: str, *, world_size: int, use_lora: bool) -> None:
-    """Refuse a sharding this run cannot use, before any model loads.
-
-    Args:
-        sharding: `CORYConfig.sharding` ("none" or "fsdp").
-        world_size: the number of training processes.
-        use_lora: `ModelConfig.use_lora`.
+    """Refuse a `CORYConfig.sharding` this run (`world_size` processes, `ModelConfig.use_lora`) cannot use.
 
     Raises:
         ValueError: an unknown name, ``fsdp`` with one process, or ``fsdp`` with memory-shared LoRA; each message
@@ -103,7 +97,6 @@ def shard_like(value: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"a tensor of shape {tuple(value.shape)} cannot fill a parameter of shape "
                          f"{tuple(param.shape)}")
     from torch.distributed.tensor import distribute_tensor
-
     return distribute_tensor(value.to(param.dtype), param.device_mesh, param.placements, src_data_rank=None)
 
 
@@ -129,8 +122,7 @@ def sharded_optimizer_state(state: dict[str, Any], optimizer: torch.optim.Optimi
 
 
 def _layer_classes(model: nn.Module) -> set[str]:
-    names = getattr(model, "_no_split_modules", None) or []
-    return set(names)
+    return set(getattr(model, "_no_split_modules", None) or [])
 
 
 def shard_model(model: nn.Module, mesh) -> nn.Module:
@@ -146,7 +138,6 @@ def shard_model(model: nn.Module, mesh) -> nn.Module:
         `model` (now also an ``FSDPModule``).
     """
     from torch.distributed.fsdp import fully_shard
-
     cast_frozen_weights_once(model, once=False)  # a kept bf16 copy of a gathered weight would undo the sharding
     classes = _layer_classes(model)
     for module in model.modules():
@@ -157,10 +148,8 @@ def shard_model(model: nn.Module, mesh) -> nn.Module:
 
 
 def shard_agents(agents: Mapping[str, Any], ref_model, dist) -> None:
-    """Shard every agent's LM and value head and the reference model over `dist`'s processes (`shard_model`).
-
-    Call it after the agents are built and before any optimizer: the learners' Adam must see the sharded
-    parameters. The main process's weights are broadcast first, so every shard comes from the same full model.
+    """Shard every agent's LM and value head and the reference model over `dist`'s processes (`shard_model`),
+    before any optimizer is built; the main process's weights are broadcast first.
 
     Args:
         agents: name -> `agents.LLMAgent` (full fine-tuning: each with its own LM).
@@ -179,7 +168,6 @@ def shard_agents(agents: Mapping[str, Any], ref_model, dist) -> None:
 
 def _fsdp_modules(agent) -> list[nn.Module]:
     from torch.distributed.fsdp import FSDPModule
-
     return [m for m in agent.modules() if isinstance(m, FSDPModule)]
 
 
@@ -222,14 +210,8 @@ class _Gather:
 
 @contextlib.contextmanager
 def gathered_for_generation(agents: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
-    """Seat -> agent for `trainers.rollout.run_episodes`, acting on gathered weights when they are sharded.
-
-    Each process plays its own episodes to their end, so with FSDP2 the processes would take different numbers of
-    forward steps (and per-layer all-gathers) and wait on each other forever. Here an agent's weights are gathered
-    once, when it first acts (every process reaches that in the same seat order: the pioneer, then the observer),
-    and freed when the next agent acts and when the block ends. Without sharded agents the mapping is returned
-    as it is.
-    """
+    """Seat -> agent for `trainers.rollout.run_episodes`, acting on gathered weights when they are sharded (the
+    module docstring's "Rollouts"); without sharded agents the mapping is returned as it is."""
     if not any(_fsdp_modules(agent) for agent in agents.values()):
         yield agents
         return

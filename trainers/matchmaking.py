@@ -331,13 +331,15 @@ def build_scheme(spec: SchemeSpec, *, name: str, options: Any, models: Sequence[
     Raises:
         PluginContractError: the factory returned no `Scheme`, or ``assign(0)`` or ``evaluated(0)`` breaks the
             contract (one line naming the scheme, what it returned and the contract).
-        ValueError: what the factory refuses. A plug-in's own other exception propagates, named in a log line before
-            its traceback.
+        ValueError: what the factory refuses (a plug-in's refusal prefixed with its name). A plug-in's own other
+            exception propagates, named in a log line before its traceback.
     """
     try:
         scheme = spec.factory(options, tuple(models), tuple(seats), seed, period)
-    except ValueError:
-        raise
+    except ValueError as err:
+        if spec in (ROLE_EXCHANGE, ROTATION, UNIFORM, SNAPSHOTS):
+            raise  # the package's own refusals name their option
+        raise ValueError(f"matchmaking scheme {name!r} refused the run: {err}") from err
     except Exception:
         logger.error("matchmaking scheme %r: its factory raised; its traceback follows", name)
         raise

@@ -124,6 +124,23 @@ def test_a_schemes_own_exception_is_named_before_its_traceback(tmp_path, monkeyp
     assert not out.exists()
 
 
+def _factory_refuses(options, models, seats, seed, period):
+    raise ValueError("this league needs an odd population")
+
+
+def test_a_schemes_refusal_is_one_line_naming_the_scheme(tmp_path, capsys, monkeypatch, registries):
+    """A plug-in factory's own ValueError (it refuses the run's settings) is one line that names the scheme, exit 2,
+    no folder; the package's schemes keep their own wording (`--population 3 --matchmaking role-exchange`)."""
+    name, out = _plugin(monkeypatch, "PICKY", _factory_refuses), tmp_path / "run"
+    assert main(["train", *TINY, "--population", "2", "--matchmaking", name, "--output_dir", str(out)]) == 2
+    [line] = _error_lines(capsys.readouterr().err)
+    assert line.endswith(f"matchmaking scheme {name!r} refused the run: this league needs an odd population")
+    assert not out.exists()
+    assert main(["train", *TINY, "--population", "3", "--matchmaking", "role-exchange", "--output_dir", str(out)]) == 2
+    [line] = _error_lines(capsys.readouterr().err)
+    assert "refused the run" not in line and "matchmaking scheme 'role-exchange' seats as many models" in line
+
+
 def test_a_population_above_the_maximum_is_one_line_before_any_model_or_folder(tmp_path, capsys, monkeypatch):
     """#60.9: ``--population 100000`` is refused at once, stating the range (was: 100000 models built, for minutes,
     before anything happened)."""

@@ -337,8 +337,8 @@ def build_scheme(spec: SchemeSpec, *, name: str, options: Any, models: Sequence[
     try:
         scheme = spec.factory(options, tuple(models), tuple(seats), seed, period)
     except ValueError as err:
-        if spec in (ROLE_EXCHANGE, ROTATION, UNIFORM, SNAPSHOTS):
-            raise  # the package's own refusals name their option
+        if getattr(spec.factory, "__module__", None) == __name__:
+            raise  # the package's own schemes (factories of this module) name their option
         raise ValueError(f"matchmaking scheme {name!r} refused the run: {err}") from err
     except Exception:
         logger.error("matchmaking scheme %r: its factory raised; its traceback follows", name)
